@@ -1,0 +1,312 @@
+package chain
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// keyPath is where a value sits, in two spellings: the display path used in
+// messages (chains[incident-response].steps[notify]) and the data path used
+// to look up source positions (chains, 0, steps, 2).
+type keyPath struct {
+	disp  string
+	canon []string
+}
+
+func (p keyPath) key(k string) keyPath {
+	d := k
+	if p.disp != "" {
+		d = p.disp + "." + k
+	}
+	return keyPath{disp: d, canon: appendPath(p.canon, k)}
+}
+
+// elem is the i-th element of an array; name, when known, reads better
+// than the index in messages.
+func (p keyPath) elem(i int, name string) keyPath {
+	label := strconv.Itoa(i)
+	if name != "" {
+		label = name
+	}
+	return keyPath{disp: p.disp + "[" + label + "]", canon: appendPath(p.canon, strconv.Itoa(i))}
+}
+
+// sub extends p by a path written like "blocks[0].text", as templates
+// report where in a value a problem sits.
+func (p keyPath) sub(rel string) keyPath {
+	for _, part := range strings.Split(rel, ".") {
+		name, rest, _ := strings.Cut(part, "[")
+		if name != "" {
+			p = p.key(name)
+		}
+		for rest != "" {
+			idx, after, _ := strings.Cut(rest, "]")
+			if i, err := strconv.Atoi(idx); err == nil {
+				p = p.elem(i, "")
+			}
+			rest = strings.TrimPrefix(after, "[")
+		}
+	}
+	return p
+}
+
+func appendPath(p []string, k string) []string {
+	out := make([]string, len(p), len(p)+1)
+	copy(out, p)
+	return append(out, k)
+}
+
+// fileDecoder reports problems in one file with their positions.
+type fileDecoder struct {
+	file  string
+	pos   positions
+	diags *diagnostics
+}
+
+func (d *fileDecoder) at(p keyPath) (int, int) {
+	for n := len(p.canon); n > 0; n-- {
+		if ps, ok := d.pos[strings.Join(p.canon[:n], pathSep)]; ok {
+			return ps.line, ps.col
+		}
+	}
+	return 0, 0
+}
+
+func (d *fileDecoder) source(p keyPath) Source {
+	line, col := d.at(p)
+	return Source{File: d.file, Line: line, Col: col, Path: p.disp}
+}
+
+func (d *fileDecoder) report(sev Severity, p keyPath, format string, args ...any) {
+	line, col := d.at(p)
+	d.diags.add(Diagnostic{File: d.file, Line: line, Col: col, Path: p.disp, Message: fmt.Sprintf(format, args...), Severity: sev})
+}
+
+func (d *fileDecoder) errorf(p keyPath, format string, args ...any) {
+	d.report(SeverityError, p, format, args...)
+}
+
+func (d *fileDecoder) warnf(p keyPath, format string, args ...any) {
+	d.report(SeverityWarning, p, format, args...)
+}
+
+// table is a TOML table being decoded field by field; finish reports the
+// keys it does not know.
+type table struct {
+	d    *fileDecoder
+	path keyPath
+	m    map[string]any
+}
+
+func (d *fileDecoder) table(p keyPath, v any) (*table, bool) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		d.errorf(p, "must be a table, got %s", describe(v))
+		return nil, false
+	}
+	return &table{d: d, path: p, m: m}, true
+}
+
+func (t *table) has(k string) bool {
+	_, ok := t.m[k]
+	return ok
+}
+
+func (t *table) value(k string) (any, bool) {
+	v, ok := t.m[k]
+	return v, ok
+}
+
+func (t *table) str(k string) string {
+	v, ok := t.value(k)
+	if !ok {
+		return ""
+	}
+	s, ok := v.(string)
+	if !ok {
+		t.d.errorf(t.path.key(k), "must be a string, got %s", describe(v))
+		return ""
+	}
+	return s
+}
+
+func (t *table) requiredStr(k string) string {
+	if !t.has(k) {
+		t.d.errorf(t.path, "missing required key %q", k)
+		return ""
+	}
+	s := t.str(k)
+	if s == "" && t.isString(k) {
+		t.d.errorf(t.path.key(k), "must not be empty")
+	}
+	return s
+}
+
+func (t *table) isString(k string) bool {
+	_, ok := t.m[k].(string)
+	return ok
+}
+
+// count reads a non-negative integer; unit names what it counts, so that
+// "30s" or 1.5 get an error saying how to write it.
+func (t *table) count(k, unit string) int {
+	v, ok := t.value(k)
+	if !ok {
+		return 0
+	}
+	n, ok := v.(int64)
+	if !ok {
+		t.d.errorf(t.path.key(k), "must be a whole number of %s, got %s", unit, describe(v))
+		return 0
+	}
+	if n < 0 {
+		t.d.errorf(t.path.key(k), "must not be negative, got %d", n)
+		return 0
+	}
+	if n > 1<<31 {
+		t.d.errorf(t.path.key(k), "is too large: %d", n)
+		return 0
+	}
+	return int(n)
+}
+
+func (t *table) enum(k string, allowed []string, def string) string {
+	if !t.has(k) {
+		return def
+	}
+	s := t.str(k)
+	if s == "" && !t.isString(k) {
+		return def
+	}
+	for _, a := range allowed {
+		if s == a {
+			return s
+		}
+	}
+	t.d.errorf(t.path.key(k), "invalid value %q; want one of %s", s, quoteList(allowed))
+	return def
+}
+
+func (t *table) sub(k string) (*table, bool) {
+	v, ok := t.value(k)
+	if !ok {
+		return nil, false
+	}
+	return t.d.table(t.path.key(k), v)
+}
+
+// tables reads an array of tables, whether written [[k]] or k = [{...}].
+func (t *table) tables(k string) ([]*table, bool) {
+	v, ok := t.value(k)
+	if !ok {
+		return nil, false
+	}
+	var elems []any
+	switch a := v.(type) {
+	case []map[string]any:
+		for _, m := range a {
+			elems = append(elems, m)
+		}
+	case []any:
+		elems = a
+	default:
+		t.d.errorf(t.path.key(k), "must be an array of tables ([[%s]]), got %s", k, describe(v))
+		return nil, false
+	}
+	out := make([]*table, 0, len(elems))
+	for i, e := range elems {
+		name := ""
+		if m, ok := e.(map[string]any); ok {
+			name, _ = m["name"].(string)
+		}
+		if tb, ok := t.d.table(t.path.key(k).elem(i, name), e); ok {
+			out = append(out, tb)
+		}
+	}
+	return out, true
+}
+
+// finish reports every key that is not one of known, with a suggestion when
+// it looks like a typo of a known one.
+func (t *table) finish(known []string) {
+	keys := make([]string, 0, len(t.m))
+	for k := range t.m {
+		if !contains(known, k) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if s := suggest(k, known); s != "" {
+			t.d.errorf(t.path.key(k), "unknown key %q (did you mean %q?)", k, s)
+		} else {
+			t.d.errorf(t.path.key(k), "unknown key %q", k)
+		}
+	}
+}
+
+func quoteList(s []string) string {
+	q := make([]string, len(s))
+	for i, v := range s {
+		q[i] = strconv.Quote(v)
+	}
+	return strings.Join(q, ", ")
+}
+
+// describe names a decoded TOML value's type for error messages.
+func describe(v any) string {
+	switch t := v.(type) {
+	case string:
+		return fmt.Sprintf("string %q", t)
+	case int64:
+		return fmt.Sprintf("integer %d", t)
+	case float64:
+		return fmt.Sprintf("float %v", t)
+	case bool:
+		return fmt.Sprintf("boolean %v", t)
+	case map[string]any:
+		return "a table"
+	case []map[string]any, []any:
+		return "an array"
+	case time.Time:
+		return "a datetime"
+	case nil:
+		return "nothing"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// suggest returns the known key closest to k, if it is close enough to be
+// a likely typo.
+func suggest(k string, known []string) string {
+	best, bestDist := "", 3
+	for _, c := range known {
+		if d := editDistance(k, c); d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,98 @@
+package chain
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Severity says whether a diagnostic stops the config from loading.
+type Severity int
+
+const (
+	SeverityError Severity = iota
+	SeverityWarning
+)
+
+// Diagnostic is one problem found in a config file, with where it is.
+type Diagnostic struct {
+	File     string
+	Line     int // 0 when unknown
+	Col      int // 0 when unknown
+	Path     string
+	Message  string
+	Severity Severity
+}
+
+// String formats the diagnostic as FILE:LINE:COL: KEY.PATH: message,
+// leaving out the parts that are unknown.
+func (d Diagnostic) String() string {
+	var b strings.Builder
+	if d.File != "" {
+		b.WriteString(d.File)
+		if d.Line > 0 {
+			fmt.Fprintf(&b, ":%d", d.Line)
+			if d.Col > 0 {
+				fmt.Fprintf(&b, ":%d", d.Col)
+			}
+		}
+		b.WriteString(": ")
+	}
+	if d.Path != "" {
+		b.WriteString(d.Path)
+		b.WriteString(": ")
+	}
+	if d.Severity == SeverityWarning {
+		b.WriteString("warning: ")
+	}
+	b.WriteString(d.Message)
+	return b.String()
+}
+
+// ConfigError holds every error found while loading a config, so that an
+// operator can fix them all in one pass.
+type ConfigError struct {
+	Diagnostics []Diagnostic
+}
+
+func (e *ConfigError) Error() string {
+	lines := make([]string, len(e.Diagnostics))
+	for i, d := range e.Diagnostics {
+		lines[i] = d.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// diagnostics collects problems while a config is loaded.
+type diagnostics struct {
+	list []Diagnostic
+}
+
+func (ds *diagnostics) add(d Diagnostic) { ds.list = append(ds.list, d) }
+
+func (ds *diagnostics) errorCount() int {
+	n := 0
+	for _, d := range ds.list {
+		if d.Severity == SeverityError {
+			n++
+		}
+	}
+	return n
+}
+
+// sorted returns the diagnostics ordered by file, then position, so output is
+// stable whatever order the checks ran in.
+func (ds *diagnostics) sorted() []Diagnostic {
+	out := append([]Diagnostic(nil), ds.list...)
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		return a.Col < b.Col
+	})
+	return out
+}

@@ -1,0 +1,275 @@
+// Package engine runs chains as persisted state machines. Each run is
+// advanced by one goroutine that loads state, decides the next action,
+// persists the intent, acts, and persists the outcome; the goroutine never
+// holds anything the store does not, so a run resumes from the store after
+// a crash.
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/providers"
+)
+
+// ProviderResolver hands the engine a callable provider for a configured one.
+type ProviderResolver interface {
+	Resolve(p *chain.Provider) (providers.Provider, error)
+}
+
+// Options configures an Engine.
+type Options struct {
+	Store     store.Store
+	Config    *chain.Config
+	Providers ProviderResolver
+	Logger    *slog.Logger
+	// OnEvent receives every event once it is durable, in order within a
+	// run. It runs on the run's goroutine and must not block.
+	OnEvent func(store.Event)
+}
+
+// Engine advances runs.
+type Engine struct {
+	store     store.Store
+	cfg       *chain.Config
+	providers ProviderResolver
+	log       *slog.Logger
+	onEvent   func(store.Event)
+
+	mu      sync.Mutex
+	runners map[string]*runner
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+var (
+	// ErrUnknownChain is returned by Start for a chain the config lacks.
+	ErrUnknownChain = errors.New("unknown chain")
+	// ErrNotActive is returned by Wait and Cancel for a run this engine is
+	// not advancing.
+	ErrNotActive = errors.New("run is not active in this gateway")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("engine is closed")
+)
+
+// New returns an engine; runs start with Start.
+func New(opts Options) (*Engine, error) {
+	if opts.Store == nil || opts.Config == nil || opts.Providers == nil {
+		return nil, errors.New("creating engine: Store, Config and Providers are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.OnEvent == nil {
+		opts.OnEvent = func(store.Event) {}
+	}
+	return &Engine{
+		store:     opts.Store,
+		cfg:       opts.Config,
+		providers: opts.Providers,
+		log:       opts.Logger,
+		onEvent:   opts.OnEvent,
+		runners:   map[string]*runner{},
+	}, nil
+}
+
+// Input is what starts a run.
+type Input struct {
+	// Payload becomes origin.payload; it must be JSON (empty means {}).
+	Payload json.RawMessage
+	// Metadata becomes origin.metadata.
+	Metadata json.RawMessage
+	// OriginID identifies the triggering event; a new id when empty.
+	OriginID string
+}
+
+// Start persists a new run of the named chain and starts advancing it. The
+// run is durable when Start returns.
+func (e *Engine) Start(ctx context.Context, chainName string, in Input) (*store.Run, error) {
+	def := e.cfg.Chains[chainName]
+	if def == nil {
+		return nil, fmt.Errorf("starting run: %w %q", ErrUnknownChain, chainName)
+	}
+	payload := in.Payload
+	if len(payload) == 0 {
+		payload = json.RawMessage(`{}`)
+	}
+	if !json.Valid(payload) {
+		return nil, errors.New("starting run: payload is not valid JSON")
+	}
+	if len(in.Metadata) > 0 && !json.Valid(in.Metadata) {
+		return nil, errors.New("starting run: metadata is not valid JSON")
+	}
+	now := time.Now().UTC()
+	id := store.NewID()
+	originID := in.OriginID
+	if originID == "" {
+		originID = id
+	}
+	run := &store.Run{
+		ID:        id,
+		Chain:     def.Name,
+		ChainHash: def.Hash,
+		Status:    store.RunRunning,
+		Origin:    store.Origin{ID: originID, Payload: payload, Metadata: in.Metadata, ReceivedAt: now},
+		Path:      []string{},
+		Cursor:    def.Steps[0].Name,
+		CreatedAt: now,
+		UpdatedAt: now,
+	}
+	if def.TimeoutSeconds > 0 {
+		run.Deadline = now.Add(time.Duration(def.TimeoutSeconds) * time.Second)
+	}
+	r := e.newRunner(def, run, nil)
+	r.event(store.EventRunStarted, "", 0, "")
+	if err := e.admit(r); err != nil {
+		return nil, err
+	}
+	if err := r.flushCreate(ctx); err != nil {
+		e.forget(r)
+		return nil, fmt.Errorf("starting run: %w", err)
+	}
+	snapshot := *run
+	e.launch(r)
+	return &snapshot, nil
+}
+
+func (e *Engine) admit(r *runner) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return ErrClosed
+	}
+	e.runners[r.run.ID] = r
+	return nil
+}
+
+func (e *Engine) forget(r *runner) {
+	e.mu.Lock()
+	if e.runners[r.run.ID] == r {
+		delete(e.runners, r.run.ID)
+	}
+	e.mu.Unlock()
+}
+
+func (e *Engine) launch(r *runner) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer e.forget(r)
+		r.loop()
+	}()
+}
+
+func (e *Engine) active(id string) *runner {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.runners[id]
+}
+
+// Wait blocks until the run reaches a final status and returns its record.
+func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
+	if r := e.active(id); r != nil {
+		select {
+		case <-r.done:
+			if r.err != nil {
+				return nil, r.err
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	run, err := e.store.Run(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !run.Status.Final() {
+		return run, fmt.Errorf("waiting for run %s: %w", id, ErrNotActive)
+	}
+	return run, nil
+}
+
+// Cancel stops a running run: its in-flight provider calls are cancelled
+// and it ends with status cancelled.
+func (e *Engine) Cancel(ctx context.Context, id string) error {
+	r := e.active(id)
+	if r == nil {
+		run, err := e.store.Run(ctx, id)
+		if err != nil {
+			return err
+		}
+		if run.Status.Final() {
+			return fmt.Errorf("cancelling run %s: run already %s", id, run.Status)
+		}
+		return fmt.Errorf("cancelling run %s: %w", id, ErrNotActive)
+	}
+	select {
+	case r.cancelReq <- struct{}{}:
+	case <-r.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// Close stops advancing runs. Runs stay as persisted, to be resumed by the
+// next engine on the same store; in-flight provider calls are cancelled.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	e.closed = true
+	rs := make([]*runner, 0, len(e.runners))
+	for _, r := range e.runners {
+		rs = append(rs, r)
+	}
+	e.mu.Unlock()
+	for _, r := range rs {
+		r.stop()
+	}
+	e.wg.Wait()
+}
+
+// StepResult is one step of a Result.
+type StepResult struct {
+	Status   store.StepStatus `json:"status"`
+	Body     json.RawMessage  `json:"body"`
+	Error    *store.ErrorInfo `json:"error"`
+	Attempts int              `json:"attempts"`
+}
+
+// Result is a run as reported to its caller.
+type Result struct {
+	ID     string                `json:"id"`
+	Chain  string                `json:"chain"`
+	Status store.RunStatus       `json:"status"`
+	Error  *store.ErrorInfo      `json:"error,omitempty"`
+	Path   []string              `json:"path"`
+	Steps  map[string]StepResult `json:"steps"`
+}
+
+// Result reads a run and its steps from the store.
+func (e *Engine) Result(ctx context.Context, id string) (*Result, error) {
+	run, err := e.store.Run(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading run: %w", err)
+	}
+	recs, err := e.store.Steps(ctx, id, "")
+	if err != nil {
+		return nil, fmt.Errorf("reading steps of run %s: %w", id, err)
+	}
+	res := &Result{ID: run.ID, Chain: run.Chain, Status: run.Status, Error: run.Error, Path: run.Path, Steps: map[string]StepResult{}}
+	for _, rec := range recs {
+		body := rec.Body
+		if len(body) == 0 {
+			body = json.RawMessage("null")
+		}
+		res.Steps[rec.Key] = StepResult{Status: rec.Status, Body: body, Error: rec.Error, Attempts: rec.Attempts}
+	}
+	return res, nil
+}

@@ -1,0 +1,545 @@
+package engine_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/chain/store/bolt"
+	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/providers"
+	"github.com/chaingate/gateway/providers/builtin"
+)
+
+// TestMain lets this test binary serve the built-in providers, so every
+// engine test calls real plugin subprocesses.
+func TestMain(m *testing.M) {
+	plugins.ServeBuiltinIfRequested(builtin.New)
+	os.Exit(m.Run())
+}
+
+const testProviders = `
+[[providers]]
+name = "echo"
+type = "echo"
+
+[[providers]]
+name = "faulty"
+type = "faulty"
+`
+
+type harness struct {
+	t     *testing.T
+	eng   *engine.Engine
+	store store.Store
+	pm    *plugins.Manager
+
+	mu     sync.Mutex
+	events []store.Event
+}
+
+type resolver struct{ m *plugins.Manager }
+
+func (r resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
+	return r.m.Provider(plugins.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}), nil
+}
+
+func newHarness(t *testing.T, config string) *harness {
+	t.Helper()
+	cfg, err := chain.LoadBytes("test.toml", []byte(testProviders+config), chain.LoadOptions{ProviderTypes: builtin.Types()})
+	if err != nil {
+		t.Fatalf("loading config:\n%v", err)
+	}
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "gateway.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm := plugins.NewManager(plugins.Options{Executable: exe})
+	h := &harness{t: t, store: st, pm: pm}
+	h.eng, err = engine.New(engine.Options{Store: st, Config: cfg, Providers: resolver{pm}, OnEvent: h.record})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.eng.Close()
+		_ = pm.Close()
+		_ = st.Close()
+	})
+	return h
+}
+
+func (h *harness) record(ev store.Event) {
+	h.mu.Lock()
+	h.events = append(h.events, ev)
+	h.mu.Unlock()
+}
+
+// run starts a run and waits for it to finish.
+func (h *harness) run(chainName, payload string) *engine.Result {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	run, err := h.eng.Start(ctx, chainName, engine.Input{Payload: json.RawMessage(payload)})
+	if err != nil {
+		h.t.Fatalf("starting run: %v", err)
+	}
+	if _, err := h.eng.Wait(ctx, run.ID); err != nil {
+		h.t.Fatalf("waiting for run: %v", err)
+	}
+	res, err := h.eng.Result(ctx, run.ID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return res
+}
+
+// eventTypes lists a run's persisted events as "type step" strings.
+func (h *harness) eventTypes(runID string) []string {
+	h.t.Helper()
+	evs, err := h.store.Events(context.Background(), runID, 0, 0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range evs {
+		out = append(out, strings.TrimSpace(string(ev.Type)+" "+ev.Step))
+	}
+	return out
+}
+
+func body(t *testing.T, res *engine.Result, step string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(res.Steps[step].Body, &m); err != nil {
+		t.Fatalf("step %s body %s: %v", step, res.Steps[step].Body, err)
+	}
+	return m
+}
+
+func TestSequentialTemplates(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "seq"
+[[chains.steps]]
+name = "check-severity"
+provider = "echo"
+payload_template = { severity = "<<origin.payload.severity>>", hosts = ["a", "b"], n = 3 }
+[[chains.steps]]
+name = "notify"
+provider = "echo"
+payload_template = { text = "sev=<<steps.check-severity.body.severity>> first=<<prev.body.hosts[0]>>", hosts = "<<steps.check-severity.body.hosts>>", n = "<<prev.body.n>>", owner = "<<steps.check-severity.body.owner ?? \"ops\">>", run = "<<run.id>>", chain = "<<chain.name>>" }
+[[chains.steps]]
+name = "last"
+provider = "echo"
+payload_template = { status = "<<prev.status>>", attempts = "<<steps.notify.attempts>>", literal = "<<\"<<steps.x>>\">>" }
+`)
+	res := h.run("seq", `{"severity":"critical"}`)
+	if res.Status != store.RunSucceeded {
+		t.Fatalf("run %s: %+v", res.Status, res.Error)
+	}
+	if want := []string{"check-severity", "notify", "last"}; !slices.Equal(res.Path, want) {
+		t.Errorf("path %v, want %v", res.Path, want)
+	}
+	n := body(t, res, "notify")
+	if n["text"] != "sev=critical first=a" || n["n"] != float64(3) || n["owner"] != "ops" || n["run"] != res.ID || n["chain"] != "seq" {
+		t.Errorf("notify body: %v", n)
+	}
+	if hosts, ok := n["hosts"].([]any); !ok || len(hosts) != 2 {
+		t.Errorf("lone placeholder lost its array type: %v", n["hosts"])
+	}
+	l := body(t, res, "last")
+	if l["status"] != "succeeded" || l["attempts"] != float64(1) || l["literal"] != "<<steps.x>>" {
+		t.Errorf("last body: %v", l)
+	}
+	want := []string{
+		"run_started", "step_started check-severity", "step_succeeded check-severity",
+		"step_started notify", "step_succeeded notify", "step_started last", "step_succeeded last", "run_succeeded",
+	}
+	if got := h.eventTypes(res.ID); !slices.Equal(got, want) {
+		t.Errorf("events:\n got %v\nwant %v", got, want)
+	}
+}
+
+const branchChain = `
+[[chains]]
+name = "triage"
+[[chains.steps]]
+name = "rate"
+provider = "echo"
+payload_template = "<<origin.payload>>"
+default_next = "low"
+[[chains.steps.branches]]
+field = "body.severity"
+operator = "eq"
+value = "critical"
+target = "page"
+[[chains.steps.branches]]
+when = 'result.body.score > 80 && origin.payload.env == "prod"'
+target = "page"
+[[chains.steps.branches]]
+field = "body.tags"
+operator = "contains"
+value = "mail"
+target = "mail"
+[[chains.steps]]
+name = "low"
+provider = "echo"
+default_next = "done"
+[[chains.steps]]
+name = "page"
+provider = "echo"
+[[chains.steps]]
+name = "mail"
+provider = "echo"
+[[chains.steps]]
+name = "done"
+provider = "echo"
+`
+
+func TestBranches(t *testing.T) {
+	h := newHarness(t, branchChain)
+	tests := []struct {
+		payload string
+		path    []string
+	}{
+		{`{"severity":"critical"}`, []string{"rate", "page", "mail", "done"}},
+		{`{"severity":"low","score":90,"env":"prod"}`, []string{"rate", "page", "mail", "done"}},
+		{`{"severity":"low","score":90,"env":"dev","tags":["mail"]}`, []string{"rate", "mail", "done"}},
+		{`{"severity":"low","score":10,"env":"prod"}`, []string{"rate", "low", "done"}},
+	}
+	for _, tc := range tests {
+		res := h.run("triage", tc.payload)
+		if res.Status != store.RunSucceeded || !slices.Equal(res.Path, tc.path) {
+			t.Errorf("payload %s: status %s path %v, want %v (error %+v)", tc.payload, res.Status, res.Path, tc.path, res.Error)
+		}
+	}
+}
+
+func TestBranchConditionErrorFailsRun(t *testing.T) {
+	h := newHarness(t, branchChain)
+	// score is missing, so `result.body.score > 80` cannot be evaluated.
+	res := h.run("triage", `{"severity":"low"}`)
+	if res.Status != store.RunFailed || res.Error == nil || !strings.Contains(res.Error.Message, `branch 2 of step "rate"`) {
+		t.Fatalf("got %s %+v, want failure naming the branch", res.Status, res.Error)
+	}
+}
+
+func TestWhenSkipsStep(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "maybe"
+provider = "echo"
+when = 'origin.payload.env != "test"'
+[[chains.steps]]
+name = "after"
+provider = "echo"
+payload_template = { prev = "<<prev.status>>" }
+`)
+	res := h.run("c", `{"env":"test"}`)
+	if res.Status != store.RunSucceeded || res.Steps["maybe"].Status != store.StepSkipped || res.Steps["maybe"].Attempts != 0 {
+		t.Fatalf("got %s, maybe=%+v", res.Status, res.Steps["maybe"])
+	}
+	if b := body(t, res, "after"); b["prev"] != "skipped" {
+		t.Errorf("after: %v", b)
+	}
+	res = h.run("c", `{"env":"prod"}`)
+	if res.Steps["maybe"].Status != store.StepSucceeded {
+		t.Errorf("maybe with env=prod: %+v", res.Steps["maybe"])
+	}
+}
+
+func TestOnFailure(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "abort"
+[[chains.steps]]
+name = "boom"
+provider = "faulty"
+payload_template = { fail = "disk on fire" }
+[[chains.steps]]
+name = "never"
+provider = "echo"
+
+[[chains]]
+name = "skip"
+[[chains.steps]]
+name = "boom"
+provider = "faulty"
+payload_template = { fail = "disk on fire" }
+on_failure = "skip"
+[[chains.steps]]
+name = "after"
+provider = "echo"
+payload_template = { err = "<<prev.error.message>>" }
+
+[[chains]]
+name = "dlq"
+[[chains.steps]]
+name = "boom"
+provider = "faulty"
+payload_template = { fail = "pager down", who = "<<origin.payload.who>>" }
+on_failure = "dlq"
+[[chains.steps]]
+name = "never"
+provider = "echo"
+`)
+	res := h.run("abort", `{}`)
+	if res.Status != store.RunFailed || res.Steps["boom"].Status != store.StepFailed || !strings.Contains(res.Error.Message, "disk on fire") {
+		t.Errorf("abort: %s %+v %+v", res.Status, res.Error, res.Steps["boom"])
+	}
+	if _, ran := res.Steps["never"]; ran || !slices.Equal(res.Path, []string{"boom"}) {
+		t.Errorf("abort: later step ran; path %v", res.Path)
+	}
+
+	res = h.run("skip", `{}`)
+	if res.Status != store.RunSucceeded || res.Steps["boom"].Status != store.StepSkipped || res.Steps["boom"].Error == nil {
+		t.Errorf("skip: %s %+v", res.Status, res.Steps["boom"])
+	}
+	if b := body(t, res, "after"); b["err"] != "faulty: disk on fire" {
+		t.Errorf("skip: after saw %v", b)
+	}
+
+	res = h.run("dlq", `{"who":"ops"}`)
+	if res.Status != store.RunFailed || !strings.Contains(res.Error.Message, "dead-letter entry") {
+		t.Fatalf("dlq: %s %+v", res.Status, res.Error)
+	}
+	entries, err := h.store.ListDLQ(context.Background(), store.DLQFilter{Chain: "dlq"})
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("dlq entries: %v %v", entries, err)
+	}
+	e := entries[0]
+	if e.RunID != res.ID || e.Step != "boom" || e.Attempts != 1 || !strings.Contains(e.Error.Message, "pager down") || !strings.Contains(string(e.Payload), `"who":"ops"`) {
+		t.Errorf("dlq entry: %+v payload %s", e, e.Payload)
+	}
+	if !slices.Contains(h.eventTypes(res.ID), "dead_lettered boom") {
+		t.Errorf("no dead_lettered event: %v", h.eventTypes(res.ID))
+	}
+}
+
+func TestRenderErrorNamesPathAndStep(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "first"
+provider = "echo"
+[[chains.steps]]
+name = "second"
+provider = "echo"
+payload_template = { owner = "<<steps.first.body.owner>>" }
+`)
+	res := h.run("c", `{}`)
+	st := res.Steps["second"]
+	if res.Status != store.RunFailed || st.Status != store.StepFailed || st.Attempts != 0 ||
+		!strings.Contains(st.Error.Message, `"second"`) || !strings.Contains(st.Error.Message, "steps.first.body.owner") {
+		t.Fatalf("got %s, second=%+v", res.Status, st)
+	}
+}
+
+func TestStepTimeout(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "slow"
+provider = "faulty"
+timeout_seconds = 1
+payload_template = { hang = true }
+`)
+	start := time.Now()
+	res := h.run("c", `{}`)
+	if res.Status != store.RunFailed || res.Steps["slow"].Status != store.StepTimedOut {
+		t.Fatalf("got %s, slow=%+v", res.Status, res.Steps["slow"])
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("a 1 s step timeout took %v", time.Since(start))
+	}
+}
+
+func TestChainTimeout(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+timeout_seconds = 1
+[[chains.steps]]
+name = "slow"
+provider = "faulty"
+payload_template = { sleep_ms = 60000 }
+[[chains.steps]]
+name = "never"
+provider = "echo"
+`)
+	res := h.run("c", `{}`)
+	if res.Status != store.RunTimedOut || res.Steps["slow"].Status != store.StepTimedOut {
+		t.Fatalf("got %s, slow=%+v", res.Status, res.Steps["slow"])
+	}
+	if _, ran := res.Steps["never"]; ran {
+		t.Error("a step ran after the chain timed out")
+	}
+	types := h.eventTypes(res.ID)
+	if types[len(types)-1] != "run_timed_out" {
+		t.Errorf("events: %v", types)
+	}
+}
+
+// TestIntentBeforeCall checks that the step record, with its dedup key, is
+// durable before the provider sees the call, and that the provider gets the
+// dedup key and attempt.
+func TestIntentBeforeCall(t *testing.T) {
+	rec := filepath.Join(t.TempDir(), "record.jsonl")
+	h := newHarness(t, fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "page"
+provider = "faulty"
+action_type = "create_incident"
+payload_template = { record = %q, hang = true }
+`, rec))
+	ctx := context.Background()
+	run, err := h.eng.Start(ctx, "c", engine.Input{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := waitForLine(t, rec)
+	var got struct {
+		DedupKey   string `json:"dedup_key"`
+		Attempt    int    `json:"attempt"`
+		ActionType string `json:"action_type"`
+	}
+	if err := json.Unmarshal([]byte(line), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.DedupKey != run.ID+"/page" || got.Attempt != 1 || got.ActionType != "create_incident" {
+		t.Errorf("provider saw %+v", got)
+	}
+	steps, err := h.store.Steps(ctx, run.ID, "page")
+	if err != nil || len(steps) != 1 {
+		t.Fatalf("steps: %v %v", steps, err)
+	}
+	if s := steps[0]; s.Status != store.StepRunning || s.DedupKey != got.DedupKey || s.Attempts != 1 {
+		t.Errorf("persisted intent: %+v", s)
+	}
+	if err := h.eng.Cancel(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	final, err := h.eng.Wait(ctx, run.ID)
+	if err != nil || final.Status != store.RunCancelled {
+		t.Fatalf("after cancel: %+v %v", final, err)
+	}
+}
+
+func waitForLine(t *testing.T, path string) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if f, err := os.Open(path); err == nil {
+			sc := bufio.NewScanner(f)
+			ok := sc.Scan()
+			_ = f.Close()
+			if ok {
+				return sc.Text()
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no line in %s", path)
+	return ""
+}
+
+func TestPluginCrashFailsStepClearly(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "crash"
+provider = "faulty"
+payload_template = { crash = true }
+[[chains]]
+name = "ok"
+[[chains.steps]]
+name = "fine"
+provider = "faulty"
+payload_template = { x = 1 }
+`)
+	res := h.run("c", `{}`)
+	st := res.Steps["crash"]
+	if res.Status != store.RunFailed || st.Error == nil || st.Error.Code != "plugin_crashed" {
+		t.Fatalf("got %s, crash=%+v", res.Status, st)
+	}
+	// The provider's process is relaunched for the next call.
+	if res := h.run("ok", `{}`); res.Status != store.RunSucceeded {
+		t.Fatalf("after a crash: %s %+v", res.Status, res.Error)
+	}
+}
+
+func TestRetryKeepsDedupKey(t *testing.T) {
+	rec := filepath.Join(t.TempDir(), "record.jsonl")
+	h := newHarness(t, fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "flaky"
+provider = "faulty"
+payload_template = { record = %q, fail_times = 2 }
+retry = { max_retries = 3, backoff_ms = 10, strategy = "fixed" }
+`, rec))
+	res := h.run("c", `{}`)
+	if res.Status != store.RunSucceeded || res.Steps["flaky"].Attempts != 3 {
+		t.Fatalf("got %s, flaky=%+v", res.Status, res.Steps["flaky"])
+	}
+	data, err := os.ReadFile(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("provider was called %d times, want 3", len(lines))
+	}
+	for i, l := range lines {
+		var got struct {
+			DedupKey string `json:"dedup_key"`
+			Attempt  int    `json:"attempt"`
+		}
+		_ = json.Unmarshal([]byte(l), &got)
+		if got.DedupKey != res.ID+"/flaky" || got.Attempt != i+1 {
+			t.Errorf("call %d: %+v", i+1, got)
+		}
+	}
+	if n := strings.Count(strings.Join(h.eventTypes(res.ID), ","), "step_retrying"); n != 2 {
+		t.Errorf("%d retrying events, want 2", n)
+	}
+}
+
+func TestUnknownChain(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "a"
+provider = "echo"
+`)
+	if _, err := h.eng.Start(context.Background(), "nope", engine.Input{}); err == nil {
+		t.Fatal("started a run of an unknown chain")
+	}
+	if _, err := h.eng.Start(context.Background(), "c", engine.Input{Payload: json.RawMessage(`{bad`)}); err == nil {
+		t.Fatal("started a run with invalid JSON")
+	}
+}

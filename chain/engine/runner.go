@@ -1,0 +1,313 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/providers"
+)
+
+// runner advances one run. Only its own goroutine touches its state; provider
+// calls run in goroutines of their own and report to inbox.
+type runner struct {
+	e   *Engine
+	def *chain.Chain
+	run *store.Run
+	log *slog.Logger
+
+	recs map[string]*store.StepRecord
+	vars *vars
+
+	// The pending batch: what changed since the last commit.
+	dirty  map[string]*store.StepRecord
+	order  []string
+	events []store.Event
+	dlq    []*store.DLQEntry
+
+	calls    map[string]*inflight
+	payloads map[string][]byte // last rendered payload per step, for DLQ entries
+
+	inbox     chan outcome
+	cancelReq chan struct{}
+	stopReq   chan struct{}
+	done      chan struct{} // closed when the loop has returned
+	err       error         // why the loop stopped early, if it did
+}
+
+type inflight struct {
+	attempt int
+	cancel  context.CancelFunc
+}
+
+// outcome is a finished provider call.
+type outcome struct {
+	key     string
+	attempt int
+	body    json.RawMessage
+	err     error
+	// timedOut is set when the call hit its own deadline.
+	timedOut bool
+	timeout  time.Duration
+}
+
+// launch is a provider call the loop starts after the intent is durable.
+type launch struct {
+	key      string
+	prov     providers.Provider
+	req      providers.Request
+	deadline time.Time
+	timeout  time.Duration
+}
+
+func (e *Engine) newRunner(def *chain.Chain, run *store.Run, recs []*store.StepRecord) *runner {
+	r := &runner{
+		e:         e,
+		def:       def,
+		run:       run,
+		log:       e.log.With("run", run.ID, "chain", run.Chain),
+		recs:      map[string]*store.StepRecord{},
+		vars:      newVars(run),
+		dirty:     map[string]*store.StepRecord{},
+		calls:     map[string]*inflight{},
+		payloads:  map[string][]byte{},
+		inbox:     make(chan outcome, 64),
+		cancelReq: make(chan struct{}, 1),
+		stopReq:   make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	for _, rec := range recs {
+		r.recs[rec.Key] = rec
+		if rec.Status.Final() {
+			r.vars.steps[rec.Name] = stepValue(rec, decodeJSON(rec.Body))
+		}
+	}
+	return r
+}
+
+func (r *runner) stop() {
+	select {
+	case <-r.stopReq:
+	default:
+		close(r.stopReq)
+	}
+	<-r.done
+}
+
+func (r *runner) loop() {
+	defer close(r.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+
+	for {
+		launches := r.advance(time.Now())
+		if err := r.flush(ctx); err != nil {
+			r.err = fmt.Errorf("run %s stopped: %w", r.run.ID, err)
+			r.log.Error("persisting run state failed; the run stays as last persisted and resumes on restart", "err", err)
+			return
+		}
+		for _, l := range launches {
+			r.start(ctx, l)
+		}
+		if r.run.Status.Final() {
+			return
+		}
+
+		var wake <-chan time.Time
+		if at := r.nextWake(); !at.IsZero() {
+			timer.Reset(time.Until(at))
+			wake = timer.C
+		}
+		select {
+		case o := <-r.inbox:
+			r.handle(o)
+			r.drainInbox()
+		case <-wake:
+		case <-r.cancelReq:
+			r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled", Code: "cancelled"})
+		case <-r.stopReq:
+			// The engine is closing: in-flight calls are abandoned and will
+			// be dispatched again, with the same dedup key, on resume.
+			return
+		}
+		if wake != nil && !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// drainInbox applies every outcome already waiting, so that one commit
+// covers them all.
+func (r *runner) drainInbox() {
+	for {
+		select {
+		case o := <-r.inbox:
+			r.handle(o)
+		default:
+			return
+		}
+	}
+}
+
+// nextWake is the earliest persisted timer: a delayed or backing-off step,
+// or the run's deadline.
+func (r *runner) nextWake() time.Time {
+	at := r.run.Deadline
+	for _, rec := range r.recs {
+		if rec.Status == store.StepPending && !rec.NotBefore.IsZero() && (at.IsZero() || rec.NotBefore.Before(at)) {
+			at = rec.NotBefore
+		}
+	}
+	return at
+}
+
+func (r *runner) start(ctx context.Context, l launch) {
+	cctx, cancel := context.WithDeadline(ctx, l.deadline)
+	r.calls[l.key] = &inflight{attempt: l.req.Attempt, cancel: cancel}
+	go func() {
+		defer cancel()
+		resp, err := l.prov.Execute(cctx, l.req)
+		o := outcome{key: l.key, attempt: l.req.Attempt, body: resp.Body, err: err, timeout: l.timeout}
+		// The plugin enforces the same deadline and may answer a moment
+		// before this side's timer fires, so the clock decides too.
+		if err != nil && (errors.Is(cctx.Err(), context.DeadlineExceeded) || !time.Now().Before(l.deadline)) {
+			o.timedOut = true
+		}
+		select {
+		case r.inbox <- o:
+		case <-r.done:
+		}
+	}()
+}
+
+// event appends an event to the pending batch.
+func (r *runner) event(typ store.EventType, step string, attempt int, msg string) {
+	r.run.Seq++
+	r.events = append(r.events, store.Event{
+		RunID: r.run.ID, Seq: r.run.Seq, Time: time.Now().UTC(), Type: typ, Step: step, Attempt: attempt, Message: msg,
+	})
+}
+
+// put records a changed step in memory and in the pending batch.
+func (r *runner) put(rec *store.StepRecord) {
+	r.recs[rec.Key] = rec
+	if _, ok := r.dirty[rec.Key]; !ok {
+		r.order = append(r.order, rec.Key)
+	}
+	r.dirty[rec.Key] = rec
+}
+
+func (r *runner) pendingBatch() *store.Batch {
+	b := &store.Batch{Run: r.run, Events: r.events, DLQ: r.dlq}
+	for _, k := range r.order {
+		b.Steps = append(b.Steps, r.dirty[k])
+	}
+	return b
+}
+
+func (r *runner) resetBatch() {
+	clear(r.dirty)
+	r.order = r.order[:0]
+	r.events = nil
+	r.dlq = nil
+}
+
+func (r *runner) flushCreate(ctx context.Context) error {
+	b := r.pendingBatch()
+	b.Create = true
+	if err := r.e.store.Commit(ctx, b); err != nil {
+		return err
+	}
+	r.published(b.Events)
+	r.resetBatch()
+	return nil
+}
+
+// flush commits the pending batch, retrying briefly: a store that stays
+// unavailable stops the run's goroutine rather than let it act on state
+// that is not durable.
+func (r *runner) flush(ctx context.Context) error {
+	if len(r.order) == 0 && len(r.events) == 0 && len(r.dlq) == 0 {
+		return nil
+	}
+	r.run.UpdatedAt = time.Now().UTC()
+	b := r.pendingBatch()
+	var err error
+	for attempt, delay := 0, 50*time.Millisecond; attempt < 5; attempt, delay = attempt+1, delay*2 {
+		if err = r.e.store.Commit(ctx, b); err == nil {
+			r.published(b.Events)
+			r.resetBatch()
+			return nil
+		}
+		if errors.Is(err, store.ErrClosed) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) || ctx.Err() != nil {
+			break
+		}
+		r.log.Warn("committing run state failed; retrying", "err", err, "in", delay)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+		}
+	}
+	return fmt.Errorf("persisting run state: %w", err)
+}
+
+func (r *runner) published(events []store.Event) {
+	for _, ev := range events {
+		r.log.Debug("event", "type", ev.Type, "step", ev.Step, "attempt", ev.Attempt, "message", ev.Message)
+		r.e.onEvent(ev)
+	}
+}
+
+// finishRun ends the run; whatever is still in flight is cancelled and its
+// step marked the same way.
+func (r *runner) finishRun(status store.RunStatus, errInfo *store.ErrorInfo) {
+	if r.run.Status.Final() {
+		return
+	}
+	stepStatus, stepEvent := store.StepCancelled, store.EventStepCancelled
+	if status == store.RunTimedOut {
+		stepStatus, stepEvent = store.StepTimedOut, store.EventStepTimedOut
+	}
+	msg := ""
+	if errInfo != nil {
+		msg = errInfo.Message
+	}
+	now := time.Now().UTC()
+	for key, c := range r.calls {
+		c.cancel()
+		delete(r.calls, key)
+	}
+	for _, rec := range r.recs {
+		if rec.Status.Final() {
+			continue
+		}
+		rec.Status = stepStatus
+		rec.FinishedAt = now
+		if errInfo != nil {
+			rec.Error = errInfo
+		}
+		r.put(rec)
+		r.event(stepEvent, rec.Key, rec.Attempts, msg)
+	}
+	r.run.Status = status
+	r.run.FinishedAt = now
+	r.run.Cursor = ""
+	r.run.Error = errInfo
+	evt := map[store.RunStatus]store.EventType{
+		store.RunSucceeded: store.EventRunSucceeded,
+		store.RunFailed:    store.EventRunFailed,
+		store.RunCancelled: store.EventRunCancelled,
+		store.RunTimedOut:  store.EventRunTimedOut,
+	}[status]
+	r.event(evt, "", 0, msg)
+}

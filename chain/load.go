@@ -1,0 +1,335 @@
+package chain
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// LoadOptions tunes loading.
+type LoadOptions struct {
+	// ProviderTypes are the built-in types a [[providers]] entry may name.
+	ProviderTypes []string
+}
+
+// DefaultProviderTimeoutSeconds bounds a provider call when neither the step
+// nor the provider sets timeout_seconds.
+const DefaultProviderTimeoutSeconds = 30
+
+// Load reads every path (a file, or a directory whose *.toml files are read
+// in name order) as one config. A config with errors returns a *ConfigError
+// listing all of them.
+func Load(paths []string, opts LoadOptions) (*Config, error) {
+	files, err := expandPaths(paths)
+	if err != nil {
+		return nil, err
+	}
+	l := newLoader(opts)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading config file: %w", err)
+		}
+		l.file(f, string(data))
+	}
+	return l.finish()
+}
+
+// LoadBytes loads a single file's content; name is used in messages.
+func LoadBytes(name string, data []byte, opts LoadOptions) (*Config, error) {
+	l := newLoader(opts)
+	l.file(name, string(data))
+	return l.finish()
+}
+
+func expandPaths(paths []string) ([]string, error) {
+	if len(paths) == 0 {
+		return nil, errors.New("loading config: no config path given")
+	}
+	var files []string
+	for _, p := range paths {
+		info, err := os.Stat(p)
+		if err != nil {
+			return nil, fmt.Errorf("loading config: %w", err)
+		}
+		if !info.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		matches, err := filepath.Glob(filepath.Join(p, "*.toml"))
+		if err != nil {
+			return nil, fmt.Errorf("listing config directory %s: %w", p, err)
+		}
+		if len(matches) == 0 {
+			return nil, fmt.Errorf("loading config: directory %s holds no *.toml file", p)
+		}
+		sort.Strings(matches)
+		files = append(files, matches...)
+	}
+	return files, nil
+}
+
+type loader struct {
+	opts   LoadOptions
+	diags  diagnostics
+	cfg    *Config
+	gwSeen *Source
+	// later holds checks that need every file loaded: references between
+	// chains and providers.
+	later []func()
+}
+
+func newLoader(opts LoadOptions) *loader {
+	return &loader{opts: opts, cfg: &Config{Providers: map[string]*Provider{}, Chains: map[string]*Chain{}}}
+}
+
+func (l *loader) finish() (*Config, error) {
+	for _, f := range l.later {
+		f()
+	}
+	l.checkSubChainCycles()
+	all := l.diags.sorted()
+	var errs []Diagnostic
+	for _, d := range all {
+		if d.Severity == SeverityError {
+			errs = append(errs, d)
+		} else {
+			l.cfg.Warnings = append(l.cfg.Warnings, d)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, &ConfigError{Diagnostics: all}
+	}
+	return l.cfg, nil
+}
+
+var topLevelKeys = []string{"gateway", "providers", "chains"}
+
+func (l *loader) file(name, src string) {
+	var root map[string]any
+	if _, err := toml.Decode(src, &root); err != nil {
+		d := Diagnostic{File: name, Message: err.Error()}
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			d.Line, d.Col = pe.Position.Line, pe.Position.Col
+			d.Message = "invalid TOML: " + pe.Message
+			d.Path = pe.LastKey
+		}
+		l.diags.add(d)
+		return
+	}
+	d := &fileDecoder{file: name, pos: scanPositions(src), diags: &l.diags}
+	top := &table{d: d, m: root}
+	if gw, ok := top.sub("gateway"); ok {
+		l.gateway(gw)
+	}
+	if ps, ok := top.tables("providers"); ok {
+		for _, p := range ps {
+			l.provider(p, filepath.Dir(name))
+		}
+	}
+	if cs, ok := top.tables("chains"); ok {
+		for _, c := range cs {
+			l.chain(c)
+		}
+	}
+	top.finish(topLevelKeys)
+}
+
+func (l *loader) gateway(t *table) {
+	src := t.d.source(t.path)
+	if l.gwSeen != nil {
+		t.d.errorf(t.path, "[gateway] is already defined at %s", l.gwSeen.where())
+		return
+	}
+	l.gwSeen = &src
+	l.cfg.Gateway = Gateway{Listen: t.str("listen"), State: t.str("state")}
+	t.finish([]string{"listen", "state"})
+}
+
+func (s Source) where() string {
+	if s.Line > 0 {
+		return fmt.Sprintf("%s:%d", s.File, s.Line)
+	}
+	return s.File
+}
+
+var (
+	nameRE   = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]*$`)
+	sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+func (l *loader) checkName(t *table, kind string) string {
+	name := t.requiredStr("name")
+	if name != "" && !nameRE.MatchString(name) {
+		t.d.errorf(t.path.key("name"), "%s name %q may hold only letters, digits, '_' and '-', and must not start with '-'", kind, name)
+	}
+	return name
+}
+
+var providerKeys = []string{"name", "type", "plugin", "sha256", "timeout_seconds", "config"}
+
+func (l *loader) provider(t *table, dir string) {
+	p := &Provider{Name: l.checkName(t, "provider"), Source: t.d.source(t.path)}
+	p.Type = t.str("type")
+	p.Plugin = t.str("plugin")
+	p.SHA256 = strings.ToLower(t.str("sha256"))
+	p.TimeoutSeconds = t.count("timeout_seconds", "seconds")
+	switch {
+	case t.has("type") && t.has("plugin"):
+		t.d.errorf(t.path, "sets both type and plugin; a provider is either a built-in type or an external plugin")
+	case !t.has("type") && !t.has("plugin"):
+		t.d.errorf(t.path, "sets neither type nor plugin; name a built-in type (%s) or a plugin binary", strings.Join(l.opts.ProviderTypes, ", "))
+	case p.Type != "" && !contains(l.opts.ProviderTypes, p.Type):
+		t.d.errorf(t.path.key("type"), "unknown provider type %q; built-in types are %s", p.Type, quoteList(l.opts.ProviderTypes))
+	case p.Plugin != "":
+		if !filepath.IsAbs(p.Plugin) {
+			p.Plugin = filepath.Join(dir, p.Plugin)
+		}
+		if info, err := os.Stat(p.Plugin); err != nil {
+			t.d.errorf(t.path.key("plugin"), "plugin binary: %v", err)
+		} else if info.IsDir() || info.Mode()&0o111 == 0 {
+			t.d.errorf(t.path.key("plugin"), "plugin binary %s is not an executable file", p.Plugin)
+		}
+	}
+	if t.has("sha256") {
+		if p.Plugin == "" && t.has("type") {
+			t.d.errorf(t.path.key("sha256"), "only an external plugin can be pinned by sha256")
+		} else if !sha256RE.MatchString(p.SHA256) {
+			t.d.errorf(t.path.key("sha256"), "must be 64 hexadecimal digits")
+		}
+	}
+	if v, ok := t.value("config"); ok {
+		if _, isTable := v.(map[string]any); !isTable {
+			t.d.errorf(t.path.key("config"), "must be a table, got %s", describe(v))
+		} else if data, err := json.Marshal(v); err != nil {
+			t.d.errorf(t.path.key("config"), "cannot be encoded as JSON: %v", err)
+		} else {
+			p.Config = data
+		}
+	}
+	t.finish(providerKeys)
+	if p.Name == "" {
+		return
+	}
+	if prev, ok := l.cfg.Providers[p.Name]; ok {
+		t.d.errorf(t.path.key("name"), "provider %q is already defined at %s", p.Name, prev.Source.where())
+		return
+	}
+	l.cfg.Providers[p.Name] = p
+	l.cfg.ProviderNames = append(l.cfg.ProviderNames, p.Name)
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+var chainKeys = []string{"name", "timeout_seconds", "steps"}
+
+func (l *loader) chain(t *table) {
+	c := &Chain{Name: l.checkName(t, "chain"), Source: t.d.source(t.path), byName: map[string]*Step{}}
+	c.TimeoutSeconds = t.count("timeout_seconds", "seconds")
+	b := &chainBuild{l: l, c: c, d: t.d, sources: map[string]Source{}}
+	top := &scope{names: map[string]bool{}}
+	if steps, ok := t.tables("steps"); ok {
+		if len(steps) == 0 {
+			t.d.errorf(t.path.key("steps"), "a chain needs at least one step")
+		}
+		c.Steps = b.steps(steps, nil, top)
+	} else {
+		t.d.errorf(t.path, "missing required key %q: a chain needs at least one step ([[chains.steps]])", "steps")
+	}
+	t.finish(chainKeys)
+	for _, f := range b.checks {
+		f()
+	}
+	if data, err := json.Marshal(t.m); err == nil {
+		sum := sha256.Sum256(data)
+		c.Hash = hex.EncodeToString(sum[:])
+	}
+	if c.Name == "" {
+		return
+	}
+	if prev, ok := l.cfg.Chains[c.Name]; ok {
+		t.d.errorf(t.path.key("name"), "chain %q is already defined at %s", c.Name, prev.Source.where())
+		return
+	}
+	l.cfg.Chains[c.Name] = c
+	l.cfg.ChainNames = append(l.cfg.ChainNames, c.Name)
+}
+
+// checkSubChainCycles rejects chains that call themselves through sub_chain,
+// directly or through others.
+func (l *loader) checkSubChainCycles() {
+	const (
+		unvisited = iota
+		active
+		done
+	)
+	state := map[string]int{}
+	var stack []string
+	var visit func(name string)
+	visit = func(name string) {
+		c := l.cfg.Chains[name]
+		if c == nil || state[name] == done {
+			return
+		}
+		state[name] = active
+		stack = append(stack, name)
+		walkSteps(c.Steps, func(s *Step) {
+			if s.Kind != KindSubChain {
+				return
+			}
+			switch state[s.SubChain] {
+			case active:
+				i := indexOf(stack, s.SubChain)
+				cycle := append(append([]string(nil), stack[i:]...), s.SubChain)
+				l.diags.add(Diagnostic{File: s.Source.File, Line: s.Source.Line, Col: s.Source.Col, Path: s.Source.Path + ".sub_chain",
+					Message: "sub-chain cycle: " + strings.Join(cycle, " → ")})
+			case unvisited:
+				visit(s.SubChain)
+			}
+		})
+		stack = stack[:len(stack)-1]
+		state[name] = done
+	}
+	for _, name := range l.cfg.ChainNames {
+		visit(name)
+	}
+}
+
+func indexOf(list []string, s string) int {
+	for i, v := range list {
+		if v == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// walkSteps calls fn for every step, nested ones included, in order.
+func walkSteps(steps []*Step, fn func(*Step)) {
+	for _, s := range steps {
+		fn(s)
+		if s.Parallel != nil {
+			walkSteps(s.Parallel.Steps, fn)
+		}
+		if s.Split != nil {
+			walkSteps(s.Split.Steps, fn)
+		}
+	}
+}

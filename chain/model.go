@@ -1,0 +1,215 @@
+// Package chain holds the chain model and its loading: strict TOML decoding,
+// validation, and the templates and conditions compiled once at load.
+package chain
+
+import (
+	"github.com/chaingate/gateway/chain/condition"
+	"github.com/chaingate/gateway/templates"
+)
+
+// Config is everything loaded from one set of config files.
+type Config struct {
+	Gateway   Gateway
+	Providers map[string]*Provider
+	Chains    map[string]*Chain
+	// ChainNames and ProviderNames keep definition order for listings.
+	ChainNames    []string
+	ProviderNames []string
+	// Warnings are problems that do not stop the config from loading.
+	Warnings []Diagnostic
+}
+
+// Source says where a definition came from.
+type Source struct {
+	File string
+	Line int
+	Col  int
+	// Path is the key path, e.g. chains[incident-response].steps[notify].
+	Path string
+}
+
+// Gateway is the [gateway] table.
+type Gateway struct {
+	Listen string
+	// State is the store URL: bolt://PATH (default) or redis://HOST:PORT/DB.
+	State string
+}
+
+// Provider is one [[providers]] entry.
+type Provider struct {
+	Name string
+	// Type is a built-in provider type; exactly one of Type and Plugin is set.
+	Type string
+	// Plugin is the path of an external plugin binary.
+	Plugin string
+	// SHA256 pins Plugin to one binary.
+	SHA256         string
+	TimeoutSeconds int
+	// Config is the opaque [providers.config] table as JSON.
+	Config []byte
+	Source Source
+}
+
+// Chain is one [[chains]] entry.
+type Chain struct {
+	Name           string
+	TimeoutSeconds int
+	Steps          []*Step
+	// Hash identifies this exact definition; a run records the hash it
+	// started with.
+	Hash   string
+	Source Source
+
+	byName map[string]*Step
+}
+
+// Step returns the step with that name anywhere in the chain, including
+// parallel sub-steps and split per-item steps.
+func (c *Chain) Step(name string) *Step { return c.byName[name] }
+
+// StepKind says what a step does.
+type StepKind int
+
+const (
+	KindProvider StepKind = iota + 1
+	KindParallel
+	KindSplit
+	KindSubChain
+)
+
+func (k StepKind) String() string {
+	switch k {
+	case KindProvider:
+		return "provider"
+	case KindParallel:
+		return "parallel"
+	case KindSplit:
+		return "split"
+	case KindSubChain:
+		return "sub_chain"
+	}
+	return "unknown"
+}
+
+// OnFailure is a step's failure policy.
+type OnFailure string
+
+const (
+	OnFailureAbort OnFailure = "abort"
+	OnFailureSkip  OnFailure = "skip"
+	OnFailureDLQ   OnFailure = "dlq"
+)
+
+// Step is one step of a chain, a parallel group, or a split's per-item chain.
+type Step struct {
+	Name string
+	Kind StepKind
+
+	Provider   string
+	ActionType string
+	Payload    *templates.Template
+
+	OnFailure      OnFailure
+	TimeoutSeconds int
+	DelaySeconds   int
+	Retry          *Retry
+	When           *condition.Expr
+	DefaultNext    string
+	Branches       []*Branch
+
+	Parallel *Parallel
+	Split    *Split
+	SubChain string
+	Input    *templates.Template
+
+	// Index is the step's position in the list that holds it.
+	Index int
+	// List is the list that holds the step: the chain's steps, a parallel
+	// group's sub-steps or a split's per-item steps.
+	List []*Step
+	// Parent is the parallel or split step holding this one, nil at top level.
+	Parent *Step
+	Source Source
+}
+
+// Next returns the step after s in its list, or nil at the end.
+func (s *Step) Next() *Step {
+	if s.Index+1 < len(s.List) {
+		return s.List[s.Index+1]
+	}
+	return nil
+}
+
+// BackoffStrategy says how retry delays grow.
+type BackoffStrategy string
+
+const (
+	BackoffFixed       BackoffStrategy = "fixed"
+	BackoffLinear      BackoffStrategy = "linear"
+	BackoffExponential BackoffStrategy = "exponential"
+)
+
+// Retry is a step's retry policy; only retryable errors are retried.
+type Retry struct {
+	MaxRetries   int
+	BackoffMS    int
+	Strategy     BackoffStrategy
+	MaxBackoffMS int
+	JitterMS     int
+}
+
+// Branch routes to Target when its condition holds on the step's result.
+type Branch struct {
+	Cond   condition.Condition
+	Target string
+	Source Source
+}
+
+// Join is a parallel group's join policy.
+type Join string
+
+const (
+	JoinAll Join = "all"
+	JoinAny Join = "any"
+)
+
+// GroupFailure is a parallel group's failure policy.
+type GroupFailure string
+
+const (
+	GroupFailFast   GroupFailure = "fail_fast"
+	GroupBestEffort GroupFailure = "best_effort"
+)
+
+// DefaultParallelTimeoutSeconds bounds a parallel group without its own timeout.
+const DefaultParallelTimeoutSeconds = 300
+
+// Parallel is a fan-out/fan-in group.
+type Parallel struct {
+	Join           Join
+	OnFailure      GroupFailure
+	TimeoutSeconds int
+	// MaxConcurrency is 0 when unbounded.
+	MaxConcurrency int
+	Steps          []*Step
+}
+
+// Split runs its per-item steps once for every element of Items.
+type Split struct {
+	Items          *templates.Template
+	MaxConcurrency int
+	// ToleratedFailures is a count, or a percentage of the items when
+	// ToleratedPercent is set.
+	ToleratedFailures int
+	ToleratedPercent  bool
+	TimeoutSeconds    int
+	Steps             []*Step
+}
+
+// Tolerated returns how many failed items a split of total items tolerates.
+func (s *Split) Tolerated(total int) int {
+	if s.ToleratedPercent {
+		return total * s.ToleratedFailures / 100
+	}
+	return s.ToleratedFailures
+}

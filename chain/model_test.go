@@ -1,0 +1,145 @@
+package chain_test
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/chaingate/gateway/chain"
+)
+
+// dump renders a loaded config as indented JSON, so golden files show what
+// the loader understood.
+func dump(cfg *chain.Config) string {
+	type stepOut struct {
+		Name, Kind, Provider, ActionType, OnFailure, When, DefaultNext, SubChain string `json:",omitempty"`
+		TimeoutSeconds, DelaySeconds                                               int    `json:",omitempty"`
+		Payload, Input                                                             []string
+		Retry                                                                      *chain.Retry `json:",omitempty"`
+		Branches                                                                   []string     `json:",omitempty"`
+		Parallel                                                                   any          `json:",omitempty"`
+		Split                                                                      any          `json:",omitempty"`
+		Source                                                                     string
+	}
+	var steps func([]*chain.Step) []stepOut
+	steps = func(list []*chain.Step) []stepOut {
+		var out []stepOut
+		for _, s := range list {
+			o := stepOut{
+				Name: s.Name, Kind: s.Kind.String(), Provider: s.Provider, ActionType: s.ActionType,
+				OnFailure: string(s.OnFailure), DefaultNext: s.DefaultNext, SubChain: s.SubChain,
+				TimeoutSeconds: s.TimeoutSeconds, DelaySeconds: s.DelaySeconds, Retry: s.Retry,
+				Source: filepath.Base(s.Source.File) + ":" + strconv.Itoa(s.Source.Line) + " " + s.Source.Path,
+			}
+			if s.When != nil {
+				o.When = s.When.String()
+			}
+			if s.Payload != nil {
+				for _, r := range s.Payload.Refs() {
+					o.Payload = append(o.Payload, r.Text)
+				}
+			}
+			if s.Input != nil {
+				for _, r := range s.Input.Refs() {
+					o.Input = append(o.Input, r.Text)
+				}
+			}
+			for _, b := range s.Branches {
+				o.Branches = append(o.Branches, b.Cond.String()+" → "+b.Target)
+			}
+			if p := s.Parallel; p != nil {
+				o.Parallel = map[string]any{"join": p.Join, "on_failure": p.OnFailure, "timeout_seconds": p.TimeoutSeconds,
+					"max_concurrency": p.MaxConcurrency, "steps": steps(p.Steps)}
+			}
+			if sp := s.Split; sp != nil {
+				o.Split = map[string]any{"items": sp.Items.Refs()[0].Text, "max_concurrency": sp.MaxConcurrency,
+					"tolerated": sp.ToleratedFailures, "percent": sp.ToleratedPercent, "tolerated_of_50": sp.Tolerated(50),
+					"timeout_seconds": sp.TimeoutSeconds, "steps": steps(sp.Steps)}
+			}
+			out = append(out, o)
+		}
+		return out
+	}
+	var chains []any
+	for _, name := range cfg.ChainNames {
+		c := cfg.Chains[name]
+		chains = append(chains, map[string]any{"name": c.Name, "timeout_seconds": c.TimeoutSeconds, "hash_len": len(c.Hash), "steps": steps(c.Steps)})
+	}
+	var provs []any
+	for _, name := range cfg.ProviderNames {
+		p := cfg.Providers[name]
+		provs = append(provs, map[string]any{"name": p.Name, "type": p.Type, "timeout_seconds": p.TimeoutSeconds, "config": json.RawMessage(orNull(p.Config))})
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(map[string]any{"gateway": cfg.Gateway, "providers": provs, "chains": chains})
+	return b.String()
+}
+
+func orNull(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte("null")
+	}
+	return b
+}
+
+
+// TestValidConfigs loads every file under testdata/valid and compares what
+// the loader understood with its .golden file.
+func TestValidConfigs(t *testing.T) {
+	files, _ := filepath.Glob("testdata/valid/*.toml")
+	if len(files) == 0 {
+		t.Fatal("no test files")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			cfg, err := chain.Load([]string{f}, loadOpts)
+			if err != nil {
+				t.Fatalf("loading %s:\n%v", f, err)
+			}
+			checkGolden(t, strings.TrimSuffix(f, ".toml")+".golden", dump(cfg))
+		})
+	}
+}
+
+func TestChainHashFollowsDefinition(t *testing.T) {
+	load := func(src string) *chain.Chain {
+		cfg, err := chain.LoadBytes("x.toml", []byte(`
+[[providers]]
+name = "p"
+type = "echo"
+`+src), loadOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Chains["c"]
+	}
+	a := load("[[chains]]\nname = \"c\"\n[[chains.steps]]\nname = \"s\"\nprovider = \"p\"\n")
+	b := load("# a comment\n[[chains]]\nname = \"c\"\n\n[[chains.steps]]\nprovider = \"p\"\nname = \"s\"\n")
+	c := load("[[chains]]\nname = \"c\"\n[[chains.steps]]\nname = \"s\"\nprovider = \"p\"\ntimeout_seconds = 3\n")
+	if a.Hash != b.Hash {
+		t.Error("formatting changed the definition hash")
+	}
+	if a.Hash == c.Hash {
+		t.Error("a changed definition kept its hash")
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*/*.toml")
+	for _, name := range files {
+		if data, err := readFile(name); err == nil {
+			f.Add(data)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := chain.LoadBytes("fuzz.toml", data, loadOpts)
+		if err == nil && cfg == nil {
+			t.Fatal("no config and no error")
+		}
+	})
+}

@@ -1,0 +1,466 @@
+package chain
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/chaingate/gateway/chain/condition"
+	"github.com/chaingate/gateway/templates"
+)
+
+// chainBuild carries what decoding one chain needs across its steps.
+type chainBuild struct {
+	l       *loader
+	c       *Chain
+	d       *fileDecoder
+	sources map[string]Source
+	// checks run once every step of the chain is known: references to
+	// steps by name may point forward.
+	checks []func()
+}
+
+// scope is the set of step names one step list can read through steps.NAME:
+// its own list with any parallel sub-steps, plus the enclosing lists. Steps
+// inside a split are private to each item.
+type scope struct {
+	names  map[string]bool
+	parent *scope
+	split  string // the split step owning this scope, "" at top level
+}
+
+func (s *scope) visible(name string) bool {
+	for ; s != nil; s = s.parent {
+		if s.names[name] {
+			return true
+		}
+	}
+	return false
+}
+
+var stepKeys = []string{
+	"name", "provider", "action_type", "payload_template", "on_failure", "timeout_seconds", "delay_seconds",
+	"retry", "when", "default_next", "branches", "parallel", "split", "sub_chain", "input",
+}
+
+var kindKeys = []string{"provider", "parallel", "split", "sub_chain"}
+
+// stepRoots are the names a step's templates and when condition may read.
+var stepRoots = []string{"origin", "steps", "prev", "run", "chain"}
+
+func (b *chainBuild) steps(tables []*table, parent *Step, sc *scope) []*Step {
+	list := make([]*Step, 0, len(tables))
+	for _, t := range tables {
+		if s := b.step(t, parent, sc); s != nil {
+			s.Index = len(list)
+			list = append(list, s)
+		}
+	}
+	for _, s := range list {
+		s.List = list
+	}
+	return list
+}
+
+func (b *chainBuild) step(t *table, parent *Step, sc *scope) *Step {
+	s := &Step{Parent: parent, Source: t.d.source(t.path)}
+	s.Name = b.l.checkName(t, "step")
+	if s.Name != "" {
+		if prev, ok := b.sources[s.Name]; ok {
+			t.d.errorf(t.path.key("name"), "step %q is already defined at %s; step names are unique within a chain, sub-steps included", s.Name, prev.where())
+		} else {
+			b.sources[s.Name] = s.Source
+			b.c.byName[s.Name] = s
+			sc.names[s.Name] = true
+		}
+	}
+
+	var kinds []string
+	for _, k := range kindKeys {
+		if t.has(k) {
+			kinds = append(kinds, k)
+		}
+	}
+	switch len(kinds) {
+	case 0:
+		t.d.errorf(t.path, "step has no kind; set exactly one of provider, parallel, split or sub_chain")
+	case 1:
+	default:
+		t.d.errorf(t.path, "step sets %s; a step is exactly one of provider, parallel, split or sub_chain", strings.Join(kinds, " and "))
+	}
+	inParallel := parent != nil && parent.Kind == KindParallel
+
+	s.OnFailure = OnFailure(t.enum("on_failure", []string{"abort", "skip", "dlq"}, "abort"))
+	s.TimeoutSeconds = t.count("timeout_seconds", "seconds")
+	s.DelaySeconds = t.count("delay_seconds", "seconds")
+	if rt, ok := t.sub("retry"); ok {
+		s.Retry = decodeRetry(rt)
+	}
+	if t.has("when") {
+		if src := t.str("when"); src != "" {
+			s.When = b.condition(t.path.key("when"), src, sc, false)
+		}
+	}
+
+	switch {
+	case t.has("provider"):
+		s.Kind = KindProvider
+		s.Provider = t.str("provider")
+		s.ActionType = t.str("action_type")
+		if s.Provider != "" {
+			b.l.later = append(b.l.later, func() {
+				if _, ok := b.l.cfg.Providers[s.Provider]; !ok {
+					t.d.errorf(t.path.key("provider"), "unknown provider %q%s", s.Provider, b.l.providerHint(s.Provider))
+				}
+			})
+		}
+		if v, ok := t.value("payload_template"); ok {
+			s.Payload = b.template(t.path.key("payload_template"), v, sc)
+		}
+	case t.has("parallel"):
+		s.Kind = KindParallel
+		if inParallel {
+			t.d.errorf(t.path.key("parallel"), "a parallel group cannot nest another parallel group")
+		} else if pt, ok := t.sub("parallel"); ok {
+			s.Parallel = b.parallel(pt, s, sc)
+		}
+	case t.has("split"):
+		s.Kind = KindSplit
+		if inParallel {
+			t.d.errorf(t.path.key("split"), "a parallel sub-step cannot be a split; put the parallel group inside the split's steps instead")
+		} else if st, ok := t.sub("split"); ok {
+			s.Split = b.split(st, s, sc)
+		}
+	case t.has("sub_chain"):
+		s.Kind = KindSubChain
+		s.SubChain = t.str("sub_chain")
+		if inParallel {
+			t.d.errorf(t.path.key("sub_chain"), "a parallel sub-step cannot call a sub-chain")
+		}
+		if s.SubChain != "" {
+			b.l.later = append(b.l.later, func() {
+				if _, ok := b.l.cfg.Chains[s.SubChain]; !ok {
+					t.d.errorf(t.path.key("sub_chain"), "unknown chain %q", s.SubChain)
+				}
+			})
+		}
+		if v, ok := t.value("input"); ok {
+			s.Input = b.template(t.path.key("input"), v, sc)
+		}
+	}
+	if s.Kind != KindProvider {
+		for _, k := range []string{"action_type", "payload_template"} {
+			if t.has(k) {
+				t.d.errorf(t.path.key(k), "only a provider step takes %s", k)
+			}
+		}
+	}
+	if s.Kind != KindSubChain && t.has("input") {
+		t.d.errorf(t.path.key("input"), "only a sub_chain step takes input")
+	}
+
+	if inParallel {
+		for _, k := range []string{"branches", "default_next"} {
+			if t.has(k) {
+				t.d.errorf(t.path.key(k), "a parallel sub-step cannot have %s; branch on the parallel step itself, which sees every sub-step's result", k)
+			}
+		}
+	} else {
+		b.routing(t, s, sc)
+	}
+	t.finish(stepKeys)
+	return s
+}
+
+// roots returns the names a template or condition may read in scope sc.
+func roots(sc *scope, branch bool) []string {
+	r := append([]string(nil), stepRoots...)
+	if sc.split != "" {
+		r = append(r, "item", "item_index")
+	}
+	if branch {
+		r = append(r, "result")
+	}
+	return r
+}
+
+func (l *loader) providerHint(name string) string {
+	if s := suggest(name, l.cfg.ProviderNames); s != "" {
+		return fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	if len(l.cfg.ProviderNames) == 0 {
+		return "; define it in a [[providers]] table"
+	}
+	return "; defined providers are " + quoteList(l.cfg.ProviderNames)
+}
+
+func decodeRetry(t *table) *Retry {
+	r := &Retry{
+		MaxRetries:   t.count("max_retries", "retries"),
+		BackoffMS:    t.count("backoff_ms", "milliseconds"),
+		Strategy:     BackoffStrategy(t.enum("strategy", []string{"fixed", "linear", "exponential"}, "exponential")),
+		MaxBackoffMS: t.count("max_backoff_ms", "milliseconds"),
+		JitterMS:     t.count("jitter_ms", "milliseconds"),
+	}
+	if r.MaxBackoffMS > 0 && r.BackoffMS > r.MaxBackoffMS {
+		t.d.errorf(t.path.key("max_backoff_ms"), "is smaller than backoff_ms (%d < %d)", r.MaxBackoffMS, r.BackoffMS)
+	}
+	t.finish([]string{"max_retries", "backoff_ms", "strategy", "max_backoff_ms", "jitter_ms"})
+	return r
+}
+
+// routing decodes branches and default_next, whose targets must be steps of
+// the same list.
+func (b *chainBuild) routing(t *table, s *Step, sc *scope) {
+	if t.has("default_next") {
+		if target := t.str("default_next"); target != "" {
+			s.DefaultNext = target
+			b.checkTarget(t.path.key("default_next"), s, target)
+		}
+	}
+	branches, ok := t.tables("branches")
+	if !ok {
+		return
+	}
+	for _, bt := range branches {
+		br := &Branch{Source: bt.d.source(bt.path)}
+		br.Target = bt.requiredStr("target")
+		if br.Target != "" {
+			b.checkTarget(bt.path.key("target"), s, br.Target)
+		}
+		hasField := bt.has("field") || bt.has("operator") || bt.has("value")
+		switch {
+		case bt.has("when") && hasField:
+			bt.d.errorf(bt.path, "a branch has either when or field/operator/value, not both")
+		case bt.has("when"):
+			if src := bt.str("when"); src != "" {
+				if c := b.condition(bt.path.key("when"), src, sc, true); c != nil {
+					br.Cond = c
+				}
+			}
+		case hasField:
+			field := bt.requiredStr("field")
+			op := bt.requiredStr("operator")
+			value, _ := bt.value("value")
+			if field != "" && op != "" {
+				f, err := condition.CompileField(field, op, value)
+				if err != nil {
+					bt.d.errorf(bt.path, "%v", err)
+				} else {
+					br.Cond = f
+				}
+			}
+		default:
+			bt.d.errorf(bt.path, "a branch needs a condition: when = '...' or field/operator/value")
+		}
+		bt.finish([]string{"field", "operator", "value", "when", "target"})
+		s.Branches = append(s.Branches, br)
+	}
+}
+
+func (b *chainBuild) checkTarget(p keyPath, s *Step, target string) {
+	b.checks = append(b.checks, func() {
+		for _, other := range s.List {
+			if other.Name == target {
+				if other.Index <= s.Index {
+					b.d.errorf(p, "target %q does not come after %q; branches and default_next route forward only, so every run ends", target, s.Name)
+				}
+				return
+			}
+		}
+		if b.c.byName[target] != nil {
+			b.d.errorf(p, "target %q is not in the same step list as %q; branches and default_next route between steps of one list", target, s.Name)
+			return
+		}
+		b.d.errorf(p, "unknown step %q%s", target, hint(target, s.List))
+	})
+}
+
+func hint(name string, list []*Step) string {
+	names := make([]string, len(list))
+	for i, s := range list {
+		names[i] = s.Name
+	}
+	if s := suggest(name, names); s != "" {
+		return fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	return ""
+}
+
+var parallelKeys = []string{"join", "on_failure", "timeout_seconds", "max_concurrency", "steps"}
+
+func (b *chainBuild) parallel(t *table, owner *Step, sc *scope) *Parallel {
+	p := &Parallel{
+		Join:           Join(t.enum("join", []string{"all", "any"}, "all")),
+		OnFailure:      GroupFailure(t.enum("on_failure", []string{"fail_fast", "best_effort"}, "fail_fast")),
+		TimeoutSeconds: t.count("timeout_seconds", "seconds"),
+		MaxConcurrency: t.count("max_concurrency", "sub-steps"),
+	}
+	if p.TimeoutSeconds == 0 {
+		p.TimeoutSeconds = DefaultParallelTimeoutSeconds
+	}
+	if steps, ok := t.tables("steps"); ok && len(steps) > 0 {
+		p.Steps = b.steps(steps, owner, sc)
+	} else {
+		t.d.errorf(t.path, "a parallel group needs at least one sub-step ([[chains.steps.parallel.steps]])")
+	}
+	t.finish(parallelKeys)
+	return p
+}
+
+var splitKeys = []string{"items", "max_concurrency", "tolerated_failures", "timeout_seconds", "steps"}
+
+var percentRE = regexp.MustCompile(`^(\d{1,3})%$`)
+
+func (b *chainBuild) split(t *table, owner *Step, sc *scope) *Split {
+	sp := &Split{
+		MaxConcurrency: t.count("max_concurrency", "items"),
+		TimeoutSeconds: t.count("timeout_seconds", "seconds"),
+	}
+	if t.has("items") {
+		if src := t.str("items"); src != "" {
+			sp.Items = b.template(t.path.key("items"), src, sc)
+		}
+	} else {
+		t.d.errorf(t.path, "missing required key %q: the array to split, e.g. items = \"<<steps.inventory.body.hosts>>\"", "items")
+	}
+	if v, ok := t.value("tolerated_failures"); ok {
+		switch tv := v.(type) {
+		case int64:
+			if tv < 0 {
+				t.d.errorf(t.path.key("tolerated_failures"), "must not be negative")
+			}
+			sp.ToleratedFailures = int(max(tv, 0))
+		case string:
+			m := percentRE.FindStringSubmatch(tv)
+			n := 0
+			if m != nil {
+				n, _ = strconv.Atoi(m[1])
+			}
+			if m == nil || n > 100 {
+				t.d.errorf(t.path.key("tolerated_failures"), "must be a count (3) or a percentage from 0%% to 100%% (\"10%%\"), got %q", tv)
+			}
+			sp.ToleratedFailures, sp.ToleratedPercent = n, true
+		default:
+			t.d.errorf(t.path.key("tolerated_failures"), "must be a count (3) or a percentage (\"10%%\"), got %s", describe(v))
+		}
+	}
+	inner := &scope{names: map[string]bool{}, parent: sc, split: owner.Name}
+	if steps, ok := t.tables("steps"); ok && len(steps) > 0 {
+		sp.Steps = b.steps(steps, owner, inner)
+	} else {
+		t.d.errorf(t.path, "a split needs at least one per-item step ([[chains.steps.split.steps]])")
+	}
+	t.finish(splitKeys)
+	return sp
+}
+
+// template compiles a payload, input or items template and checks that the
+// steps it reads exist and are visible from scope sc.
+func (b *chainBuild) template(p keyPath, v any, sc *scope) *templates.Template {
+	tpl, err := templates.Compile(v)
+	if err != nil {
+		errs := []error{err}
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = joined.Unwrap()
+		}
+		for _, err := range errs {
+			var ce *templates.CompileError
+			if errors.As(err, &ce) && ce.Key != "" {
+				b.d.errorf(p.sub(ce.Key), "%s at offset %d", ce.Msg, ce.Offset)
+			} else {
+				b.d.errorf(p, "%v", err)
+			}
+		}
+		return nil
+	}
+	for _, r := range tpl.Refs() {
+		switch r.Root {
+		case "steps":
+			if len(r.Path) > 0 {
+				b.checkStepRef(p, sc, r.Path[0], "<<"+r.Text+">>")
+			}
+		case "item", "item_index":
+			if sc.split == "" {
+				b.d.errorf(p, "<<%s>> is only set inside a split's per-item steps", r.Text)
+			}
+		case "result":
+			b.d.errorf(p, "<<%s>>: result is only available in branch conditions; use prev or steps.NAME", r.Text)
+		}
+	}
+	b.warnCurlyPlaceholders(p, v)
+	return tpl
+}
+
+// condition compiles a when condition and checks the steps it reads.
+func (b *chainBuild) condition(p keyPath, src string, sc *scope, branch bool) *condition.Expr {
+	e, err := condition.CompileExpr(src, roots(sc, branch))
+	if err != nil {
+		msg := err.Error()
+		switch {
+		case strings.Contains(msg, "unknown name result"):
+			msg += "; result is only available in branch conditions"
+		case strings.Contains(msg, "unknown name item"):
+			msg += "; item and item_index are only set inside a split's per-item steps"
+		}
+		b.d.errorf(p, "%s", msg)
+		return nil
+	}
+	for _, name := range e.StepRefs() {
+		b.checkStepRef(p, sc, name, "steps."+name)
+	}
+	return e
+}
+
+func (b *chainBuild) checkStepRef(p keyPath, sc *scope, name, text string) {
+	b.checks = append(b.checks, func() {
+		if sc.visible(name) {
+			return
+		}
+		if s := b.c.byName[name]; s != nil {
+			b.d.errorf(p, "%s: step %q is inside split %q and its results are private to each item; read the split's body instead", text, name, enclosingSplit(s))
+			return
+		}
+		msg := fmt.Sprintf("%s refers to unknown step %q", text, name)
+		names := make([]string, 0, len(b.sources))
+		for n := range b.sources {
+			names = append(names, n)
+		}
+		if s := suggest(name, names); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		b.d.errorf(p, "%s", msg)
+	})
+}
+
+func enclosingSplit(s *Step) string {
+	for p := s.Parent; p != nil; p = p.Parent {
+		if p.Kind == KindSplit {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+var curlyRE = regexp.MustCompile(`\{\{\s*((?:origin|steps|prev|run|chain|item)[^}]*?)\s*\}\}`)
+
+// warnCurlyPlaceholders flags Acteon-style {{...}} text, which this gateway
+// would send literally.
+func (b *chainBuild) warnCurlyPlaceholders(p keyPath, v any) {
+	switch t := v.(type) {
+	case string:
+		if m := curlyRE.FindStringSubmatch(t); m != nil {
+			b.d.warnf(p, "%q is sent as literal text; placeholders are written <<%s>>", m[0], m[1])
+		}
+	case map[string]any:
+		for k, e := range t {
+			b.warnCurlyPlaceholders(p.key(k), e)
+		}
+	case []any:
+		for i, e := range t {
+			b.warnCurlyPlaceholders(p.elem(i, ""), e)
+		}
+	}
+}

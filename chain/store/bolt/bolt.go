@@ -1,0 +1,515 @@
+// Package bolt is the embedded default store: one bbolt file, written by one
+// process at a time, with concurrent commits grouped into one transaction
+// and one fsync.
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/chaingate/gateway/chain/store"
+)
+
+var (
+	bucketRuns       = []byte("runs")
+	bucketSeqs       = []byte("seqs")
+	bucketRunIndex   = []byte("run_index") // created-at | id → nothing, for listing
+	bucketUnfinished = []byte("unfinished")
+	bucketSteps      = []byte("steps")
+	bucketEvents     = []byte("events")
+	bucketDLQ        = []byte("dlq")
+	allBuckets       = [][]byte{bucketRuns, bucketSeqs, bucketRunIndex, bucketUnfinished, bucketSteps, bucketEvents, bucketDLQ}
+)
+
+// maxGroup bounds how many commits share one transaction, so one fsync
+// never waits behind an unbounded amount of work.
+const maxGroup = 512
+
+// Options tunes the store.
+type Options struct {
+	Logger *slog.Logger
+	// LockTimeout is how long Open waits for another process to release the
+	// file before giving up with store.ErrInUse. Default 500 ms.
+	LockTimeout time.Duration
+}
+
+// Store is a store.Store on a bbolt file.
+type Store struct {
+	db     *bbolt.DB
+	log    *slog.Logger
+	reqs   chan *commitReq
+	mu     sync.RWMutex // guards closed and sends on reqs
+	closed bool
+	done   chan struct{}
+}
+
+var _ store.Store = (*Store)(nil)
+
+type commitReq struct {
+	b    *store.Batch
+	enc  encodedBatch
+	done chan error
+}
+
+// encodedBatch is a batch marshalled by the committing goroutine, so JSON
+// encoding runs in parallel and the single writer only copies bytes.
+type encodedBatch struct {
+	run    []byte
+	steps  [][2][]byte
+	events [][2][]byte
+	dlq    [][2][]byte
+}
+
+// Open opens or creates the store file at path.
+func Open(path string, opts Options) (*Store, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = 500 * time.Millisecond
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("creating store directory: %w", err)
+		}
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:        opts.LockTimeout,
+		NoFreelistSync: true,
+		FreelistType:   bbolt.FreelistMapType,
+	})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("opening store %s: %w (is another gateway running on this file?)", path, store.ErrInUse)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening store %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("initialising store %s: %w", path, err)
+	}
+	s := &Store{db: db, log: opts.Logger, reqs: make(chan *commitReq, maxGroup), done: make(chan struct{})}
+	go s.writer()
+	return s, nil
+}
+
+// Path returns the store file's path.
+func (s *Store) Path() string { return s.db.Path() }
+
+// Close waits for queued commits, then closes the file.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.reqs)
+	s.mu.Unlock()
+	<-s.done
+	return s.db.Close()
+}
+
+// Commit implements store.Store.
+func (s *Store) Commit(ctx context.Context, b *store.Batch) error {
+	if b == nil || b.Run == nil || b.Run.ID == "" {
+		return errors.New("committing batch: batch has no run")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	enc, err := encode(b)
+	if err != nil {
+		return fmt.Errorf("committing run %s: %w", b.Run.ID, err)
+	}
+	req := &commitReq{b: b, enc: enc, done: make(chan error, 1)}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return store.ErrClosed
+	}
+	select {
+	case s.reqs <- req:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return ctx.Err()
+	}
+	s.mu.RUnlock()
+	// Once queued, the commit happens; report its real outcome rather than
+	// ctx's, so a caller never believes a durable write was lost.
+	return <-req.done
+}
+
+func encode(b *store.Batch) (encodedBatch, error) {
+	var e encodedBatch
+	var err error
+	if e.run, err = json.Marshal(b.Run); err != nil {
+		return e, fmt.Errorf("encoding run: %w", err)
+	}
+	for _, st := range b.Steps {
+		v, err := json.Marshal(st)
+		if err != nil {
+			return e, fmt.Errorf("encoding step %s: %w", st.Key, err)
+		}
+		e.steps = append(e.steps, [2][]byte{stepKey(b.Run.ID, st.Key), v})
+	}
+	for i := range b.Events {
+		ev := &b.Events[i]
+		ev.RunID = b.Run.ID
+		v, err := json.Marshal(ev)
+		if err != nil {
+			return e, fmt.Errorf("encoding event %d: %w", ev.Seq, err)
+		}
+		e.events = append(e.events, [2][]byte{eventKey(b.Run.ID, ev.Seq), v})
+	}
+	for _, d := range b.DLQ {
+		v, err := json.Marshal(d)
+		if err != nil {
+			return e, fmt.Errorf("encoding dead-letter entry: %w", err)
+		}
+		e.dlq = append(e.dlq, [2][]byte{[]byte(d.ID), v})
+	}
+	return e, nil
+}
+
+// writer applies queued commits, as many as are waiting, in one transaction.
+func (s *Store) writer() {
+	defer close(s.done)
+	group := make([]*commitReq, 0, maxGroup)
+	for req := range s.reqs {
+		group = append(group[:0], req)
+	drain:
+		for len(group) < maxGroup {
+			select {
+			case r, ok := <-s.reqs:
+				if !ok {
+					break drain
+				}
+				group = append(group, r)
+			default:
+				break drain
+			}
+		}
+		s.apply(group)
+	}
+}
+
+func (s *Store) apply(group []*commitReq) {
+	results := make([]error, len(group))
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		for i, r := range group {
+			results[i] = applyOne(tx, r)
+		}
+		return nil
+	})
+	for i, r := range group {
+		if err != nil {
+			r.done <- fmt.Errorf("committing run %s: %w", r.b.Run.ID, err)
+		} else {
+			r.done <- results[i]
+		}
+	}
+}
+
+// applyOne checks one batch against the stored state, then writes it.
+// Checks come first so a rejected batch leaves nothing behind.
+func applyOne(tx *bbolt.Tx, r *commitReq) error {
+	run := r.b.Run
+	id := []byte(run.ID)
+	seqs := tx.Bucket(bucketSeqs)
+	prev := seqs.Get(id)
+	switch {
+	case r.b.Create && prev != nil:
+		return fmt.Errorf("creating run %s: %w", run.ID, store.ErrExists)
+	case !r.b.Create && prev == nil:
+		return fmt.Errorf("committing run %s: %w", run.ID, store.ErrNotFound)
+	}
+	var last uint64
+	if prev != nil {
+		last = binary.BigEndian.Uint64(prev)
+	}
+	for _, ev := range r.b.Events {
+		if ev.Seq != last+1 {
+			return fmt.Errorf("committing run %s: event seq %d does not follow %d: %w", run.ID, ev.Seq, last, store.ErrConflict)
+		}
+		last = ev.Seq
+	}
+	if run.Seq != last {
+		return fmt.Errorf("committing run %s: run seq %d, last event %d: %w", run.ID, run.Seq, last, store.ErrConflict)
+	}
+
+	if err := tx.Bucket(bucketRuns).Put(id, r.enc.run); err != nil {
+		return err
+	}
+	if err := seqs.Put(id, binary.BigEndian.AppendUint64(nil, last)); err != nil {
+		return err
+	}
+	if r.b.Create {
+		if err := tx.Bucket(bucketRunIndex).Put(indexKey(run.CreatedAt, run.ID), nil); err != nil {
+			return err
+		}
+	}
+	unfinished := tx.Bucket(bucketUnfinished)
+	if run.Status.Final() {
+		if err := unfinished.Delete(id); err != nil {
+			return err
+		}
+	} else if err := unfinished.Put(id, nil); err != nil {
+		return err
+	}
+	for _, kv := range r.enc.steps {
+		if err := tx.Bucket(bucketSteps).Put(kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	for _, kv := range r.enc.events {
+		if err := tx.Bucket(bucketEvents).Put(kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	for _, kv := range r.enc.dlq {
+		if err := tx.Bucket(bucketDLQ).Put(kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func stepKey(runID, key string) []byte {
+	b := make([]byte, 0, len(runID)+1+len(key))
+	b = append(b, runID...)
+	b = append(b, 0)
+	return append(b, key...)
+}
+
+func eventKey(runID string, seq uint64) []byte {
+	b := make([]byte, 0, len(runID)+9)
+	b = append(b, runID...)
+	b = append(b, 0)
+	return binary.BigEndian.AppendUint64(b, seq)
+}
+
+func indexKey(t time.Time, id string) []byte {
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(id)), uint64(t.UnixNano()))
+	return append(b, id...)
+}
+
+func (s *Store) view(fn func(tx *bbolt.Tx) error) error {
+	s.mu.RLock()
+	closed := s.closed
+	s.mu.RUnlock()
+	if closed {
+		return store.ErrClosed
+	}
+	return s.db.View(fn)
+}
+
+// Run implements store.Store.
+func (s *Store) Run(ctx context.Context, id string) (*store.Run, error) {
+	var run store.Run
+	err := s.view(func(tx *bbolt.Tx) error {
+		v := tx.Bucket(bucketRuns).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("run %s: %w", id, store.ErrNotFound)
+		}
+		return json.Unmarshal(v, &run)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &run, nil
+}
+
+// Steps implements store.Store.
+func (s *Store) Steps(ctx context.Context, runID, prefix string) ([]*store.StepRecord, error) {
+	var out []*store.StepRecord
+	err := s.view(func(tx *bbolt.Tx) error {
+		p := stepKey(runID, prefix)
+		c := tx.Bucket(bucketSteps).Cursor()
+		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var st store.StepRecord
+			if err := json.Unmarshal(v, &st); err != nil {
+				return fmt.Errorf("decoding step %q: %w", k, err)
+			}
+			out = append(out, &st)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Events implements store.Store.
+func (s *Store) Events(ctx context.Context, runID string, after uint64, limit int) ([]store.Event, error) {
+	var out []store.Event
+	err := s.view(func(tx *bbolt.Tx) error {
+		p := append([]byte(runID), 0)
+		c := tx.Bucket(bucketEvents).Cursor()
+		for k, v := c.Seek(eventKey(runID, after+1)); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+			var ev store.Event
+			if err := json.Unmarshal(v, &ev); err != nil {
+				return fmt.Errorf("decoding event: %w", err)
+			}
+			out = append(out, ev)
+		}
+		return nil
+	})
+	return out, err
+}
+
+const (
+	defaultListLimit = 50
+	maxListLimit     = 1000
+)
+
+// ListRuns implements store.Store.
+func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	limit = min(limit, maxListLimit)
+	var start []byte
+	if f.Cursor != "" {
+		var err error
+		if start, err = base64.RawURLEncoding.DecodeString(f.Cursor); err != nil {
+			return store.RunPage{}, fmt.Errorf("listing runs: bad cursor: %w", err)
+		}
+	}
+	var page store.RunPage
+	err := s.view(func(tx *bbolt.Tx) error {
+		runs := tx.Bucket(bucketRuns)
+		c := tx.Bucket(bucketRunIndex).Cursor()
+		var k []byte
+		if start == nil {
+			k, _ = c.Last()
+		} else {
+			// The cursor is the last key returned; continue just before it.
+			if k, _ = c.Seek(start); k == nil {
+				k, _ = c.Last()
+			}
+			if k != nil && bytes.Compare(k, start) >= 0 {
+				k, _ = c.Prev()
+			}
+		}
+		for ; k != nil; k, _ = c.Prev() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			created := time.Unix(0, int64(binary.BigEndian.Uint64(k[:8])))
+			if !f.Since.IsZero() && created.Before(f.Since) {
+				break
+			}
+			var run store.Run
+			if err := json.Unmarshal(runs.Get(k[8:]), &run); err != nil {
+				return fmt.Errorf("decoding run %s: %w", k[8:], err)
+			}
+			if (f.Chain != "" && run.Chain != f.Chain) || (f.Status != "" && run.Status != f.Status) {
+				continue
+			}
+			if len(page.Runs) == limit {
+				page.Next = base64.RawURLEncoding.EncodeToString(indexKey(page.Runs[limit-1].CreatedAt, page.Runs[limit-1].ID))
+				break
+			}
+			page.Runs = append(page.Runs, &run)
+		}
+		return nil
+	})
+	return page, err
+}
+
+// UnfinishedRuns implements store.Store.
+func (s *Store) UnfinishedRuns(ctx context.Context) ([]string, error) {
+	var ids []string
+	err := s.view(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketUnfinished).ForEach(func(k, _ []byte) error {
+			ids = append(ids, string(k))
+			return nil
+		})
+	})
+	return ids, err
+}
+
+// DLQ implements store.Store.
+func (s *Store) DLQ(ctx context.Context, id string) (*store.DLQEntry, error) {
+	var d store.DLQEntry
+	err := s.view(func(tx *bbolt.Tx) error {
+		v := tx.Bucket(bucketDLQ).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("dead-letter entry %s: %w", id, store.ErrNotFound)
+		}
+		return json.Unmarshal(v, &d)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// ListDLQ implements store.Store.
+func (s *Store) ListDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEntry, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	limit = min(limit, maxListLimit)
+	var out []*store.DLQEntry
+	err := s.view(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketDLQ).Cursor()
+		for k, v := c.First(); k != nil && len(out) < limit; k, v = c.Next() {
+			var d store.DLQEntry
+			if err := json.Unmarshal(v, &d); err != nil {
+				return fmt.Errorf("decoding dead-letter entry %s: %w", k, err)
+			}
+			if (f.Chain != "" && d.Chain != f.Chain) || (f.Step != "" && d.Step != f.Step) ||
+				(!f.Since.IsZero() && d.CreatedAt.Before(f.Since)) {
+				continue
+			}
+			out = append(out, &d)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DeleteDLQ implements store.Store.
+func (s *Store) DeleteDLQ(ctx context.Context, id string) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketDLQ)
+		if b.Get([]byte(id)) == nil {
+			return fmt.Errorf("dead-letter entry %s: %w", id, store.ErrNotFound)
+		}
+		return b.Delete([]byte(id))
+	})
+}

@@ -1,0 +1,142 @@
+package bolt_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/chain/store/bolt"
+	"github.com/chaingate/gateway/chain/store/storetest"
+)
+
+// helperEnv makes the test binary act as a second process holding a store.
+const helperEnv = "BOLT_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(helper(mode, os.Getenv("BOLT_TEST_PATH")))
+	}
+	os.Exit(m.Run())
+}
+
+// helper opens the store, commits runs when asked, reports each, then waits
+// to be killed.
+func helper(mode, path string) int {
+	s, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	if mode == "commit" {
+		for i := 0; ; i++ {
+			run := storetest.NewRun("c", time.Now().UTC())
+			run.Seq = 1
+			err := s.Commit(context.Background(), &store.Batch{Run: run, Create: true,
+				Events: []store.Event{{Seq: 1, Type: store.EventRunStarted, Time: time.Now()}}})
+			if err != nil {
+				fmt.Println("error:", err)
+				return 1
+			}
+			fmt.Println("committed", run.ID)
+		}
+	}
+	fmt.Println("ready")
+	select {}
+}
+
+func open(t *testing.T, path string) store.Store {
+	t.Helper()
+	s, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Factory{
+		Open: func(t *testing.T) store.Store {
+			return open(t, filepath.Join(t.TempDir(), "gateway.db"))
+		},
+		Reopen: func(t *testing.T, s store.Store) store.Store {
+			path := s.(*bolt.Store).Path()
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			return open(t, path)
+		},
+	})
+}
+
+func startHelper(t *testing.T, mode, path string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode, "BOLT_TEST_PATH="+path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd, bufio.NewScanner(out)
+}
+
+func TestSecondProcessGetsInUse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	_, lines := startHelper(t, "hold", path)
+	if !lines.Scan() || lines.Text() != "ready" {
+		t.Fatalf("helper did not open the store: %q", lines.Text())
+	}
+	start := time.Now()
+	_, err := bolt.Open(path, bolt.Options{LockTimeout: 200 * time.Millisecond})
+	if !errors.Is(err, store.ErrInUse) {
+		t.Fatalf("got %v, want ErrInUse", err)
+	}
+	if !strings.Contains(err.Error(), path) {
+		t.Errorf("error does not name the file: %v", err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("open waited %v for the lock", waited)
+	}
+}
+
+// TestSurvivesKill checks that every commit the writer reported done is
+// there after the writer is killed with SIGKILL.
+func TestSurvivesKill(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	cmd, lines := startHelper(t, "commit", path)
+	var committed []string
+	for lines.Scan() && len(committed) < 200 {
+		id, ok := strings.CutPrefix(lines.Text(), "committed ")
+		if !ok {
+			t.Fatalf("helper: %s", lines.Text())
+		}
+		committed = append(committed, id)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	s := open(t, path)
+	for _, id := range committed {
+		if _, err := s.Run(context.Background(), id); err != nil {
+			t.Fatalf("run %s reported committed before kill -9: %v", id, err)
+		}
+	}
+}

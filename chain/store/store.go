@@ -1,0 +1,227 @@
+// Package store defines how runs, their step records, event logs and
+// dead-letter entries are persisted. Implementations live in sub-packages
+// (bolt, the embedded default; redis, shared between gateways) and all pass
+// the conformance suite in package storetest.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+var (
+	// ErrNotFound is returned for a run, step or DLQ entry that does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrExists is returned when creating a run whose id is taken.
+	ErrExists = errors.New("already exists")
+	// ErrInUse is returned when another process holds the store.
+	ErrInUse = errors.New("store is in use by another process")
+	// ErrConflict is returned for a batch that does not follow the stored
+	// state, such as events out of sequence; retrying it cannot help.
+	ErrConflict = errors.New("conflicting write")
+	// ErrClosed is returned by every method after Close.
+	ErrClosed = errors.New("store is closed")
+)
+
+// Store persists runs. A Commit is atomic and durable when it returns.
+type Store interface {
+	// Commit writes one batch of changes to one run atomically.
+	Commit(ctx context.Context, b *Batch) error
+	// Run returns a run's record.
+	Run(ctx context.Context, id string) (*Run, error)
+	// Steps returns a run's step records whose key starts with prefix
+	// ("" for all), ordered by key.
+	Steps(ctx context.Context, runID, prefix string) ([]*StepRecord, error)
+	// Events returns up to limit events of a run with Seq > after, in order.
+	// limit <= 0 means no limit.
+	Events(ctx context.Context, runID string, after uint64, limit int) ([]Event, error)
+	// ListRuns returns runs newest first.
+	ListRuns(ctx context.Context, f RunFilter) (RunPage, error)
+	// UnfinishedRuns returns the ids of every run that has not reached a
+	// final status, oldest first, for resuming after a restart.
+	UnfinishedRuns(ctx context.Context) ([]string, error)
+	// DLQ returns one dead-letter entry.
+	DLQ(ctx context.Context, id string) (*DLQEntry, error)
+	// ListDLQ returns dead-letter entries, oldest first.
+	ListDLQ(ctx context.Context, f DLQFilter) ([]*DLQEntry, error)
+	// DeleteDLQ removes a dead-letter entry.
+	DeleteDLQ(ctx context.Context, id string) error
+	// Close releases the store; it waits for commits under way.
+	Close() error
+}
+
+// Batch is one atomic change to one run.
+type Batch struct {
+	// Run is the run's record after the change. Required.
+	Run *Run
+	// Create makes the commit fail with ErrExists if the run already exists.
+	Create bool
+	// Steps are step records to write (insert or replace by key).
+	Steps []*StepRecord
+	// Events are appended to the run's log; their Seq must follow the
+	// run's previous Seq without gaps, and Run.Seq must be the last one.
+	Events []Event
+	// DLQ entries to add.
+	DLQ []*DLQEntry
+}
+
+// RunStatus is where a run stands.
+type RunStatus string
+
+const (
+	RunRunning   RunStatus = "running"
+	RunSucceeded RunStatus = "succeeded"
+	RunFailed    RunStatus = "failed"
+	RunCancelled RunStatus = "cancelled"
+	RunTimedOut  RunStatus = "timed_out"
+)
+
+// Final reports whether the status is terminal.
+func (s RunStatus) Final() bool { return s != RunRunning && s != "" }
+
+// StepStatus is where a step stands.
+type StepStatus string
+
+const (
+	StepPending   StepStatus = "pending"
+	StepRunning   StepStatus = "running"
+	StepSucceeded StepStatus = "succeeded"
+	StepFailed    StepStatus = "failed"
+	StepSkipped   StepStatus = "skipped"
+	StepTimedOut  StepStatus = "timed_out"
+	StepCancelled StepStatus = "cancelled"
+)
+
+// Final reports whether the status is terminal.
+func (s StepStatus) Final() bool {
+	return s != StepPending && s != StepRunning && s != ""
+}
+
+// Origin is what started a run.
+type Origin struct {
+	ID         string          `json:"id"`
+	Payload    json.RawMessage `json:"payload,omitempty"`
+	Metadata   json.RawMessage `json:"metadata,omitempty"`
+	ReceivedAt time.Time       `json:"received_at"`
+}
+
+// ErrorInfo is a failure as recorded and shown to operators.
+type ErrorInfo struct {
+	Message   string `json:"message"`
+	Code      string `json:"code,omitempty"`
+	Retryable bool   `json:"retryable,omitempty"`
+}
+
+// Run is a run's persisted record. Step results live in StepRecords.
+type Run struct {
+	ID        string    `json:"id"`
+	Chain     string    `json:"chain"`
+	ChainHash string    `json:"chain_hash"`
+	Status    RunStatus `json:"status"`
+	Origin    Origin    `json:"origin"`
+	// Path lists the top-level steps taken, in order.
+	Path []string `json:"path"`
+	// Cursor is the top-level step being executed; empty once finished.
+	Cursor     string     `json:"cursor,omitempty"`
+	Deadline   time.Time  `json:"deadline,omitzero"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt time.Time  `json:"finished_at,omitzero"`
+	Error      *ErrorInfo `json:"error,omitempty"`
+	ParentRun  string     `json:"parent_run,omitempty"`
+	ParentStep string     `json:"parent_step,omitempty"`
+	// Seq is the sequence number of the run's last event.
+	Seq uint64 `json:"seq"`
+}
+
+// StepRecord is one step's state within a run. Key is the step's path in
+// the run: "check", "notify/slack" for a parallel sub-step.
+type StepRecord struct {
+	Key        string          `json:"key"`
+	Name       string          `json:"name"`
+	Status     StepStatus      `json:"status"`
+	DedupKey   string          `json:"dedup_key,omitempty"`
+	Attempts   int             `json:"attempts"`
+	Body       json.RawMessage `json:"body,omitempty"`
+	Error      *ErrorInfo      `json:"error,omitempty"`
+	StartedAt  time.Time       `json:"started_at,omitzero"`
+	FinishedAt time.Time       `json:"finished_at,omitzero"`
+	// NotBefore is a persisted timer: the step is not to be (re)dispatched
+	// before it (delay_seconds, retry backoff).
+	NotBefore time.Time `json:"not_before,omitzero"`
+	// Deadline bounds a group or split step as a whole.
+	Deadline time.Time `json:"deadline,omitzero"`
+}
+
+// EventType names a state change.
+type EventType string
+
+const (
+	EventRunStarted    EventType = "run_started"
+	EventRunSucceeded  EventType = "run_succeeded"
+	EventRunFailed     EventType = "run_failed"
+	EventRunCancelled  EventType = "run_cancelled"
+	EventRunTimedOut   EventType = "run_timed_out"
+	EventStepStarted   EventType = "step_started"
+	EventStepSucceeded EventType = "step_succeeded"
+	EventStepFailed    EventType = "step_failed"
+	EventStepSkipped   EventType = "step_skipped"
+	EventStepRetrying  EventType = "step_retrying"
+	EventStepTimedOut  EventType = "step_timed_out"
+	EventStepCancelled EventType = "step_cancelled"
+	EventStepProgress  EventType = "step_progress"
+	EventDeadLettered  EventType = "dead_lettered"
+)
+
+// Event is one entry of a run's log.
+type Event struct {
+	RunID   string    `json:"run_id"`
+	Seq     uint64    `json:"seq"`
+	Time    time.Time `json:"time"`
+	Type    EventType `json:"type"`
+	Step    string    `json:"step,omitempty"`
+	Attempt int       `json:"attempt,omitempty"`
+	Message string    `json:"message,omitempty"`
+	// Data carries type-specific detail, such as progress counts.
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// DLQEntry is a failure parked for an operator.
+type DLQEntry struct {
+	ID       string    `json:"id"`
+	RunID    string    `json:"run_id"`
+	Chain    string    `json:"chain"`
+	Step     string    `json:"step"`
+	Error    ErrorInfo `json:"error"`
+	Attempts int       `json:"attempts"`
+	// Payload is the rendered payload of the failed call.
+	Payload   json.RawMessage `json:"payload,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// RunFilter selects runs to list.
+type RunFilter struct {
+	Chain  string
+	Status RunStatus
+	Since  time.Time
+	Limit  int
+	// Cursor continues a listing where a RunPage's Next left off.
+	Cursor string
+}
+
+// RunPage is one page of a run listing.
+type RunPage struct {
+	Runs []*Run
+	// Next is the cursor for the following page; empty at the end.
+	Next string
+}
+
+// DLQFilter selects dead-letter entries.
+type DLQFilter struct {
+	Chain string
+	Step  string
+	Since time.Time
+	Limit int
+}

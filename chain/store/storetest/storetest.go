@@ -1,0 +1,452 @@
+// Package storetest is the conformance suite every store.Store must pass.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// Factory opens a fresh, empty store for one test. Reopen, when not nil,
+// closes s and opens the same underlying data again, to check durability.
+type Factory struct {
+	Open   func(t *testing.T) store.Store
+	Reopen func(t *testing.T, s store.Store) store.Store
+}
+
+// Run runs the conformance suite.
+func Run(t *testing.T, f Factory) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, f Factory)
+	}{
+		{"CreateAndRead", testCreateAndRead},
+		{"CreateTwice", testCreateTwice},
+		{"CommitUnknownRun", testCommitUnknownRun},
+		{"EventSequence", testEventSequence},
+		{"StepsByPrefix", testStepsByPrefix},
+		{"EventsPaging", testEventsPaging},
+		{"Unfinished", testUnfinished},
+		{"ListRuns", testListRuns},
+		{"DLQ", testDLQ},
+		{"ConcurrentCommits", testConcurrentCommits},
+		{"Reopen", testReopen},
+		{"Closed", testClosed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
+	}
+}
+
+// NewRun returns a run record as the engine would create it.
+func NewRun(chain string, created time.Time) *store.Run {
+	return &store.Run{
+		ID:        store.NewID(),
+		Chain:     chain,
+		ChainHash: "hash-" + chain,
+		Status:    store.RunRunning,
+		Origin:    store.Origin{ID: "o1", Payload: json.RawMessage(`{"alert":"disk"}`), ReceivedAt: created},
+		CreatedAt: created,
+		UpdatedAt: created,
+	}
+}
+
+// appendEvents gives events the run's next sequence numbers.
+func appendEvents(run *store.Run, types ...store.EventType) []store.Event {
+	out := make([]store.Event, len(types))
+	for i, typ := range types {
+		run.Seq++
+		out[i] = store.Event{Seq: run.Seq, Time: time.Now().UTC(), Type: typ}
+	}
+	return out
+}
+
+func create(t *testing.T, s store.Store, run *store.Run) {
+	t.Helper()
+	b := &store.Batch{Run: run, Create: true, Events: appendEvents(run, store.EventRunStarted)}
+	if err := s.Commit(context.Background(), b); err != nil {
+		t.Fatalf("creating run: %v", err)
+	}
+}
+
+func testCreateAndRead(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	run := NewRun("c", time.Now().UTC())
+	run.Deadline = run.CreatedAt.Add(time.Hour)
+	create(t, s, run)
+
+	run.Path = []string{"a"}
+	run.Cursor = "b"
+	step := &store.StepRecord{Key: "a", Name: "a", Status: store.StepSucceeded, DedupKey: run.ID + "/a", Attempts: 1, Body: json.RawMessage(`{"ok":true}`)}
+	err := s.Commit(ctx, &store.Batch{Run: run, Steps: []*store.StepRecord{step}, Events: appendEvents(run, store.EventStepSucceeded)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Run(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Cursor != "b" || len(got.Path) != 1 || got.Seq != 2 || !got.Deadline.Equal(run.Deadline) || string(got.Origin.Payload) != `{"alert":"disk"}` {
+		t.Errorf("run read back as %+v", got)
+	}
+	steps, err := s.Steps(ctx, run.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(steps) != 1 || steps[0].Status != store.StepSucceeded || string(steps[0].Body) != `{"ok":true}` || steps[0].DedupKey != run.ID+"/a" {
+		t.Errorf("steps read back as %+v", steps)
+	}
+	if _, err := s.Run(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing run: got %v, want ErrNotFound", err)
+	}
+}
+
+func testCreateTwice(t *testing.T, f Factory) {
+	s := f.Open(t)
+	run := NewRun("c", time.Now().UTC())
+	create(t, s, run)
+	again := *run
+	again.Seq = 0
+	err := s.Commit(context.Background(), &store.Batch{Run: &again, Create: true, Events: appendEvents(&again, store.EventRunStarted)})
+	if !errors.Is(err, store.ErrExists) {
+		t.Fatalf("second create: got %v, want ErrExists", err)
+	}
+}
+
+func testCommitUnknownRun(t *testing.T, f Factory) {
+	s := f.Open(t)
+	run := NewRun("c", time.Now().UTC())
+	err := s.Commit(context.Background(), &store.Batch{Run: run})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("commit to unknown run: got %v, want ErrNotFound", err)
+	}
+}
+
+func testEventSequence(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	run := NewRun("c", time.Now().UTC())
+	create(t, s, run)
+
+	// A gap in the sequence is rejected and leaves nothing behind.
+	bad := *run
+	bad.Seq = run.Seq + 2
+	bad.Cursor = "should-not-stick"
+	err := s.Commit(ctx, &store.Batch{
+		Run:    &bad,
+		Steps:  []*store.StepRecord{{Key: "x", Name: "x", Status: store.StepRunning}},
+		Events: []store.Event{{Seq: run.Seq + 2, Type: store.EventStepStarted, Time: time.Now()}},
+	})
+	if err == nil {
+		t.Fatal("commit with an event sequence gap succeeded")
+	}
+	got, _ := s.Run(ctx, run.ID)
+	if got.Cursor == "should-not-stick" || got.Seq != run.Seq {
+		t.Errorf("rejected batch changed the run: %+v", got)
+	}
+	if steps, _ := s.Steps(ctx, run.ID, ""); len(steps) != 0 {
+		t.Errorf("rejected batch wrote steps: %+v", steps)
+	}
+	// Run.Seq must match the last event.
+	bad = *run
+	bad.Seq = run.Seq + 5
+	if err := s.Commit(ctx, &store.Batch{Run: &bad}); err == nil {
+		t.Error("commit with run seq ahead of its events succeeded")
+	}
+}
+
+func testStepsByPrefix(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	run := NewRun("c", time.Now().UTC())
+	create(t, s, run)
+	other := NewRun("c", time.Now().UTC())
+	create(t, s, other)
+	keys := []string{"notify/slack", "check", "notify", "notify/email", "resolve"}
+	var steps []*store.StepRecord
+	for _, k := range keys {
+		steps = append(steps, &store.StepRecord{Key: k, Name: k, Status: store.StepPending})
+	}
+	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: steps}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, &store.Batch{Run: other, Steps: []*store.StepRecord{{Key: "notify/x", Name: "x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Steps(ctx, run.ID, "notify/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Key != "notify/email" || got[1].Key != "notify/slack" {
+		t.Errorf("prefix notify/: got %v", stepKeys(got))
+	}
+	all, _ := s.Steps(ctx, run.ID, "")
+	if want := "[check notify notify/email notify/slack resolve]"; fmt.Sprint(stepKeys(all)) != want {
+		t.Errorf("all steps: got %v, want %s", stepKeys(all), want)
+	}
+	// Replacing by key keeps one record.
+	steps[1].Status = store.StepSucceeded
+	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: steps[1:2]}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.Steps(ctx, run.ID, "check")
+	if len(got) != 1 || got[0].Status != store.StepSucceeded {
+		t.Errorf("replaced step: got %+v", got)
+	}
+}
+
+func stepKeys(steps []*store.StepRecord) []string {
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		out[i] = s.Key
+	}
+	return out
+}
+
+func testEventsPaging(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	run := NewRun("c", time.Now().UTC())
+	create(t, s, run)
+	for i := 0; i < 5; i++ {
+		evs := appendEvents(run, store.EventStepStarted, store.EventStepSucceeded)
+		if err := s.Commit(ctx, &store.Batch{Run: run, Events: evs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := s.Events(ctx, run.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 11 {
+		t.Fatalf("got %d events, want 11", len(all))
+	}
+	for i, ev := range all {
+		if ev.Seq != uint64(i+1) || ev.RunID != run.ID {
+			t.Fatalf("event %d: seq %d run %q", i, ev.Seq, ev.RunID)
+		}
+	}
+	page, _ := s.Events(ctx, run.ID, 4, 3)
+	if len(page) != 3 || page[0].Seq != 5 || page[2].Seq != 7 {
+		t.Errorf("after 4 limit 3: got %+v", page)
+	}
+	if rest, _ := s.Events(ctx, run.ID, 11, 0); len(rest) != 0 {
+		t.Errorf("after the last event: got %d events", len(rest))
+	}
+}
+
+func testUnfinished(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	a := NewRun("c", time.Now().UTC())
+	b := NewRun("c", time.Now().UTC())
+	create(t, s, a)
+	create(t, s, b)
+	ids, err := s.UnfinishedRuns(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ids) != fmt.Sprint([]string{a.ID, b.ID}) {
+		t.Errorf("unfinished: got %v, want [%s %s]", ids, a.ID, b.ID)
+	}
+	a.Status = store.RunSucceeded
+	a.FinishedAt = time.Now().UTC()
+	if err := s.Commit(ctx, &store.Batch{Run: a, Events: appendEvents(a, store.EventRunSucceeded)}); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ = s.UnfinishedRuns(ctx)
+	if len(ids) != 1 || ids[0] != b.ID {
+		t.Errorf("after finishing one: got %v, want [%s]", ids, b.ID)
+	}
+}
+
+func testListRuns(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	base := time.Now().UTC().Add(-time.Hour)
+	var runs []*store.Run
+	for i := 0; i < 7; i++ {
+		chain := "a"
+		if i%2 == 1 {
+			chain = "b"
+		}
+		r := NewRun(chain, base.Add(time.Duration(i)*time.Minute))
+		create(t, s, r)
+		runs = append(runs, r)
+	}
+	runs[6].Status = store.RunFailed
+	if err := s.Commit(ctx, &store.Batch{Run: runs[6]}); err != nil {
+		t.Fatal(err)
+	}
+
+	page, err := s.ListRuns(ctx, store.RunFilter{Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Runs) != 3 || page.Runs[0].ID != runs[6].ID || page.Runs[2].ID != runs[4].ID || page.Next == "" {
+		t.Fatalf("first page: got %v next %q", runIDs(page.Runs), page.Next)
+	}
+	page2, err := s.ListRuns(ctx, store.RunFilter{Limit: 3, Cursor: page.Next})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page2.Runs) != 3 || page2.Runs[0].ID != runs[3].ID || page2.Runs[2].ID != runs[1].ID {
+		t.Fatalf("second page: got %v", runIDs(page2.Runs))
+	}
+	page3, _ := s.ListRuns(ctx, store.RunFilter{Limit: 3, Cursor: page2.Next})
+	if len(page3.Runs) != 1 || page3.Runs[0].ID != runs[0].ID || page3.Next != "" {
+		t.Fatalf("last page: got %v next %q", runIDs(page3.Runs), page3.Next)
+	}
+
+	byChain, _ := s.ListRuns(ctx, store.RunFilter{Chain: "b"})
+	if len(byChain.Runs) != 3 {
+		t.Errorf("chain b: got %d runs, want 3", len(byChain.Runs))
+	}
+	byStatus, _ := s.ListRuns(ctx, store.RunFilter{Status: store.RunFailed})
+	if len(byStatus.Runs) != 1 || byStatus.Runs[0].ID != runs[6].ID {
+		t.Errorf("failed runs: got %v", runIDs(byStatus.Runs))
+	}
+	since, _ := s.ListRuns(ctx, store.RunFilter{Since: base.Add(4*time.Minute + time.Second)})
+	if len(since.Runs) != 2 {
+		t.Errorf("since: got %v, want the 2 newest", runIDs(since.Runs))
+	}
+	if _, err := s.ListRuns(ctx, store.RunFilter{Cursor: "%%%"}); err == nil {
+		t.Error("a malformed cursor was accepted")
+	}
+}
+
+func runIDs(runs []*store.Run) []string {
+	out := make([]string, len(runs))
+	for i, r := range runs {
+		out[i] = r.ID
+	}
+	return out
+}
+
+func testDLQ(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	run := NewRun("c", time.Now().UTC())
+	create(t, s, run)
+	old := time.Now().UTC().Add(-time.Hour)
+	entries := []*store.DLQEntry{
+		{ID: store.NewID(), RunID: run.ID, Chain: "c", Step: "page", Error: store.ErrorInfo{Message: "boom"}, Attempts: 3, CreatedAt: old},
+		{ID: store.NewID(), RunID: run.ID, Chain: "c", Step: "mail", Error: store.ErrorInfo{Message: "bounce"}, Attempts: 1, CreatedAt: time.Now().UTC()},
+	}
+	if err := s.Commit(ctx, &store.Batch{Run: run, DLQ: entries}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.DLQ(ctx, entries[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Error.Message != "boom" || got.Attempts != 3 || got.RunID != run.ID {
+		t.Errorf("entry read back as %+v", got)
+	}
+	list, _ := s.ListDLQ(ctx, store.DLQFilter{})
+	if len(list) != 2 || list[0].ID != entries[0].ID {
+		t.Errorf("list: got %d entries", len(list))
+	}
+	if l, _ := s.ListDLQ(ctx, store.DLQFilter{Step: "mail"}); len(l) != 1 || l[0].Step != "mail" {
+		t.Errorf("by step: got %+v", l)
+	}
+	if l, _ := s.ListDLQ(ctx, store.DLQFilter{Since: old.Add(time.Minute)}); len(l) != 1 {
+		t.Errorf("since: got %d entries, want 1", len(l))
+	}
+	if err := s.DeleteDLQ(ctx, entries[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DLQ(ctx, entries[0].ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("deleted entry: got %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteDLQ(ctx, entries[0].ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("deleting twice: got %v, want ErrNotFound", err)
+	}
+}
+
+func testConcurrentCommits(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	const runs, steps = 20, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, runs)
+	ids := make([]string, runs)
+	for i := 0; i < runs; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			run := NewRun("c", time.Now().UTC())
+			ids[i] = run.ID
+			if err := s.Commit(ctx, &store.Batch{Run: run, Create: true, Events: appendEvents(run, store.EventRunStarted)}); err != nil {
+				errs <- err
+				return
+			}
+			for j := 0; j < steps; j++ {
+				st := &store.StepRecord{Key: fmt.Sprintf("s%02d", j), Name: "s", Status: store.StepSucceeded}
+				if err := s.Commit(ctx, &store.Batch{Run: run, Steps: []*store.StepRecord{st}, Events: appendEvents(run, store.EventStepSucceeded)}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		st, _ := s.Steps(ctx, id, "")
+		ev, _ := s.Events(ctx, id, 0, 0)
+		if len(st) != steps || len(ev) != steps+1 {
+			t.Fatalf("run %s: %d steps, %d events; want %d, %d", id, len(st), len(ev), steps, steps+1)
+		}
+	}
+}
+
+func testReopen(t *testing.T, f Factory) {
+	if f.Reopen == nil {
+		t.Skip("store has no reopen")
+	}
+	ctx := context.Background()
+	s := f.Open(t)
+	run := NewRun("c", time.Now().UTC())
+	create(t, s, run)
+	s = f.Reopen(t, s)
+	got, err := s.Run(ctx, run.ID)
+	if err != nil {
+		t.Fatalf("after reopen: %v", err)
+	}
+	if got.Seq != 1 {
+		t.Errorf("after reopen: seq %d", got.Seq)
+	}
+	// The sequence continues where it stopped.
+	if err := s.Commit(ctx, &store.Batch{Run: run, Events: appendEvents(run, store.EventStepStarted)}); err != nil {
+		t.Errorf("committing after reopen: %v", err)
+	}
+}
+
+func testClosed(t *testing.T, f Factory) {
+	s := f.Open(t)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	run := NewRun("c", time.Now().UTC())
+	err := s.Commit(context.Background(), &store.Batch{Run: run, Create: true, Events: appendEvents(run, store.EventRunStarted)})
+	if !errors.Is(err, store.ErrClosed) {
+		t.Errorf("commit after close: got %v, want ErrClosed", err)
+	}
+	if _, err := s.Run(context.Background(), run.ID); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("read after close: got %v, want ErrClosed", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second close: %v", err)
+	}
+}

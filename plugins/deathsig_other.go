@@ -1,0 +1,9 @@
+//go:build !linux
+
+package plugins
+
+import "os/exec"
+
+// setDeathSignal does nothing where there is no parent-death signal; plugins
+// served with Serve still exit when they notice their parent is gone.
+func setDeathSignal(*exec.Cmd) {}

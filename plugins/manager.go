@@ -1,0 +1,508 @@
+// Package plugins runs providers as plugin subprocesses over
+// hashicorp/go-plugin (gRPC only, AutoMTLS, versioned protocol).
+//
+// Plugin authors call Serve from main. The gateway creates one Manager, asks
+// it for a providers.Provider per configured provider with Provider, and
+// calls Close on shutdown. Built-in providers are served by the gateway's own
+// binary, re-executed with BuiltinEnv set (see ServeBuiltinIfRequested), so
+// they take exactly the same path as a team's plugin.
+package plugins
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/chaingate/gateway/plugins/proto/providerv1"
+	"github.com/chaingate/gateway/providers"
+)
+
+// ErrClosed is returned, inside a retryable *providers.Error, by a handle
+// whose Manager has been closed.
+var ErrClosed = errors.New("plugin manager is closed")
+
+// ChecksumError means a plugin binary does not match its configured SHA256.
+type ChecksumError struct {
+	Path     string
+	Expected string
+	Actual   string
+}
+
+func (e *ChecksumError) Error() string {
+	return fmt.Sprintf("plugin binary %s has sha256 %s, but the configuration pins %s", e.Path, e.Actual, e.Expected)
+}
+
+// Spec says how to launch one provider's plugin process.
+type Spec struct {
+	Name    string   // provider name from config, for logs and errors
+	Builtin string   // built-in type, launched by re-executing Options.Executable; or
+	Path    string   // an external plugin binary
+	Args    []string // arguments for Path
+	SHA256  string   // optional pin for Path: refuse to start a binary that differs
+}
+
+// Options configures a Manager. Zero values select the defaults.
+type Options struct {
+	Executable      string        // binary to re-execute for built-ins; default os.Executable()
+	Logger          *slog.Logger  // receives go-plugin's and the plugins' logs; default discards
+	MaxMessageBytes int           // largest gRPC message either way; default 16 MiB
+	StartTimeout    time.Duration // how long a plugin may take to handshake; default 10 s
+}
+
+// Manager owns the plugin processes: at most one per provider name, started
+// on first use and relaunched after it exits.
+type Manager struct {
+	opts Options
+
+	mu       sync.Mutex
+	closed   bool
+	handles  map[string]*handle
+	launches sync.WaitGroup // launches in flight; Close waits for them
+}
+
+// NewManager returns a Manager; it starts no process until a provider is used.
+func NewManager(opts Options) *Manager {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 10 * time.Second
+	}
+	return &Manager{opts: opts, handles: make(map[string]*handle)}
+}
+
+// Provider returns the handle for spec.Name, creating it on the first request;
+// later requests for the same name get the same handle and their spec is
+// ignored. The process starts on the handle's first call.
+func (m *Manager) Provider(spec Spec) providers.Provider {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, ok := m.handles[spec.Name]
+	if !ok {
+		h = &handle{m: m, spec: spec}
+		m.handles[spec.Name] = h
+	}
+	return h
+}
+
+// Restarts reports how many times the named provider's process was launched
+// again after an earlier one had been running.
+func (m *Manager) Restarts(name string) int {
+	m.mu.Lock()
+	h, ok := m.handles[name]
+	m.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return max(h.launched-1, 0)
+}
+
+// Close kills every plugin process and waits for them to exit. Calls in
+// flight fail; later calls fail with ErrClosed. Close is idempotent.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	hs := make([]*handle, 0, len(m.handles))
+	for _, h := range m.handles {
+		hs = append(hs, h)
+	}
+	m.mu.Unlock()
+
+	m.launches.Wait()
+	var wg sync.WaitGroup
+	for _, h := range hs {
+		h.mu.Lock()
+		inst := h.cur
+		h.cur = nil
+		h.mu.Unlock()
+		if inst != nil {
+			wg.Go(inst.client.Kill)
+		}
+	}
+	wg.Wait()
+	return nil
+}
+
+// handle is the providers.Provider for one configured provider.
+type handle struct {
+	m    *Manager
+	spec Spec
+
+	mu       sync.Mutex
+	cur      *instance // nil until started, after an exit, and after Close
+	starting *launch   // the launch in flight, shared by every caller waiting
+	launched int       // successful launches, for Restarts
+}
+
+// instance is one running plugin process.
+type instance struct {
+	client *plugin.Client
+	cmd    *exec.Cmd
+	rpc    providerv1.ProviderClient
+	exited <-chan struct{} // closed once the process has exited and been reaped
+}
+
+func (i *instance) hasExited() bool {
+	select {
+	case <-i.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+type launch struct {
+	done chan struct{}
+	inst *instance
+	err  error
+}
+
+func (h *handle) Describe(ctx context.Context) (providers.Info, error) {
+	inst, err := h.instance(ctx)
+	if err != nil {
+		return providers.Info{}, err
+	}
+	resp, err := inst.rpc.Describe(ctx, &providerv1.DescribeRequest{})
+	if err != nil {
+		return providers.Info{}, h.callError(ctx, inst, "describing", err)
+	}
+	if e := resp.GetError(); e != nil {
+		return providers.Info{}, fromWireError(e)
+	}
+	return providers.Info{
+		Name:         resp.Name,
+		Version:      resp.Version,
+		ActionTypes:  resp.ActionTypes,
+		ConfigSchema: resp.ConfigSchema,
+	}, nil
+}
+
+func (h *handle) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
+	inst, err := h.instance(ctx)
+	if err != nil {
+		return providers.Response{}, err
+	}
+	deadline := req.Deadline
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
+	in := &providerv1.ExecuteRequest{
+		ActionType: req.ActionType,
+		Payload:    req.Payload,
+		Config:     req.Config,
+		DedupKey:   req.DedupKey,
+		Attempt:    int64(req.Attempt),
+		RunId:      req.RunID,
+		Step:       req.Step,
+	}
+	if !deadline.IsZero() {
+		in.Deadline = deadline.UnixNano()
+	}
+	resp, err := inst.rpc.Execute(ctx, in)
+	if err != nil {
+		return providers.Response{}, h.callError(ctx, inst, "executing", err)
+	}
+	if e := resp.GetError(); e != nil {
+		pe := fromWireError(e)
+		// The plugin saw the deadline a moment before the host did; let the
+		// caller still recognise its own context's end.
+		pe.Err = ctx.Err()
+		return providers.Response{}, pe
+	}
+	return providers.Response{Body: resp.Body}, nil
+}
+
+// callError classifies a failed gRPC call: the caller gave up, the gateway is
+// shutting down, the process died, or the call itself was refused.
+func (h *handle) callError(ctx context.Context, inst *instance, verb string, err error) error {
+	name := h.spec.Name
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("%s provider %q: %w", verb, name, ctxErr)
+	}
+	switch status.Code(err) {
+	case codes.Canceled:
+		return fmt.Errorf("%s provider %q: %w", verb, name, context.Canceled)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%s provider %q: %w", verb, name, context.DeadlineExceeded)
+	case codes.ResourceExhausted:
+		return &providers.Error{Code: "message_too_large", Message: fmt.Sprintf("%s provider %q: %s (limit %d bytes)", verb, name, status.Convert(err).Message(), h.m.opts.MaxMessageBytes), Err: err}
+	case codes.Unavailable:
+	default:
+		return fmt.Errorf("%s provider %q: %w", verb, name, err)
+	}
+	if h.m.isClosed() {
+		return h.closedError()
+	}
+	// The connection broke. When the process died, go-plugin reaps it within
+	// moments; a process that lives on with a broken connection is no use
+	// either, so it is replaced all the same.
+	select {
+	case <-inst.exited:
+	case <-time.After(2 * time.Second):
+		h.discard(inst)
+		return &providers.Error{Retryable: true, Code: "plugin_unavailable", Message: fmt.Sprintf("provider %q: lost the connection to the plugin process: %v", name, err), Err: err}
+	}
+	h.discard(inst)
+	return &providers.Error{
+		Retryable: true,
+		Code:      "plugin_crashed",
+		Message:   fmt.Sprintf("provider %q: plugin process exited during the call: %s", name, inst.cmd.ProcessState),
+		Err:       err,
+	}
+}
+
+func (h *handle) closedError() error {
+	return &providers.Error{Retryable: true, Code: "plugin_closed", Message: fmt.Sprintf("provider %q: %v", h.spec.Name, ErrClosed), Err: ErrClosed}
+}
+
+// discard forgets inst if it is still current, so the next call relaunches,
+// and kills it in case it is still running.
+func (h *handle) discard(inst *instance) {
+	h.mu.Lock()
+	if h.cur == inst {
+		h.cur = nil
+	}
+	h.mu.Unlock()
+	inst.client.Kill()
+}
+
+// instance returns the running process, launching one if there is none.
+// Concurrent callers share one launch; each waits only as long as its ctx.
+func (h *handle) instance(ctx context.Context) (*instance, error) {
+	h.mu.Lock()
+	if inst := h.cur; inst != nil {
+		if !inst.hasExited() {
+			h.mu.Unlock()
+			return inst, nil
+		}
+		h.m.opts.Logger.Warn("plugin process exited between calls; relaunching",
+			"provider", h.spec.Name, "status", inst.cmd.ProcessState.String())
+		h.cur = nil
+		h.mu.Unlock()
+		inst.client.Kill() // returns at once; it releases go-plugin's goroutines
+		h.mu.Lock()
+		if inst := h.cur; inst != nil { // another caller relaunched meanwhile
+			h.mu.Unlock()
+			return inst, nil
+		}
+	}
+	l := h.starting
+	if l == nil {
+		h.m.mu.Lock()
+		if h.m.closed {
+			h.m.mu.Unlock()
+			h.mu.Unlock()
+			return nil, h.closedError()
+		}
+		h.m.launches.Add(1)
+		h.m.mu.Unlock()
+		l = &launch{done: make(chan struct{})}
+		h.starting = l
+		go h.launch(l)
+	}
+	h.mu.Unlock()
+
+	select {
+	case <-l.done:
+		return l.inst, l.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("starting plugin %q: %w", h.spec.Name, ctx.Err())
+	}
+}
+
+// launch starts a process on behalf of every caller waiting on l. It is not
+// bound to any one caller's ctx, since the others still want the process.
+func (h *handle) launch(l *launch) {
+	defer h.m.launches.Done()
+	inst, err := h.start()
+	h.mu.Lock()
+	h.starting = nil
+	closed := err == nil && h.m.isClosed()
+	if err == nil && !closed {
+		h.cur = inst
+		h.launched++
+	}
+	h.mu.Unlock()
+	if closed {
+		inst.client.Kill()
+		inst, err = nil, h.closedError()
+	}
+	l.inst, l.err = inst, err
+	close(l.done)
+}
+
+func (m *Manager) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+func (h *handle) start() (*instance, error) {
+	inst, err := h.m.start(h.spec)
+	if err != nil {
+		return nil, fmt.Errorf("starting plugin %q: %w", h.spec.Name, err)
+	}
+	h.m.opts.Logger.Info("plugin ready", "provider", h.spec.Name, "pid", inst.cmd.Process.Pid)
+	return inst, nil
+}
+
+func (m *Manager) command(spec Spec) (*exec.Cmd, error) {
+	switch {
+	case spec.Builtin != "" && spec.Path != "":
+		return nil, errors.New("a provider is either built-in or a plugin binary, not both")
+	case spec.Builtin != "":
+		exe := m.opts.Executable
+		if exe == "" {
+			var err error
+			if exe, err = os.Executable(); err != nil {
+				return nil, fmt.Errorf("finding the gateway executable: %w", err)
+			}
+		}
+		// The arguments only make the process recognisable in ps.
+		cmd := exec.Command(exe, "plugin", spec.Builtin)
+		cmd.Env = []string{BuiltinEnv + "=" + spec.Builtin}
+		return cmd, nil
+	case spec.Path != "":
+		cmd := exec.Command(spec.Path, spec.Args...)
+		if cmd.Err != nil {
+			return nil, cmd.Err
+		}
+		if spec.SHA256 != "" {
+			if err := verifySHA256(cmd.Path, spec.SHA256); err != nil {
+				return nil, err
+			}
+		}
+		return cmd, nil
+	default:
+		return nil, errors.New("neither a built-in type nor a plugin path is configured")
+	}
+}
+
+func verifySHA256(path, want string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("checking plugin checksum: %w", err)
+	}
+	defer f.Close()
+	sum := sha256.New()
+	if _, err := io.Copy(sum, f); err != nil {
+		return fmt.Errorf("checking plugin checksum of %s: %w", path, err)
+	}
+	want = strings.ToLower(strings.TrimPrefix(want, "sha256:"))
+	if got := hex.EncodeToString(sum.Sum(nil)); got != want {
+		return &ChecksumError{Path: path, Expected: want, Actual: got}
+	}
+	return nil
+}
+
+func (m *Manager) start(spec Spec) (*instance, error) {
+	cmd, err := m.command(spec)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Env = append(cmd.Env, maxMessageEnv+"="+strconv.Itoa(m.opts.MaxMessageBytes))
+	setDeathSignal(cmd)
+
+	logger := m.opts.Logger.With("provider", spec.Name)
+	stderr := &stderrHead{}
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  handshake,
+		VersionedPlugins: pluginSets(nil, nil),
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		StartTimeout:     m.opts.StartTimeout,
+		Logger:           newHCLogger(logger),
+		Stderr:           stderr,
+		SyncStdout:       &lineLogger{l: logger.With("stream", "stdout")},
+		SyncStderr:       &lineLogger{l: logger.With("stream", "stderr")},
+		GRPCDialOptions:  dialOptions(m.opts.MaxMessageBytes),
+	})
+	proto, err := startLocked(client)
+	if err != nil {
+		client.Kill()
+		if head := stderr.String(); head != "" {
+			return nil, fmt.Errorf("plugin stderr: %s: %w", head, err)
+		}
+		return nil, err
+	}
+	raw, err := proto.Dispense(pluginName)
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("dispensing the provider: %w", err)
+	}
+	d := raw.(*dispensed)
+	return &instance{client: client, cmd: cmd, rpc: d.rpc, exited: d.exited}, nil
+}
+
+// startLocked starts the process from a locked OS thread: the death signal
+// set by setDeathSignal fires when the thread that forked the child exits,
+// and Go ends a thread only when a goroutine exits while locked to it. A
+// thread we lock and unlock ourselves lives as long as the gateway.
+func startLocked(client *plugin.Client) (plugin.ClientProtocol, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return client.Client()
+}
+
+// stderrHead keeps the first lines a plugin writes to stderr, other than
+// go-plugin's JSON log lines, so that a plugin that fails to start can say
+// why (a usage message, a panic) in the error itself.
+type stderrHead struct {
+	mu      sync.Mutex
+	partial []byte
+	lines   []string
+}
+
+const headLines = 5
+
+func (s *stderrHead) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.lines) >= headLines {
+		return len(p), nil
+	}
+	s.partial = append(s.partial, p...)
+	for len(s.lines) < headLines {
+		i := bytes.IndexByte(s.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := strings.TrimSpace(string(s.partial[:i]))
+		s.partial = s.partial[i+1:]
+		if line != "" && !strings.HasPrefix(line, `{"@`) {
+			s.lines = append(s.lines, line)
+		}
+	}
+	if len(s.partial) > maxLogLine {
+		s.partial = nil
+	}
+	return len(p), nil
+}
+
+func (s *stderrHead) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.lines, " | ")
+}

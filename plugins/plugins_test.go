@@ -1,0 +1,602 @@
+package plugins_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/providers"
+	"github.com/chaingate/gateway/providers/builtin"
+)
+
+func TestMain(m *testing.M) {
+	plugins.ServeBuiltinIfRequested(builtin.New)
+	runHostModeIfRequested()
+	os.Exit(m.Run())
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// newManager returns a Manager that re-executes this test binary for
+// built-ins, logs as JSON into the returned buffer (shown if the test fails),
+// and is closed when the test ends.
+func newManager(t testing.TB, opts plugins.Options) (*plugins.Manager, *syncBuffer) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Executable = exe
+	logs := &syncBuffer{}
+	opts.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("manager log:\n%s", logs)
+		}
+	})
+	m := plugins.NewManager(opts)
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("closing the manager: %v", err)
+		}
+	})
+	return m, logs
+}
+
+func call(t testing.TB, p providers.Provider, payload string) (json.RawMessage, error) {
+	t.Helper()
+	resp, err := p.Execute(context.Background(), providers.Request{ActionType: "test", Payload: json.RawMessage(payload), DedupKey: "run-1/step", Attempt: 1})
+	return resp.Body, err
+}
+
+func mustCall(t testing.TB, p providers.Provider, payload string) json.RawMessage {
+	t.Helper()
+	body, err := call(t, p, payload)
+	if err != nil {
+		t.Fatalf("Execute(%s): %v", payload, err)
+	}
+	return body
+}
+
+func assertJSON(t testing.TB, got json.RawMessage, want string) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("body %q is not JSON: %v", got, err)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatal(err)
+	}
+	if gs, ws := fmt.Sprint(g), fmt.Sprint(w); gs != ws {
+		t.Errorf("body = %s, want %s", got, want)
+	}
+}
+
+func providerError(t testing.TB, err error) *providers.Error {
+	t.Helper()
+	var pe *providers.Error
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v (%T) is not a *providers.Error", err, err)
+	}
+	return pe
+}
+
+func TestEchoRoundTrip(t *testing.T) {
+	m, _ := newManager(t, plugins.Options{})
+	p := m.Provider(plugins.Spec{Name: "my-echo", Builtin: "echo"})
+	if p != m.Provider(plugins.Spec{Name: "my-echo", Builtin: "echo"}) {
+		t.Error("the same name gave two handles")
+	}
+
+	info, err := p.Describe(context.Background())
+	if err != nil || info.Name != "echo" {
+		t.Fatalf("Describe = %+v, %v", info, err)
+	}
+	for _, payload := range []string{`{"a":1,"b":["x",null,{"c":true}]}`, `"text"`, `[1,2]`, `null`} {
+		assertJSON(t, mustCall(t, p, payload), payload)
+	}
+	if body := mustCall(t, p, ""); string(body) != "null" {
+		t.Errorf("empty payload gave body %q, want null", body)
+	}
+	if m.Restarts("my-echo") != 0 {
+		t.Errorf("Restarts = %d, want 0", m.Restarts("my-echo"))
+	}
+}
+
+// TestInBandErrors checks that a provider error crosses the wire with its
+// class, code and message, exactly as the provider returned it in-process.
+func TestInBandErrors(t *testing.T) {
+	m, _ := newManager(t, plugins.Options{})
+	remote := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	local, _ := builtin.New("faulty")
+
+	for _, tc := range []struct {
+		name, payload string
+		retryable     bool
+	}{
+		{"permanent", `{"fail":"boom: the widget is gone"}`, false},
+		{"retryable", `{"fail_retryable":"try later"}`, true},
+		{"fail_times", `{"fail_times":2}`, true},
+		{"bad controls", `{"sleep_ms":"soon"}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, lerr := call(t, local, tc.payload)
+			_, rerr := call(t, remote, tc.payload)
+			want, got := providerError(t, lerr), providerError(t, rerr)
+			if got.Retryable != tc.retryable || got.Retryable != want.Retryable || got.Code != want.Code || got.Message != want.Message {
+				t.Errorf("over the wire: %+v, in-process: %+v (want retryable %v)", got, want, tc.retryable)
+			}
+			if providers.IsRetryable(rerr) != tc.retryable {
+				t.Errorf("IsRetryable = %v", !tc.retryable)
+			}
+		})
+	}
+	if m.Restarts("faulty") != 0 {
+		t.Errorf("errors restarted the plugin %d times", m.Restarts("faulty"))
+	}
+}
+
+func TestFailTimes(t *testing.T) {
+	m, _ := newManager(t, plugins.Options{})
+	p := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	for attempt := 1; attempt <= 4; attempt++ {
+		resp, err := p.Execute(context.Background(), providers.Request{Payload: json.RawMessage(`{"fail_times":2,"x":"y"}`), Attempt: attempt})
+		if attempt <= 2 {
+			if pe := providerError(t, err); !pe.Retryable {
+				t.Errorf("attempt %d: error %v is not retryable", attempt, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("attempt %d: %v", attempt, err)
+		}
+		assertJSON(t, resp.Body, fmt.Sprintf(`{"fail_times":2,"x":"y","attempt":%d}`, attempt))
+	}
+}
+
+func TestCancellation(t *testing.T) {
+	m, _ := newManager(t, plugins.Options{})
+	p := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	mustCall(t, p, `{}`) // start the process, so that only the call is timed
+
+	t.Run("hang cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		start := time.Now()
+		_, err := p.Execute(ctx, providers.Request{Payload: json.RawMessage(`{"hang":true}`)})
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("error %v is not context.Canceled", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("returned after %v", d)
+		}
+	})
+	t.Run("sleep past deadline", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := p.Execute(ctx, providers.Request{Payload: json.RawMessage(`{"sleep_ms":10000}`)})
+		if !errors.Is(err, context.DeadlineExceeded) || !providers.IsRetryable(err) {
+			t.Errorf("error %v is not a retryable context.DeadlineExceeded", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("returned after %v", d)
+		}
+	})
+	t.Run("request deadline shorter than ctx", func(t *testing.T) {
+		req := providers.Request{Payload: json.RawMessage(`{"sleep_ms":10000}`), Deadline: time.Now().Add(150 * time.Millisecond)}
+		start := time.Now()
+		_, err := p.Execute(context.Background(), req)
+		if pe := providerError(t, err); !pe.Retryable || pe.Code != "timeout" {
+			t.Errorf("error %+v is not a retryable timeout", pe)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("returned after %v", d)
+		}
+	})
+	// The plugin is still healthy: cancelled calls do not cost a process.
+	mustCall(t, p, `{}`)
+	if m.Restarts("faulty") != 0 {
+		t.Errorf("Restarts = %d, want 0", m.Restarts("faulty"))
+	}
+}
+
+func TestCrashRelaunches(t *testing.T) {
+	m, _ := newManager(t, plugins.Options{})
+	p := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	mustCall(t, p, `{}`)
+	firstPID := plugins.PID(p)
+
+	_, err := call(t, p, `{"crash":true}`)
+	pe := providerError(t, err)
+	want := `provider "faulty": plugin process exited during the call: exit status 3`
+	if !pe.Retryable || pe.Code != "plugin_crashed" || pe.Message != want {
+		t.Errorf("crash gave %+v, want a retryable plugin_crashed error with message %q", pe, want)
+	}
+
+	assertJSON(t, mustCall(t, p, `{"after":"crash"}`), `{"after":"crash","attempt":1}`)
+	if got := m.Restarts("faulty"); got != 1 {
+		t.Errorf("Restarts = %d, want 1", got)
+	}
+	if pid := plugins.PID(p); pid == firstPID || pid == 0 {
+		t.Errorf("pid after relaunch = %d, before = %d", pid, firstPID)
+	}
+}
+
+func TestRelaunchAfterKillBetweenCalls(t *testing.T) {
+	m, _ := newManager(t, plugins.Options{})
+	p := m.Provider(plugins.Spec{Name: "echo", Builtin: "echo"})
+	mustCall(t, p, `1`)
+	proc, err := os.FindProcess(plugins.PID(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, proc.Pid, 2*time.Second)
+
+	// The next call may race the reaping of the old process; either it finds
+	// the process gone and relaunches, or it fails retryably and the one
+	// after relaunches.
+	if _, err := call(t, p, `2`); err != nil && !providers.IsRetryable(err) {
+		t.Fatalf("call after kill: %v", err)
+	}
+	assertJSON(t, mustCall(t, p, `3`), `3`)
+	if got := m.Restarts("echo"); got != 1 {
+		t.Errorf("Restarts = %d, want 1", got)
+	}
+}
+
+func TestConcurrentCalls(t *testing.T) {
+	m, _ := newManager(t, plugins.Options{})
+	p := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	const n = 200
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			body, err := call(t, p, fmt.Sprintf(`{"i":%d,"sleep_ms":200}`, i))
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+				return
+			}
+			assertJSON(t, body, fmt.Sprintf(`{"i":%d,"sleep_ms":200,"attempt":1}`, i))
+		})
+	}
+	wg.Wait()
+	// One start, then 200 overlapping 200 ms calls: far below 200 × 200 ms.
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("%d concurrent calls took %v; are they serialised?", n, d)
+	}
+	if got := m.Restarts("faulty"); got != 0 {
+		t.Errorf("Restarts = %d, want 0 (concurrent first calls must share one start)", got)
+	}
+}
+
+func TestCloseKillsPlugins(t *testing.T) {
+	m, _ := newManager(t, plugins.Options{})
+	var pids []int
+	var handles []providers.Provider
+	for _, typ := range []string{"echo", "faulty", "http"} {
+		p := m.Provider(plugins.Spec{Name: typ, Builtin: typ})
+		if _, err := p.Describe(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, plugins.PID(p))
+		handles = append(handles, p)
+	}
+	// A call in flight during Close fails instead of hanging.
+	inFlight := make(chan error, 1)
+	go func() {
+		_, err := call(t, handles[1], `{"hang":true}`)
+		inFlight <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if !processGone(pid) {
+			t.Errorf("plugin pid %d still running after Close", pid)
+		}
+	}
+	select {
+	case err := <-inFlight:
+		if err == nil {
+			t.Error("call in flight during Close succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("call in flight during Close did not return")
+	}
+	for _, p := range handles {
+		if _, err := call(t, p, `{}`); !errors.Is(err, plugins.ErrClosed) {
+			t.Errorf("call after Close: error %v is not ErrClosed", err)
+		}
+	}
+	if _, err := m.Provider(plugins.Spec{Name: "new", Builtin: "echo"}).Describe(context.Background()); !errors.Is(err, plugins.ErrClosed) {
+		t.Errorf("new handle after Close: error %v is not ErrClosed", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestStartFailures(t *testing.T) {
+	m, _ := newManager(t, plugins.Options{StartTimeout: 5 * time.Second})
+	for _, tc := range []struct {
+		spec plugins.Spec
+		want []string
+	}{
+		{plugins.Spec{Name: "bogus", Builtin: "nope"}, []string{`starting plugin "bogus"`, `unknown built-in provider type`}},
+		{plugins.Spec{Name: "both", Builtin: "echo", Path: "/bin/true"}, []string{`starting plugin "both"`, "not both"}},
+		{plugins.Spec{Name: "neither"}, []string{`starting plugin "neither"`, "neither a built-in type nor a plugin path"}},
+		{plugins.Spec{Name: "missing", Path: "/nonexistent/plugin"}, []string{`starting plugin "missing"`, "/nonexistent/plugin"}},
+		{plugins.Spec{Name: "not-a-plugin", Path: "/bin/true"}, []string{`starting plugin "not-a-plugin"`}},
+	} {
+		t.Run(tc.spec.Name, func(t *testing.T) {
+			_, err := call(t, m.Provider(tc.spec), `{}`)
+			if err == nil {
+				t.Fatal("call succeeded")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestStartFailureIsRetried(t *testing.T) {
+	m, _ := newManager(t, plugins.Options{})
+	path := filepath.Join(t.TempDir(), "late-plugin")
+	p := m.Provider(plugins.Spec{Name: "late", Path: path})
+	if _, err := call(t, p, `{}`); err == nil {
+		t.Fatal("call to a missing plugin binary succeeded")
+	}
+	bin, err := os.ReadFile(buildExtPlugin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	info, err := p.Describe(context.Background())
+	if err != nil || info.Name != "ext" {
+		t.Fatalf("Describe after the binary appeared = %+v, %v", info, err)
+	}
+}
+
+func TestMaxMessageBytes(t *testing.T) {
+	m, _ := newManager(t, plugins.Options{MaxMessageBytes: 64 << 10})
+	p := m.Provider(plugins.Spec{Name: "echo", Builtin: "echo"})
+	big := `"` + strings.Repeat("x", 100<<10) + `"`
+	_, err := call(t, p, big)
+	if pe := providerError(t, err); pe.Retryable || pe.Code != "message_too_large" {
+		t.Errorf("oversized call gave %+v, want permanent message_too_large", pe)
+	}
+	fits := `"` + strings.Repeat("x", 60<<10) + `"`
+	assertJSON(t, mustCall(t, p, fits), fits)
+	if m.Restarts("echo") != 0 {
+		t.Errorf("an oversized message restarted the plugin")
+	}
+}
+
+// buildExtPlugin builds testdata/extplugin, a plugin with its own main.
+func buildExtPlugin(t testing.TB) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("SKIPPING: no go toolchain on PATH to build the external test plugin: %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "extplugin")
+	cmd := exec.Command(goBin, "build", "-o", out, "./testdata/extplugin")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building testdata/extplugin: %v\n%s", err, b)
+	}
+	return out
+}
+
+func TestExternalPlugin(t *testing.T) {
+	bin := buildExtPlugin(t)
+	m, logs := newManager(t, plugins.Options{})
+	p := m.Provider(plugins.Spec{Name: "team-ext", Path: bin, Args: []string{"--flag", "v"}})
+
+	info, err := p.Describe(context.Background())
+	if err != nil || info.Name != "ext" || info.Version != "test" || len(info.ActionTypes) != 2 {
+		t.Fatalf("Describe = %+v, %v", info, err)
+	}
+
+	deadline := time.Now().Add(time.Minute).Truncate(time.Nanosecond)
+	resp, err := p.Execute(context.Background(), providers.Request{
+		ActionType: "inspect",
+		Payload:    json.RawMessage(`{"p":1}`),
+		Config:     json.RawMessage(`{"c":2}`),
+		DedupKey:   "run-9/notify",
+		Attempt:    3,
+		Deadline:   deadline,
+		RunID:      "run-9",
+		Step:       "notify",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`{"action_type":"inspect","payload":{"p":1},"config":{"c":2},"dedup_key":"run-9/notify",
+		"attempt":3,"deadline":%d,"ctx_deadline":%d,"run_id":"run-9","step":"notify","args":["--flag","v"]}`,
+		deadline.UnixNano(), deadline.UnixNano())
+	assertJSON(t, resp.Body, want)
+
+	_, err = p.Execute(context.Background(), providers.Request{ActionType: "nope"})
+	if pe := providerError(t, err); pe.Code != "unknown_action" || pe.Message != `unknown action type "nope"` {
+		t.Errorf("unknown action gave %+v", pe)
+	}
+
+	// The plugin's log record and its plain stderr line reach the gateway's
+	// slog, tagged with the provider's configured name.
+	for _, want := range []struct {
+		msg, level string
+	}{{"inspecting", "WARN"}, {"plain stderr line", "INFO"}} {
+		waitFor(t, 2*time.Second, func() bool {
+			for line := range strings.Lines(logs.String()) {
+				var rec map[string]any
+				if json.Unmarshal([]byte(line), &rec) == nil &&
+					rec["msg"] == want.msg && rec["level"] == want.level && rec["provider"] == "team-ext" {
+					return true
+				}
+			}
+			return false
+		}, "log record %q at %s with provider=team-ext", want.msg, want.level)
+	}
+}
+
+// TestCancellationReachesPlugin checks the plugin's own ctx, not just that
+// the host stopped waiting.
+func TestCancellationReachesPlugin(t *testing.T) {
+	bin := buildExtPlugin(t)
+	m, _ := newManager(t, plugins.Options{})
+	p := m.Provider(plugins.Spec{Name: "ext", Path: bin})
+	if _, err := p.Describe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want string
+	}{
+		{"cancel", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(100*time.Millisecond, cancel)
+			return ctx, cancel
+		}, "context canceled"},
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 100*time.Millisecond)
+		}, "context deadline exceeded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			marker := filepath.Join(t.TempDir(), "marker")
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			payload, _ := json.Marshal(map[string]string{"marker": marker})
+			if _, err := p.Execute(ctx, providers.Request{ActionType: "wait", Payload: payload}); err == nil {
+				t.Fatal("call succeeded")
+			}
+			var got []byte
+			waitFor(t, 2*time.Second, func() bool {
+				got, _ = os.ReadFile(marker)
+				return string(got) == tc.want
+			}, "the plugin's ctx to end with %q (marker: %q)", tc.want, &got)
+		})
+	}
+}
+
+func TestSHA256Pin(t *testing.T) {
+	bin := buildExtPlugin(t)
+	m, _ := newManager(t, plugins.Options{})
+	actual := sha256File(t, bin)
+	wrong := strings.Repeat("ab", 32)
+
+	_, err := m.Provider(plugins.Spec{Name: "pinned", Path: bin, SHA256: wrong}).Describe(context.Background())
+	var ce *plugins.ChecksumError
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %v is not a *ChecksumError", err)
+	}
+	for _, w := range []string{`starting plugin "pinned"`, bin, wrong, actual} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+
+	ok := m.Provider(plugins.Spec{Name: "pinned-ok", Path: bin, SHA256: strings.ToUpper(actual)})
+	if _, err := ok.Describe(context.Background()); err != nil {
+		t.Errorf("matching pin: %v", err)
+	}
+}
+
+func sha256File(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func waitFor(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	for end := time.Now().Add(timeout); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %v waiting for "+format, append([]any{timeout}, args...)...)
+		}
+	}
+}
+
+func waitGone(t testing.TB, pid int, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, func() bool { return processGone(pid) }, "pid %d to exit", pid)
+}
+
+func BenchmarkExecuteEcho(b *testing.B) {
+	m, _ := newManager(b, plugins.Options{})
+	p := m.Provider(plugins.Spec{Name: "echo", Builtin: "echo"})
+	req := providers.Request{ActionType: "post", Payload: json.RawMessage(`{"text":"hello","n":1}`), DedupKey: "run/step", Attempt: 1}
+	ctx := context.Background()
+	if _, err := p.Execute(ctx, req); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Execute(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkExecuteEchoParallel(b *testing.B) {
+	m, _ := newManager(b, plugins.Options{})
+	p := m.Provider(plugins.Spec{Name: "echo", Builtin: "echo"})
+	req := providers.Request{ActionType: "post", Payload: json.RawMessage(`{"text":"hello","n":1}`), DedupKey: "run/step", Attempt: 1}
+	if _, err := p.Execute(context.Background(), req); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := p.Execute(context.Background(), req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

@@ -1,0 +1,33 @@
+// Package builtin is the registry of the providers compiled into the gateway.
+// The gateway serves them from its own binary (see plugins.BuiltinEnv).
+package builtin
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/chaingate/gateway/providers"
+	"github.com/chaingate/gateway/providers/echo"
+	"github.com/chaingate/gateway/providers/faulty"
+	httpprovider "github.com/chaingate/gateway/providers/http"
+)
+
+var constructors = map[string]func() providers.Provider{
+	"echo":   echo.New,
+	"faulty": faulty.New,
+	"http":   httpprovider.New,
+}
+
+// New returns a new provider of the built-in type typ, and whether there is one.
+func New(typ string) (providers.Provider, bool) {
+	c, ok := constructors[typ]
+	if !ok {
+		return nil, false
+	}
+	return c(), true
+}
+
+// Types lists the built-in provider types, sorted.
+func Types() []string {
+	return slices.Sorted(maps.Keys(constructors))
+}

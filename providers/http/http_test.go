@@ -1,0 +1,237 @@
+package http_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	nethttp "net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/providers"
+	httpprovider "github.com/chaingate/gateway/providers/http"
+)
+
+type result struct {
+	Status  int               `json:"status"`
+	Headers map[string]string `json:"headers"`
+	Body    json.RawMessage   `json:"body"`
+}
+
+// seen is what /inspect reports about the request it received.
+type seen struct {
+	Method         string `json:"method"`
+	Path           string `json:"path"`
+	Query          string `json:"query"`
+	IdempotencyKey string `json:"idempotency_key"`
+	Default        string `json:"x_default"`
+	Override       string `json:"x_override"`
+	ContentType    string `json:"content_type"`
+	Body           string `json:"body"`
+}
+
+func newServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		path := strings.TrimPrefix(r.URL.Path, "/api")
+		switch {
+		case path == "/inspect":
+			body, _ := io.ReadAll(r.Body)
+			w.Header().Set("Content-Type", "application/json; charset=utf-8")
+			w.Header().Add("X-Multi", "a")
+			w.Header().Add("X-Multi", "b")
+			_ = json.NewEncoder(w).Encode(seen{
+				Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
+				IdempotencyKey: r.Header.Get("Idempotency-Key"),
+				Default:        r.Header.Get("X-Default"), Override: r.Header.Get("X-Override"),
+				ContentType: r.Header.Get("Content-Type"), Body: string(body),
+			})
+		case path == "/text":
+			w.Header().Set("Content-Type", "text/plain")
+			fmt.Fprint(w, "hello there")
+		case path == "/empty":
+			w.WriteHeader(nethttp.StatusNoContent)
+		case strings.HasPrefix(path, "/status/"):
+			code, _ := strconv.Atoi(strings.TrimPrefix(path, "/status/"))
+			w.WriteHeader(code)
+			fmt.Fprintf(w, "  nope, status %d\n", code)
+		case path == "/slow":
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+		case path == "/big":
+			w.Header().Set("Content-Length", strconv.Itoa(2<<20))
+			_, _ = w.Write(make([]byte, 2<<20))
+		case path == "/chunked":
+			for range 4 {
+				_, _ = w.Write(make([]byte, 512))
+				w.(nethttp.Flusher).Flush()
+			}
+		default:
+			nethttp.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestExecute(t *testing.T) {
+	srv := newServer(t)
+	closed := httptest.NewServer(nethttp.NotFoundHandler())
+	closed.Close()
+
+	for _, tc := range []struct {
+		name       string
+		actionType string
+		config     string
+		payload    string
+		ctxTimeout time.Duration
+		wantCode   string // error code; "" for success
+		retryable  bool
+		wantInMsg  string
+		check      func(t *testing.T, r result)
+	}{
+		{
+			name: "json response", actionType: "get", payload: `{"url":"` + srv.URL + `/inspect?a=1"}`,
+			check: func(t *testing.T, r result) {
+				s := decodeSeen(t, r)
+				if r.Status != 200 || s.Method != "GET" || s.Query != "a=1" || s.IdempotencyKey != "run-1/step-a" {
+					t.Errorf("status %d, server saw %+v", r.Status, s)
+				}
+				if r.Headers["content-type"] != "application/json; charset=utf-8" || r.Headers["x-multi"] != "a, b" {
+					t.Errorf("headers = %v", r.Headers)
+				}
+			},
+		},
+		{
+			name: "text response", payload: `{"url":"` + srv.URL + `/text"}`,
+			check: func(t *testing.T, r result) {
+				if string(r.Body) != `"hello there"` {
+					t.Errorf("body = %s", r.Body)
+				}
+			},
+		},
+		{
+			name: "empty response", actionType: "delete", payload: `{"url":"` + srv.URL + `/empty"}`,
+			check: func(t *testing.T, r result) {
+				if r.Status != 204 || string(r.Body) != "null" {
+					t.Errorf("status %d body %s", r.Status, r.Body)
+				}
+			},
+		},
+		{
+			name: "relative to base_url, headers merged, json body", actionType: "post",
+			config:  `{"base_url":"` + srv.URL + `/api","headers":{"X-Default":"cfg","X-Override":"cfg"}}`,
+			payload: `{"url":"inspect","headers":{"x-override":"payload","Idempotency-Key":"forged"},"body":{"k":[1,2]}}`,
+			check: func(t *testing.T, r result) {
+				s := decodeSeen(t, r)
+				want := seen{Method: "POST", Path: "/api/inspect", IdempotencyKey: "run-1/step-a", Default: "cfg", Override: "payload", ContentType: "application/json", Body: `{"k":[1,2]}`}
+				if s != want {
+					t.Errorf("server saw %+v, want %+v", s, want)
+				}
+			},
+		},
+		{
+			name: "string body sent as-is, explicit method wins", actionType: "post",
+			payload: `{"url":"` + srv.URL + `/inspect","method":"put","body":"raw <text>","headers":{"Content-Type":"text/plain"}}`,
+			check: func(t *testing.T, r result) {
+				if s := decodeSeen(t, r); s.Method != "PUT" || s.Body != "raw <text>" || s.ContentType != "text/plain" {
+					t.Errorf("server saw %+v", s)
+				}
+			},
+		},
+		{
+			name: "non-verb action type means GET", actionType: "check_health", payload: `{"url":"` + srv.URL + `/inspect"}`,
+			check: func(t *testing.T, r result) {
+				if s := decodeSeen(t, r); s.Method != "GET" {
+					t.Errorf("method = %s", s.Method)
+				}
+			},
+		},
+		{name: "404 is permanent", payload: `{"url":"` + srv.URL + `/status/404"}`, wantCode: "http_404", wantInMsg: "HTTP 404 Not Found: nope, status 404"},
+		{name: "400 is permanent", payload: `{"url":"` + srv.URL + `/status/400"}`, wantCode: "http_400"},
+		{name: "503 is retryable", payload: `{"url":"` + srv.URL + `/status/503"}`, wantCode: "http_503", retryable: true, wantInMsg: "nope, status 503"},
+		{name: "500 is retryable", payload: `{"url":"` + srv.URL + `/status/500"}`, wantCode: "http_500", retryable: true},
+		{name: "429 is retryable", payload: `{"url":"` + srv.URL + `/status/429"}`, wantCode: "http_429", retryable: true},
+		{name: "timeout_ms is retryable", payload: `{"url":"` + srv.URL + `/slow","timeout_ms":50}`, wantCode: "timeout", retryable: true, wantInMsg: "timeout_ms=50"},
+		{name: "network error is retryable", payload: `{"url":"` + closed.URL + `/x"}`, wantCode: "network", retryable: true},
+		{name: "oversize by content-length", payload: `{"url":"` + srv.URL + `/big"}`, wantCode: "response_too_large", wantInMsg: "max_response_bytes=1048576"},
+		{name: "oversize chunked", config: `{"max_response_bytes":1024}`, payload: `{"url":"` + srv.URL + `/chunked"}`, wantCode: "response_too_large"},
+		{name: "within max_response_bytes", config: `{"max_response_bytes":2048}`, payload: `{"url":"` + srv.URL + `/chunked"}`},
+		{name: "missing url", payload: `{"method":"get"}`, wantCode: "bad_payload", wantInMsg: "url is required"},
+		{name: "relative url without base_url", payload: `{"url":"/x"}`, wantCode: "bad_payload", wantInMsg: "no base_url"},
+		{name: "not http", payload: `{"url":"ftp://example.com/x"}`, wantCode: "bad_payload"},
+		{name: "bad method", payload: `{"url":"` + srv.URL + `","method":"FETCH"}`, wantCode: "bad_payload", wantInMsg: `method "FETCH"`},
+		{name: "unknown payload field", payload: `{"url":"` + srv.URL + `","header":{}}`, wantCode: "bad_payload", wantInMsg: `"header"`},
+		{name: "payload not an object", payload: `"http://x"`, wantCode: "bad_payload"},
+		{name: "bad config", config: `{"base":"x"}`, payload: `{"url":"` + srv.URL + `"}`, wantCode: "bad_config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			resp, err := httpprovider.New().Execute(ctx, providers.Request{
+				ActionType: tc.actionType,
+				Config:     json.RawMessage(tc.config),
+				Payload:    json.RawMessage(tc.payload),
+				DedupKey:   "run-1/step-a",
+				Attempt:    1,
+			})
+			if tc.wantCode != "" {
+				var pe *providers.Error
+				if !errors.As(err, &pe) {
+					t.Fatalf("error %v is not a *providers.Error", err)
+				}
+				if pe.Code != tc.wantCode || pe.Retryable != tc.retryable || !strings.Contains(pe.Message, tc.wantInMsg) {
+					t.Errorf("error %+v, want code %s retryable %v containing %q", pe, tc.wantCode, tc.retryable, tc.wantInMsg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r result
+			if err := json.Unmarshal(resp.Body, &r); err != nil {
+				t.Fatalf("body %s: %v", resp.Body, err)
+			}
+			if tc.check != nil {
+				tc.check(t, r)
+			}
+		})
+	}
+}
+
+func TestCallerDeadline(t *testing.T) {
+	srv := newServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := httpprovider.New().Execute(ctx, providers.Request{Payload: json.RawMessage(`{"url":"` + srv.URL + `/slow"}`)})
+	if !errors.Is(err, context.DeadlineExceeded) || !providers.IsRetryable(err) {
+		t.Errorf("error %v is not a retryable context.DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("returned after %v", d)
+	}
+}
+
+func TestErrorsHideQuery(t *testing.T) {
+	srv := newServer(t)
+	_, err := httpprovider.New().Execute(context.Background(), providers.Request{Payload: json.RawMessage(`{"url":"` + srv.URL + `/status/403?token=s3cret"}`)})
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error %v reveals the query string", err)
+	}
+}
+
+func decodeSeen(t *testing.T, r result) seen {
+	t.Helper()
+	var s seen
+	if err := json.Unmarshal(r.Body, &s); err != nil {
+		t.Fatalf("body %s is not the inspect JSON: %v", r.Body, err)
+	}
+	return s
+}

@@ -1,0 +1,64 @@
+// Package providers defines the contract between the gateway and the providers
+// that carry out chain steps (Slack, email, PagerDuty, HTTP, and providers teams
+// write themselves). Every provider, built-in or external, runs in a plugin
+// subprocess; this package holds only the Go-level contract and error classes,
+// so a plugin author depends on nothing but this package and package plugins.
+package providers
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Provider is implemented by every provider.
+type Provider interface {
+	// Describe reports what the provider is and which actions it accepts.
+	Describe(ctx context.Context) (Info, error)
+	// Execute carries out one action. It must honour ctx: when the step is
+	// cancelled or times out, ctx is done and Execute should return promptly.
+	// A returned error should be an *Error (see Retryable and Permanent);
+	// any other error is treated as permanent.
+	Execute(ctx context.Context, req Request) (Response, error)
+}
+
+// Info describes a provider.
+type Info struct {
+	// Name is the provider's own name, such as "http".
+	Name string
+	// Version is free-form and shown to operators.
+	Version string
+	// ActionTypes lists the action types Execute accepts; empty means any.
+	ActionTypes []string
+	// ConfigSchema is an optional JSON Schema for the [providers.config] table.
+	ConfigSchema json.RawMessage
+}
+
+// Request is one call of a provider by a chain step.
+type Request struct {
+	// ActionType is the step's action_type.
+	ActionType string
+	// Payload is the step's rendered payload_template as JSON.
+	Payload json.RawMessage
+	// Config is the provider's [providers.config] table as JSON.
+	Config json.RawMessage
+	// DedupKey identifies the step within its run and is stable across
+	// retries and gateway restarts; providers pass it on as an idempotency
+	// key (HTTP Idempotency-Key, PagerDuty dedup_key, email Message-ID).
+	DedupKey string
+	// Attempt is 1 for the first call of a step and grows with each retry.
+	Attempt int
+	// Deadline is when the gateway stops waiting for this call; zero if none.
+	// The same deadline is set on Execute's context.
+	Deadline time.Time
+	// RunID and Step say which run and step made the call, for logging.
+	RunID string
+	Step  string
+}
+
+// Response is a provider's successful answer.
+type Response struct {
+	// Body is the JSON result that later steps read as steps.NAME.body.
+	// Empty means null.
+	Body json.RawMessage
+}
