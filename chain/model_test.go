@@ -15,13 +15,13 @@ import (
 func dump(cfg *chain.Config) string {
 	type stepOut struct {
 		Name, Kind, Provider, ActionType, OnFailure, When, DefaultNext, SubChain string `json:",omitempty"`
-		TimeoutSeconds, DelaySeconds                                               int    `json:",omitempty"`
-		Payload, Input                                                             []string
-		Retry                                                                      *chain.Retry `json:",omitempty"`
-		Branches                                                                   []string     `json:",omitempty"`
-		Parallel                                                                   any          `json:",omitempty"`
-		Split                                                                      any          `json:",omitempty"`
-		Source                                                                     string
+		TimeoutSeconds, DelaySeconds                                             int    `json:",omitempty"`
+		Payload, Input                                                           []string
+		Retry                                                                    *chain.Retry `json:",omitempty"`
+		Branches                                                                 []string     `json:",omitempty"`
+		Parallel                                                                 any          `json:",omitempty"`
+		Split                                                                    any          `json:",omitempty"`
+		Source                                                                   string
 	}
 	var steps func([]*chain.Step) []stepOut
 	steps = func(list []*chain.Step) []stepOut {
@@ -86,7 +86,6 @@ func orNull(b []byte) []byte {
 	}
 	return b
 }
-
 
 // TestValidConfigs loads every file under testdata/valid and compares what
 // the loader understood with its .golden file.

@@ -34,8 +34,8 @@ func TestExpr(t *testing.T) {
 		{`steps.slack-alert.body.ok == true`, true, []string{"slack-alert"}},
 		{`steps.slack-alert.status == "succeeded" && steps.check.body.count > 3`, true, []string{"slack-alert", "check"}},
 		{`result.body.score > 80 && origin.payload.env == "prod"`, true, nil},
-		{`prev.body.count-1 == 4`, true, nil},     // subtraction without spaces after a digit
-		{`prev.body.count - 1 == 4`, true, nil},   // and with spaces
+		{`prev.body.count-1 == 4`, true, nil},   // subtraction without spaces after a digit
+		{`prev.body.count - 1 == 4`, true, nil}, // and with spaces
 		{`steps.check.body?.x-y == 1`, true, []string{"check"}},
 		{`"disk" in origin.payload.tags`, true, nil},
 		{`(result.body.owner ?? "ops") == "ops"`, true, nil},

@@ -40,7 +40,7 @@ type = "faulty"
 `
 
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	eng   *engine.Engine
 	store store.Store
 	pm    *plugins.Manager
@@ -57,6 +57,13 @@ func (r resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
 
 func newHarness(t *testing.T, config string) *harness {
 	t.Helper()
+	return newHarnessTB(t, config, nil)
+}
+
+// newHarnessTB builds an engine on a fresh store; onEvent, when set,
+// replaces the harness's own event recording.
+func newHarnessTB(t testing.TB, config string, onEvent func(store.Event)) *harness {
+	t.Helper()
 	cfg, err := chain.LoadBytes("test.toml", []byte(testProviders+config), chain.LoadOptions{ProviderTypes: builtin.Types()})
 	if err != nil {
 		t.Fatalf("loading config:\n%v", err)
@@ -71,7 +78,10 @@ func newHarness(t *testing.T, config string) *harness {
 	}
 	pm := plugins.NewManager(plugins.Options{Executable: exe})
 	h := &harness{t: t, store: st, pm: pm}
-	h.eng, err = engine.New(engine.Options{Store: st, Config: cfg, Providers: resolver{pm}, OnEvent: h.record})
+	if onEvent == nil {
+		onEvent = h.record
+	}
+	h.eng, err = engine.New(engine.Options{Store: st, Config: cfg, Providers: resolver{pm}, OnEvent: onEvent})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ type Run struct {
 	Chain     string    `json:"chain"`
 	ChainHash string    `json:"chain_hash"`
 	Status    RunStatus `json:"status"`
-	Origin    Origin    `json:"origin"`
+	Origin    Origin    `json:"origin,omitzero"`
 	// Path lists the top-level steps taken, in order.
 	Path []string `json:"path"`
 	// Cursor is the top-level step being executed; empty once finished.

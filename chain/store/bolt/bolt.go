@@ -23,16 +23,31 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 )
 
+// Everything of one run sits under one bucket, keyed by the run id, so a
+// commit dirties few pages: the run's header, origin, step records and
+// events are neighbours.
 var (
 	bucketRuns       = []byte("runs")
-	bucketSeqs       = []byte("seqs")
 	bucketRunIndex   = []byte("run_index") // created-at | id → nothing, for listing
 	bucketUnfinished = []byte("unfinished")
-	bucketSteps      = []byte("steps")
-	bucketEvents     = []byte("events")
 	bucketDLQ        = []byte("dlq")
-	allBuckets       = [][]byte{bucketRuns, bucketSeqs, bucketRunIndex, bucketUnfinished, bucketSteps, bucketEvents, bucketDLQ}
+	allBuckets       = [][]byte{bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ}
 )
+
+// Record kinds within a run's key range.
+const (
+	kindHeader = 'h'
+	kindOrigin = 'o'
+	kindStep   = 's'
+	kindEvent  = 'e'
+)
+
+func runKey(runID string, kind byte, suffix []byte) []byte {
+	b := make([]byte, 0, len(runID)+2+len(suffix))
+	b = append(b, runID...)
+	b = append(b, 0, kind)
+	return append(b, suffix...)
+}
 
 // maxGroup bounds how many commits share one transaction, so one fsync
 // never waits behind an unbounded amount of work.
@@ -54,6 +69,9 @@ type Store struct {
 	mu     sync.RWMutex // guards closed and sends on reqs
 	closed bool
 	done   chan struct{}
+	// seqs caches each unfinished run's last event sequence number; only
+	// the writer goroutine touches it.
+	seqs map[string]uint64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -67,7 +85,8 @@ type commitReq struct {
 // encodedBatch is a batch marshalled by the committing goroutine, so JSON
 // encoding runs in parallel and the single writer only copies bytes.
 type encodedBatch struct {
-	run    []byte
+	header []byte
+	origin []byte // only when the batch creates the run
 	steps  [][2][]byte
 	events [][2][]byte
 	dlq    [][2][]byte
@@ -109,7 +128,7 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("initialising store %s: %w", path, err)
 	}
-	s := &Store{db: db, log: opts.Logger, reqs: make(chan *commitReq, maxGroup), done: make(chan struct{})}
+	s := &Store{db: db, log: opts.Logger, reqs: make(chan *commitReq, maxGroup), done: make(chan struct{}), seqs: map[string]uint64{}}
 	go s.writer()
 	return s, nil
 }
@@ -164,15 +183,24 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) error {
 func encode(b *store.Batch) (encodedBatch, error) {
 	var e encodedBatch
 	var err error
-	if e.run, err = json.Marshal(b.Run); err != nil {
+	// The origin never changes, so it is written once, apart from the
+	// header that every commit rewrites.
+	header := *b.Run
+	header.Origin = store.Origin{}
+	if e.header, err = json.Marshal(&header); err != nil {
 		return e, fmt.Errorf("encoding run: %w", err)
+	}
+	if b.Create {
+		if e.origin, err = json.Marshal(&b.Run.Origin); err != nil {
+			return e, fmt.Errorf("encoding origin: %w", err)
+		}
 	}
 	for _, st := range b.Steps {
 		v, err := json.Marshal(st)
 		if err != nil {
 			return e, fmt.Errorf("encoding step %s: %w", st.Key, err)
 		}
-		e.steps = append(e.steps, [2][]byte{stepKey(b.Run.ID, st.Key), v})
+		e.steps = append(e.steps, [2][]byte{runKey(b.Run.ID, kindStep, []byte(st.Key)), v})
 	}
 	for i := range b.Events {
 		ev := &b.Events[i]
@@ -217,12 +245,26 @@ func (s *Store) writer() {
 
 func (s *Store) apply(group []*commitReq) {
 	results := make([]error, len(group))
+	// seqs seen in this transaction; they reach the cache only if it commits.
+	pending := map[string]uint64{}
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		for i, r := range group {
-			results[i] = applyOne(tx, r)
+			results[i] = s.applyOne(tx, r, pending)
 		}
 		return nil
 	})
+	if err == nil {
+		for _, r := range group {
+			id := r.b.Run.ID
+			if seq, ok := pending[id]; ok {
+				if r.b.Run.Status.Final() {
+					delete(s.seqs, id)
+				} else {
+					s.seqs[id] = seq
+				}
+			}
+		}
+	}
 	for i, r := range group {
 		if err != nil {
 			r.done <- fmt.Errorf("committing run %s: %w", r.b.Run.ID, err)
@@ -232,22 +274,41 @@ func (s *Store) apply(group []*commitReq) {
 	}
 }
 
+// lastSeq returns the run's last event sequence number, and whether the
+// run exists.
+func (s *Store) lastSeq(runs *bbolt.Bucket, id string, pending map[string]uint64) (uint64, bool, error) {
+	if seq, ok := pending[id]; ok {
+		return seq, true, nil
+	}
+	if seq, ok := s.seqs[id]; ok {
+		return seq, true, nil
+	}
+	v := runs.Get(runKey(id, kindHeader, nil))
+	if v == nil {
+		return 0, false, nil
+	}
+	var h struct {
+		Seq uint64 `json:"seq"`
+	}
+	if err := json.Unmarshal(v, &h); err != nil {
+		return 0, true, fmt.Errorf("decoding run %s: %w", id, err)
+	}
+	return h.Seq, true, nil
+}
+
 // applyOne checks one batch against the stored state, then writes it.
 // Checks come first so a rejected batch leaves nothing behind.
-func applyOne(tx *bbolt.Tx, r *commitReq) error {
+func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) error {
 	run := r.b.Run
-	id := []byte(run.ID)
-	seqs := tx.Bucket(bucketSeqs)
-	prev := seqs.Get(id)
+	runs := tx.Bucket(bucketRuns)
+	last, exists, err := s.lastSeq(runs, run.ID, pending)
 	switch {
-	case r.b.Create && prev != nil:
+	case err != nil:
+		return err
+	case r.b.Create && exists:
 		return fmt.Errorf("creating run %s: %w", run.ID, store.ErrExists)
-	case !r.b.Create && prev == nil:
+	case !r.b.Create && !exists:
 		return fmt.Errorf("committing run %s: %w", run.ID, store.ErrNotFound)
-	}
-	var last uint64
-	if prev != nil {
-		last = binary.BigEndian.Uint64(prev)
 	}
 	for _, ev := range r.b.Events {
 		if ev.Seq != last+1 {
@@ -259,32 +320,35 @@ func applyOne(tx *bbolt.Tx, r *commitReq) error {
 		return fmt.Errorf("committing run %s: run seq %d, last event %d: %w", run.ID, run.Seq, last, store.ErrConflict)
 	}
 
-	if err := tx.Bucket(bucketRuns).Put(id, r.enc.run); err != nil {
-		return err
-	}
-	if err := seqs.Put(id, binary.BigEndian.AppendUint64(nil, last)); err != nil {
+	id := []byte(run.ID)
+	if err := runs.Put(runKey(run.ID, kindHeader, nil), r.enc.header); err != nil {
 		return err
 	}
 	if r.b.Create {
+		if err := runs.Put(runKey(run.ID, kindOrigin, nil), r.enc.origin); err != nil {
+			return err
+		}
 		if err := tx.Bucket(bucketRunIndex).Put(indexKey(run.CreatedAt, run.ID), nil); err != nil {
 			return err
 		}
+		if !run.Status.Final() {
+			if err := tx.Bucket(bucketUnfinished).Put(id, nil); err != nil {
+				return err
+			}
+		}
 	}
-	unfinished := tx.Bucket(bucketUnfinished)
 	if run.Status.Final() {
-		if err := unfinished.Delete(id); err != nil {
+		if err := tx.Bucket(bucketUnfinished).Delete(id); err != nil {
 			return err
 		}
-	} else if err := unfinished.Put(id, nil); err != nil {
-		return err
 	}
 	for _, kv := range r.enc.steps {
-		if err := tx.Bucket(bucketSteps).Put(kv[0], kv[1]); err != nil {
+		if err := runs.Put(kv[0], kv[1]); err != nil {
 			return err
 		}
 	}
 	for _, kv := range r.enc.events {
-		if err := tx.Bucket(bucketEvents).Put(kv[0], kv[1]); err != nil {
+		if err := runs.Put(kv[0], kv[1]); err != nil {
 			return err
 		}
 	}
@@ -293,21 +357,12 @@ func applyOne(tx *bbolt.Tx, r *commitReq) error {
 			return err
 		}
 	}
+	pending[run.ID] = last
 	return nil
 }
 
-func stepKey(runID, key string) []byte {
-	b := make([]byte, 0, len(runID)+1+len(key))
-	b = append(b, runID...)
-	b = append(b, 0)
-	return append(b, key...)
-}
-
 func eventKey(runID string, seq uint64) []byte {
-	b := make([]byte, 0, len(runID)+9)
-	b = append(b, runID...)
-	b = append(b, 0)
-	return binary.BigEndian.AppendUint64(b, seq)
+	return runKey(runID, kindEvent, binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq))
 }
 
 func indexKey(t time.Time, id string) []byte {
@@ -327,16 +382,28 @@ func (s *Store) view(fn func(tx *bbolt.Tx) error) error {
 
 // Run implements store.Store.
 func (s *Store) Run(ctx context.Context, id string) (*store.Run, error) {
-	var run store.Run
+	var run *store.Run
 	err := s.view(func(tx *bbolt.Tx) error {
-		v := tx.Bucket(bucketRuns).Get([]byte(id))
-		if v == nil {
-			return fmt.Errorf("run %s: %w", id, store.ErrNotFound)
-		}
-		return json.Unmarshal(v, &run)
+		var err error
+		run, err = readRun(tx.Bucket(bucketRuns), id)
+		return err
 	})
-	if err != nil {
-		return nil, err
+	return run, err
+}
+
+func readRun(runs *bbolt.Bucket, id string) (*store.Run, error) {
+	v := runs.Get(runKey(id, kindHeader, nil))
+	if v == nil {
+		return nil, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
+	}
+	var run store.Run
+	if err := json.Unmarshal(v, &run); err != nil {
+		return nil, fmt.Errorf("decoding run %s: %w", id, err)
+	}
+	if o := runs.Get(runKey(id, kindOrigin, nil)); o != nil {
+		if err := json.Unmarshal(o, &run.Origin); err != nil {
+			return nil, fmt.Errorf("decoding origin of run %s: %w", id, err)
+		}
 	}
 	return &run, nil
 }
@@ -345,8 +412,8 @@ func (s *Store) Run(ctx context.Context, id string) (*store.Run, error) {
 func (s *Store) Steps(ctx context.Context, runID, prefix string) ([]*store.StepRecord, error) {
 	var out []*store.StepRecord
 	err := s.view(func(tx *bbolt.Tx) error {
-		p := stepKey(runID, prefix)
-		c := tx.Bucket(bucketSteps).Cursor()
+		p := runKey(runID, kindStep, []byte(prefix))
+		c := tx.Bucket(bucketRuns).Cursor()
 		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -366,8 +433,8 @@ func (s *Store) Steps(ctx context.Context, runID, prefix string) ([]*store.StepR
 func (s *Store) Events(ctx context.Context, runID string, after uint64, limit int) ([]store.Event, error) {
 	var out []store.Event
 	err := s.view(func(tx *bbolt.Tx) error {
-		p := append([]byte(runID), 0)
-		c := tx.Bucket(bucketEvents).Cursor()
+		p := runKey(runID, kindEvent, nil)
+		c := tx.Bucket(bucketRuns).Cursor()
 		for k, v := c.Seek(eventKey(runID, after+1)); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
 			if limit > 0 && len(out) >= limit {
 				break
@@ -426,9 +493,9 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 			if !f.Since.IsZero() && created.Before(f.Since) {
 				break
 			}
-			var run store.Run
-			if err := json.Unmarshal(runs.Get(k[8:]), &run); err != nil {
-				return fmt.Errorf("decoding run %s: %w", k[8:], err)
+			run, err := readRun(runs, string(k[8:]))
+			if err != nil {
+				return err
 			}
 			if (f.Chain != "" && run.Chain != f.Chain) || (f.Status != "" && run.Status != f.Status) {
 				continue
@@ -437,7 +504,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 				page.Next = base64.RawURLEncoding.EncodeToString(indexKey(page.Runs[limit-1].CreatedAt, page.Runs[limit-1].ID))
 				break
 			}
-			page.Runs = append(page.Runs, &run)
+			page.Runs = append(page.Runs, run)
 		}
 		return nil
 	})

@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/providers/builtin"
+)
+
+// mainEnv makes the test binary act as the gateway command itself, so the
+// process-level tests need no separate build.
+const mainEnv = "GATEWAY_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	plugins.ServeBuiltinIfRequested(builtin.New)
+	if os.Getenv(mainEnv) == "1" {
+		main()
+	}
+	os.Exit(m.Run())
+}
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// TestExampleConfigsValidate checks every file in configs/, alone with the
+// shared providers and all together.
+func TestExampleConfigsValidate(t *testing.T) {
+	files, err := filepath.Glob("../../configs/*.toml")
+	if err != nil || len(files) < 3 {
+		t.Fatalf("example configs: %v %v", files, err)
+	}
+	for _, f := range files {
+		paths := []string{f}
+		if filepath.Base(f) != "providers.toml" {
+			paths = append(paths, "../../configs/providers.toml")
+		}
+		cfg, err := gateway.LoadConfig(paths)
+		if err != nil {
+			t.Errorf("%s:\n%v", f, err)
+			continue
+		}
+		if len(cfg.Warnings) > 0 {
+			t.Errorf("%s: warnings %v", f, cfg.Warnings)
+		}
+	}
+	code, out, _ := runCLI(t, "validate", "../../configs")
+	if code != exitOK || !strings.HasPrefix(out, "ok: ") {
+		t.Errorf("validate configs/: exit %d, %q", code, out)
+	}
+}
+
+func TestValidateReportsEveryError(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.toml")
+	writeFile(t, bad, `
+[[providers]]
+name = "p"
+type = "echo"
+timeout_seconds = "10"
+
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "a"
+provider = "nope"
+on_failure = "explode"
+`)
+	code, out, _ := runCLI(t, "validate", bad)
+	if code != exitFailed {
+		t.Fatalf("exit %d, want %d", code, exitFailed)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("got %d lines, want 3:\n%s", len(lines), out)
+	}
+	format := regexp.MustCompile(`^` + regexp.QuoteMeta(bad) + `:\d+:\d+: [a-z_\[\]\-.]+: .+$`)
+	for _, l := range lines {
+		if !format.MatchString(l) {
+			t.Errorf("line not FILE:LINE:COL: KEY.PATH: message: %q", l)
+		}
+	}
+	if code, _, _ := runCLI(t, "validate"); code != exitUsage {
+		t.Errorf("validate without paths: exit %d", code)
+	}
+	if code, out, _ := runCLI(t, "validate", filepath.Join(dir, "missing.toml")); code != exitFailed || !strings.Contains(out, "no such file") {
+		t.Errorf("missing file: exit %d %q", code, out)
+	}
+}
+
+func TestRunExampleChain(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "gw.db")
+	code, out, errOut := runCLI(t, "run", "incident-response", "--config", "../../configs",
+		"--payload", `{"alert_name":"disk-full","host":"db-1","severity":"critical"}`, "--state", state)
+	if code != exitOK {
+		t.Fatalf("exit %d\nstderr:\n%s", code, errOut)
+	}
+	var res struct {
+		ID     string   `json:"id"`
+		Chain  string   `json:"chain"`
+		Status string   `json:"status"`
+		Path   []string `json:"path"`
+		Steps  map[string]struct {
+			Status   string          `json:"status"`
+			Body     json.RawMessage `json:"body"`
+			Error    any             `json:"error"`
+			Attempts int             `json:"attempts"`
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("stdout is not the run as JSON: %v\n%s", err, out)
+	}
+	if res.Status != "succeeded" || res.Chain != "incident-response" || len(res.Path) != 5 || res.Steps["page-oncall"].Attempts != 1 {
+		t.Errorf("result: %+v", res)
+	}
+	if !strings.Contains(string(res.Steps["slack-alert"].Body), "disk-full on db-1 (critical)") {
+		t.Errorf("slack-alert body: %s", res.Steps["slack-alert"].Body)
+	}
+	// One progress line per event: run started, 5 × (started, succeeded), run succeeded.
+	if n := strings.Count(strings.TrimSpace(errOut), "\n") + 1; n != 12 {
+		t.Errorf("%d progress lines, want 12:\n%s", n, errOut)
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.toml")
+	writeFile(t, cfg, `
+[[providers]]
+name = "faulty"
+type = "faulty"
+[[chains]]
+name = "fails"
+[[chains.steps]]
+name = "boom"
+provider = "faulty"
+payload_template = "<<origin.payload>>"
+`)
+	payload := filepath.Join(dir, "payload.json")
+	writeFile(t, payload, `{"fail": "nope"}`)
+	state := filepath.Join(dir, "gw.db")
+
+	code, out, _ := runCLI(t, "run", "fails", "--config", cfg, "--payload", "@"+payload, "--state", state)
+	if code != exitFailed || !strings.Contains(out, `"status": "failed"`) || !strings.Contains(out, "faulty: nope") {
+		t.Errorf("failing run: exit %d\n%s", code, out)
+	}
+	code, _, _ = runCLI(t, "run", "fails", "--config", cfg, "--payload", `{"x":1}`, "--state", state)
+	if code != exitOK {
+		t.Errorf("succeeding run: exit %d", code)
+	}
+	usage := [][]string{
+		{"run", "--config", cfg},
+		{"run", "fails"},
+		{"run", "nope", "--config", cfg, "--state", state},
+		{"run", "fails", "--config", cfg, "--payload", "{bad", "--state", state},
+		{"run", "fails", "--config", filepath.Join(dir, "missing.toml")},
+		{"frobnicate"},
+	}
+	for _, args := range usage {
+		if code, _, _ := runCLI(t, args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startGateway runs the gateway command as a real process on a chain whose
+// step hangs, and returns once the provider's plugin process is up.
+func startGateway(t *testing.T) (*exec.Cmd, []int) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.toml")
+	rec := filepath.Join(dir, "record.jsonl")
+	writeFile(t, cfg, fmt.Sprintf(`
+[[providers]]
+name = "faulty"
+type = "faulty"
+[[providers]]
+name = "echo"
+type = "echo"
+[[chains]]
+name = "hang"
+[[chains.steps]]
+name = "warm-up"
+provider = "echo"
+[[chains.steps]]
+name = "stuck"
+provider = "faulty"
+payload_template = { hang = true, record = %q }
+`, rec))
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "run", "hang", "--config", cfg, "--state", filepath.Join(dir, "gw.db"))
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if data, _ := os.ReadFile(rec); len(data) > 0 {
+			children := childPIDs(cmd.Process.Pid)
+			if len(children) == 2 {
+				return cmd, children
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("plugins did not start; stderr:\n%s", stderr.String())
+	return nil, nil
+}
+
+// childPIDs lists the processes whose parent is pid.
+func childPIDs(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, ok := parentPID(child); ok && ppid == pid {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+func parentPID(pid int) (int, bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The command name may hold spaces; fields resume after its ')'.
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(fields[1])
+	return ppid, err == nil
+}
+
+func alive(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(fields) > 0 && fields[0] != "Z"
+}
+
+func waitGone(t *testing.T, pids []int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		left := 0
+		for _, p := range pids {
+			if alive(p) {
+				left++
+			}
+		}
+		if left == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, p := range pids {
+		if alive(p) {
+			t.Errorf("plugin process %d still running %v after the gateway went", p, within)
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+}
+
+func TestSIGTERMStopsPlugins(t *testing.T) {
+	cmd, plugins := startGateway(t)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitInterrupt {
+			t.Errorf("gateway exit: %v, want status %d", err, exitInterrupt)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("gateway did not exit on SIGTERM")
+	}
+	waitGone(t, plugins, 2*time.Second)
+}
+
+func TestKill9StopsPlugins(t *testing.T) {
+	cmd, plugins := startGateway(t)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = cmd.Process.Wait()
+	waitGone(t, plugins, 2*time.Second)
+}
+
+// TestProgressLines checks the one-line-per-event stderr format.
+func TestProgressLines(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "gw.db")
+	_, _, errOut := runCLI(t, "run", "alert-triage", "--config", "../../configs", "--state", state,
+		"--payload", `{"alert_name":"cpu","severity":"info","score":10,"env":"test"}`)
+	sc := bufio.NewScanner(strings.NewReader(errOut))
+	line := regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d{3}  (run \S+|\S+)\s+(started|succeeded|skipped|failed)`)
+	n := 0
+	for sc.Scan() {
+		n++
+		if !line.MatchString(sc.Text()) {
+			t.Errorf("progress line %q", sc.Text())
+		}
+	}
+	if n == 0 || !strings.Contains(errOut, "done                     skipped: when condition is false") {
+		t.Errorf("progress:\n%s", errOut)
+	}
+}
