@@ -1,11 +1,25 @@
 // Package plugins runs providers as plugin subprocesses over
-// hashicorp/go-plugin (gRPC only, AutoMTLS, versioned protocol).
+// hashicorp/go-plugin (gRPC only, AutoMTLS, versioned protocol), so that a
+// provider that crashes or hangs cannot take the gateway down.
 //
-// Plugin authors call Serve from main. The gateway creates one Manager, asks
-// it for a providers.Provider per configured provider with Provider, and
-// calls Close on shutdown. Built-in providers are served by the gateway's own
-// binary, re-executed with BuiltinEnv set (see ServeBuiltinIfRequested), so
-// they take exactly the same path as a team's plugin.
+// A plugin is a program whose main hands a providers.Provider to Serve:
+//
+//	func main() { plugins.Serve(myProvider{}) }
+//
+// Its Execute gets a ctx that ends when the step is cancelled or reaches its
+// deadline, and returns *providers.Error values to say whether a failure is
+// retryable. What it logs with NewLogger, and anything it prints, lands in
+// the gateway's log tagged with the provider's name.
+//
+// The gateway creates one Manager, gets a providers.Provider per configured
+// provider from Manager.Provider, and calls Manager.Close on shutdown.
+// Built-in providers are served by the gateway's own binary, re-executed with
+// BuiltinEnv set (see ServeBuiltinIfRequested), so they take exactly the
+// same path as a team's plugin.
+//
+// Plugins in other languages serve chaingate.provider.v1.Provider from
+// proto/providerv1/provider.proto, with the go-plugin handshake described by
+// ProtocolVersion, MagicCookieKey and MagicCookieValue.
 package plugins
 
 import (
@@ -199,13 +213,14 @@ func (h *handle) Describe(ctx context.Context) (providers.Info, error) {
 }
 
 func (h *handle) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
+	if !req.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
+		defer cancel()
+	}
 	inst, err := h.instance(ctx)
 	if err != nil {
 		return providers.Response{}, err
-	}
-	deadline := req.Deadline
-	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
-		deadline = d
 	}
 	in := &providerv1.ExecuteRequest{
 		ActionType: req.ActionType,
@@ -216,7 +231,7 @@ func (h *handle) Execute(ctx context.Context, req providers.Request) (providers.
 		RunId:      req.RunID,
 		Step:       req.Step,
 	}
-	if !deadline.IsZero() {
+	if deadline, ok := ctx.Deadline(); ok {
 		in.Deadline = deadline.UnixNano()
 	}
 	resp, err := inst.rpc.Execute(ctx, in)
@@ -225,9 +240,9 @@ func (h *handle) Execute(ctx context.Context, req providers.Request) (providers.
 	}
 	if e := resp.GetError(); e != nil {
 		pe := fromWireError(e)
-		// The plugin saw the deadline a moment before the host did; let the
-		// caller still recognise its own context's end.
-		pe.Err = ctx.Err()
+		// When the plugin gave up because of the deadline, the caller should
+		// still recognise its own context's end.
+		pe.Err = ctxErr(ctx)
 		return providers.Response{}, pe
 	}
 	return providers.Response{Body: resp.Body}, nil
@@ -237,17 +252,17 @@ func (h *handle) Execute(ctx context.Context, req providers.Request) (providers.
 // shutting down, the process died, or the call itself was refused.
 func (h *handle) callError(ctx context.Context, inst *instance, verb string, err error) error {
 	name := h.spec.Name
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("%s provider %q: %w", verb, name, ctxErr)
+	if err := ctxErr(ctx); err != nil {
+		return fmt.Errorf("%s provider %q: %w", verb, name, err)
 	}
 	switch status.Code(err) {
+	case codes.Unavailable: // the connection broke; see below
 	case codes.Canceled:
 		return fmt.Errorf("%s provider %q: %w", verb, name, context.Canceled)
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("%s provider %q: %w", verb, name, context.DeadlineExceeded)
 	case codes.ResourceExhausted:
 		return &providers.Error{Code: "message_too_large", Message: fmt.Sprintf("%s provider %q: %s (limit %d bytes)", verb, name, status.Convert(err).Message(), h.m.opts.MaxMessageBytes), Err: err}
-	case codes.Unavailable:
 	default:
 		return fmt.Errorf("%s provider %q: %w", verb, name, err)
 	}
@@ -270,6 +285,19 @@ func (h *handle) callError(ctx context.Context, inst *instance, verb string, err
 		Message:   fmt.Sprintf("provider %q: plugin process exited during the call: %s", name, inst.cmd.ProcessState),
 		Err:       err,
 	}
+}
+
+// ctxErr is ctx.Err(), except that it is already DeadlineExceeded once the
+// deadline has passed: the plugin's timer for the same deadline may fire, and
+// its answer arrive, a moment before ctx's own timer.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func (h *handle) closedError() error {

@@ -25,6 +25,11 @@ import (
 func TestMain(m *testing.M) {
 	plugins.ServeBuiltinIfRequested(builtin.New)
 	runHostModeIfRequested()
+	// The built-in plugins here are this binary; under -race it would linger
+	// a second at every exit, and every test closes a manager.
+	if _, ok := os.LookupEnv("GORACE"); !ok {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
 	os.Exit(m.Run())
 }
 
@@ -216,8 +221,8 @@ func TestCancellation(t *testing.T) {
 		req := providers.Request{Payload: json.RawMessage(`{"sleep_ms":10000}`), Deadline: time.Now().Add(150 * time.Millisecond)}
 		start := time.Now()
 		_, err := p.Execute(context.Background(), req)
-		if pe := providerError(t, err); !pe.Retryable || pe.Code != "timeout" {
-			t.Errorf("error %+v is not a retryable timeout", pe)
+		if !errors.Is(err, context.DeadlineExceeded) || !providers.IsRetryable(err) {
+			t.Errorf("error %v is not a retryable context.DeadlineExceeded", err)
 		}
 		if d := time.Since(start); d > time.Second {
 			t.Errorf("returned after %v", d)
@@ -434,7 +439,7 @@ func TestExternalPlugin(t *testing.T) {
 	p := m.Provider(plugins.Spec{Name: "team-ext", Path: bin, Args: []string{"--flag", "v"}})
 
 	info, err := p.Describe(context.Background())
-	if err != nil || info.Name != "ext" || info.Version != "test" || len(info.ActionTypes) != 2 {
+	if err != nil || info.Name != "ext" || info.Version != "test" || len(info.ActionTypes) != 3 {
 		t.Fatalf("Describe = %+v, %v", info, err)
 	}
 
@@ -462,11 +467,21 @@ func TestExternalPlugin(t *testing.T) {
 		t.Errorf("unknown action gave %+v", pe)
 	}
 
-	// The plugin's log record and its plain stderr line reach the gateway's
+	// A panic fails that call alone; the process serves on.
+	pid := plugins.PID(p)
+	_, err = p.Execute(context.Background(), providers.Request{ActionType: "panic"})
+	if pe := providerError(t, err); pe.Retryable || pe.Code != "provider_panic" || pe.Message != "provider panicked: provider bug" {
+		t.Errorf("panic gave %+v", pe)
+	}
+	if _, err := p.Describe(context.Background()); err != nil || plugins.PID(p) != pid || m.Restarts("team-ext") != 0 {
+		t.Errorf("after a panic: Describe error %v, pid %d (was %d), %d restarts", err, plugins.PID(p), pid, m.Restarts("team-ext"))
+	}
+
+	// The plugin's log records and its plain stderr line reach the gateway's
 	// slog, tagged with the provider's configured name.
 	for _, want := range []struct {
 		msg, level string
-	}{{"inspecting", "WARN"}, {"plain stderr line", "INFO"}} {
+	}{{"inspecting", "WARN"}, {"plain stderr line", "INFO"}, {"provider panicked", "ERROR"}} {
 		waitFor(t, 2*time.Second, func() bool {
 			for line := range strings.Lines(logs.String()) {
 				var rec map[string]any
@@ -489,35 +504,43 @@ func TestCancellationReachesPlugin(t *testing.T) {
 	if _, err := p.Describe(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		name string
-		ctx  func() (context.Context, context.CancelFunc)
-		want string
-	}{
-		{"cancel", func() (context.Context, context.CancelFunc) {
-			ctx, cancel := context.WithCancel(context.Background())
-			time.AfterFunc(100*time.Millisecond, cancel)
-			return ctx, cancel
-		}, "context canceled"},
-		{"deadline", func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), 100*time.Millisecond)
-		}, "context deadline exceeded"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			marker := filepath.Join(t.TempDir(), "marker")
-			ctx, cancel := tc.ctx()
-			defer cancel()
-			payload, _ := json.Marshal(map[string]string{"marker": marker})
-			if _, err := p.Execute(ctx, providers.Request{ActionType: "wait", Payload: payload}); err == nil {
-				t.Fatal("call succeeded")
-			}
-			var got []byte
-			waitFor(t, 2*time.Second, func() bool {
-				got, _ = os.ReadFile(marker)
-				return string(got) == tc.want
-			}, "the plugin's ctx to end with %q (marker: %q)", tc.want, &got)
-		})
+	wait := func(ctx context.Context, marker string) error {
+		payload, _ := json.Marshal(map[string]string{"marker": marker})
+		_, err := p.Execute(ctx, providers.Request{ActionType: "wait", Payload: payload})
+		return err
 	}
+	markerSays := func(marker, want string) {
+		t.Helper()
+		var got []byte
+		waitFor(t, 2*time.Second, func() bool {
+			got, _ = os.ReadFile(marker)
+			return string(got) == want
+		}, "the plugin's ctx to end with %q (marker: %q)", want, &got)
+	}
+
+	t.Run("cancel", func(t *testing.T) {
+		marker := filepath.Join(t.TempDir(), "marker")
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() { errc <- wait(ctx, marker) }()
+		// Cancel only once the call is inside the plugin.
+		waitFor(t, 5*time.Second, func() bool { _, err := os.Stat(marker + ".started"); return err == nil }, "the call to reach the plugin")
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Errorf("error %v is not context.Canceled", err)
+		}
+		markerSays(marker, "context canceled")
+	})
+	t.Run("deadline", func(t *testing.T) {
+		marker := filepath.Join(t.TempDir(), "marker")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := wait(ctx, marker); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("error %v is not context.DeadlineExceeded", err)
+		}
+		markerSays(marker, "context deadline exceeded")
+	})
 }
 
 func TestSHA256Pin(t *testing.T) {

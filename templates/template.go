@@ -13,8 +13,8 @@ package templates
 
 import (
 	"encoding"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"

@@ -26,6 +26,11 @@ import (
 // engine test calls real plugin subprocesses.
 func TestMain(m *testing.M) {
 	plugins.ServeBuiltinIfRequested(builtin.New)
+	// Plugins here are this test binary; under -race each would linger a
+	// second at exit.
+	if _, ok := os.LookupEnv("GORACE"); !ok {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
 	os.Exit(m.Run())
 }
 

@@ -18,7 +18,7 @@ type provider struct {
 }
 
 func (provider) Describe(context.Context) (providers.Info, error) {
-	return providers.Info{Name: "ext", Version: "test", ActionTypes: []string{"inspect", "wait"}}, nil
+	return providers.Info{Name: "ext", Version: "test", ActionTypes: []string{"inspect", "panic", "wait"}}, nil
 }
 
 func (p provider) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
@@ -44,6 +44,8 @@ func (p provider) Execute(ctx context.Context, req providers.Request) (providers
 			"args":         os.Args[1:],
 		})
 		return providers.Response{Body: body}, err
+	case "panic":
+		panic("provider bug")
 	case "wait":
 		// Records how the call's context ended, so a test can see that the
 		// gateway's cancellation reached this process.
@@ -52,6 +54,9 @@ func (p provider) Execute(ctx context.Context, req providers.Request) (providers
 		}
 		if err := json.Unmarshal(req.Payload, &pl); err != nil {
 			return providers.Response{}, providers.Permanent("bad_payload", "%v", err)
+		}
+		if err := os.WriteFile(pl.Marker+".started", nil, 0o644); err != nil {
+			return providers.Response{}, err
 		}
 		<-ctx.Done()
 		if err := os.WriteFile(pl.Marker, []byte(ctx.Err().Error()), 0o644); err != nil {
