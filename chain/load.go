@@ -179,7 +179,7 @@ func (l *loader) checkName(t *table, kind string) string {
 var providerKeys = []string{"name", "type", "plugin", "sha256", "timeout_seconds", "config"}
 
 func (l *loader) provider(t *table, dir string) {
-	p := &Provider{Name: l.checkName(t, "provider"), Source: t.d.source(t.path)}
+	p := &Provider{Name: l.checkName(t, "provider"), Source: t.d.source(t.path), raw: t.m}
 	p.Type = t.str("type")
 	p.Plugin = t.str("plugin")
 	p.SHA256 = strings.ToLower(t.str("sha256"))
@@ -241,7 +241,7 @@ func contains(list []string, s string) bool {
 var chainKeys = []string{"name", "timeout_seconds", "steps"}
 
 func (l *loader) chain(t *table) {
-	c := &Chain{Name: l.checkName(t, "chain"), Source: t.d.source(t.path), byName: map[string]*Step{}}
+	c := &Chain{Name: l.checkName(t, "chain"), Source: t.d.source(t.path), byName: map[string]*Step{}, raw: t.m}
 	c.TimeoutSeconds = t.count("timeout_seconds", "seconds")
 	b := &chainBuild{l: l, c: c, d: t.d, sources: map[string]Source{}}
 	top := &scope{names: map[string]bool{}}

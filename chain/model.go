@@ -48,6 +48,8 @@ type Provider struct {
 	// Config is the opaque [providers.config] table as JSON.
 	Config []byte
 	Source Source
+
+	raw map[string]any
 }
 
 // Chain is one [[chains]] entry.
@@ -61,6 +63,7 @@ type Chain struct {
 	Source Source
 
 	byName map[string]*Step
+	raw    map[string]any
 }
 
 // Step returns the step with that name anywhere in the chain, including

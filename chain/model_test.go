@@ -3,6 +3,7 @@ package chain_test
 import (
 	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -141,4 +142,34 @@ func FuzzLoad(f *testing.F) {
 			t.Fatal("no config and no error")
 		}
 	})
+}
+
+// TestDefinitionRoundTrip checks that a chain's stored definition loads back
+// to the same chain, hash included, with the chains and providers it needs.
+func TestDefinitionRoundTrip(t *testing.T) {
+	cfg, err := chain.Load([]string{"testdata/valid/everything.toml"}, loadOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := cfg.Definition("incident-response")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := chain.LoadBytes("definition.toml", src, loadOpts)
+	if err != nil {
+		t.Fatalf("stored definition does not load:\n%v\n%s", err, src)
+	}
+	for _, name := range []string{"incident-response", "page-secondary"} {
+		if again.Chains[name] == nil || again.Chains[name].Hash != cfg.Chains[name].Hash {
+			t.Errorf("chain %s did not round-trip", name)
+		}
+	}
+	if len(again.Providers) != 2 {
+		t.Errorf("providers: %v", again.ProviderNames)
+	}
+	// Everything but where it was written down must match.
+	strip := regexp.MustCompile(`(?m)^\s*"Source": .*\n|"gateway": \{[^}]*\},?`)
+	if a, b := strip.ReplaceAllString(dump(again), ""), strip.ReplaceAllString(dump(cfg), ""); a != b {
+		t.Errorf("the reloaded definition differs:\n%s\n---\n%s", a, b)
+	}
 }

@@ -32,6 +32,9 @@ type runner struct {
 
 	calls    map[string]*inflight
 	payloads map[string][]byte // last rendered payload per step, for DLQ entries
+	timers   timerHeap
+	groups   map[string]*group // running parallel steps by key
+	owner    map[string]*group // sub-step key → its group
 
 	inbox     chan outcome
 	cancelReq chan struct{}
@@ -76,6 +79,8 @@ func (e *Engine) newRunner(def *chain.Chain, run *store.Run, recs []*store.StepR
 		dirty:     map[string]*store.StepRecord{},
 		calls:     map[string]*inflight{},
 		payloads:  map[string][]byte{},
+		groups:    map[string]*group{},
+		owner:     map[string]*group{},
 		inbox:     make(chan outcome, 64),
 		cancelReq: make(chan struct{}, 1),
 		stopReq:   make(chan struct{}),
@@ -85,6 +90,9 @@ func (e *Engine) newRunner(def *chain.Chain, run *store.Run, recs []*store.StepR
 		r.recs[rec.Key] = rec
 		if rec.Status.Final() {
 			r.vars.steps[rec.Name] = stepValue(rec, decodeJSON(rec.Body))
+		}
+		if rec.Status == store.StepPending && !rec.NotBefore.IsZero() {
+			r.addTimer(rec.NotBefore, rec.Key)
 		}
 	}
 	return r
@@ -157,18 +165,6 @@ func (r *runner) drainInbox() {
 			return
 		}
 	}
-}
-
-// nextWake is the earliest persisted timer: a delayed or backing-off step,
-// or the run's deadline.
-func (r *runner) nextWake() time.Time {
-	at := r.run.Deadline
-	for _, rec := range r.recs {
-		if rec.Status == store.StepPending && !rec.NotBefore.IsZero() && (at.IsZero() || rec.NotBefore.Before(at)) {
-			at = rec.NotBefore
-		}
-	}
-	return at
 }
 
 func (r *runner) start(ctx context.Context, l launch) {
@@ -268,37 +264,28 @@ func (r *runner) published(events []store.Event) {
 	}
 }
 
-// finishRun ends the run; whatever is still in flight is cancelled and its
-// step marked the same way.
+// finishRun ends the run; whatever is still pending or running is cancelled
+// (or, when the run timed out, marked timed out).
 func (r *runner) finishRun(status store.RunStatus, errInfo *store.ErrorInfo) {
 	if r.run.Status.Final() {
 		return
-	}
-	stepStatus, stepEvent := store.StepCancelled, store.EventStepCancelled
-	if status == store.RunTimedOut {
-		stepStatus, stepEvent = store.StepTimedOut, store.EventStepTimedOut
 	}
 	msg := ""
 	if errInfo != nil {
 		msg = errInfo.Message
 	}
-	now := time.Now().UTC()
-	for key, c := range r.calls {
-		c.cancel()
-		delete(r.calls, key)
+	stepStatus := store.StepCancelled
+	if status == store.RunTimedOut {
+		stepStatus = store.StepTimedOut
 	}
 	for _, rec := range r.recs {
-		if rec.Status.Final() {
-			continue
+		if !rec.Status.Final() {
+			r.abandon(rec, stepStatus, msg)
 		}
-		rec.Status = stepStatus
-		rec.FinishedAt = now
-		if errInfo != nil {
-			rec.Error = errInfo
-		}
-		r.put(rec)
-		r.event(stepEvent, rec.Key, rec.Attempts, msg)
 	}
+	clear(r.groups)
+	clear(r.owner)
+	now := time.Now().UTC()
 	r.run.Status = status
 	r.run.FinishedAt = now
 	r.run.Cursor = ""

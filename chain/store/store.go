@@ -42,6 +42,8 @@ type Store interface {
 	// UnfinishedRuns returns the ids of every run that has not reached a
 	// final status, oldest first, for resuming after a restart.
 	UnfinishedRuns(ctx context.Context) ([]string, error)
+	// Definition returns the chain definition stored under hash.
+	Definition(ctx context.Context, hash string) ([]byte, error)
 	// DLQ returns one dead-letter entry.
 	DLQ(ctx context.Context, id string) (*DLQEntry, error)
 	// ListDLQ returns dead-letter entries, oldest first.
@@ -65,6 +67,16 @@ type Batch struct {
 	Events []Event
 	// DLQ entries to add.
 	DLQ []*DLQEntry
+	// Definition, when set, is stored under its hash unless one is there
+	// already, so the run can resume on the definition it started with.
+	Definition *Definition
+}
+
+// Definition is a chain definition as started runs need it: a
+// self-contained config document and the chain's hash.
+type Definition struct {
+	Hash   string
+	Source []byte
 }
 
 // RunStatus is where a run stands.

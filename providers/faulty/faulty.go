@@ -4,6 +4,8 @@
 // The payload's fields drive it, applied in this order:
 //
 //	record         file path: append one JSON line {"dedup_key","attempt","action_type","payload"}
+//	record_cancel  file path: append one such line if the call is cancelled while it
+//	               sleeps or hangs, proving that cancellation reached the plugin
 //	sleep_ms       sleep this long, or until the call is cancelled
 //	crash          true: the plugin process exits at once with status 3
 //	hang           true: never answer; return only when the call is cancelled
@@ -35,6 +37,7 @@ func New() providers.Provider { return Provider{} }
 
 type controls struct {
 	Record        string `json:"record"`
+	RecordCancel  string `json:"record_cancel"`
 	SleepMS       int64  `json:"sleep_ms"`
 	Crash         bool   `json:"crash"`
 	Hang          bool   `json:"hang"`
@@ -67,7 +70,7 @@ func (Provider) Execute(ctx context.Context, req providers.Request) (providers.R
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return providers.Response{}, fmt.Errorf("sleeping %d ms: %w", c.SleepMS, ctx.Err())
+			return providers.Response{}, c.cancelled(req, payload, fmt.Errorf("sleeping %d ms: %w", c.SleepMS, ctx.Err()))
 		}
 	}
 	if c.Crash {
@@ -75,7 +78,7 @@ func (Provider) Execute(ctx context.Context, req providers.Request) (providers.R
 	}
 	if c.Hang {
 		<-ctx.Done()
-		return providers.Response{}, fmt.Errorf("hanging: %w", ctx.Err())
+		return providers.Response{}, c.cancelled(req, payload, fmt.Errorf("hanging: %w", ctx.Err()))
 	}
 	switch {
 	case c.Fail != "":
@@ -91,6 +94,16 @@ func (Provider) Execute(ctx context.Context, req providers.Request) (providers.R
 	}
 	obj["attempt"] = json.RawMessage(fmt.Sprint(req.Attempt))
 	return body(obj)
+}
+
+// cancelled notes a cancellation in record_cancel, if set, and returns err.
+func (c controls) cancelled(req providers.Request, payload json.RawMessage, err error) error {
+	if c.RecordCancel != "" {
+		if rerr := record(c.RecordCancel, req, payload); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+	}
+	return err
 }
 
 // record appends one line in a single write(2) on an O_APPEND file: the

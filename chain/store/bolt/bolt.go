@@ -31,7 +31,8 @@ var (
 	bucketRunIndex   = []byte("run_index") // created-at | id → nothing, for listing
 	bucketUnfinished = []byte("unfinished")
 	bucketDLQ        = []byte("dlq")
-	allBuckets       = [][]byte{bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ}
+	bucketDefs       = []byte("definitions")
+	allBuckets       = [][]byte{bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs}
 )
 
 // Record kinds within a run's key range.
@@ -357,6 +358,14 @@ func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) 
 			return err
 		}
 	}
+	if d := r.b.Definition; d != nil {
+		defs := tx.Bucket(bucketDefs)
+		if defs.Get([]byte(d.Hash)) == nil {
+			if err := defs.Put([]byte(d.Hash), d.Source); err != nil {
+				return err
+			}
+		}
+	}
 	pending[run.ID] = last
 	return nil
 }
@@ -521,6 +530,20 @@ func (s *Store) UnfinishedRuns(ctx context.Context) ([]string, error) {
 		})
 	})
 	return ids, err
+}
+
+// Definition implements store.Store.
+func (s *Store) Definition(ctx context.Context, hash string) ([]byte, error) {
+	var out []byte
+	err := s.view(func(tx *bbolt.Tx) error {
+		v := tx.Bucket(bucketDefs).Get([]byte(hash))
+		if v == nil {
+			return fmt.Errorf("chain definition %s: %w", hash, store.ErrNotFound)
+		}
+		out = append([]byte(nil), v...)
+		return nil
+	})
+	return out, err
 }
 
 // DLQ implements store.Store.

@@ -35,6 +35,7 @@ func Run(t *testing.T, f Factory) {
 		{"Unfinished", testUnfinished},
 		{"ListRuns", testListRuns},
 		{"DLQ", testDLQ},
+		{"Definitions", testDefinitions},
 		{"ConcurrentCommits", testConcurrentCommits},
 		{"Reopen", testReopen},
 		{"Closed", testClosed},
@@ -368,6 +369,33 @@ func testDLQ(t *testing.T, f Factory) {
 	}
 	if err := s.DeleteDLQ(ctx, entries[0].ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("deleting twice: got %v, want ErrNotFound", err)
+	}
+}
+
+func testDefinitions(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	run := NewRun("c", time.Now().UTC())
+	run.Seq = 1
+	def := &store.Definition{Hash: "h1", Source: []byte("[[chains]]\nname = \"c\"\n")}
+	err := s.Commit(ctx, &store.Batch{Run: run, Create: true, Definition: def,
+		Events: []store.Event{{Seq: 1, Type: store.EventRunStarted, Time: time.Now()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Definition(ctx, "h1")
+	if err != nil || string(got) != string(def.Source) {
+		t.Fatalf("definition: %q %v", got, err)
+	}
+	// The first definition stored under a hash stays.
+	if err := s.Commit(ctx, &store.Batch{Run: run, Definition: &store.Definition{Hash: "h1", Source: []byte("other")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Definition(ctx, "h1"); string(got) != string(def.Source) {
+		t.Errorf("definition replaced: %q", got)
+	}
+	if _, err := s.Definition(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing definition: %v", err)
 	}
 }
 

@@ -1,0 +1,62 @@
+package chain
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Definition returns a self-contained config document holding the named
+// chain, every chain it calls through sub_chain, and the providers they use.
+// A run stores it when it starts, so that it can resume on the same
+// definition after the config has changed.
+func (c *Config) Definition(name string) ([]byte, error) {
+	root := c.Chains[name]
+	if root == nil {
+		return nil, fmt.Errorf("encoding definition: unknown chain %q", name)
+	}
+	var chains []map[string]any
+	provs := map[string]bool{}
+	seen := map[string]bool{}
+	var visit func(*Chain)
+	visit = func(ch *Chain) {
+		if seen[ch.Name] {
+			return
+		}
+		seen[ch.Name] = true
+		chains = append(chains, ch.raw)
+		walkSteps(ch.Steps, func(s *Step) {
+			if s.Provider != "" {
+				provs[s.Provider] = true
+			}
+			if sub := c.Chains[s.SubChain]; sub != nil {
+				visit(sub)
+			}
+		})
+	}
+	visit(root)
+	var providers []map[string]any
+	for _, n := range c.ProviderNames {
+		p := c.Providers[n]
+		if !provs[n] {
+			continue
+		}
+		raw := maps.Clone(p.raw)
+		if p.Plugin != "" {
+			// Relative plugin paths were relative to the file they came from.
+			raw["plugin"] = p.Plugin
+		}
+		providers = append(providers, raw)
+	}
+	doc := map[string]any{"chains": chains}
+	if len(providers) > 0 {
+		doc["providers"] = providers
+	}
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(doc); err != nil {
+		return nil, fmt.Errorf("encoding definition of chain %q: %w", name, err)
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,345 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// countLines returns how many lines a record file holds (0 if absent).
+func countLines(t *testing.T, path string) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(data), "\n")
+}
+
+func TestParallelJoinAll(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "check"
+provider = "echo"
+payload_template = { severity = "critical" }
+[[chains.steps]]
+name = "notify-all"
+default_next = "log"
+[chains.steps.parallel]
+[[chains.steps.parallel.steps]]
+name = "slack-alert"
+provider = "echo"
+payload_template = { ok = true, text = "<<steps.check.body.severity>>" }
+[[chains.steps.parallel.steps]]
+name = "page"
+provider = "faulty"
+payload_template = { id = "P1", sleep_ms = 50 }
+[[chains.steps.branches]]
+field = "body.page.id"
+operator = "eq"
+value = "P1"
+target = "resolve"
+[[chains.steps]]
+name = "log"
+provider = "echo"
+[[chains.steps]]
+name = "resolve"
+provider = "echo"
+payload_template = { slack = "<<steps.slack-alert.body.ok>>", page = "<<prev.body.page.id>>", all = "<<steps.notify-all.body>>" }
+`)
+	res := h.run("c", `{}`)
+	if res.Status != store.RunSucceeded || !slices.Equal(res.Path, []string{"check", "notify-all", "resolve"}) {
+		t.Fatalf("got %s path %v: %+v", res.Status, res.Path, res.Error)
+	}
+	group := body(t, res, "notify-all")
+	if group["slack-alert"].(map[string]any)["text"] != "critical" || group["page"].(map[string]any)["id"] != "P1" {
+		t.Errorf("group body: %v", group)
+	}
+	r := body(t, res, "resolve")
+	if r["slack"] != true || r["page"] != "P1" || len(r["all"].(map[string]any)) != 2 {
+		t.Errorf("resolve read %v", r)
+	}
+	for _, k := range []string{"notify-all/slack-alert", "notify-all/page"} {
+		if res.Steps[k].Status != store.StepSucceeded {
+			t.Errorf("%s: %+v", k, res.Steps[k])
+		}
+	}
+}
+
+func TestParallelFailFastCancelsTheRest(t *testing.T) {
+	cancelled := filepath.Join(t.TempDir(), "cancelled.jsonl")
+	h := newHarness(t, fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "group"
+[chains.steps.parallel]
+[[chains.steps.parallel.steps]]
+name = "boom"
+provider = "faulty"
+payload_template = { fail = "down", sleep_ms = 100 }
+[[chains.steps.parallel.steps]]
+name = "slow-1"
+provider = "faulty"
+payload_template = { sleep_ms = 60000, record_cancel = %[1]q }
+[[chains.steps.parallel.steps]]
+name = "slow-2"
+provider = "faulty"
+payload_template = { hang = true, record_cancel = %[1]q }
+`, cancelled))
+	start := time.Now()
+	res := h.run("c", `{}`)
+	if res.Status != store.RunFailed || res.Steps["group"].Status != store.StepFailed || !strings.Contains(res.Error.Message, "1 of 3 sub-steps failed (boom: faulty: down)") {
+		t.Fatalf("got %s %+v", res.Status, res.Error)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("fail_fast took %v", time.Since(start))
+	}
+	for _, k := range []string{"group/slow-1", "group/slow-2"} {
+		if res.Steps[k].Status != store.StepCancelled {
+			t.Errorf("%s: %+v", k, res.Steps[k])
+		}
+	}
+	waitLines(t, cancelled, 2)
+}
+
+// waitLines waits until path holds n lines: cancellation reaches the plugin
+// a moment after the engine has moved on.
+func waitLines(t *testing.T, path string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for countLines(t, path) < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := countLines(t, path); got != n {
+		t.Errorf("%s: %d lines, want %d", filepath.Base(path), got, n)
+	}
+}
+
+func TestParallelBestEffort(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "group"
+on_failure = "skip"
+[chains.steps.parallel]
+on_failure = "best_effort"
+[[chains.steps.parallel.steps]]
+name = "boom"
+provider = "faulty"
+payload_template = { fail = "down" }
+[[chains.steps.parallel.steps]]
+name = "slow"
+provider = "faulty"
+payload_template = { sleep_ms = 200 }
+[[chains.steps]]
+name = "after"
+provider = "echo"
+payload_template = { group = "<<prev.status>>", slow = "<<steps.slow.status>>" }
+`)
+	res := h.run("c", `{}`)
+	if res.Status != store.RunSucceeded || res.Steps["group/slow"].Status != store.StepSucceeded || res.Steps["group/boom"].Status != store.StepFailed {
+		t.Fatalf("got %s: %+v", res.Status, res.Steps)
+	}
+	if b := body(t, res, "after"); b["group"] != "skipped" || b["slow"] != "succeeded" {
+		t.Errorf("after: %v", b)
+	}
+}
+
+func TestParallelJoinAny(t *testing.T) {
+	cancelled := filepath.Join(t.TempDir(), "cancelled.jsonl")
+	h := newHarness(t, fmt.Sprintf(`
+[[chains]]
+name = "first-wins"
+[[chains.steps]]
+name = "race"
+[chains.steps.parallel]
+join = "any"
+[[chains.steps.parallel.steps]]
+name = "broken"
+provider = "faulty"
+payload_template = { fail = "nope" }
+[[chains.steps.parallel.steps]]
+name = "fast"
+provider = "faulty"
+payload_template = { sleep_ms = 100, who = "fast" }
+[[chains.steps.parallel.steps]]
+name = "stuck"
+provider = "faulty"
+payload_template = { hang = true, record_cancel = %q }
+
+[[chains]]
+name = "all-fail"
+[[chains.steps]]
+name = "race"
+[chains.steps.parallel]
+join = "any"
+[[chains.steps.parallel.steps]]
+name = "a"
+provider = "faulty"
+payload_template = { fail = "a down" }
+[[chains.steps.parallel.steps]]
+name = "b"
+provider = "faulty"
+payload_template = { fail = "b down", sleep_ms = 50 }
+`, cancelled))
+	res := h.run("first-wins", `{}`)
+	if res.Status != store.RunSucceeded || res.Steps["race/stuck"].Status != store.StepCancelled || res.Steps["race/broken"].Status != store.StepFailed {
+		t.Fatalf("got %s %+v", res.Status, res.Steps)
+	}
+	if b := body(t, res, "race"); b["fast"].(map[string]any)["who"] != "fast" || b["stuck"] != nil {
+		t.Errorf("race body: %v", b)
+	}
+	waitLines(t, cancelled, 1)
+
+	res = h.run("all-fail", `{}`)
+	if res.Status != store.RunFailed || !strings.Contains(res.Error.Message, "2 of 2 sub-steps failed") {
+		t.Fatalf("all-fail: %s %+v", res.Status, res.Error)
+	}
+}
+
+func TestParallelMaxConcurrency(t *testing.T) {
+	var subs strings.Builder
+	for i := range 6 {
+		fmt.Fprintf(&subs, "[[chains.steps.parallel.steps]]\nname = \"s%d\"\nprovider = \"faulty\"\npayload_template = { sleep_ms = 150 }\n", i)
+	}
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "group"
+[chains.steps.parallel]
+max_concurrency = 2
+`+subs.String())
+	start := time.Now()
+	res := h.run("c", `{}`)
+	if res.Status != store.RunSucceeded {
+		t.Fatalf("got %s %+v", res.Status, res.Error)
+	}
+	if d := time.Since(start); d < 450*time.Millisecond {
+		t.Errorf("6 × 150 ms two at a time took only %v", d)
+	}
+	evs, _ := h.store.Events(context.Background(), res.ID, 0, 0)
+	inFlight, peak := 0, 0
+	for _, ev := range evs {
+		if !strings.HasPrefix(ev.Step, "group/") {
+			continue
+		}
+		switch ev.Type {
+		case store.EventStepStarted:
+			inFlight++
+		case store.EventStepSucceeded:
+			inFlight--
+		}
+		peak = max(peak, inFlight)
+	}
+	if peak != 2 {
+		t.Errorf("peak concurrency %d, want 2", peak)
+	}
+}
+
+func TestParallelTimeout(t *testing.T) {
+	cancelled := filepath.Join(t.TempDir(), "cancelled.jsonl")
+	h := newHarness(t, fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "group"
+on_failure = "dlq"
+[chains.steps.parallel]
+timeout_seconds = 1
+[[chains.steps.parallel.steps]]
+name = "quick"
+provider = "echo"
+[[chains.steps.parallel.steps]]
+name = "stuck"
+provider = "faulty"
+payload_template = { hang = true, record_cancel = %q }
+`, cancelled))
+	start := time.Now()
+	res := h.run("c", `{}`)
+	if res.Steps["group"].Status != store.StepTimedOut || res.Steps["group/stuck"].Status != store.StepCancelled || res.Steps["group/quick"].Status != store.StepSucceeded {
+		t.Fatalf("got %+v", res.Steps)
+	}
+	if res.Status != store.RunFailed || !strings.Contains(res.Error.Message, "timed out") {
+		t.Errorf("run: %s %+v", res.Status, res.Error)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a 1 s group timeout took %v", d)
+	}
+	waitLines(t, cancelled, 1)
+	entries, _ := h.store.ListDLQ(context.Background(), store.DLQFilter{})
+	if len(entries) != 1 || entries[0].Step != "group" {
+		t.Errorf("dlq: %+v", entries)
+	}
+}
+
+func TestParallelSubStepPolicies(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "group"
+[chains.steps.parallel]
+[[chains.steps.parallel.steps]]
+name = "flaky"
+provider = "faulty"
+payload_template = { fail_times = 2 }
+retry = { max_retries = 2, backoff_ms = 20, strategy = "fixed" }
+[[chains.steps.parallel.steps]]
+name = "optional"
+provider = "faulty"
+payload_template = { fail = "not today" }
+on_failure = "skip"
+[[chains.steps.parallel.steps]]
+name = "off"
+provider = "echo"
+when = 'origin.payload.mode == "full"'
+`)
+	res := h.run("c", `{"mode":"lite"}`)
+	if res.Status != store.RunSucceeded {
+		t.Fatalf("got %s %+v", res.Status, res.Error)
+	}
+	st := res.Steps
+	if st["group/flaky"].Attempts != 3 || st["group/flaky"].Status != store.StepSucceeded ||
+		st["group/optional"].Status != store.StepSkipped || st["group/off"].Status != store.StepSkipped {
+		t.Errorf("steps: %+v", st)
+	}
+}
+
+func TestParallelBoundedByChainTimeout(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+timeout_seconds = 1
+[[chains.steps]]
+name = "group"
+[chains.steps.parallel]
+timeout_seconds = 300
+[[chains.steps.parallel.steps]]
+name = "stuck"
+provider = "faulty"
+payload_template = { hang = true }
+`)
+	start := time.Now()
+	res := h.run("c", `{}`)
+	if res.Status != store.RunTimedOut || time.Since(start) > 5*time.Second {
+		t.Fatalf("got %s after %v", res.Status, time.Since(start))
+	}
+	if res.Steps["group/stuck"].Status != store.StepTimedOut {
+		t.Errorf("stuck: %+v", res.Steps["group/stuck"])
+	}
+}

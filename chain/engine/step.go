@@ -1,0 +1,265 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/providers"
+)
+
+// open creates a step's record on its first visit: a false `when` skips it,
+// delay_seconds sets a persisted timer. The record may come back final.
+func (r *runner) open(now time.Time, s *chain.Step, key string, sc *scope) *store.StepRecord {
+	rec := &store.StepRecord{Key: key, Name: s.Name, Status: store.StepPending, DedupKey: r.run.ID + "/" + key}
+	if s.When != nil {
+		ok, err := s.When.Eval(sc.env(nil))
+		if err != nil {
+			r.finishStep(rec, store.StepFailed, &store.ErrorInfo{Message: fmt.Sprintf("when condition of step %q: %v", s.Name, err), Code: "condition"})
+			return rec
+		}
+		if !ok {
+			rec.Status = store.StepSkipped
+			rec.FinishedAt = now
+			r.put(rec)
+			r.setStepVar(rec, nil)
+			r.event(store.EventStepSkipped, key, 0, "when condition is false")
+			return rec
+		}
+	}
+	if s.DelaySeconds > 0 {
+		rec.NotBefore = now.Add(time.Duration(s.DelaySeconds) * time.Second)
+		r.addTimer(rec.NotBefore, key)
+	}
+	r.put(rec)
+	return rec
+}
+
+// dispatch starts a provider step's next attempt when it is due, or starts
+// its current attempt again when the run resumed with the call unanswered.
+// bound, when set, caps the call's deadline (a group's deadline). It returns
+// the call to start, or whether the step failed before any call.
+func (r *runner) dispatch(now time.Time, s *chain.Step, rec *store.StepRecord, sc *scope, bound time.Time) (*launch, bool) {
+	switch rec.Status {
+	case store.StepPending:
+		if rec.NotBefore.After(now) {
+			return nil, false
+		}
+		l, errInfo := r.prepare(now, s, rec, rec.Attempts+1, sc, bound)
+		if errInfo != nil {
+			r.finishStep(rec, store.StepFailed, errInfo)
+			return nil, true
+		}
+		rec.Attempts++
+		rec.Status = store.StepRunning
+		rec.NotBefore = time.Time{}
+		if rec.StartedAt.IsZero() {
+			rec.StartedAt = now
+		}
+		r.put(rec)
+		r.event(store.EventStepStarted, rec.Key, rec.Attempts, "")
+		return l, false
+	case store.StepRunning:
+		if _, ok := r.calls[rec.Key]; ok {
+			return nil, false
+		}
+		// Persisted as running with no call in flight: the gateway stopped
+		// mid-call. Dispatch again with the same dedup key and attempt.
+		l, errInfo := r.prepare(now, s, rec, rec.Attempts, sc, bound)
+		if errInfo != nil {
+			r.finishStep(rec, store.StepFailed, errInfo)
+			return nil, true
+		}
+		r.event(store.EventStepStarted, rec.Key, rec.Attempts, "dispatched again after a restart")
+		return l, false
+	}
+	return nil, rec.Status.Final()
+}
+
+// prepare renders a step's payload and builds its provider call.
+func (r *runner) prepare(now time.Time, s *chain.Step, rec *store.StepRecord, attempt int, sc *scope, bound time.Time) (*launch, *store.ErrorInfo) {
+	p := r.e.cfg.Providers[s.Provider]
+	if p == nil {
+		return nil, &store.ErrorInfo{Message: fmt.Sprintf("provider %q is not configured", s.Provider), Code: "config"}
+	}
+	prov, err := r.e.providers.Resolve(p)
+	if err != nil {
+		return nil, &store.ErrorInfo{Message: fmt.Sprintf("provider %q: %v", s.Provider, err), Code: "provider"}
+	}
+	payload := []byte(`{}`)
+	if s.Payload != nil {
+		if payload, err = s.Payload.AppendJSON(nil, sc); err != nil {
+			return nil, &store.ErrorInfo{Message: fmt.Sprintf("rendering payload_template of step %q: %v", s.Name, err), Code: "template"}
+		}
+	}
+	r.payloads[rec.Key] = payload
+	timeout := time.Duration(chain.DefaultProviderTimeoutSeconds) * time.Second
+	switch {
+	case s.TimeoutSeconds > 0:
+		timeout = time.Duration(s.TimeoutSeconds) * time.Second
+	case p.TimeoutSeconds > 0:
+		timeout = time.Duration(p.TimeoutSeconds) * time.Second
+	}
+	deadline := now.Add(timeout)
+	for _, b := range []time.Time{r.run.Deadline, bound} {
+		if !b.IsZero() && b.Before(deadline) {
+			deadline = b
+		}
+	}
+	return &launch{
+		key:      rec.Key,
+		prov:     prov,
+		deadline: deadline,
+		timeout:  timeout,
+		req: providers.Request{
+			ActionType: s.ActionType,
+			Payload:    payload,
+			Config:     p.Config,
+			DedupKey:   rec.DedupKey,
+			Attempt:    attempt,
+			Deadline:   deadline,
+			RunID:      r.run.ID,
+			Step:       rec.Key,
+		},
+	}, nil
+}
+
+// handle applies a finished provider call to its step.
+func (r *runner) handle(o outcome) {
+	c := r.calls[o.key]
+	if c == nil || c.attempt != o.attempt {
+		return
+	}
+	delete(r.calls, o.key)
+	rec := r.recs[o.key]
+	if rec == nil || rec.Status != store.StepRunning || rec.Attempts != o.attempt {
+		return
+	}
+	defer r.stepChanged(rec)
+	s := r.def.Step(rec.Name)
+	now := time.Now().UTC()
+	if o.err == nil {
+		body := o.body
+		if len(body) == 0 {
+			body = json.RawMessage("null")
+		}
+		if !json.Valid(body) {
+			r.finishStep(rec, store.StepFailed, &store.ErrorInfo{Message: "provider returned a body that is not valid JSON", Code: "bad_response"})
+			return
+		}
+		rec.Status = store.StepSucceeded
+		rec.Body = body
+		rec.Error = nil
+		rec.FinishedAt = now
+		r.put(rec)
+		r.setStepVar(rec, decodeJSON(body))
+		r.event(store.EventStepSucceeded, rec.Key, rec.Attempts, "")
+		return
+	}
+
+	info := errorInfo(o)
+	if info.Retryable && s.Retry != nil && rec.Attempts <= s.Retry.MaxRetries {
+		wait := backoff(s.Retry, rec.Attempts)
+		rec.Status = store.StepPending
+		rec.NotBefore = now.Add(wait)
+		rec.Error = info
+		r.put(rec)
+		r.addTimer(rec.NotBefore, rec.Key)
+		r.event(store.EventStepRetrying, rec.Key, rec.Attempts, fmt.Sprintf("%s; retrying in %s", info.Message, wait))
+		return
+	}
+	status := store.StepFailed
+	if o.timedOut {
+		status = store.StepTimedOut
+	}
+	r.finishStep(rec, status, info)
+}
+
+func errorInfo(o outcome) *store.ErrorInfo {
+	if o.timedOut {
+		return &store.ErrorInfo{Message: fmt.Sprintf("provider call timed out after %s", o.timeout), Code: "timeout", Retryable: true}
+	}
+	var pe *providers.Error
+	if errors.As(o.err, &pe) {
+		return &store.ErrorInfo{Message: pe.Error(), Code: pe.Code, Retryable: pe.Retryable}
+	}
+	return &store.ErrorInfo{Message: o.err.Error(), Retryable: providers.IsRetryable(o.err)}
+}
+
+func (r *runner) finishStep(rec *store.StepRecord, status store.StepStatus, info *store.ErrorInfo) {
+	rec.Status = status
+	rec.Error = info
+	rec.FinishedAt = time.Now().UTC()
+	r.put(rec)
+	r.setStepVar(rec, nil)
+	typ := store.EventStepFailed
+	if status == store.StepTimedOut {
+		typ = store.EventStepTimedOut
+	}
+	r.event(typ, rec.Key, rec.Attempts, info.Message)
+}
+
+// abandon ends a step that is pending or running because its group or run
+// gave up on it; an in-flight call is cancelled and its answer ignored.
+func (r *runner) abandon(rec *store.StepRecord, status store.StepStatus, msg string) {
+	if c := r.calls[rec.Key]; c != nil {
+		c.cancel()
+		delete(r.calls, rec.Key)
+	}
+	rec.Status = status
+	rec.Error = &store.ErrorInfo{Message: msg, Code: string(status)}
+	rec.FinishedAt = time.Now().UTC()
+	r.put(rec)
+	r.setStepVar(rec, nil)
+	typ := store.EventStepCancelled
+	if status == store.StepTimedOut {
+		typ = store.EventStepTimedOut
+	}
+	r.event(typ, rec.Key, rec.Attempts, msg)
+}
+
+func (r *runner) setStepVar(rec *store.StepRecord, body any) {
+	r.vars.steps[rec.Name] = stepValue(rec, body)
+}
+
+// deadLetter parks a failed step in the DLQ with what it was sent.
+func (r *runner) deadLetter(rec *store.StepRecord) string {
+	entry := &store.DLQEntry{
+		ID:        store.NewID(),
+		RunID:     r.run.ID,
+		Chain:     r.run.Chain,
+		Step:      rec.Key,
+		Error:     *rec.Error,
+		Attempts:  rec.Attempts,
+		Payload:   r.payloads[rec.Key],
+		CreatedAt: time.Now().UTC(),
+	}
+	r.dlq = append(r.dlq, entry)
+	r.event(store.EventDeadLettered, rec.Key, rec.Attempts, "dead-letter entry "+entry.ID)
+	return entry.ID
+}
+
+// backoff is the wait before retry number attempt (1 for the first retry).
+func backoff(p *chain.Retry, attempt int) time.Duration {
+	base := time.Duration(p.BackoffMS) * time.Millisecond
+	var d time.Duration
+	switch p.Strategy {
+	case chain.BackoffFixed:
+		d = base
+	case chain.BackoffLinear:
+		d = base * time.Duration(attempt)
+	default:
+		d = base << min(attempt-1, 30)
+	}
+	if limit := time.Duration(p.MaxBackoffMS) * time.Millisecond; limit > 0 && d > limit {
+		d = limit
+	}
+	if p.JitterMS > 0 {
+		d += time.Duration(rand.IntN(p.JitterMS+1)) * time.Millisecond
+	}
+	return d
+}
