@@ -22,10 +22,14 @@ import (
 // [gateway].state says otherwise.
 const DefaultState = "bolt://./data/gateway.db"
 
-// LoadConfig loads config files and directories, checking provider types
-// against the built-in providers.
+// LoadOptions checks provider types against the built-in providers.
+func LoadOptions() chain.LoadOptions {
+	return chain.LoadOptions{ProviderTypes: builtin.Types()}
+}
+
+// LoadConfig loads config files and directories.
 func LoadConfig(paths []string) (*chain.Config, error) {
-	return chain.Load(paths, chain.LoadOptions{ProviderTypes: builtin.Types()})
+	return chain.Load(paths, LoadOptions())
 }
 
 // Options configures a Gateway.
@@ -47,6 +51,8 @@ type Gateway struct {
 	Store   store.Store
 	Plugins *plugins.Manager
 	Engine  *engine.Engine
+	// StoreFile is the embedded store's file; its control socket sits beside it.
+	StoreFile string
 }
 
 // Open opens the store and prepares the engine. Plugin processes start when
@@ -62,7 +68,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	if state == "" {
 		state = DefaultState
 	}
-	st, err := OpenStore(ctx, state, opts.Logger)
+	st, file, err := OpenStore(ctx, state, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -70,20 +76,22 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	eng, err := engine.New(engine.Options{
 		Store:     st,
 		Config:    opts.Config,
-		Providers: resolver{pm},
-		Logger:    opts.Logger.With("component", "engine"),
-		OnEvent:   opts.OnEvent,
+		Providers:   resolver{pm},
+		LoadOptions: LoadOptions(),
+		Logger:      opts.Logger.With("component", "engine"),
+		OnEvent:     opts.OnEvent,
 	})
 	if err != nil {
 		_ = pm.Close()
 		_ = st.Close()
 		return nil, err
 	}
-	return &Gateway{Config: opts.Config, Store: st, Plugins: pm, Engine: eng}, nil
+	return &Gateway{Config: opts.Config, Store: st, Plugins: pm, Engine: eng, StoreFile: file}, nil
 }
 
-// OpenStore opens the store a state URL names.
-func OpenStore(_ context.Context, state string, log *slog.Logger) (store.Store, error) {
+// OpenStore opens the store a state URL names, and returns its file when it
+// is the embedded store.
+func OpenStore(_ context.Context, state string, log *slog.Logger) (store.Store, string, error) {
 	scheme, rest, found := strings.Cut(state, "://")
 	if !found {
 		scheme, rest = "bolt", state
@@ -91,12 +99,24 @@ func OpenStore(_ context.Context, state string, log *slog.Logger) (store.Store, 
 	switch scheme {
 	case "bolt":
 		if rest == "" {
-			return nil, errors.New("opening store: bolt:// needs a file path, e.g. bolt://./data/gateway.db")
+			return nil, "", errors.New("opening store: bolt:// needs a file path, e.g. bolt://./data/gateway.db")
 		}
-		return bolt.Open(rest, bolt.Options{Logger: log.With("component", "store")})
+		st, err := bolt.Open(rest, bolt.Options{Logger: log.With("component", "store")})
+		return st, rest, err
 	default:
-		return nil, fmt.Errorf("opening store: unsupported state URL scheme %q (want bolt://PATH)", scheme)
+		return nil, "", fmt.Errorf("opening store: unsupported state URL scheme %q (want bolt://PATH)", scheme)
 	}
+}
+
+// StateFile returns the embedded store file a state URL names, or "".
+func StateFile(state string) string {
+	if scheme, rest, found := strings.Cut(state, "://"); found {
+		if scheme == "bolt" {
+			return rest
+		}
+		return ""
+	}
+	return state
 }
 
 // Close stops the engine (runs stay persisted), stops every plugin process

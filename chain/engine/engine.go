@@ -29,7 +29,10 @@ type Options struct {
 	Store     store.Store
 	Config    *chain.Config
 	Providers ProviderResolver
-	Logger    *slog.Logger
+	// LoadOptions are used to load a stored definition when a run resumes
+	// on a chain whose definition has changed since it started.
+	LoadOptions chain.LoadOptions
+	Logger      *slog.Logger
 	// OnEvent receives every event once it is durable, in order within a
 	// run. It runs on the run's goroutine and must not block.
 	OnEvent func(store.Event)
@@ -40,8 +43,13 @@ type Engine struct {
 	store     store.Store
 	cfg       *chain.Config
 	providers ProviderResolver
+	loadOpts  chain.LoadOptions
 	log       *slog.Logger
 	onEvent   func(store.Event)
+
+	defMu   sync.Mutex
+	sources map[string][]byte       // chain name → definition document
+	defs    map[string]*chain.Chain // hash → definitions loaded from the store
 
 	mu      sync.Mutex
 	runners map[string]*runner
@@ -74,9 +82,12 @@ func New(opts Options) (*Engine, error) {
 		store:     opts.Store,
 		cfg:       opts.Config,
 		providers: opts.Providers,
+		loadOpts:  opts.LoadOptions,
 		log:       opts.Logger,
 		onEvent:   opts.OnEvent,
 		runners:   map[string]*runner{},
+		sources:   map[string][]byte{},
+		defs:      map[string]*chain.Chain{},
 	}, nil
 }
 
@@ -127,18 +138,156 @@ func (e *Engine) Start(ctx context.Context, chainName string, in Input) (*store.
 	if def.TimeoutSeconds > 0 {
 		run.Deadline = now.Add(time.Duration(def.TimeoutSeconds) * time.Second)
 	}
+	src, err := e.source(def.Name)
+	if err != nil {
+		return nil, fmt.Errorf("starting run: %w", err)
+	}
 	r := e.newRunner(def, run, nil)
 	r.event(store.EventRunStarted, "", 0, "")
 	if err := e.admit(r); err != nil {
 		return nil, err
 	}
-	if err := r.flushCreate(ctx); err != nil {
+	if err := r.flushCreate(ctx, &store.Definition{Hash: def.Hash, Source: src}); err != nil {
 		e.forget(r)
 		return nil, fmt.Errorf("starting run: %w", err)
 	}
 	snapshot := *run
 	e.launch(r)
 	return &snapshot, nil
+}
+
+// source returns the definition document a run of the chain stores.
+func (e *Engine) source(name string) ([]byte, error) {
+	e.defMu.Lock()
+	defer e.defMu.Unlock()
+	if src, ok := e.sources[name]; ok {
+		return src, nil
+	}
+	src, err := e.cfg.Definition(name)
+	if err != nil {
+		return nil, err
+	}
+	e.sources[name] = src
+	return src, nil
+}
+
+// definition returns the chain a run started with: the configured one if
+// its hash matches, else the one stored when the run started.
+func (e *Engine) definition(ctx context.Context, name, hash string) (*chain.Chain, error) {
+	if c := e.cfg.Chains[name]; c != nil && c.Hash == hash {
+		return c, nil
+	}
+	e.defMu.Lock()
+	defer e.defMu.Unlock()
+	if c := e.defs[hash]; c != nil {
+		return c, nil
+	}
+	src, err := e.store.Definition(ctx, hash)
+	if err != nil {
+		return nil, fmt.Errorf("loading the definition of chain %q the run started with: %w", name, err)
+	}
+	cfg, err := chain.LoadBytes("stored definition of "+name, src, e.loadOpts)
+	if err != nil {
+		return nil, fmt.Errorf("loading the definition of chain %q the run started with: %w", name, err)
+	}
+	c := cfg.Chains[name]
+	if c == nil {
+		return nil, fmt.Errorf("the stored definition %s does not hold chain %q", hash, name)
+	}
+	e.defs[hash] = c
+	return c, nil
+}
+
+// Resume finds every unfinished run in the store and advances it again from
+// its persisted state: steps with a recorded result are not called again,
+// steps that were in flight are dispatched again with the same dedup key.
+// It returns the ids of the resumed runs.
+func (e *Engine) Resume(ctx context.Context) ([]string, error) {
+	ids, err := e.store.UnfinishedRuns(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing unfinished runs: %w", err)
+	}
+	var (
+		mu      sync.Mutex
+		resumed []string
+		errs    []error
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, 8)
+	)
+	for _, id := range ids {
+		if e.active(id) != nil {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := e.resume(ctx, id)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			resumed = append(resumed, id)
+		}()
+	}
+	wg.Wait()
+	return resumed, errors.Join(errs...)
+}
+
+func (e *Engine) resume(ctx context.Context, id string) error {
+	run, err := e.store.Run(ctx, id)
+	if err != nil {
+		return fmt.Errorf("resuming run %s: %w", id, err)
+	}
+	if run.Status.Final() {
+		return nil
+	}
+	recs, err := e.store.Steps(ctx, id, "")
+	if err != nil {
+		return fmt.Errorf("resuming run %s: %w", id, err)
+	}
+	def, err := e.definition(ctx, run.Chain, run.ChainHash)
+	if err != nil {
+		// Nothing can advance this run; end it with the reason rather than
+		// leave it unfinished for ever.
+		r := e.newRunner(&chain.Chain{Name: run.Chain}, run, recs)
+		r.finishRun(store.RunFailed, &store.ErrorInfo{Message: "cannot resume: " + err.Error(), Code: "definition"})
+		if ferr := r.flush(ctx); ferr != nil {
+			return errors.Join(err, ferr)
+		}
+		return fmt.Errorf("resuming run %s: %w", id, err)
+	}
+	r := e.newRunner(def, run, recs)
+	r.event(store.EventRunResumed, "", 0, "")
+	if err := e.admit(r); err != nil {
+		return err
+	}
+	e.launch(r)
+	return nil
+}
+
+// CancelStored cancels a run that no engine is advancing, straight in the
+// store.
+func (e *Engine) CancelStored(ctx context.Context, id string) error {
+	run, err := e.store.Run(ctx, id)
+	if err != nil {
+		return fmt.Errorf("cancelling run %s: %w", id, err)
+	}
+	if run.Status.Final() {
+		return fmt.Errorf("cancelling run %s: run already %s", id, run.Status)
+	}
+	recs, err := e.store.Steps(ctx, id, "")
+	if err != nil {
+		return fmt.Errorf("cancelling run %s: %w", id, err)
+	}
+	r := e.newRunner(&chain.Chain{Name: run.Chain}, run, recs)
+	r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled", Code: "cancelled"})
+	if err := r.flush(ctx); err != nil {
+		return fmt.Errorf("cancelling run %s: %w", id, err)
+	}
+	return nil
 }
 
 func (e *Engine) admit(r *runner) error {
@@ -196,19 +345,13 @@ func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
 	return run, nil
 }
 
-// Cancel stops a running run: its in-flight provider calls are cancelled
-// and it ends with status cancelled.
+// Cancel stops a run: its in-flight provider calls are cancelled and it
+// ends with status cancelled. A run no engine is advancing is cancelled in
+// the store.
 func (e *Engine) Cancel(ctx context.Context, id string) error {
 	r := e.active(id)
 	if r == nil {
-		run, err := e.store.Run(ctx, id)
-		if err != nil {
-			return err
-		}
-		if run.Status.Final() {
-			return fmt.Errorf("cancelling run %s: run already %s", id, run.Status)
-		}
-		return fmt.Errorf("cancelling run %s: %w", id, ErrNotActive)
+		return e.CancelStored(ctx, id)
 	}
 	select {
 	case r.cancelReq <- struct{}{}:

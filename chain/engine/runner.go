@@ -218,9 +218,10 @@ func (r *runner) resetBatch() {
 	r.dlq = nil
 }
 
-func (r *runner) flushCreate(ctx context.Context) error {
+func (r *runner) flushCreate(ctx context.Context, def *store.Definition) error {
 	b := r.pendingBatch()
 	b.Create = true
+	b.Definition = def
 	if err := r.e.store.Commit(ctx, b); err != nil {
 		return err
 	}

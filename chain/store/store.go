@@ -172,6 +172,7 @@ type EventType string
 
 const (
 	EventRunStarted    EventType = "run_started"
+	EventRunResumed    EventType = "run_resumed"
 	EventRunSucceeded  EventType = "run_succeeded"
 	EventRunFailed     EventType = "run_failed"
 	EventRunCancelled  EventType = "run_cancelled"

@@ -36,6 +36,8 @@ const usage = `gateway runs incident-response and automation chains described in
 Usage:
   gateway validate PATH...                      check config files or directories
   gateway run CHAIN --config PATH... [flags]    run one chain to completion
+  gateway resume --config PATH... [flags]       resume every unfinished run in a store
+  gateway cancel RUN_ID [--state PATH]          cancel a run
 
 Run "gateway COMMAND -h" for a command's flags.
 `
@@ -60,6 +62,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdValidate(args[1:], stdout, stderr)
 	case "run":
 		return cmdRun(ctx, args[1:], stdout, stderr)
+	case "resume":
+		return cmdResume(ctx, args[1:], stdout, stderr)
+	case "cancel":
+		return cmdCancel(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -156,23 +162,112 @@ func printConfigError(w io.Writer, err error) {
 }
 
 const runHelp = `Usage: gateway run CHAIN --config PATH... [--payload JSON|@FILE] [--state PATH]
+       gateway run --resume --config PATH... [--state PATH]
 
 Runs one chain to completion on the embedded store. Progress goes to stderr,
 the finished run to stdout as JSON. Exit status: 0 the run succeeded,
-1 it failed, 2 usage or config error.
+1 it failed, 2 usage or config error, 130 interrupted (the run stays
+persisted; "gateway resume" continues it). With --resume, resumes every
+unfinished run instead, as "gateway resume" does.
 
 `
+
+// session is a gateway opened by a command that advances runs.
+type session struct {
+	gw     *gateway.Gateway
+	log    *slog.Logger
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// openSession loads the config, opens the store and plugins, and listens on
+// the store's control socket so "gateway cancel" can reach this process.
+func openSession(ctx context.Context, configs []string, state, logLevel string, stdout, stderr io.Writer) (*session, int) {
+	logger, err := newLogger(stderr, logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "gateway:", err)
+		return nil, exitUsage
+	}
+	cfg, err := gateway.LoadConfig(configs)
+	if err != nil {
+		printConfigError(stderr, err)
+		return nil, exitUsage
+	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintln(stderr, w.String())
+	}
+	progress := &progressPrinter{w: stderr}
+	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: state, Logger: logger, OnEvent: progress.print})
+	if err != nil {
+		fmt.Fprintln(stderr, "gateway:", err)
+		return nil, exitUsage
+	}
+	if gw.StoreFile != "" {
+		if err := gateway.ServeControl(ctx, gateway.ControlPath(gw.StoreFile), gw.Engine, logger); err != nil {
+			logger.Warn("gateway cancel will not reach this process", "err", err)
+		}
+	}
+	return &session{gw: gw, log: logger, stdout: stdout, stderr: stderr}, exitOK
+}
+
+func (s *session) close() {
+	if err := s.gw.Close(); err != nil {
+		s.log.Error("closing gateway", "err", err)
+	}
+}
+
+// finish waits for a run and prints it; it returns the run's exit status.
+func (s *session) finish(ctx context.Context, id string, indent bool) int {
+	run, err := s.gw.Engine.Wait(ctx, id)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(s.stderr, "gateway: interrupted; run %s is persisted and \"gateway resume\" continues it\n", id)
+			return exitInterrupt
+		}
+		fmt.Fprintln(s.stderr, "gateway:", err)
+		return exitFailed
+	}
+	res, err := s.gw.Engine.Result(context.WithoutCancel(ctx), run.ID)
+	if err != nil {
+		fmt.Fprintln(s.stderr, "gateway:", err)
+		return exitFailed
+	}
+	enc := json.NewEncoder(s.stdout)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	if err := enc.Encode(res); err != nil {
+		fmt.Fprintln(s.stderr, "gateway: writing result:", err)
+		return exitFailed
+	}
+	if res.Status != store.RunSucceeded {
+		return exitFailed
+	}
+	return exitOK
+}
+
+func stateFlag(fs *flag.FlagSet) *string {
+	return fs.String("state", "", "store: a bolt file path or bolt://PATH (default [gateway].state, else "+gateway.DefaultState+")")
+}
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", stderr, runHelp)
 	var configs stringList
 	fs.Var(&configs, "config", "config file or directory (repeatable)")
 	payloadArg := fs.String("payload", "{}", "origin payload: JSON text, or @FILE to read it from a file")
-	state := fs.String("state", "", "store: a bolt file path or bolt://PATH (default [gateway].state, else "+gateway.DefaultState+")")
+	state := stateFlag(fs)
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn or error")
+	resume := fs.Bool("resume", false, "resume every unfinished run in the store instead of starting one")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitUsage
+	}
+	if *resume {
+		if len(pos) != 0 || len(configs) == 0 {
+			fmt.Fprintln(stderr, "gateway run --resume: takes no CHAIN and needs at least one --config")
+			return exitUsage
+		}
+		return resumeAll(ctx, configs, *state, *logLevel, stdout, stderr)
 	}
 	if len(pos) != 1 || len(configs) == 0 {
 		fmt.Fprintln(stderr, "gateway run: need exactly one CHAIN and at least one --config")
@@ -180,69 +275,141 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	chainName := pos[0]
-	logger, err := newLogger(stderr, *logLevel)
-	if err != nil {
-		fmt.Fprintln(stderr, "gateway run:", err)
-		return exitUsage
-	}
 	payload, err := readPayload(*payloadArg)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway run:", err)
 		return exitUsage
 	}
-	cfg, err := gateway.LoadConfig(configs)
+	s, code := openSession(ctx, configs, *state, *logLevel, stdout, stderr)
+	if s == nil {
+		return code
+	}
+	defer s.close()
+	if s.gw.Config.Chains[chainName] == nil {
+		fmt.Fprintf(stderr, "gateway run: unknown chain %q; the config defines %s\n", chainName, strings.Join(s.gw.Config.ChainNames, ", "))
+		return exitUsage
+	}
+	if ids, err := s.gw.Store.UnfinishedRuns(ctx); err == nil && len(ids) > 0 {
+		fmt.Fprintf(stderr, "note: this store holds %d unfinished runs; \"gateway resume\" continues them\n", len(ids))
+	}
+	started, err := s.gw.Engine.Start(ctx, chainName, engine.Input{Payload: payload})
 	if err != nil {
-		printConfigError(stderr, err)
-		return exitUsage
+		fmt.Fprintln(stderr, "gateway run:", err)
+		return exitFailed
 	}
-	for _, w := range cfg.Warnings {
-		fmt.Fprintln(stderr, w.String())
-	}
-	if cfg.Chains[chainName] == nil {
-		fmt.Fprintf(stderr, "gateway run: unknown chain %q; the config defines %s\n", chainName, strings.Join(cfg.ChainNames, ", "))
-		return exitUsage
-	}
+	return s.finish(ctx, started.ID, true)
+}
 
-	progress := &progressPrinter{w: stderr}
-	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: *state, Logger: logger, OnEvent: progress.print})
+const resumeHelp = `Usage: gateway resume --config PATH... [--state PATH]
+
+Resumes every unfinished run in the store after a crash or restart: steps
+with a recorded result are not called again, steps that were in flight are
+dispatched again with the same dedup key, timers and deadlines carry on
+where they were. Prints each finished run as one JSON line on stdout.
+Exit status: 0 when every resumed run succeeded, 1 otherwise.
+
+`
+
+func cmdResume(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("resume", stderr, resumeHelp)
+	var configs stringList
+	fs.Var(&configs, "config", "config file or directory (repeatable)")
+	state := stateFlag(fs)
+	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn or error")
+	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		fmt.Fprintln(stderr, "gateway run:", err)
 		return exitUsage
 	}
-	defer func() {
-		if err := gw.Close(); err != nil {
-			logger.Error("closing gateway", "err", err)
-		}
-	}()
+	if len(pos) != 0 || len(configs) == 0 {
+		fmt.Fprintln(stderr, "gateway resume: takes no arguments and needs at least one --config")
+		fs.Usage()
+		return exitUsage
+	}
+	return resumeAll(ctx, configs, *state, *logLevel, stdout, stderr)
+}
 
-	started, err := gw.Engine.Start(ctx, chainName, engine.Input{Payload: payload})
-	if err != nil {
-		fmt.Fprintln(stderr, "gateway run:", err)
-		return exitFailed
+func resumeAll(ctx context.Context, configs []string, state, logLevel string, stdout, stderr io.Writer) int {
+	s, code := openSession(ctx, configs, state, logLevel, stdout, stderr)
+	if s == nil {
+		return code
 	}
-	run, err := gw.Engine.Wait(ctx, started.ID)
+	defer s.close()
+	ids, err := s.gw.Engine.Resume(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintf(stderr, "gateway run: interrupted; run %s is persisted and can be resumed\n", started.ID)
-			return exitInterrupt
+		fmt.Fprintln(stderr, "gateway resume:", err)
+		code = exitFailed
+	}
+	fmt.Fprintf(stderr, "resuming %d runs\n", len(ids))
+	for _, id := range ids {
+		switch c := s.finish(ctx, id, false); c {
+		case exitOK:
+		case exitInterrupt:
+			return c
+		default:
+			code = c
 		}
-		fmt.Fprintln(stderr, "gateway run:", err)
-		return exitFailed
 	}
-	res, err := gw.Engine.Result(context.WithoutCancel(ctx), run.ID)
+	return code
+}
+
+const cancelHelp = `Usage: gateway cancel RUN_ID [--state PATH] [--config PATH...]
+
+Cancels a run: its in-flight provider calls are cancelled and it ends with
+status cancelled. If a gateway is running on the store, the command reaches
+it through the store's control socket; otherwise it cancels the run in the
+store directly. --config is only read for [gateway].state.
+
+`
+
+func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("cancel", stderr, cancelHelp)
+	var configs stringList
+	fs.Var(&configs, "config", "config file or directory, read for [gateway].state (repeatable)")
+	state := stateFlag(fs)
+	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		fmt.Fprintln(stderr, "gateway run:", err)
-		return exitFailed
+		return exitUsage
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(res); err != nil {
-		fmt.Fprintln(stderr, "gateway run: writing result:", err)
-		return exitFailed
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, "gateway cancel: need exactly one RUN_ID")
+		fs.Usage()
+		return exitUsage
 	}
-	if res.Status != store.RunSucceeded {
-		return exitFailed
+	id := pos[0]
+	cfg := &chain.Config{Chains: map[string]*chain.Chain{}, Providers: map[string]*chain.Provider{}}
+	if len(configs) > 0 {
+		if cfg, err = gateway.LoadConfig(configs); err != nil {
+			printConfigError(stderr, err)
+			return exitUsage
+		}
 	}
+	if *state == "" {
+		*state = cfg.Gateway.State
+	}
+	if *state == "" {
+		*state = gateway.DefaultState
+	}
+	logger, _ := newLogger(stderr, "warn")
+	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: *state, Logger: logger})
+	switch {
+	case errors.Is(err, store.ErrInUse):
+		file := gateway.StateFile(*state)
+		if err := gateway.SendControl(ctx, gateway.ControlPath(file), "cancel "+id); err != nil {
+			fmt.Fprintln(stderr, "gateway cancel:", err)
+			return exitFailed
+		}
+	case err != nil:
+		fmt.Fprintln(stderr, "gateway cancel:", err)
+		return exitUsage
+	default:
+		err = gw.Engine.Cancel(ctx, id)
+		_ = gw.Close()
+		if err != nil {
+			fmt.Fprintln(stderr, "gateway cancel:", err)
+			return exitFailed
+		}
+	}
+	fmt.Fprintf(stdout, "cancelled run %s\n", id)
 	return exitOK
 }
 
