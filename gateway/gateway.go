@@ -74,8 +74,8 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	}
 	pm := plugins.NewManager(plugins.Options{Executable: opts.Executable, Logger: opts.Logger.With("component", "plugins")})
 	eng, err := engine.New(engine.Options{
-		Store:     st,
-		Config:    opts.Config,
+		Store:       st,
+		Config:      opts.Config,
 		Providers:   resolver{pm},
 		LoadOptions: LoadOptions(),
 		Logger:      opts.Logger.With("component", "engine"),
