@@ -69,11 +69,23 @@ func newHarness(t *testing.T, config string) *harness {
 // replaces the harness's own event recording.
 func newHarnessTB(t testing.TB, config string, onEvent func(store.Event)) *harness {
 	t.Helper()
-	cfg, err := chain.LoadBytes("test.toml", []byte(testProviders+config), chain.LoadOptions{ProviderTypes: builtin.Types()})
+	return newHarnessOn(t, config, filepath.Join(t.TempDir(), "gateway.db"), onEvent)
+}
+
+// newHarnessAt builds an engine on the store file db.
+func newHarnessAt(t *testing.T, config, db string) *harness {
+	t.Helper()
+	return newHarnessOn(t, config, db, nil)
+}
+
+func newHarnessOn(t testing.TB, config, db string, onEvent func(store.Event)) *harness {
+	t.Helper()
+	opts := chain.LoadOptions{ProviderTypes: builtin.Types()}
+	cfg, err := chain.LoadBytes("test.toml", []byte(testProviders+config), opts)
 	if err != nil {
 		t.Fatalf("loading config:\n%v", err)
 	}
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "gateway.db"), bolt.Options{})
+	st, err := bolt.Open(db, bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,16 +98,20 @@ func newHarnessTB(t testing.TB, config string, onEvent func(store.Event)) *harne
 	if onEvent == nil {
 		onEvent = h.record
 	}
-	h.eng, err = engine.New(engine.Options{Store: st, Config: cfg, Providers: resolver{pm}, OnEvent: onEvent})
+	h.eng, err = engine.New(engine.Options{Store: st, Config: cfg, Providers: resolver{pm}, LoadOptions: opts, OnEvent: onEvent})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		h.eng.Close()
-		_ = pm.Close()
-		_ = st.Close()
-	})
+	t.Cleanup(h.close)
 	return h
+}
+
+// close stops the engine as a gateway shutting down would: runs stay as
+// persisted.
+func (h *harness) close() {
+	h.eng.Close()
+	_ = h.pm.Close()
+	_ = h.store.Close()
 }
 
 func (h *harness) record(ev store.Event) {

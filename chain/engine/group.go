@@ -216,7 +216,7 @@ func (r *runner) groupFailure(g *group) string {
 // finishGroup cancels whatever is still pending or running and records the
 // parent's result: an object keyed by sub-step name.
 func (r *runner) finishGroup(g *group, status store.StepStatus, msg string) {
-	reason := "cancelled: the parallel group finished without it"
+	reason := "the parallel group finished without it"
 	if status == store.StepTimedOut {
 		reason = msg
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 )
 
@@ -342,4 +343,81 @@ payload_template = { hang = true }
 	if res.Steps["group/stuck"].Status != store.StepTimedOut {
 		t.Errorf("stuck: %+v", res.Steps["group/stuck"])
 	}
+}
+
+// TestResumeOnStoredDefinition stops an engine mid-run, changes the chain,
+// and checks that a new engine resumes the run on the definition it started
+// with, without calling the finished step again.
+func TestResumeOnStoredDefinition(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	started := fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "first"
+provider = "faulty"
+payload_template = { record = %[1]q }
+[[chains.steps]]
+name = "second"
+provider = "faulty"
+payload_template = { record = %[1]q, sleep_ms = 1500 }
+[[chains.steps]]
+name = "third"
+provider = "echo"
+payload_template = { from = "old definition" }
+`, rec)
+	changed := `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "only"
+provider = "echo"
+payload_template = { from = "new definition" }
+`
+	db := filepath.Join(dir, "gw.db")
+	h1 := newHarnessAt(t, started, db)
+	ctx := context.Background()
+	run, err := h1.eng.Start(ctx, "c", engine.Input{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLines(t, rec, 2)
+	h1.close()
+
+	h2 := newHarnessAt(t, changed, db)
+	ids, err := h2.eng.Resume(ctx)
+	if err != nil || len(ids) != 1 || ids[0] != run.ID {
+		t.Fatalf("resume: %v %v", ids, err)
+	}
+	if _, err := h2.eng.Wait(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	res, _ := h2.eng.Result(ctx, run.ID)
+	if res.Status != store.RunSucceeded || !slices.Equal(res.Path, []string{"first", "second", "third"}) {
+		t.Fatalf("got %s %v %+v", res.Status, res.Path, res.Error)
+	}
+	if b := body(t, res, "third"); b["from"] != "old definition" {
+		t.Errorf("third: %v", b)
+	}
+	// first had its result before the stop: one call; second was in flight: two.
+	calls := strings.Count(readFileString(t, rec), run.ID+"/first")
+	if calls != 1 {
+		t.Errorf("first called %d times", calls)
+	}
+	if n := strings.Count(readFileString(t, rec), run.ID+"/second"); n != 2 {
+		t.Errorf("second called %d times, want 2", n)
+	}
+	if types := h2.eventTypes(run.ID); !slices.Contains(types, "run_resumed") {
+		t.Errorf("events: %v", types)
+	}
+}
+
+func readFileString(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }

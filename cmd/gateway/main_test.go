@@ -132,15 +132,16 @@ func TestRunExampleChain(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("stdout is not the run as JSON: %v\n%s", err, out)
 	}
-	if res.Status != "succeeded" || res.Chain != "incident-response" || len(res.Path) != 5 || res.Steps["page-oncall"].Attempts != 1 {
+	if res.Status != "succeeded" || res.Chain != "incident-response" || len(res.Path) != 3 || res.Steps["notify-all/page-oncall"].Attempts != 1 {
 		t.Errorf("result: %+v", res)
 	}
-	if !strings.Contains(string(res.Steps["slack-alert"].Body), "disk-full on db-1 (critical)") {
-		t.Errorf("slack-alert body: %s", res.Steps["slack-alert"].Body)
+	if !strings.Contains(string(res.Steps["notify-all/slack-alert"].Body), "disk-full on db-1 (critical)") {
+		t.Errorf("slack-alert body: %s", res.Steps["notify-all/slack-alert"].Body)
 	}
-	// One progress line per event: run started, 5 × (started, succeeded), run succeeded.
-	if n := strings.Count(strings.TrimSpace(errOut), "\n") + 1; n != 12 {
-		t.Errorf("%d progress lines, want 12:\n%s", n, errOut)
+	// One progress line per event: run started, 2 steps × (started,
+	// succeeded), the group and its 3 sub-steps likewise, run succeeded.
+	if n := strings.Count(strings.TrimSpace(errOut), "\n") + 1; n != 14 {
+		t.Errorf("%d progress lines, want 14:\n%s", n, errOut)
 	}
 }
 
