@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/plugins"
 )
 
 // tenEchoSteps is a chain of ten echo steps, each reading the one before.
@@ -150,4 +152,65 @@ func (h *benchHarness) runOnce(ctx context.Context, b *testing.B) {
 	if err != nil || final.Status != store.RunSucceeded {
 		b.Fatalf("run: %v %+v", err, final)
 	}
+}
+
+// BenchmarkParallel10k runs one group of 10,000 faulty sub-steps that each
+// sleep 10 ms, 100 at a time: ideally 1.0 s. It reports the wall time of the
+// group and the process's peak resident memory.
+func BenchmarkParallel10k(b *testing.B) {
+	const subs, sleepMS, conc = 10000, 10, 100
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "[[chains]]\nname = \"big\"\n[[chains.steps]]\nname = \"group\"\n[chains.steps.parallel]\nmax_concurrency = %d\n", conc)
+	for i := range subs {
+		fmt.Fprintf(&cfg, "[[chains.steps.parallel.steps]]\nname = \"s%05d\"\nprovider = \"faulty\"\npayload_template = { sleep_ms = %d }\n", i, sleepMS)
+	}
+	h := newBenchHarness(b, cfg.String(), func(store.Event) {})
+	ctx := context.Background()
+	// Start the plugin process outside the timing.
+	if _, err := h.pm.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"}).Describe(ctx); err != nil {
+		b.Fatal(err)
+	}
+	resetPeakRSS()
+	selfStart, childStart := cpuTimes()
+	var walls []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		run, err := h.eng.Start(ctx, "big", engine.Input{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		final, err := h.eng.Wait(ctx, run.ID)
+		if err != nil || final.Status != store.RunSucceeded {
+			b.Fatalf("run: %v %+v", err, final)
+		}
+		walls = append(walls, time.Since(start))
+	}
+	ideal := time.Duration(subs/conc*sleepMS) * time.Millisecond
+	_ = h.pm.Close()
+	self, child := cpuTimes()
+	calls := float64(subs * len(walls))
+	b.ReportMetric(float64((self-selfStart).Microseconds())/calls, "gateway-cpu-µs/call")
+	b.ReportMetric(float64((child-childStart).Microseconds())/calls, "plugin-cpu-µs/call")
+	b.ReportMetric(percentile(walls, 0.5).Seconds(), "wall-s")
+	b.ReportMetric(percentile(walls, 0.5).Seconds()/ideal.Seconds(), "x-ideal")
+	b.ReportMetric(float64(peakRSS())/(1<<20), "peak-rss-MiB")
+}
+
+// resetPeakRSS starts a new peak resident-memory measurement (Linux).
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+// peakRSS returns the peak resident memory since resetPeakRSS, in bytes.
+func peakRSS() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }

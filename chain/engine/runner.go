@@ -13,8 +13,10 @@ import (
 	"github.com/chaingate/gateway/providers"
 )
 
-// runner advances one run. Only its own goroutine touches its state; provider
-// calls run in goroutines of their own and report to inbox.
+// runner advances one run. Only its own goroutine touches its state;
+// provider calls run in goroutines of their own and report to inbox, and a
+// committer goroutine writes batches to the store, so the run keeps
+// deciding while a commit is under way.
 type runner struct {
 	e   *Engine
 	def *chain.Chain
@@ -24,11 +26,22 @@ type runner struct {
 	recs map[string]*store.StepRecord
 	vars *vars
 
-	// The pending batch: what changed since the last commit.
-	dirty  map[string]*store.StepRecord
-	order  []string
-	events []store.Event
-	dlq    []*store.DLQEntry
+	// The pending batch: what changed since the last hand-off to the
+	// committer.
+	dirty   map[string]*store.StepRecord
+	order   []string
+	created []string // keys first written in the pending batch
+	events  []store.Event
+	dlq     []*store.DLQEntry
+
+	// nextBatch numbers the pending batch; unacked maps a record first
+	// written in a batch not yet durable to that batch's number.
+	nextBatch  uint64
+	unacked    map[string]uint64
+	committing *commit
+	waiting    []launch // calls whose intent is in a batch not yet durable
+	toCommit   chan *commit
+	acks       chan *commit
 
 	calls    map[string]*inflight
 	payloads map[string][]byte // last rendered payload per step, for DLQ entries
@@ -41,6 +54,14 @@ type runner struct {
 	stopReq   chan struct{}
 	done      chan struct{} // closed when the loop has returned
 	err       error         // why the loop stopped early, if it did
+}
+
+// commit is one batch handed to the committer.
+type commit struct {
+	seq     uint64
+	batch   *store.Batch
+	created []string
+	err     error
 }
 
 type inflight struct {
@@ -59,8 +80,13 @@ type outcome struct {
 	timeout  time.Duration
 }
 
-// launch is a provider call the loop starts after the intent is durable.
+// launch is a provider call the loop starts once its intent is durable.
 type launch struct {
+	// batch is the batch that first writes the step's record, or 0 when the
+	// record, with its dedup key and the attempt count this call follows,
+	// is already durable: after a crash the same attempt would go out
+	// again, so the call need not wait for any commit.
+	batch    uint64
 	key      string
 	prov     providers.Provider
 	req      providers.Request
@@ -77,6 +103,10 @@ func (e *Engine) newRunner(def *chain.Chain, run *store.Run, recs []*store.StepR
 		recs:      map[string]*store.StepRecord{},
 		vars:      newVars(run),
 		dirty:     map[string]*store.StepRecord{},
+		nextBatch: 1,
+		unacked:   map[string]uint64{},
+		toCommit:  make(chan *commit, 1),
+		acks:      make(chan *commit, 1),
 		calls:     map[string]*inflight{},
 		payloads:  map[string][]byte{},
 		groups:    map[string]*group{},
@@ -111,29 +141,34 @@ func (r *runner) loop() {
 	defer close(r.done)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go r.committer(ctx)
+	defer close(r.toCommit)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 
 	for {
-		launches := r.advance(time.Now())
-		if err := r.flush(ctx); err != nil {
-			r.err = fmt.Errorf("run %s stopped: %w", r.run.ID, err)
-			r.log.Error("persisting run state failed; the run stays as last persisted and resumes on restart", "err", err)
-			return
+		for _, l := range r.advance(time.Now()) {
+			if l.batch == 0 {
+				r.start(ctx, l)
+			} else {
+				r.waiting = append(r.waiting, l)
+			}
 		}
-		for _, l := range launches {
-			r.start(ctx, l)
-		}
-		if r.run.Status.Final() {
+		r.handOff()
+		if r.run.Status.Final() && r.committing == nil {
 			return
 		}
 
 		var wake <-chan time.Time
-		if at := r.nextWake(); !at.IsZero() {
+		if at := r.nextWake(); !at.IsZero() && !r.run.Status.Final() {
 			timer.Reset(time.Until(at))
 			wake = timer.C
 		}
 		select {
+		case c := <-r.acks:
+			if !r.acked(ctx, c) {
+				return
+			}
 		case o := <-r.inbox:
 			r.handle(o)
 			r.drainInbox()
@@ -142,7 +177,11 @@ func (r *runner) loop() {
 			r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled", Code: "cancelled"})
 		case <-r.stopReq:
 			// The engine is closing: in-flight calls are abandoned and will
-			// be dispatched again, with the same dedup key, on resume.
+			// be dispatched again, with the same dedup key, on resume. A
+			// commit under way is let finish.
+			if r.committing != nil {
+				<-r.acks
+			}
 			return
 		}
 		if wake != nil && !timer.Stop() {
@@ -151,6 +190,52 @@ func (r *runner) loop() {
 			default:
 			}
 		}
+	}
+}
+
+// handOff gives the pending batch to the committer unless it is busy; what
+// changes meanwhile goes into the next batch.
+func (r *runner) handOff() {
+	if r.committing != nil || !r.hasChanges() {
+		return
+	}
+	r.committing = r.takeBatch()
+	r.toCommit <- r.committing
+}
+
+// acked handles a finished commit: its events are published and the calls
+// waiting on it start. It reports false when the commit failed and the run
+// must stop.
+func (r *runner) acked(ctx context.Context, c *commit) bool {
+	r.committing = nil
+	if c.err != nil {
+		r.err = fmt.Errorf("run %s stopped: %w", r.run.ID, c.err)
+		r.log.Error("persisting run state failed; the run stays as last persisted and resumes on restart", "err", c.err)
+		return false
+	}
+	r.published(c.batch.Events)
+	for _, k := range c.created {
+		if r.unacked[k] == c.seq {
+			delete(r.unacked, k)
+		}
+	}
+	still := r.waiting[:0]
+	for _, l := range r.waiting {
+		if l.batch <= c.seq {
+			r.start(ctx, l)
+		} else {
+			still = append(still, l)
+		}
+	}
+	r.waiting = still
+	return true
+}
+
+// committer writes batches in the order the run hands them off.
+func (r *runner) committer(ctx context.Context) {
+	for c := range r.toCommit {
+		c.err = r.commitWithRetry(ctx, c.batch)
+		r.acks <- c
 	}
 }
 
@@ -196,6 +281,10 @@ func (r *runner) event(typ store.EventType, step string, attempt int, msg string
 
 // put records a changed step in memory and in the pending batch.
 func (r *runner) put(rec *store.StepRecord) {
+	if _, ok := r.recs[rec.Key]; !ok {
+		r.unacked[rec.Key] = r.nextBatch
+		r.created = append(r.created, rec.Key)
+	}
 	r.recs[rec.Key] = rec
 	if _, ok := r.dirty[rec.Key]; !ok {
 		r.order = append(r.order, rec.Key)
@@ -203,47 +292,66 @@ func (r *runner) put(rec *store.StepRecord) {
 	r.dirty[rec.Key] = rec
 }
 
-func (r *runner) pendingBatch() *store.Batch {
-	b := &store.Batch{Run: r.run, Events: r.events, DLQ: r.dlq}
-	for _, k := range r.order {
-		b.Steps = append(b.Steps, r.dirty[k])
-	}
-	return b
+func (r *runner) hasChanges() bool {
+	return len(r.order) > 0 || len(r.events) > 0 || len(r.dlq) > 0
 }
 
-func (r *runner) resetBatch() {
+// takeBatch snapshots the pending batch and starts a new one. Records are
+// copied because the run keeps changing them while the copy is written.
+func (r *runner) takeBatch() *commit {
+	r.run.UpdatedAt = time.Now().UTC()
+	run := *r.run
+	run.Path = append([]string(nil), r.run.Path...)
+	b := &store.Batch{Run: &run, Events: r.events, DLQ: r.dlq, Steps: make([]*store.StepRecord, len(r.order))}
+	for i, k := range r.order {
+		rec := *r.dirty[k]
+		b.Steps[i] = &rec
+	}
+	c := &commit{seq: r.nextBatch, batch: b, created: r.created}
+	r.nextBatch++
 	clear(r.dirty)
 	r.order = r.order[:0]
+	r.created = nil
 	r.events = nil
 	r.dlq = nil
+	return c
 }
 
+// flushCreate writes the run's first batch, creating it in the store.
 func (r *runner) flushCreate(ctx context.Context, def *store.Definition) error {
-	b := r.pendingBatch()
-	b.Create = true
-	b.Definition = def
-	if err := r.e.store.Commit(ctx, b); err != nil {
+	c := r.takeBatch()
+	c.batch.Create = true
+	c.batch.Definition = def
+	if err := r.e.store.Commit(ctx, c.batch); err != nil {
 		return err
 	}
-	r.published(b.Events)
-	r.resetBatch()
+	clear(r.unacked)
+	r.published(c.batch.Events)
 	return nil
 }
 
-// flush commits the pending batch, retrying briefly: a store that stays
-// unavailable stops the run's goroutine rather than let it act on state
-// that is not durable.
+// flush writes the pending batch and waits for it; for runs no loop
+// advances.
 func (r *runner) flush(ctx context.Context) error {
-	if len(r.order) == 0 && len(r.events) == 0 && len(r.dlq) == 0 {
+	if !r.hasChanges() {
 		return nil
 	}
-	r.run.UpdatedAt = time.Now().UTC()
-	b := r.pendingBatch()
+	c := r.takeBatch()
+	if err := r.commitWithRetry(ctx, c.batch); err != nil {
+		return err
+	}
+	clear(r.unacked)
+	r.published(c.batch.Events)
+	return nil
+}
+
+// commitWithRetry commits a batch, retrying briefly: a store that stays
+// unavailable stops the run rather than let it act on state that is not
+// durable.
+func (r *runner) commitWithRetry(ctx context.Context, b *store.Batch) error {
 	var err error
 	for attempt, delay := 0, 50*time.Millisecond; attempt < 5; attempt, delay = attempt+1, delay*2 {
 		if err = r.e.store.Commit(ctx, b); err == nil {
-			r.published(b.Events)
-			r.resetBatch()
 			return nil
 		}
 		if errors.Is(err, store.ErrClosed) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) || ctx.Err() != nil {

@@ -111,6 +111,7 @@ func (r *runner) prepare(now time.Time, s *chain.Step, rec *store.StepRecord, at
 		}
 	}
 	return &launch{
+		batch:    r.unacked[rec.Key],
 		key:      rec.Key,
 		prov:     prov,
 		deadline: deadline,
