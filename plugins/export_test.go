@@ -13,3 +13,7 @@ func PID(p providers.Provider) int {
 	}
 	return h.cur.cmd.Process.Pid
 }
+
+// UnaryOnly makes m call plugins with one gRPC call per Execute, as it does
+// for plugins that do not serve Session.
+func UnaryOnly(m *Manager) { m.unary = true }

@@ -82,7 +82,8 @@ type Options struct {
 // Manager owns the plugin processes: at most one per provider name, started
 // on first use and relaunched after it exits.
 type Manager struct {
-	opts Options
+	opts  Options
+	unary bool // never use sessions; tests of the fallback set it
 
 	mu       sync.Mutex
 	closed   bool
@@ -151,7 +152,7 @@ func (m *Manager) Close() error {
 		h.cur = nil
 		h.mu.Unlock()
 		if inst != nil {
-			wg.Go(inst.client.Kill)
+			wg.Go(inst.kill)
 		}
 	}
 	wg.Wait()
@@ -171,10 +172,20 @@ type handle struct {
 
 // instance is one running plugin process.
 type instance struct {
-	client *plugin.Client
-	cmd    *exec.Cmd
-	rpc    providerv1.ProviderClient
-	exited <-chan struct{} // closed once the process has exited and been reaped
+	client  *plugin.Client
+	cmd     *exec.Cmd
+	rpc     providerv1.ProviderClient
+	session *session        // nil when the plugin serves only unary Execute
+	exited  <-chan struct{} // closed once the process has exited and been reaped
+}
+
+// kill stops the process; it returns at once and releases go-plugin's
+// goroutines.
+func (i *instance) kill() {
+	if i.session != nil {
+		i.session.close()
+	}
+	i.client.Kill()
 }
 
 func (i *instance) hasExited() bool {
@@ -234,7 +245,12 @@ func (h *handle) Execute(ctx context.Context, req providers.Request) (providers.
 	if deadline, ok := ctx.Deadline(); ok {
 		in.Deadline = deadline.UnixNano()
 	}
-	resp, err := inst.rpc.Execute(ctx, in)
+	var resp *providerv1.ExecuteResponse
+	if inst.session != nil {
+		resp, err = inst.session.execute(ctx, in)
+	} else {
+		resp, err = inst.rpc.Execute(ctx, in)
+	}
 	if err != nil {
 		return providers.Response{}, h.callError(ctx, inst, "executing", err)
 	}
@@ -312,7 +328,7 @@ func (h *handle) discard(inst *instance) {
 		h.cur = nil
 	}
 	h.mu.Unlock()
-	inst.client.Kill()
+	inst.kill()
 }
 
 // instance returns the running process, launching one if there is none.
@@ -328,7 +344,7 @@ func (h *handle) instance(ctx context.Context) (*instance, error) {
 			"provider", h.spec.Name, "status", inst.cmd.ProcessState.String())
 		h.cur = nil
 		h.mu.Unlock()
-		inst.client.Kill() // returns at once; it releases go-plugin's goroutines
+		inst.kill()
 		h.mu.Lock()
 		if inst := h.cur; inst != nil { // another caller relaunched meanwhile
 			h.mu.Unlock()
@@ -373,7 +389,7 @@ func (h *handle) launch(l *launch) {
 	}
 	h.mu.Unlock()
 	if closed {
-		inst.client.Kill()
+		inst.kill()
 		inst, err = nil, h.closedError()
 	}
 	l.inst, l.err = inst, err
@@ -481,7 +497,21 @@ func (m *Manager) start(spec Spec) (*instance, error) {
 		return nil, fmt.Errorf("dispensing the provider: %w", err)
 	}
 	d := raw.(*dispensed)
-	return &instance{client: client, cmd: cmd, rpc: d.rpc, exited: d.exited}, nil
+	inst := &instance{client: client, cmd: cmd, rpc: d.rpc, exited: d.exited}
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.StartTimeout)
+	defer cancel()
+	desc, err := d.rpc.Describe(ctx, &providerv1.DescribeRequest{})
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("describing the provider: %w", err)
+	}
+	if desc.Session && !m.unary {
+		if inst.session, err = openSession(d.rpc, m.opts.MaxMessageBytes); err != nil {
+			client.Kill()
+			return nil, err
+		}
+	}
+	return inst, nil
 }
 
 // startLocked starts the process from a locked OS thread: the death signal

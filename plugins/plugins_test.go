@@ -69,6 +69,9 @@ func newManager(t testing.TB, opts plugins.Options) (*plugins.Manager, *syncBuff
 		}
 	})
 	m := plugins.NewManager(opts)
+	if unaryTransport {
+		plugins.UnaryOnly(m)
+	}
 	t.Cleanup(func() {
 		if err := m.Close(); err != nil {
 			t.Errorf("closing the manager: %v", err)
@@ -622,4 +625,24 @@ func BenchmarkExecuteEchoParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// unaryTransport makes newManager call plugins without sessions.
+var unaryTransport bool
+
+// TestUnaryTransport runs the core tests again over one gRPC call per
+// Execute, the path taken for plugins that do not serve Session.
+func TestUnaryTransport(t *testing.T) {
+	unaryTransport = true
+	defer func() { unaryTransport = false }()
+	for name, fn := range map[string]func(*testing.T){
+		"EchoRoundTrip":   TestEchoRoundTrip,
+		"InBandErrors":    TestInBandErrors,
+		"Cancellation":    TestCancellation,
+		"CrashRelaunches": TestCrashRelaunches,
+		"ConcurrentCalls": TestConcurrentCalls,
+		"MaxMessageBytes": TestMaxMessageBytes,
+	} {
+		t.Run(name, fn)
+	}
 }

@@ -115,10 +115,16 @@ func (s *server) Describe(ctx context.Context, _ *providerv1.DescribeRequest) (r
 		Version:      info.Version,
 		ActionTypes:  info.ActionTypes,
 		ConfigSchema: info.ConfigSchema,
+		Session:      true,
 	}, nil
 }
 
-func (s *server) Execute(ctx context.Context, in *providerv1.ExecuteRequest) (resp *providerv1.ExecuteResponse, _ error) {
+func (s *server) Execute(ctx context.Context, in *providerv1.ExecuteRequest) (*providerv1.ExecuteResponse, error) {
+	return s.execute(ctx, in), nil
+}
+
+// execute runs one call for Execute and Session alike.
+func (s *server) execute(ctx context.Context, in *providerv1.ExecuteRequest) (resp *providerv1.ExecuteResponse) {
 	defer s.recoverInto(func(e *providerv1.Error) { resp = &providerv1.ExecuteResponse{Error: e} })
 	req := providers.Request{
 		ActionType: in.ActionType,
@@ -137,9 +143,9 @@ func (s *server) Execute(ctx context.Context, in *providerv1.ExecuteRequest) (re
 	}
 	out, err := s.impl.Execute(ctx, req)
 	if err != nil {
-		return &providerv1.ExecuteResponse{Error: toWireError(err)}, nil
+		return &providerv1.ExecuteResponse{Error: toWireError(err)}
 	}
-	return &providerv1.ExecuteResponse{Body: out.Body}, nil
+	return &providerv1.ExecuteResponse{Body: out.Body}
 }
 
 // deadlineSlop absorbs the difference between the host's monotonic timer

@@ -73,7 +73,9 @@ type DescribeResponse struct {
 	// A JSON Schema for the provider's config, or empty.
 	ConfigSchema []byte `protobuf:"bytes,4,opt,name=config_schema,json=configSchema,proto3" json:"config_schema,omitempty"`
 	// Set when Describe failed; the other fields are then meaningless.
-	Error         *Error `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	Error *Error `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// True when the plugin serves Session.
+	Session       bool `protobuf:"varint,6,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -141,6 +143,13 @@ func (x *DescribeResponse) GetError() *Error {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *DescribeResponse) GetSession() bool {
+	if x != nil {
+		return x.Session
+	}
+	return false
 }
 
 type ExecuteRequest struct {
@@ -365,18 +374,135 @@ func (x *Error) GetMessage() string {
 	return ""
 }
 
+type SessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the gateway, unique within the session.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The call to make; unset when this message cancels id.
+	Execute *ExecuteRequest `protobuf:"bytes,2,opt,name=execute,proto3" json:"execute,omitempty"`
+	// True to cancel the call with this id: its context ends, and its answer,
+	// if any, is ignored.
+	Cancel        bool `protobuf:"varint,3,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
+	mi := &file_provider_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequest) ProtoMessage() {}
+
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SessionRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionRequest) GetExecute() *ExecuteRequest {
+	if x != nil {
+		return x.Execute
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+type SessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Result        *ExecuteResponse       `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResponse) Reset() {
+	*x = SessionResponse{}
+	mi := &file_provider_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResponse) ProtoMessage() {}
+
+func (x *SessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
+func (*SessionResponse) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SessionResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionResponse) GetResult() *ExecuteResponse {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 var File_provider_proto protoreflect.FileDescriptor
 
 const file_provider_proto_rawDesc = "" +
 	"\n" +
 	"\x0eprovider.proto\x12\x15chaingate.provider.v1\"\x11\n" +
-	"\x0fDescribeRequest\"\xbc\x01\n" +
+	"\x0fDescribeRequest\"\xd6\x01\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12!\n" +
 	"\faction_types\x18\x03 \x03(\tR\vactionTypes\x12#\n" +
 	"\rconfig_schema\x18\x04 \x01(\fR\fconfigSchema\x122\n" +
-	"\x05error\x18\x05 \x01(\v2\x1c.chaingate.provider.v1.ErrorR\x05error\"\xe1\x01\n" +
+	"\x05error\x18\x05 \x01(\v2\x1c.chaingate.provider.v1.ErrorR\x05error\x12\x18\n" +
+	"\asession\x18\x06 \x01(\bR\asession\"\xe1\x01\n" +
 	"\x0eExecuteRequest\x12\x1f\n" +
 	"\vaction_type\x18\x01 \x01(\tR\n" +
 	"actionType\x12\x18\n" +
@@ -393,10 +519,18 @@ const file_provider_proto_rawDesc = "" +
 	"\x05Error\x12\x1c\n" +
 	"\tretryable\x18\x01 \x01(\bR\tretryable\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage2\xc1\x01\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"y\n" +
+	"\x0eSessionRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12?\n" +
+	"\aexecute\x18\x02 \x01(\v2%.chaingate.provider.v1.ExecuteRequestR\aexecute\x12\x16\n" +
+	"\x06cancel\x18\x03 \x01(\bR\x06cancel\"a\n" +
+	"\x0fSessionResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12>\n" +
+	"\x06result\x18\x02 \x01(\v2&.chaingate.provider.v1.ExecuteResponseR\x06result2\x9f\x02\n" +
 	"\bProvider\x12[\n" +
 	"\bDescribe\x12&.chaingate.provider.v1.DescribeRequest\x1a'.chaingate.provider.v1.DescribeResponse\x12X\n" +
-	"\aExecute\x12%.chaingate.provider.v1.ExecuteRequest\x1a&.chaingate.provider.v1.ExecuteResponseB7Z5github.com/chaingate/gateway/plugins/proto/providerv1b\x06proto3"
+	"\aExecute\x12%.chaingate.provider.v1.ExecuteRequest\x1a&.chaingate.provider.v1.ExecuteResponse\x12\\\n" +
+	"\aSession\x12%.chaingate.provider.v1.SessionRequest\x1a&.chaingate.provider.v1.SessionResponse(\x010\x01B7Z5github.com/chaingate/gateway/plugins/proto/providerv1b\x06proto3"
 
 var (
 	file_provider_proto_rawDescOnce sync.Once
@@ -410,26 +544,32 @@ func file_provider_proto_rawDescGZIP() []byte {
 	return file_provider_proto_rawDescData
 }
 
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_provider_proto_goTypes = []any{
 	(*DescribeRequest)(nil),  // 0: chaingate.provider.v1.DescribeRequest
 	(*DescribeResponse)(nil), // 1: chaingate.provider.v1.DescribeResponse
 	(*ExecuteRequest)(nil),   // 2: chaingate.provider.v1.ExecuteRequest
 	(*ExecuteResponse)(nil),  // 3: chaingate.provider.v1.ExecuteResponse
 	(*Error)(nil),            // 4: chaingate.provider.v1.Error
+	(*SessionRequest)(nil),   // 5: chaingate.provider.v1.SessionRequest
+	(*SessionResponse)(nil),  // 6: chaingate.provider.v1.SessionResponse
 }
 var file_provider_proto_depIdxs = []int32{
 	4, // 0: chaingate.provider.v1.DescribeResponse.error:type_name -> chaingate.provider.v1.Error
 	4, // 1: chaingate.provider.v1.ExecuteResponse.error:type_name -> chaingate.provider.v1.Error
-	0, // 2: chaingate.provider.v1.Provider.Describe:input_type -> chaingate.provider.v1.DescribeRequest
-	2, // 3: chaingate.provider.v1.Provider.Execute:input_type -> chaingate.provider.v1.ExecuteRequest
-	1, // 4: chaingate.provider.v1.Provider.Describe:output_type -> chaingate.provider.v1.DescribeResponse
-	3, // 5: chaingate.provider.v1.Provider.Execute:output_type -> chaingate.provider.v1.ExecuteResponse
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	2, // 2: chaingate.provider.v1.SessionRequest.execute:type_name -> chaingate.provider.v1.ExecuteRequest
+	3, // 3: chaingate.provider.v1.SessionResponse.result:type_name -> chaingate.provider.v1.ExecuteResponse
+	0, // 4: chaingate.provider.v1.Provider.Describe:input_type -> chaingate.provider.v1.DescribeRequest
+	2, // 5: chaingate.provider.v1.Provider.Execute:input_type -> chaingate.provider.v1.ExecuteRequest
+	5, // 6: chaingate.provider.v1.Provider.Session:input_type -> chaingate.provider.v1.SessionRequest
+	1, // 7: chaingate.provider.v1.Provider.Describe:output_type -> chaingate.provider.v1.DescribeResponse
+	3, // 8: chaingate.provider.v1.Provider.Execute:output_type -> chaingate.provider.v1.ExecuteResponse
+	6, // 9: chaingate.provider.v1.Provider.Session:output_type -> chaingate.provider.v1.SessionResponse
+	7, // [7:10] is the sub-list for method output_type
+	4, // [4:7] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -443,7 +583,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Provider_Describe_FullMethodName = "/chaingate.provider.v1.Provider/Describe"
 	Provider_Execute_FullMethodName  = "/chaingate.provider.v1.Provider/Execute"
+	Provider_Session_FullMethodName  = "/chaingate.provider.v1.Provider/Session"
 )
 
 // ProviderClient is the client API for Provider service.
@@ -40,6 +41,12 @@ type ProviderClient interface {
 	// Execute carries out one action. Cancellation and the deadline travel as
 	// the gRPC call's own cancellation and deadline.
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*ExecuteResponse, error)
+	// Session carries many Execute calls over one long-lived stream, which
+	// costs far less per call than a stream per call. The gateway sends
+	// requests tagged with ids, and cancellations of earlier ids; the plugin
+	// answers every request id exactly once, in any order. The gateway uses it
+	// only when Describe reports session = true, and otherwise calls Execute.
+	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
 }
 
 type providerClient struct {
@@ -70,6 +77,19 @@ func (c *providerClient) Execute(ctx context.Context, in *ExecuteRequest, opts .
 	return out, nil
 }
 
+func (c *providerClient) Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Provider_ServiceDesc.Streams[0], Provider_Session_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SessionRequest, SessionResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Provider_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
+
 // ProviderServer is the server API for Provider service.
 // All implementations must embed UnimplementedProviderServer
 // for forward compatibility.
@@ -79,6 +99,12 @@ type ProviderServer interface {
 	// Execute carries out one action. Cancellation and the deadline travel as
 	// the gRPC call's own cancellation and deadline.
 	Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error)
+	// Session carries many Execute calls over one long-lived stream, which
+	// costs far less per call than a stream per call. The gateway sends
+	// requests tagged with ids, and cancellations of earlier ids; the plugin
+	// answers every request id exactly once, in any order. The gateway uses it
+	// only when Describe reports session = true, and otherwise calls Execute.
+	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
 	mustEmbedUnimplementedProviderServer()
 }
 
@@ -94,6 +120,9 @@ func (UnimplementedProviderServer) Describe(context.Context, *DescribeRequest) (
 }
 func (UnimplementedProviderServer) Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Execute not implemented")
+}
+func (UnimplementedProviderServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
+	return status.Error(codes.Unimplemented, "method Session not implemented")
 }
 func (UnimplementedProviderServer) mustEmbedUnimplementedProviderServer() {}
 func (UnimplementedProviderServer) testEmbeddedByValue()                  {}
@@ -152,6 +181,13 @@ func _Provider_Execute_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provider_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ProviderServer).Session(&grpc.GenericServerStream[SessionRequest, SessionResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Provider_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
+
 // Provider_ServiceDesc is the grpc.ServiceDesc for Provider service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -168,6 +204,13 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Provider_Execute_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Session",
+			Handler:       _Provider_Session_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "provider.proto",
 }
