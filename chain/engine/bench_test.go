@@ -1,9 +1,11 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -213,4 +215,62 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkResume1000 measures a restart: a store holds 1,000 unfinished
+// runs, each stopped with a parallel group's sub-steps in flight (as a
+// kill -9 leaves them); a new engine opens it and resumes them. It reports
+// the time from opening the store until the plugin has received the first
+// call dispatched again, and all of them (read from faulty's record file).
+func BenchmarkResume1000(b *testing.B) {
+	const runs, subs = 1000, 3
+	dir := b.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	cfg := "[[chains]]\nname = \"held\"\n[[chains.steps]]\nname = \"group\"\n[chains.steps.parallel]\n"
+	for i := range subs {
+		cfg += fmt.Sprintf("[[chains.steps.parallel.steps]]\nname = \"s%d\"\nprovider = \"faulty\"\npayload_template = { hang = true, record = %q }\n", i, rec)
+	}
+	db := filepath.Join(dir, "gateway.db")
+	ctx := context.Background()
+	for range b.N {
+		b.StopTimer()
+		_ = os.Remove(db)
+		_ = os.Remove(rec)
+		h := newHarnessOn(b, cfg, db, func(store.Event) {})
+		for range runs {
+			if _, err := h.eng.Start(ctx, "held", engine.Input{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for lines(rec) < runs*subs {
+			time.Sleep(10 * time.Millisecond)
+		}
+		h.close()
+
+		b.StartTimer()
+		start := time.Now()
+		h2 := newHarnessOn(b, cfg, db, func(store.Event) {})
+		if _, err := h2.eng.Resume(ctx); err != nil {
+			b.Fatal(err)
+		}
+		var first time.Duration
+		for n := lines(rec); n < 2*runs*subs; n = lines(rec) {
+			if n > runs*subs && first == 0 {
+				first = time.Since(start)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		all := time.Since(start)
+		b.StopTimer()
+		b.ReportMetric(float64(first.Milliseconds()), "ms-to-first-redispatch")
+		b.ReportMetric(float64(all.Milliseconds()), "ms-to-all-redispatched")
+		h2.close()
+		b.StartTimer()
+	}
+}
+
+// lines counts the lines in a file; 0 if it does not exist.
+func lines(path string) int {
+	data, _ := os.ReadFile(path)
+	return bytes.Count(data, []byte("\n"))
 }

@@ -421,3 +421,58 @@ func readFileString(t *testing.T, path string) string {
 	}
 	return string(data)
 }
+
+// TestTimersSurviveRestart checks that a delay and a chain deadline are
+// persisted: a run resumed after its deadline ends timed out at once, and a
+// delayed step waits out only what is left of its delay.
+func TestTimersSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := `
+[[chains]]
+name = "deadline"
+timeout_seconds = 1
+[[chains.steps]]
+name = "stuck"
+provider = "faulty"
+payload_template = { hang = true }
+
+[[chains]]
+name = "delayed"
+[[chains.steps]]
+name = "later"
+provider = "echo"
+delay_seconds = 2
+`
+	db := filepath.Join(dir, "gw.db")
+	ctx := context.Background()
+	h1 := newHarnessAt(t, cfg, db)
+	timed, err := h1.eng.Start(ctx, "deadline", engine.Input{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delayed, err := h1.eng.Start(ctx, "delayed", engine.Input{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	time.Sleep(200 * time.Millisecond)
+	h1.close()
+	time.Sleep(1200 * time.Millisecond) // down past the chain's deadline
+
+	h2 := newHarnessAt(t, cfg, db)
+	if _, err := h2.eng.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	run, err := h2.eng.Wait(ctx, timed.ID)
+	if err != nil || run.Status != store.RunTimedOut {
+		t.Fatalf("deadline run: %+v %v", run, err)
+	}
+	run, err = h2.eng.Wait(ctx, delayed.ID)
+	if err != nil || run.Status != store.RunSucceeded {
+		t.Fatalf("delayed run: %+v %v", run, err)
+	}
+	// Started, then 2 s of delay counted from the start, not the restart.
+	if d := time.Since(start); d < 2*time.Second || d > 3*time.Second {
+		t.Errorf("the delayed step finished %v after the run started; want about 2 s", d)
+	}
+}
