@@ -627,6 +627,39 @@ func BenchmarkExecuteEchoParallel(b *testing.B) {
 	})
 }
 
+// BenchmarkSleepingCalls is the transport's share of the engine's
+// 10,000-sub-step benchmark: 10,000 calls of faulty sleeping 10 ms, 100 at a
+// time, with no engine or store. Ideally 1.0 s; what it takes beyond that is
+// the plugin round trip and timer slack.
+func BenchmarkSleepingCalls(b *testing.B) {
+	const calls, conc = 10000, 100
+	m, _ := newManager(b, plugins.Options{})
+	p := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	req := providers.Request{Payload: json.RawMessage(`{"sleep_ms":10}`), DedupKey: "run/step", Attempt: 1}
+	ctx := context.Background()
+	if _, err := p.Execute(ctx, req); err != nil {
+		b.Fatal(err)
+	}
+	var total time.Duration
+	for b.Loop() {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range conc {
+			wg.Go(func() {
+				for range calls / conc {
+					if _, err := p.Execute(ctx, req); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		total += time.Since(start)
+	}
+	b.ReportMetric(total.Seconds()/float64(b.N)/1.0, "x-ideal")
+}
+
 // unaryTransport makes newManager call plugins without sessions.
 var unaryTransport bool
 
