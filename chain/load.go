@@ -89,7 +89,11 @@ type loader struct {
 }
 
 func newLoader(opts LoadOptions) *loader {
-	return &loader{opts: opts, cfg: &Config{Providers: map[string]*Provider{}, Chains: map[string]*Chain{}}}
+	return &loader{opts: opts, cfg: &Config{
+		Providers: map[string]*Provider{},
+		Chains:    map[string]*Chain{},
+		Gateway:   Gateway{Limits: Limits{MaxSplitItems: DefaultMaxSplitItems, MaxBodyBytes: DefaultMaxBodyBytes}},
+	}}
 }
 
 func (l *loader) finish() (*Config, error) {
@@ -152,8 +156,27 @@ func (l *loader) gateway(t *table) {
 		return
 	}
 	l.gwSeen = &src
-	l.cfg.Gateway = Gateway{Listen: t.str("listen"), State: t.str("state")}
-	t.finish([]string{"listen", "state"})
+	l.cfg.Gateway.Listen = t.str("listen")
+	l.cfg.Gateway.State = t.str("state")
+	if lt, ok := t.sub("limits"); ok {
+		limit := func(key, unit string, least int, dst *int) {
+			if !lt.has(key) {
+				return
+			}
+			_, isInt := lt.m[key].(int64)
+			n := lt.count(key, unit)
+			switch {
+			case n >= least:
+				*dst = n
+			case isInt:
+				lt.d.errorf(lt.path.key(key), "must be at least %d", least)
+			}
+		}
+		limit("max_split_items", "items", 1, &l.cfg.Gateway.Limits.MaxSplitItems)
+		limit("max_body_bytes", "bytes", 1024, &l.cfg.Gateway.Limits.MaxBodyBytes)
+		lt.finish([]string{"max_split_items", "max_body_bytes"})
+	}
+	t.finish([]string{"listen", "state", "limits"})
 }
 
 func (s Source) where() string {

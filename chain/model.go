@@ -32,8 +32,25 @@ type Source struct {
 type Gateway struct {
 	Listen string
 	// State is the store URL: bolt://PATH (default) or redis://HOST:PORT/DB.
-	State string
+	State  string
+	Limits Limits
 }
+
+// Limits bound what one run may hold, so that a runaway input fails with a
+// clear error instead of exhausting memory.
+type Limits struct {
+	// MaxSplitItems bounds the array a split step loops over.
+	MaxSplitItems int
+	// MaxBodyBytes bounds a step's body: a provider's answer, a split's
+	// collected results, a sub-chain's result.
+	MaxBodyBytes int
+}
+
+// Defaults for [gateway.limits].
+const (
+	DefaultMaxSplitItems = 100_000
+	DefaultMaxBodyBytes  = 16 << 20
+)
 
 // Provider is one [[providers]] entry.
 type Provider struct {

@@ -78,6 +78,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		Config:      opts.Config,
 		Providers:   resolver{pm},
 		LoadOptions: LoadOptions(),
+		Limits:      opts.Config.Gateway.Limits,
 		Logger:      opts.Logger.With("component", "engine"),
 		OnEvent:     opts.OnEvent,
 	})

@@ -26,6 +26,12 @@ type Scope interface {
 	Lookup(root string) (any, bool)
 }
 
+// Lazy is a value worked out only when a template reads it, such as a large
+// result kept as raw JSON until something looks inside.
+type Lazy interface {
+	Value() any
+}
+
 // MapScope is a Scope backed by a map from root name to value.
 type MapScope map[string]any
 

@@ -55,6 +55,8 @@ func walk(v any, sg *segment) (any, bool) {
 		if sg.kind != segKey && sg.idx < len(x) {
 			return x[sg.idx], true
 		}
+	case Lazy:
+		return walk(x.Value(), sg)
 	case json.RawMessage:
 		// Decoding per step is slow, but raw values are rare in scopes and this keeps them addressable.
 		if d, err := decodeRaw(x); err == nil {
@@ -88,6 +90,8 @@ func normalize(v any, depth int) (any, bool, error) {
 	switch x := v.(type) {
 	case nil, string, bool, int64:
 		return v, false, nil
+	case Lazy:
+		return normalize(x.Value(), depth)
 	case float64:
 		return v, false, checkFloat(x)
 	case json.Number:
@@ -243,6 +247,8 @@ func appendJSON(buf []byte, v any, depth int) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
 		return append(buf, "null"...), nil
+	case Lazy:
+		return appendJSON(buf, x.Value(), depth)
 	case string:
 		return appendString(buf, x), nil
 	case bool:
@@ -359,6 +365,8 @@ func appendJSON(buf []byte, v any, depth int) ([]byte, error) {
 // appendText is how a value reads inside a longer string: strings raw, everything else as JSON.
 func appendText(buf []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
+	case Lazy:
+		return appendText(buf, x.Value())
 	case string:
 		return append(buf, x...), nil
 	case time.Time:

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,7 +34,10 @@ type Options struct {
 	// LoadOptions are used to load a stored definition when a run resumes
 	// on a chain whose definition has changed since it started.
 	LoadOptions chain.LoadOptions
-	Logger      *slog.Logger
+	// Limits bound split sizes and step bodies; zero fields take the
+	// defaults (chain.DefaultMaxSplitItems, chain.DefaultMaxBodyBytes).
+	Limits chain.Limits
+	Logger *slog.Logger
 	// OnEvent receives every event once it is durable, in order within a
 	// run. It runs on the run's goroutine and must not block.
 	OnEvent func(store.Event)
@@ -44,6 +49,7 @@ type Engine struct {
 	cfg       *chain.Config
 	providers ProviderResolver
 	loadOpts  chain.LoadOptions
+	limits    chain.Limits
 	log       *slog.Logger
 	onEvent   func(store.Event)
 
@@ -78,11 +84,18 @@ func New(opts Options) (*Engine, error) {
 	if opts.OnEvent == nil {
 		opts.OnEvent = func(store.Event) {}
 	}
+	if opts.Limits.MaxSplitItems <= 0 {
+		opts.Limits.MaxSplitItems = chain.DefaultMaxSplitItems
+	}
+	if opts.Limits.MaxBodyBytes <= 0 {
+		opts.Limits.MaxBodyBytes = chain.DefaultMaxBodyBytes
+	}
 	return &Engine{
 		store:     opts.Store,
 		cfg:       opts.Config,
 		providers: opts.Providers,
 		loadOpts:  opts.LoadOptions,
+		limits:    opts.Limits,
 		log:       opts.Logger,
 		onEvent:   opts.OnEvent,
 		runners:   map[string]*runner{},
@@ -104,6 +117,18 @@ type Input struct {
 // Start persists a new run of the named chain and starts advancing it. The
 // run is durable when Start returns.
 func (e *Engine) Start(ctx context.Context, chainName string, in Input) (*store.Run, error) {
+	return e.startRun(ctx, chainName, in, store.NewID(), nil, time.Time{})
+}
+
+// ParentRef links a sub-chain's run to the step that started it.
+type ParentRef struct {
+	Run  string
+	Step string
+}
+
+// startRun creates a run with the given id; a sub-chain's run also has a
+// parent, and a deadline no later than the parent's.
+func (e *Engine) startRun(ctx context.Context, chainName string, in Input, id string, parent *ParentRef, deadline time.Time) (*store.Run, error) {
 	def := e.cfg.Chains[chainName]
 	if def == nil {
 		return nil, fmt.Errorf("starting run: %w %q", ErrUnknownChain, chainName)
@@ -119,7 +144,6 @@ func (e *Engine) Start(ctx context.Context, chainName string, in Input) (*store.
 		return nil, errors.New("starting run: metadata is not valid JSON")
 	}
 	now := time.Now().UTC()
-	id := store.NewID()
 	originID := in.OriginID
 	if originID == "" {
 		originID = id
@@ -135,8 +159,14 @@ func (e *Engine) Start(ctx context.Context, chainName string, in Input) (*store.
 		CreatedAt: now,
 		UpdatedAt: now,
 	}
+	if parent != nil {
+		run.ParentRun, run.ParentStep = parent.Run, parent.Step
+	}
 	if def.TimeoutSeconds > 0 {
 		run.Deadline = now.Add(time.Duration(def.TimeoutSeconds) * time.Second)
+	}
+	if !deadline.IsZero() && (run.Deadline.IsZero() || deadline.Before(run.Deadline)) {
+		run.Deadline = deadline
 	}
 	src, err := e.source(def.Name)
 	if err != nil {
@@ -244,7 +274,7 @@ func (e *Engine) resume(ctx context.Context, id string) error {
 	if run.Status.Final() {
 		return nil
 	}
-	recs, err := e.store.Steps(ctx, id, "")
+	recs, done, err := e.loadLive(ctx, id)
 	if err != nil {
 		return fmt.Errorf("resuming run %s: %w", id, err)
 	}
@@ -260,12 +290,59 @@ func (e *Engine) resume(ctx context.Context, id string) error {
 		return fmt.Errorf("resuming run %s: %w", id, err)
 	}
 	r := e.newRunner(def, run, recs)
+	r.doneItems = done
 	r.event(store.EventRunResumed, "", 0, "")
 	if err := e.admit(r); err != nil {
 		return err
 	}
 	e.launch(r)
 	return nil
+}
+
+// loadLive reads what a resumed run needs in memory: every record except
+// those of split items that had finished, which are only counted, per split.
+// A finished item's slot record sorts just before its steps' records, so
+// one pass in key order can skip them.
+func (e *Engine) loadLive(ctx context.Context, id string) ([]*store.StepRecord, map[string]*bitset, error) {
+	var (
+		recs []*store.StepRecord
+		done = map[string]*bitset{}
+		skip string
+	)
+	err := e.store.ForEachStep(ctx, id, "", func(rec *store.StepRecord) error {
+		if skip != "" && strings.HasPrefix(rec.Key, skip) {
+			return nil
+		}
+		if splitKey, index, ok := itemSlot(rec.Key); ok && rec.Status.Final() {
+			b := done[splitKey]
+			if b == nil {
+				b = &bitset{}
+				done[splitKey] = b
+			}
+			b.set(index)
+			skip = rec.Key + "/"
+			return nil
+		}
+		recs = append(recs, rec)
+		return nil
+	})
+	return recs, done, err
+}
+
+// itemSlot parses an item's slot key, "STEP[INDEX]".
+func itemSlot(key string) (string, int, bool) {
+	if !strings.HasSuffix(key, "]") {
+		return "", 0, false
+	}
+	open := strings.LastIndexByte(key, '[')
+	if open < 0 {
+		return "", 0, false
+	}
+	i, err := strconv.Atoi(key[open+1 : len(key)-1])
+	if err != nil || strings.Contains(key[open:], "/") {
+		return "", 0, false
+	}
+	return key[:open], i, true
 }
 
 // CancelStored cancels a run that no engine is advancing, straight in the
@@ -312,9 +389,27 @@ func (e *Engine) launch(r *runner) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		defer e.forget(r)
 		r.loop()
+		e.forget(r)
+		if r.run.Status.Final() && r.run.ParentRun != "" {
+			e.notifyParent(r.run)
+		}
 	}()
+}
+
+// notifyParent tells a sub-chain's parent run, if this engine advances it,
+// that the child has ended. A parent that is not active reads the child's
+// record when it resumes.
+func (e *Engine) notifyParent(child *store.Run) {
+	p := e.active(child.ParentRun)
+	if p == nil {
+		return
+	}
+	snapshot := *child
+	select {
+	case p.inbox <- outcome{key: child.ParentStep, attempt: -1, child: &snapshot}:
+	case <-p.done:
+	}
 }
 
 func (e *Engine) active(id string) *runner {

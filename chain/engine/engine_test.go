@@ -98,7 +98,7 @@ func newHarnessOn(t testing.TB, config, db string, onEvent func(store.Event)) *h
 	if onEvent == nil {
 		onEvent = h.record
 	}
-	h.eng, err = engine.New(engine.Options{Store: st, Config: cfg, Providers: resolver{pm}, LoadOptions: opts, OnEvent: onEvent})
+	h.eng, err = engine.New(engine.Options{Store: st, Config: cfg, Providers: resolver{pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: onEvent})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 // group is a running parallel step's live state. It is rebuilt from the
 // step records when a run resumes, so it holds nothing the store does not.
 type group struct {
+	seq      *seq // the list holding the parallel step
 	step     *chain.Step
 	rec      *store.StepRecord // the parallel step's own record
 	subs     []*chain.Step
@@ -34,7 +35,7 @@ func subKey(parent, name string) string { return parent + "/" + name }
 
 // startGroup persists the group's state before anything is dispatched: the
 // parent running with its deadline, every sub-step pending with its dedup key.
-func (r *runner) startGroup(now time.Time, s *chain.Step, rec *store.StepRecord, sc *scope) *group {
+func (r *runner) startGroup(now time.Time, q *seq, s *chain.Step, rec *store.StepRecord, sc *scope) *group {
 	p := s.Parallel
 	rec.Status = store.StepRunning
 	rec.Attempts = 1
@@ -45,10 +46,17 @@ func (r *runner) startGroup(now time.Time, s *chain.Step, rec *store.StepRecord,
 		rec.Deadline = r.run.Deadline
 	}
 	r.put(rec)
-	r.event(store.EventStepStarted, rec.Key, 1, fmt.Sprintf("parallel group of %d, join %s", len(p.Steps), p.Join))
-	g := r.newGroup(s, rec, sc)
+	if !q.inItem() {
+		r.event(store.EventStepStarted, rec.Key, 1, fmt.Sprintf("parallel group of %d, join %s", len(p.Steps), p.Join))
+	}
+	g := r.newGroup(q, s, rec, sc)
 	for i, sub := range p.Steps {
-		sr := r.open(now, sub, g.keys[i], sc)
+		sr := r.open(now, q, sub, g.keys[i], sc)
+		if !sr.Status.Final() && sr.NotBefore.IsZero() {
+			// Every sub-step is written pending, with its dedup key, before
+			// any is dispatched.
+			r.put(sr)
+		}
 		g.place(r, i, sr, now)
 	}
 	return g
@@ -56,20 +64,23 @@ func (r *runner) startGroup(now time.Time, s *chain.Step, rec *store.StepRecord,
 
 // resumeGroup rebuilds a group from its records; sub-steps with a recorded
 // result count at once and are not called again.
-func (r *runner) resumeGroup(now time.Time, s *chain.Step, rec *store.StepRecord, sc *scope) *group {
-	g := r.newGroup(s, rec, sc)
+func (r *runner) resumeGroup(now time.Time, q *seq, s *chain.Step, rec *store.StepRecord, sc *scope) *group {
+	g := r.newGroup(q, s, rec, sc)
 	for i, sub := range s.Parallel.Steps {
 		sr := r.recs[g.keys[i]]
 		if sr == nil {
-			sr = r.open(now, sub, g.keys[i], sc)
+			sr = r.open(now, q, sub, g.keys[i], sc)
+			r.put(sr)
+		} else {
+			r.adopt(q, sr)
 		}
 		g.place(r, i, sr, now)
 	}
 	return g
 }
 
-func (r *runner) newGroup(s *chain.Step, rec *store.StepRecord, sc *scope) *group {
-	g := &group{step: s, rec: rec, subs: s.Parallel.Steps, sc: sc, deadline: rec.Deadline}
+func (r *runner) newGroup(q *seq, s *chain.Step, rec *store.StepRecord, sc *scope) *group {
+	g := &group{seq: q, step: s, rec: rec, subs: s.Parallel.Steps, sc: sc, deadline: rec.Deadline}
 	g.keys = make([]string, len(g.subs))
 	g.index = make(map[string]int, len(g.subs))
 	for i, sub := range g.subs {
@@ -108,7 +119,7 @@ func (g *group) count(r *runner, rec *store.StepRecord) {
 		case chain.OnFailureSkip:
 			rec.Status = store.StepSkipped
 			r.put(rec)
-			r.setStepVar(rec, nil)
+			r.setStepVar(g.seq, rec, nil)
 			r.event(store.EventStepSkipped, rec.Key, rec.Attempts, "failure skipped (on_failure = skip): "+rec.Error.Message)
 			g.skipped++
 		case chain.OnFailureDLQ:
@@ -122,8 +133,10 @@ func (g *group) count(r *runner, rec *store.StepRecord) {
 
 func (g *group) done() int { return g.succeeded + g.failed + g.skipped }
 
-// stepChanged is told about every sub-step whose call ended.
+// stepChanged is told about every step whose call ended: its list has
+// something to look at again, and a group counts it.
 func (r *runner) stepChanged(rec *store.StepRecord) {
+	r.markDirty(r.seqFor(rec.Key))
 	g := r.owner[rec.Key]
 	if g == nil {
 		return
@@ -134,10 +147,19 @@ func (r *runner) stepChanged(rec *store.StepRecord) {
 	}
 }
 
-// timerDue queues a sub-step whose retry backoff or delay has passed.
+// timerDue wakes whatever a timer was set for: a sub-step whose retry
+// backoff or delay has passed is queued in its group, and its list looks
+// again.
 func (r *runner) timerDue(key string, now time.Time) {
+	r.markDirty(r.seqFor(key))
+	if sp := r.splits[key]; sp != nil {
+		r.markDirty(sp.owner)
+	}
 	g := r.owner[key]
 	if g == nil {
+		if g = r.groups[key]; g != nil {
+			r.markDirty(g.seq)
+		}
 		return
 	}
 	if rec := r.recs[key]; rec != nil && rec.Status == store.StepPending && !rec.NotBefore.After(now) {
@@ -164,7 +186,7 @@ func (r *runner) progressGroup(now time.Time, g *group) ([]launch, bool) {
 		if rec.Status.Final() || (rec.Status == store.StepPending && rec.NotBefore.After(now)) {
 			continue
 		}
-		l, failed := r.dispatch(now, g.subs[i], rec, g.sc, g.deadline)
+		l, failed := r.dispatch(now, g.seq, g.subs[i], rec, g.sc, g.deadline)
 		switch {
 		case l != nil:
 			g.inflight++
@@ -241,7 +263,7 @@ func (r *runner) finishGroup(g *group, status store.StepStatus, msg string) {
 		rec := r.recs[g.keys[i]]
 		if rec.Status == store.StepSucceeded && len(rec.Body) > 0 {
 			body.Write(rec.Body)
-			merged[sub.Name] = r.vars.steps[sub.Name].(map[string]any)["body"]
+			merged[sub.Name] = g.seq.vars[sub.Name].(map[string]any)["body"]
 		} else {
 			body.WriteString("null")
 			merged[sub.Name] = nil
@@ -264,6 +286,8 @@ func (r *runner) finishGroup(g *group, status store.StepStatus, msg string) {
 		rec.Error = &store.ErrorInfo{Message: msg, Code: code}
 	}
 	r.put(rec)
-	r.vars.steps[rec.Name] = stepValue(rec, merged)
-	r.event(typ, rec.Key, rec.Attempts, msg)
+	g.seq.vars[rec.Name] = stepValue(rec, merged)
+	if typ != store.EventStepSucceeded || !g.seq.inItem() {
+		r.event(typ, rec.Key, rec.Attempts, msg)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
@@ -23,8 +24,10 @@ type runner struct {
 	run *store.Run
 	log *slog.Logger
 
-	recs map[string]*store.StepRecord
-	vars *vars
+	recs  map[string]*store.StepRecord
+	vars  *vars
+	top   *seq            // the run's own list of steps
+	seqOf map[string]*seq // record key → the list it belongs to, when not top
 
 	// The pending batch: what changed since the last hand-off to the
 	// committer.
@@ -39,6 +42,7 @@ type runner struct {
 	nextBatch  uint64
 	unacked    map[string]uint64
 	committing *commit
+	ackedSeq   uint64   // the last batch known durable
 	waiting    []launch // calls whose intent is in a batch not yet durable
 	toCommit   chan *commit
 	acks       chan *commit
@@ -48,6 +52,9 @@ type runner struct {
 	timers   timerHeap
 	groups   map[string]*group // running parallel steps by key
 	owner    map[string]*group // sub-step key → its group
+	splits   map[string]*split // running splits by key
+	// doneItems holds, on resume, the items each split had finished.
+	doneItems map[string]*bitset
 
 	inbox     chan outcome
 	cancelReq chan struct{}
@@ -69,12 +76,14 @@ type inflight struct {
 	cancel  context.CancelFunc
 }
 
-// outcome is a finished provider call.
+// outcome is a finished provider call, or a finished sub-chain run.
 type outcome struct {
 	key     string
 	attempt int
 	body    json.RawMessage
 	err     error
+	// child is the sub-chain run that ended, for a sub_chain step.
+	child *store.Run
 	// timedOut is set when the call hit its own deadline.
 	timedOut bool
 	timeout  time.Duration
@@ -88,6 +97,7 @@ type launch struct {
 	// again, so the call need not wait for any commit.
 	batch    uint64
 	key      string
+	child    *childStart // set for a sub_chain step: the run to create
 	prov     providers.Provider
 	req      providers.Request
 	deadline time.Time
@@ -102,6 +112,9 @@ func (e *Engine) newRunner(def *chain.Chain, run *store.Run, recs []*store.StepR
 		log:       e.log.With("run", run.ID, "chain", run.Chain),
 		recs:      map[string]*store.StepRecord{},
 		vars:      newVars(run),
+		seqOf:     map[string]*seq{},
+		splits:    map[string]*split{},
+		doneItems: map[string]*bitset{},
 		dirty:     map[string]*store.StepRecord{},
 		nextBatch: 1,
 		unacked:   map[string]uint64{},
@@ -116,16 +129,35 @@ func (e *Engine) newRunner(def *chain.Chain, run *store.Run, recs []*store.StepR
 		stopReq:   make(chan struct{}),
 		done:      make(chan struct{}),
 	}
+	r.top = &seq{steps: def.Steps, cursor: run.Cursor, path: append([]string(nil), run.Path...), vars: map[string]any{}}
 	for _, rec := range recs {
 		r.recs[rec.Key] = rec
-		if rec.Status.Final() {
-			r.vars.steps[rec.Name] = stepValue(rec, decodeJSON(rec.Body))
+		// Records inside split items belong to the items, which rebuild
+		// their own namespaces as they replay.
+		if rec.Status.Final() && !strings.Contains(rec.Key, "[") {
+			r.top.vars[rec.Name] = stepValue(rec, r.bodyValue(rec))
 		}
 		if rec.Status == store.StepPending && !rec.NotBefore.IsZero() {
 			r.addTimer(rec.NotBefore, rec.Key)
 		}
 	}
 	return r
+}
+
+// bodyValue is what a finished record's body reads as in templates; a
+// split's results stay raw until something reads them.
+func (r *runner) bodyValue(rec *store.StepRecord) any {
+	if rec.Split == nil || rec.Status != store.StepSucceeded {
+		return decodeJSON(rec.Body)
+	}
+	var b struct {
+		Results                           json.RawMessage `json:"results"`
+		Succeeded, Failed, Skipped, Total int64
+	}
+	if err := json.Unmarshal(rec.Body, &b); err != nil {
+		return decodeJSON(rec.Body)
+	}
+	return map[string]any{"results": &lazyJSON{raw: b.Results}, "succeeded": b.Succeeded, "failed": b.Failed, "skipped": b.Skipped, "total": b.Total}
 }
 
 func (r *runner) stop() {
@@ -170,7 +202,7 @@ func (r *runner) loop() {
 				return
 			}
 		case o := <-r.inbox:
-			r.handle(o)
+			r.receive(o)
 			r.drainInbox()
 		case <-wake:
 		case <-r.cancelReq:
@@ -213,7 +245,13 @@ func (r *runner) acked(ctx context.Context, c *commit) bool {
 		r.log.Error("persisting run state failed; the run stays as last persisted and resumes on restart", "err", c.err)
 		return false
 	}
+	r.ackedSeq = c.seq
 	r.published(c.batch.Events)
+	for _, sp := range r.splits {
+		if sp.joining && sp.joinAfter <= c.seq {
+			r.markDirty(sp.owner) // its results can be read back now
+		}
+	}
 	for _, k := range c.created {
 		if r.unacked[k] == c.seq {
 			delete(r.unacked, k)
@@ -239,13 +277,21 @@ func (r *runner) committer(ctx context.Context) {
 	}
 }
 
+func (r *runner) receive(o outcome) {
+	if o.child != nil || o.attempt < 0 {
+		r.childEnded(o)
+		return
+	}
+	r.handle(o)
+}
+
 // drainInbox applies every outcome already waiting, so that one commit
 // covers them all.
 func (r *runner) drainInbox() {
 	for {
 		select {
 		case o := <-r.inbox:
-			r.handle(o)
+			r.receive(o)
 		default:
 			return
 		}
@@ -253,6 +299,15 @@ func (r *runner) drainInbox() {
 }
 
 func (r *runner) start(ctx context.Context, l launch) {
+	// The step may have been cancelled while the call waited for its
+	// intent to be written.
+	if rec := r.recs[l.key]; rec == nil || rec.Status != store.StepRunning {
+		return
+	}
+	if l.child != nil {
+		r.startChild(ctx, l)
+		return
+	}
 	cctx, cancel := context.WithDeadline(ctx, l.deadline)
 	r.calls[l.key] = &inflight{attempt: l.req.Attempt, cancel: cancel}
 	go func() {
@@ -305,6 +360,10 @@ func (r *runner) takeBatch() *commit {
 	b := &store.Batch{Run: &run, Events: r.events, DLQ: r.dlq, Steps: make([]*store.StepRecord, len(r.order))}
 	for i, k := range r.order {
 		rec := *r.dirty[k]
+		if rec.Split != nil {
+			st := *rec.Split
+			rec.Split = &st
+		}
 		b.Steps[i] = &rec
 	}
 	c := &commit{seq: r.nextBatch, batch: b, created: r.created}
@@ -394,6 +453,7 @@ func (r *runner) finishRun(status store.RunStatus, errInfo *store.ErrorInfo) {
 	}
 	clear(r.groups)
 	clear(r.owner)
+	clear(r.splits)
 	now := time.Now().UTC()
 	r.run.Status = status
 	r.run.FinishedAt = now

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,19 +15,23 @@ import (
 
 // open creates a step's record on its first visit: a false `when` skips it,
 // delay_seconds sets a persisted timer. The record may come back final.
-func (r *runner) open(now time.Time, s *chain.Step, key string, sc *scope) *store.StepRecord {
+// Inside a split item a plain record is kept in memory only: the item's
+// position, and so this step's intent, is already implied by what is
+// durable (see seq.ack).
+func (r *runner) open(now time.Time, q *seq, s *chain.Step, key string, sc *scope) *store.StepRecord {
 	rec := &store.StepRecord{Key: key, Name: s.Name, Status: store.StepPending, DedupKey: r.run.ID + "/" + key}
+	r.adopt(q, rec)
 	if s.When != nil {
-		ok, err := s.When.Eval(sc.env(nil))
+		ok, err := s.When.Eval(sc.env(s.When, nil))
 		if err != nil {
-			r.finishStep(rec, store.StepFailed, &store.ErrorInfo{Message: fmt.Sprintf("when condition of step %q: %v", s.Name, err), Code: "condition"})
+			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{Message: fmt.Sprintf("when condition of step %q: %v", s.Name, err), Code: "condition"})
 			return rec
 		}
 		if !ok {
 			rec.Status = store.StepSkipped
 			rec.FinishedAt = now
 			r.put(rec)
-			r.setStepVar(rec, nil)
+			r.setStepVar(q, rec, nil)
 			r.event(store.EventStepSkipped, key, 0, "when condition is false")
 			return rec
 		}
@@ -34,16 +39,31 @@ func (r *runner) open(now time.Time, s *chain.Step, key string, sc *scope) *stor
 	if s.DelaySeconds > 0 {
 		rec.NotBefore = now.Add(time.Duration(s.DelaySeconds) * time.Second)
 		r.addTimer(rec.NotBefore, key)
+		r.put(rec)
+		return rec
 	}
-	r.put(rec)
+	if !q.inItem() || s.Kind != chain.KindProvider {
+		r.put(rec)
+	}
 	return rec
+}
+
+// adopt notes that rec belongs to q, in memory and for the item's cleanup.
+func (r *runner) adopt(q *seq, rec *store.StepRecord) {
+	if _, ok := r.recs[rec.Key]; !ok {
+		r.recs[rec.Key] = rec
+		if q.inItem() {
+			q.keys = append(q.keys, rec.Key)
+		}
+	}
+	r.seqOf[rec.Key] = q
 }
 
 // dispatch starts a provider step's next attempt when it is due, or starts
 // its current attempt again when the run resumed with the call unanswered.
 // bound, when set, caps the call's deadline (a group's deadline). It returns
 // the call to start, or whether the step failed before any call.
-func (r *runner) dispatch(now time.Time, s *chain.Step, rec *store.StepRecord, sc *scope, bound time.Time) (*launch, bool) {
+func (r *runner) dispatch(now time.Time, q *seq, s *chain.Step, rec *store.StepRecord, sc *scope, bound time.Time) (*launch, bool) {
 	switch rec.Status {
 	case store.StepPending:
 		if rec.NotBefore.After(now) {
@@ -51,7 +71,7 @@ func (r *runner) dispatch(now time.Time, s *chain.Step, rec *store.StepRecord, s
 		}
 		l, errInfo := r.prepare(now, s, rec, rec.Attempts+1, sc, bound)
 		if errInfo != nil {
-			r.finishStep(rec, store.StepFailed, errInfo)
+			r.finishStep(q, rec, store.StepFailed, errInfo)
 			return nil, true
 		}
 		rec.Attempts++
@@ -60,8 +80,17 @@ func (r *runner) dispatch(now time.Time, s *chain.Step, rec *store.StepRecord, s
 		if rec.StartedAt.IsZero() {
 			rec.StartedAt = now
 		}
-		r.put(rec)
-		r.event(store.EventStepStarted, rec.Key, rec.Attempts, "")
+		if q.inItem() {
+			// Successful per-item calls are counted in the split's progress
+			// rather than logged one by one; a retry is worth a record.
+			if rec.Attempts > 1 {
+				r.put(rec)
+			}
+		} else {
+			r.put(rec)
+			r.event(store.EventStepStarted, rec.Key, rec.Attempts, "")
+		}
+		l.batch = r.launchBatch(q, rec)
 		return l, false
 	case store.StepRunning:
 		if _, ok := r.calls[rec.Key]; ok {
@@ -71,13 +100,28 @@ func (r *runner) dispatch(now time.Time, s *chain.Step, rec *store.StepRecord, s
 		// mid-call. Dispatch again with the same dedup key and attempt.
 		l, errInfo := r.prepare(now, s, rec, rec.Attempts, sc, bound)
 		if errInfo != nil {
-			r.finishStep(rec, store.StepFailed, errInfo)
+			r.finishStep(q, rec, store.StepFailed, errInfo)
 			return nil, true
 		}
 		r.event(store.EventStepStarted, rec.Key, rec.Attempts, "dispatched again after a restart")
+		l.batch = r.launchBatch(q, rec)
 		return l, false
 	}
 	return nil, rec.Status.Final()
+}
+
+// launchBatch is the batch a call must wait for: the one that first writes
+// its step's record, or, in a split item, the one that makes the item's
+// position durable; 0 when everything it depends on is written.
+func (r *runner) launchBatch(q *seq, rec *store.StepRecord) uint64 {
+	b := r.unacked[rec.Key]
+	if q.inItem() && q.ack > b {
+		b = q.ack
+	}
+	if b <= r.ackedSeq {
+		return 0
+	}
+	return b
 }
 
 // prepare renders a step's payload and builds its provider call.
@@ -111,7 +155,6 @@ func (r *runner) prepare(now time.Time, s *chain.Step, rec *store.StepRecord, at
 		}
 	}
 	return &launch{
-		batch:    r.unacked[rec.Key],
 		key:      rec.Key,
 		prov:     prov,
 		deadline: deadline,
@@ -140,6 +183,7 @@ func (r *runner) handle(o outcome) {
 	if rec == nil || rec.Status != store.StepRunning || rec.Attempts != o.attempt {
 		return
 	}
+	q := r.seqFor(rec.Key)
 	defer r.stepChanged(rec)
 	s := r.def.Step(rec.Name)
 	now := time.Now().UTC()
@@ -148,8 +192,14 @@ func (r *runner) handle(o outcome) {
 		if len(body) == 0 {
 			body = json.RawMessage("null")
 		}
-		if !json.Valid(body) {
-			r.finishStep(rec, store.StepFailed, &store.ErrorInfo{Message: "provider returned a body that is not valid JSON", Code: "bad_response"})
+		switch {
+		case !json.Valid(body):
+			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{Message: "provider returned a body that is not valid JSON", Code: "bad_response"})
+			return
+		case len(body) > r.e.limits.MaxBodyBytes:
+			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{
+				Message: fmt.Sprintf("provider returned a body of %d bytes, above max_body_bytes (%d)", len(body), r.e.limits.MaxBodyBytes), Code: "body_too_large",
+			})
 			return
 		}
 		rec.Status = store.StepSucceeded
@@ -157,8 +207,10 @@ func (r *runner) handle(o outcome) {
 		rec.Error = nil
 		rec.FinishedAt = now
 		r.put(rec)
-		r.setStepVar(rec, decodeJSON(body))
-		r.event(store.EventStepSucceeded, rec.Key, rec.Attempts, "")
+		r.setStepVar(q, rec, decodeJSON(body))
+		if !q.inItem() {
+			r.event(store.EventStepSucceeded, rec.Key, rec.Attempts, "")
+		}
 		return
 	}
 
@@ -177,7 +229,15 @@ func (r *runner) handle(o outcome) {
 	if o.timedOut {
 		status = store.StepTimedOut
 	}
-	r.finishStep(rec, status, info)
+	r.finishStep(q, rec, status, info)
+}
+
+// seqFor returns the list a record belongs to.
+func (r *runner) seqFor(key string) *seq {
+	if q := r.seqOf[key]; q != nil {
+		return q
+	}
+	return r.top
 }
 
 func errorInfo(o outcome) *store.ErrorInfo {
@@ -191,12 +251,12 @@ func errorInfo(o outcome) *store.ErrorInfo {
 	return &store.ErrorInfo{Message: o.err.Error(), Retryable: providers.IsRetryable(o.err)}
 }
 
-func (r *runner) finishStep(rec *store.StepRecord, status store.StepStatus, info *store.ErrorInfo) {
+func (r *runner) finishStep(q *seq, rec *store.StepRecord, status store.StepStatus, info *store.ErrorInfo) {
 	rec.Status = status
 	rec.Error = info
 	rec.FinishedAt = time.Now().UTC()
 	r.put(rec)
-	r.setStepVar(rec, nil)
+	r.setStepVar(q, rec, nil)
 	typ := store.EventStepFailed
 	if status == store.StepTimedOut {
 		typ = store.EventStepTimedOut
@@ -211,11 +271,18 @@ func (r *runner) abandon(rec *store.StepRecord, status store.StepStatus, msg str
 		c.cancel()
 		delete(r.calls, rec.Key)
 	}
+	if rec.Child != "" {
+		go func(id string) {
+			if err := r.e.Cancel(context.Background(), id); err != nil {
+				r.log.Debug("cancelling sub-chain run", "child", id, "err", err)
+			}
+		}(rec.Child)
+	}
 	rec.Status = status
 	rec.Error = &store.ErrorInfo{Message: msg, Code: string(status)}
 	rec.FinishedAt = time.Now().UTC()
 	r.put(rec)
-	r.setStepVar(rec, nil)
+	r.setStepVar(r.seqFor(rec.Key), rec, nil)
 	typ := store.EventStepCancelled
 	if status == store.StepTimedOut {
 		typ = store.EventStepTimedOut
@@ -223,8 +290,8 @@ func (r *runner) abandon(rec *store.StepRecord, status store.StepStatus, msg str
 	r.event(typ, rec.Key, rec.Attempts, msg)
 }
 
-func (r *runner) setStepVar(rec *store.StepRecord, body any) {
-	r.vars.steps[rec.Name] = stepValue(rec, body)
+func (r *runner) setStepVar(q *seq, rec *store.StepRecord, body any) {
+	q.vars[rec.Name] = stepValue(rec, body)
 }
 
 // deadLetter parks a failed step in the DLQ with what it was sent.

@@ -3,10 +3,14 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/templates"
 )
 
 // decodeJSON turns a stored JSON document into the values templates and
@@ -64,13 +68,12 @@ func errorValue(e *store.ErrorInfo) any {
 	return map[string]any{"message": e.Message, "code": e.Code, "retryable": e.Retryable}
 }
 
-// vars holds the values a run's templates and conditions read. It is built
-// once per run and updated as steps finish, so rendering never rebuilds it.
+// vars holds the values every step of a run reads. Step results live in
+// each list's own namespace (seq.vars).
 type vars struct {
 	origin map[string]any
 	run    map[string]any
 	chain  map[string]any
-	steps  map[string]any
 }
 
 func newVars(run *store.Run) *vars {
@@ -83,13 +86,14 @@ func newVars(run *store.Run) *vars {
 		},
 		run:   map[string]any{"id": run.ID},
 		chain: map[string]any{"name": run.Chain},
-		steps: map[string]any{},
 	}
 }
 
 // scope resolves template roots for one step.
 type scope struct {
-	v *vars
+	v     *vars
+	steps map[string]any
+	seq   *seq
 	// prev is the previous step's value on the path taken; nil for the first.
 	prev map[string]any
 }
@@ -99,7 +103,7 @@ func (s *scope) Lookup(root string) (any, bool) {
 	case "origin":
 		return s.v.origin, true
 	case "steps":
-		return s.v.steps, true
+		return s.steps, true
 	case "prev":
 		if s.prev == nil {
 			return nil, false
@@ -109,23 +113,73 @@ func (s *scope) Lookup(root string) (any, bool) {
 		return s.v.run, true
 	case "chain":
 		return s.v.chain, true
+	case "item":
+		if s.seq != nil && s.seq.inItem() {
+			return s.seq.item, true
+		}
+	case "item_index":
+		if s.seq != nil && s.seq.inItem() {
+			return int64(s.seq.index), true
+		}
 	}
 	return nil, false
 }
 
-func (s *scope) env(result map[string]any) map[string]any {
+// env is what a condition reads. Conditions cannot look inside lazy values,
+// so a condition that names results gets them decoded.
+func (s *scope) env(cond fmt.Stringer, result map[string]any) map[string]any {
+	steps, prev := s.steps, s.prev
+	if cond != nil && strings.Contains(cond.String(), "results") {
+		steps, _ = materialize(steps, 0).(map[string]any)
+		prev, _ = materialize(prev, 0).(map[string]any)
+		result, _ = materialize(result, 0).(map[string]any)
+	}
 	env := map[string]any{
 		"origin": s.v.origin,
-		"steps":  s.v.steps,
+		"steps":  steps,
 		"run":    s.v.run,
 		"chain":  s.v.chain,
 		"prev":   nil,
 	}
-	if s.prev != nil {
-		env["prev"] = s.prev
+	if prev != nil {
+		env["prev"] = prev
 	}
 	if result != nil {
 		env["result"] = result
 	}
+	if s.seq != nil && s.seq.inItem() {
+		env["item"] = s.seq.item
+		env["item_index"] = int64(s.seq.index)
+	}
 	return env
+}
+
+// materialize replaces lazy values within the first few levels of maps.
+func materialize(v any, depth int) any {
+	switch x := v.(type) {
+	case templates.Lazy:
+		return x.Value()
+	case map[string]any:
+		if depth > 3 || x == nil {
+			return x
+		}
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = materialize(e, depth+1)
+		}
+		return out
+	}
+	return v
+}
+
+// lazyJSON is raw JSON decoded the first time something reads inside it.
+type lazyJSON struct {
+	raw  json.RawMessage
+	once sync.Once
+	v    any
+}
+
+func (l *lazyJSON) Value() any {
+	l.once.Do(func() { l.v = decodeJSON(l.raw) })
+	return l.v
 }

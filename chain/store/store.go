@@ -34,6 +34,11 @@ type Store interface {
 	// Steps returns a run's step records whose key starts with prefix
 	// ("" for all), ordered by key.
 	Steps(ctx context.Context, runID, prefix string) ([]*StepRecord, error)
+	// ForEachStep calls fn with each of a run's step records whose key
+	// starts with prefix, in key order, one at a time, so that a split of a
+	// million items can be read without holding it all. fn returning an
+	// error stops the walk with that error.
+	ForEachStep(ctx context.Context, runID, prefix string, fn func(*StepRecord) error) error
 	// Events returns up to limit events of a run with Seq > after, in order.
 	// limit <= 0 means no limit.
 	Events(ctx context.Context, runID string, after uint64, limit int) ([]Event, error)
@@ -144,6 +149,9 @@ type Run struct {
 	Error      *ErrorInfo `json:"error,omitempty"`
 	ParentRun  string     `json:"parent_run,omitempty"`
 	ParentStep string     `json:"parent_step,omitempty"`
+	// Body is the run's result once it has succeeded: the body of the last
+	// step it took. A sub-chain's body becomes its parent step's body.
+	Body json.RawMessage `json:"body,omitempty"`
 	// Seq is the sequence number of the run's last event.
 	Seq uint64 `json:"seq"`
 }
@@ -165,6 +173,20 @@ type StepRecord struct {
 	NotBefore time.Time `json:"not_before,omitzero"`
 	// Deadline bounds a group or split step as a whole.
 	Deadline time.Time `json:"deadline,omitzero"`
+	// Split is a split step's progress.
+	Split *SplitState `json:"split,omitempty"`
+	// Child is the run a sub_chain step started.
+	Child string `json:"child,omitempty"`
+}
+
+// SplitState is a split step's progress. Items below Next may have been
+// started; each finished item has a record of its own keyed STEP[INDEX].
+type SplitState struct {
+	Total     int `json:"total"`
+	Next      int `json:"next"`
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	Skipped   int `json:"skipped"`
 }
 
 // EventType names a state change.

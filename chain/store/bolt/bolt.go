@@ -438,6 +438,27 @@ func (s *Store) Steps(ctx context.Context, runID, prefix string) ([]*store.StepR
 	return out, err
 }
 
+// ForEachStep implements store.Store.
+func (s *Store) ForEachStep(ctx context.Context, runID, prefix string, fn func(*store.StepRecord) error) error {
+	return s.view(func(tx *bbolt.Tx) error {
+		p := runKey(runID, kindStep, []byte(prefix))
+		c := tx.Bucket(bucketRuns).Cursor()
+		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var st store.StepRecord
+			if err := json.Unmarshal(v, &st); err != nil {
+				return fmt.Errorf("decoding step %q: %w", k, err)
+			}
+			if err := fn(&st); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // Events implements store.Store.
 func (s *Store) Events(ctx context.Context, runID string, after uint64, limit int) ([]store.Event, error) {
 	var out []store.Event

@@ -192,6 +192,17 @@ func testStepsByPrefix(t *testing.T, f Factory) {
 	if want := "[check notify notify/email notify/slack resolve]"; fmt.Sprint(stepKeys(all)) != want {
 		t.Errorf("all steps: got %v, want %s", stepKeys(all), want)
 	}
+	var walked []string
+	err = s.ForEachStep(ctx, run.ID, "notify", func(st *store.StepRecord) error {
+		walked = append(walked, st.Key)
+		if st.Key == "notify/email" {
+			return errStop
+		}
+		return nil
+	})
+	if !errors.Is(err, errStop) || fmt.Sprint(walked) != "[notify notify/email]" {
+		t.Errorf("ForEachStep: walked %v, err %v", walked, err)
+	}
 	// Replacing by key keeps one record.
 	steps[1].Status = store.StepSucceeded
 	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: steps[1:2]}); err != nil {
@@ -202,6 +213,8 @@ func testStepsByPrefix(t *testing.T, f Factory) {
 		t.Errorf("replaced step: got %+v", got)
 	}
 }
+
+var errStop = errors.New("stop")
 
 func stepKeys(steps []*store.StepRecord) []string {
 	out := make([]string, len(steps))

@@ -1,0 +1,162 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// A sub_chain step runs another chain as a run of its own, linked to its
+// parent. The child's id is chosen and written in the parent step's record
+// before the child is created, so a restart between the two finds the same
+// child, or creates it under the same id.
+
+// childStart is the run a sub_chain step creates once its intent is durable.
+type childStart struct {
+	id       string
+	chain    string
+	input    json.RawMessage
+	deadline time.Time
+}
+
+func (r *runner) progressChild(now time.Time, q *seq, s *chain.Step, rec *store.StepRecord, sc *scope) ([]launch, bool) {
+	switch rec.Status {
+	case store.StepPending:
+		if rec.NotBefore.After(now) {
+			return nil, false
+		}
+		l, errInfo := r.prepareChild(now, q, s, rec, sc)
+		if errInfo != nil {
+			r.finishStep(q, rec, store.StepFailed, errInfo)
+			return nil, true
+		}
+		rec.Status = store.StepRunning
+		rec.Attempts = 1
+		rec.StartedAt = now
+		rec.NotBefore = time.Time{}
+		rec.Child = l.child.id
+		r.put(rec)
+		r.event(store.EventStepStarted, rec.Key, 1, fmt.Sprintf("sub-chain %q as run %s", s.SubChain, rec.Child))
+		l.batch = r.unacked[rec.Key]
+		if l.batch <= r.ackedSeq {
+			l.batch = 0
+		}
+		return []launch{*l}, false
+	case store.StepRunning:
+		if _, waiting := r.calls[rec.Key]; waiting {
+			return nil, false
+		}
+		// Resumed: the child may have finished, be running, or (stopped
+		// between the two writes) not exist yet.
+		child, err := r.e.store.Run(context.Background(), rec.Child)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			l, errInfo := r.prepareChild(now, q, s, rec, sc)
+			if errInfo != nil {
+				r.finishStep(q, rec, store.StepFailed, errInfo)
+				return nil, true
+			}
+			l.child.id = rec.Child
+			return []launch{*l}, false
+		case err != nil:
+			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{Message: fmt.Sprintf("reading sub-chain run %s: %v", rec.Child, err), Code: "store"})
+			return nil, true
+		case child.Status.Final():
+			r.childResult(q, rec, child)
+			return nil, true
+		}
+		// Still running: it is resumed on its own and reports back here.
+		r.calls[rec.Key] = &inflight{attempt: rec.Attempts, cancel: func() {}}
+		return nil, false
+	}
+	return nil, rec.Status.Final()
+}
+
+// prepareChild renders the sub-chain's input and bounds its deadline.
+func (r *runner) prepareChild(now time.Time, q *seq, s *chain.Step, rec *store.StepRecord, sc *scope) (*launch, *store.ErrorInfo) {
+	input := []byte(`{}`)
+	if s.Input != nil {
+		var err error
+		if input, err = s.Input.AppendJSON(nil, sc); err != nil {
+			return nil, &store.ErrorInfo{Message: fmt.Sprintf("rendering input of step %q: %v", s.Name, err), Code: "template"}
+		}
+	}
+	if len(input) > r.e.limits.MaxBodyBytes {
+		return nil, &store.ErrorInfo{Message: fmt.Sprintf("input of step %q is %d bytes, above max_body_bytes (%d)", s.Name, len(input), r.e.limits.MaxBodyBytes), Code: "body_too_large"}
+	}
+	deadline := r.run.Deadline
+	if b := q.bound(); !b.IsZero() && (deadline.IsZero() || b.Before(deadline)) {
+		deadline = b
+	}
+	return &launch{key: rec.Key, child: &childStart{id: store.NewID(), chain: s.SubChain, input: input, deadline: deadline}}, nil
+}
+
+// startChild creates and starts the child run.
+func (r *runner) startChild(ctx context.Context, l launch) {
+	r.calls[l.key] = &inflight{attempt: 1, cancel: func() {}}
+	parent := ParentRef{Run: r.run.ID, Step: l.key}
+	go func() {
+		_, err := r.e.startRun(ctx, l.child.chain, Input{Payload: l.child.input}, l.child.id, &parent, l.child.deadline)
+		if errors.Is(err, store.ErrExists) {
+			return // created before a restart; it reports when it ends
+		}
+		if err != nil {
+			select {
+			case r.inbox <- outcome{key: l.key, attempt: -1, err: err}:
+			case <-r.done:
+			}
+		}
+	}()
+}
+
+// childEnded applies a sub-chain run's end to its step.
+func (r *runner) childEnded(o outcome) {
+	rec := r.recs[o.key]
+	if rec == nil || rec.Status != store.StepRunning {
+		return
+	}
+	delete(r.calls, o.key)
+	q := r.seqFor(o.key)
+	defer r.markDirty(q)
+	if o.err != nil {
+		r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{Message: fmt.Sprintf("starting sub-chain run: %v", o.err), Code: "sub_chain"})
+		return
+	}
+	if o.child.ID != rec.Child {
+		return
+	}
+	r.childResult(q, rec, o.child)
+}
+
+// childResult makes a finished child run's outcome its step's.
+func (r *runner) childResult(q *seq, rec *store.StepRecord, child *store.Run) {
+	if child.Status != store.RunSucceeded {
+		msg := fmt.Sprintf("sub-chain %q (run %s) %s", child.Chain, child.ID, child.Status)
+		if child.Error != nil {
+			msg += ": " + child.Error.Message
+		}
+		status := store.StepFailed
+		if child.Status == store.RunTimedOut {
+			status = store.StepTimedOut
+		}
+		r.finishStep(q, rec, status, &store.ErrorInfo{Message: msg, Code: "sub_chain_" + string(child.Status)})
+		return
+	}
+	body := child.Body
+	if len(body) == 0 {
+		body = json.RawMessage("null")
+	}
+	rec.Status = store.StepSucceeded
+	rec.Body = body
+	rec.FinishedAt = time.Now().UTC()
+	r.put(rec)
+	r.setStepVar(q, rec, decodeJSON(body))
+	if !q.inItem() {
+		r.event(store.EventStepSucceeded, rec.Key, rec.Attempts, "sub-chain run "+child.ID+" succeeded")
+	}
+}

@@ -1,0 +1,266 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// seq is one list of steps being walked: the run's own steps, or the
+// per-item steps of one split item. A run's top-level position is persisted
+// in its record; an item's is worked out again on resume by replaying its
+// step records, which hold every decision it made.
+type seq struct {
+	steps  []*chain.Step
+	prefix string // "" at top level; "check-hosts[07]/" inside an item
+	cursor string // the step being executed; "" once the list is done
+	path   []string
+	// vars is what steps.NAME reads here: an item sees its own steps and,
+	// behind them, those of the lists enclosing it.
+	vars map[string]any
+
+	// Set inside a split item.
+	split *split
+	index int
+	item  any
+	// ack is the batch that makes this item's next call durable intent
+	// (the split's cursor covering it, or its previous step's result); 0
+	// when nothing it waits for is pending.
+	ack   uint64
+	keys  []string // records this item holds in memory, dropped when it ends
+	dirty bool
+
+	// How the item ended.
+	status store.StepStatus
+	result json.RawMessage
+	err    *store.ErrorInfo
+}
+
+func (q *seq) inItem() bool { return q.split != nil }
+
+// advanceTop moves the run's own steps along and returns the calls to start.
+func (r *runner) advance(now time.Time) []launch {
+	if r.run.Status.Final() {
+		return nil
+	}
+	if !r.run.Deadline.IsZero() && !now.Before(r.run.Deadline) {
+		r.finishRun(store.RunTimedOut, &store.ErrorInfo{
+			Message: fmt.Sprintf("chain %q timed out after %ds", r.def.Name, r.def.TimeoutSeconds), Code: "timeout",
+		})
+		return nil
+	}
+	for _, key := range r.dueTimers(now) {
+		r.timerDue(key, now)
+	}
+	out, done := r.advanceSeq(now, r.top)
+	r.run.Cursor = r.top.cursor
+	r.run.Path = r.top.path
+	if done && !r.run.Status.Final() {
+		r.run.Body = r.top.result
+		r.finishRun(store.RunSucceeded, nil)
+	}
+	return out
+}
+
+// advanceSeq moves a list of steps as far as it can go without waiting. It
+// returns the calls to start and whether the list has ended.
+func (r *runner) advanceSeq(now time.Time, q *seq) ([]launch, bool) {
+	q.dirty = false
+	var out []launch
+	// Each pass settles one step; a list cannot settle more steps in one
+	// call than it has, since branches only route forward.
+	for range len(q.steps) + 1 {
+		if q.cursor == "" {
+			return out, true
+		}
+		s := r.def.Step(q.cursor)
+		if s == nil || !sameList(s.List, q.steps) {
+			r.failSeq(q, &store.ErrorInfo{
+				Message: fmt.Sprintf("at step %q, which this list of chain %q does not have", q.cursor, r.def.Name), Code: "definition",
+			})
+			return out, true
+		}
+		ls, final := r.progressStep(now, q, s)
+		out = append(out, ls...)
+		if !final {
+			return out, false
+		}
+		if !r.settle(q, s) {
+			return out, true
+		}
+	}
+	return out, q.cursor == ""
+}
+
+func sameList(a, b []*chain.Step) bool {
+	return len(a) == len(b) && (len(a) == 0 || a[0] == b[0])
+}
+
+// scope returns what templates and conditions read in q.
+func (r *runner) scopeOf(q *seq) *scope {
+	sc := &scope{v: r.vars, steps: q.vars, seq: q}
+	if n := len(q.path); n > 0 {
+		if prev, ok := q.vars[q.path[n-1]].(map[string]any); ok {
+			sc.prev = prev
+		}
+	} else if q.split != nil {
+		// An item's first step sees as prev what its split step saw.
+		sc.prev = r.scopeOf(q.split.owner).prev
+	}
+	return sc
+}
+
+// progressStep moves q's current step along; it returns the calls to start
+// and whether the step is final.
+func (r *runner) progressStep(now time.Time, q *seq, s *chain.Step) ([]launch, bool) {
+	key := q.prefix + s.Name
+	sc := r.scopeOf(q)
+	rec := r.recs[key]
+	if rec == nil {
+		rec = r.open(now, q, s, key, sc)
+	}
+	if rec.Status.Final() {
+		return nil, true
+	}
+	switch s.Kind {
+	case chain.KindProvider:
+		l, final := r.dispatch(now, q, s, rec, sc, q.bound())
+		if l != nil {
+			return []launch{*l}, false
+		}
+		return nil, final
+	case chain.KindParallel:
+		g := r.groups[key]
+		if g == nil {
+			if rec.Status == store.StepPending {
+				if rec.NotBefore.After(now) {
+					return nil, false
+				}
+				g = r.startGroup(now, q, s, rec, sc)
+			} else {
+				g = r.resumeGroup(now, q, s, rec, sc)
+			}
+		}
+		return r.progressGroup(now, g)
+	case chain.KindSplit:
+		return r.progressSplit(now, q, s, rec, sc)
+	case chain.KindSubChain:
+		return r.progressChild(now, q, s, rec, sc)
+	}
+	return nil, true
+}
+
+// bound is the deadline every call in q must keep: its split's.
+func (q *seq) bound() time.Time {
+	if q.split != nil {
+		return q.split.deadline
+	}
+	return time.Time{}
+}
+
+// settle applies a final step's failure policy and routing. It reports
+// whether the list goes on to another step.
+func (r *runner) settle(q *seq, s *chain.Step) bool {
+	key := q.prefix + s.Name
+	rec := r.recs[key]
+	q.path = append(q.path, s.Name)
+	switch rec.Status {
+	case store.StepFailed, store.StepTimedOut, store.StepCancelled:
+		switch s.OnFailure {
+		case chain.OnFailureSkip:
+			rec.Status = store.StepSkipped
+			r.put(rec)
+			r.setStepVar(q, rec, nil)
+			r.event(store.EventStepSkipped, key, rec.Attempts, "failure skipped (on_failure = skip): "+rec.Error.Message)
+			if q.inItem() {
+				// Inside a split, a skipped failure ends the item as skipped.
+				r.endItem(q, store.StepSkipped, nil, nil)
+				return false
+			}
+		case chain.OnFailureDLQ:
+			id := r.deadLetter(rec)
+			r.failSeq(q, &store.ErrorInfo{
+				Message: fmt.Sprintf("step %q failed: %s (dead-letter entry %s)", s.Name, rec.Error.Message, id), Code: "step_failed",
+			})
+			return false
+		default:
+			r.failSeq(q, &store.ErrorInfo{Message: fmt.Sprintf("step %q failed: %s", s.Name, rec.Error.Message), Code: "step_failed"})
+			return false
+		}
+	case store.StepSkipped:
+		if q.inItem() && rec.Attempts == 0 && rec.Error == nil {
+			// A false when condition filters the item out: it ends here,
+			// counted as skipped, so the split still completes.
+			r.endItem(q, store.StepSkipped, nil, nil)
+			return false
+		}
+	}
+	next, err := r.route(q, s, rec)
+	if err != nil {
+		r.failSeq(q, &store.ErrorInfo{Message: err.Error(), Code: "condition"})
+		return false
+	}
+	q.cursor = next
+	if next == "" {
+		// The list ran to its end; its result is the last step's body.
+		q.result = lastBody(r, q)
+		if q.inItem() {
+			r.endItem(q, store.StepSucceeded, q.result, nil)
+		}
+	}
+	return true
+}
+
+// lastBody is the body of the last step on q's path that has one.
+func lastBody(r *runner, q *seq) json.RawMessage {
+	for i := len(q.path) - 1; i >= 0; i-- {
+		if rec := r.recs[q.prefix+q.path[i]]; rec != nil && rec.Status == store.StepSucceeded {
+			return rec.Body
+		}
+	}
+	return nil
+}
+
+// failSeq ends q because a step failed: the run at top level, the item in
+// a split.
+func (r *runner) failSeq(q *seq, info *store.ErrorInfo) {
+	if q.inItem() {
+		r.endItem(q, store.StepFailed, nil, info)
+		return
+	}
+	r.finishRun(store.RunFailed, info)
+}
+
+// route picks the step after s: the first matching branch (only for a step
+// that succeeded), then default_next, then the next step in order.
+func (r *runner) route(q *seq, s *chain.Step, rec *store.StepRecord) (string, error) {
+	if rec.Status == store.StepSucceeded && len(s.Branches) > 0 {
+		sc := r.scopeOf(q)
+		sc.prev = nil
+		if n := len(q.path); n > 1 {
+			if prev, ok := q.vars[q.path[n-2]].(map[string]any); ok {
+				sc.prev = prev
+			}
+		}
+		result, _ := q.vars[s.Name].(map[string]any)
+		for i, b := range s.Branches {
+			ok, err := b.Cond.Eval(sc.env(b.Cond, result))
+			if err != nil {
+				return "", fmt.Errorf("evaluating branch %d of step %q: %w", i+1, s.Name, err)
+			}
+			if ok {
+				return b.Target, nil
+			}
+		}
+	}
+	if s.DefaultNext != "" {
+		return s.DefaultNext, nil
+	}
+	if n := s.Next(); n != nil {
+		return n.Name, nil
+	}
+	return "", nil
+}
