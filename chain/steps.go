@@ -67,6 +67,9 @@ func (b *chainBuild) steps(tables []*table, parent *Step, sc *scope) []*Step {
 func (b *chainBuild) step(t *table, parent *Step, sc *scope) *Step {
 	s := &Step{Parent: parent, Source: t.d.source(t.path)}
 	s.Name = b.l.checkName(t, "step")
+	if s.Name == EndTarget {
+		t.d.errorf(t.path.key("name"), "step name %q is reserved: a branch or default_next target %q ends the list", EndTarget, EndTarget)
+	}
 	if s.Name != "" {
 		if prev, ok := b.sources[s.Name]; ok {
 			t.d.errorf(t.path.key("name"), "step %q is already defined at %s; step names are unique within a chain, sub-steps included", s.Name, prev.where())
@@ -260,7 +263,14 @@ func (b *chainBuild) routing(t *table, s *Step, sc *scope) {
 	}
 }
 
+// EndTarget is the branch and default_next target that ends the list: the
+// run at top level (it succeeds), the item inside a split (it is skipped).
+const EndTarget = "end"
+
 func (b *chainBuild) checkTarget(p keyPath, s *Step, target string) {
+	if target == EndTarget {
+		return
+	}
 	b.checks = append(b.checks, func() {
 		for _, other := range s.List {
 			if other.Name == target {

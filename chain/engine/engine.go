@@ -491,23 +491,28 @@ type Result struct {
 	Steps  map[string]StepResult `json:"steps"`
 }
 
-// Result reads a run and its steps from the store.
-func (e *Engine) Result(ctx context.Context, id string) (*Result, error) {
+// Result reads a run and its steps from the store. The records of split
+// items are left out unless items is set: the split's own body holds their
+// results, and there may be a million of them.
+func (e *Engine) Result(ctx context.Context, id string, items bool) (*Result, error) {
 	run, err := e.store.Run(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("reading run: %w", err)
 	}
-	recs, err := e.store.Steps(ctx, id, "")
-	if err != nil {
-		return nil, fmt.Errorf("reading steps of run %s: %w", id, err)
-	}
 	res := &Result{ID: run.ID, Chain: run.Chain, Status: run.Status, Error: run.Error, Path: run.Path, Steps: map[string]StepResult{}}
-	for _, rec := range recs {
+	err = e.store.ForEachStep(ctx, id, "", func(rec *store.StepRecord) error {
+		if !items && strings.Contains(rec.Key, "[") {
+			return nil
+		}
 		body := rec.Body
 		if len(body) == 0 {
 			body = json.RawMessage("null")
 		}
 		res.Steps[rec.Key] = StepResult{Status: rec.Status, Body: body, Error: rec.Error, Attempts: rec.Attempts}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading steps of run %s: %w", id, err)
 	}
 	return res, nil
 }

@@ -132,7 +132,7 @@ func (h *harness) run(chainName, payload string) *engine.Result {
 	if _, err := h.eng.Wait(ctx, run.ID); err != nil {
 		h.t.Fatalf("waiting for run: %v", err)
 	}
-	res, err := h.eng.Result(ctx, run.ID)
+	res, err := h.eng.Result(ctx, run.ID, true)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -393,7 +393,7 @@ payload_template = { from = "new definition" }
 	if _, err := h2.eng.Wait(ctx, run.ID); err != nil {
 		t.Fatal(err)
 	}
-	res, _ := h2.eng.Result(ctx, run.ID)
+	res, _ := h2.eng.Result(ctx, run.ID, true)
 	if res.Status != store.RunSucceeded || !slices.Equal(res.Path, []string{"first", "second", "third"}) {
 		t.Fatalf("got %s %v %+v", res.Status, res.Path, res.Error)
 	}

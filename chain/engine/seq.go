@@ -203,6 +203,15 @@ func (r *runner) settle(q *seq, s *chain.Step) bool {
 		r.failSeq(q, &store.ErrorInfo{Message: err.Error(), Code: "condition"})
 		return false
 	}
+	if next == chain.EndTarget {
+		next = ""
+		if q.inItem() {
+			// A branch to the end filters the item out, like a false when.
+			q.cursor = ""
+			r.endItem(q, store.StepSkipped, nil, nil)
+			return false
+		}
+	}
 	q.cursor = next
 	if next == "" {
 		// The list ran to its end; its result is the last step's body.

@@ -492,7 +492,7 @@ payload_template = { record = %q, sleep_ms = "<<item>>" }
 			t.Errorf("%s never ran", key)
 		}
 	}
-	res, _ := h2.eng.Result(ctx, run.ID)
+	res, _ := h2.eng.Result(ctx, run.ID, true)
 	if b := splitResult(t, res, "loop"); b.Succeeded != 40 || len(b.Results) != 40 {
 		t.Errorf("body after resume: %+v", b)
 	}

@@ -425,3 +425,71 @@ func keys[V any](m map[string]V) []string {
 	}
 	return out
 }
+
+func TestCrashMidSplit(t *testing.T) {
+	const items = 60
+	var hosts []string
+	for i := range items {
+		hosts = append(hosts, fmt.Sprint(30+(i%5)*20))
+	}
+	env := newCrashEnv(t, `
+[[providers]]
+name = "faulty"
+type = "faulty"
+[[chains]]
+name = "loop"
+[[chains.steps]]
+name = "hosts"
+[chains.steps.split]
+items = "<<origin.payload.items>>"
+max_concurrency = 6
+[[chains.steps.split.steps]]
+name = "check"
+provider = "faulty"
+payload_template = { record = "DIR/items.jsonl", sleep_ms = "<<item>>", i = "<<item_index>>" }
+`)
+	payload := env.path("payload.json")
+	writeFile(t, payload, `{"items":[`+strings.Join(hosts, ",")+`]}`)
+	cmd, _ := env.start("run", "loop", "--payload", "@"+payload)
+	env.waitFor("half the items to be called", func() bool { return env.lines("items.jsonl") >= items/2 })
+	env.kill(cmd)
+	run, final := env.snapshot()
+	slots := 0
+	for k := range final {
+		if strings.HasPrefix(k, "hosts[") && !strings.Contains(k, "/") {
+			slots++
+		}
+	}
+	if slots == 0 || slots == items {
+		t.Fatalf("kill came at the wrong time: %d items finished", slots)
+	}
+	env.resume()
+	done, steps, evs := env.finalState(run.ID)
+	if done.Status != store.RunSucceeded {
+		t.Fatalf("run %s: %+v", done.Status, done.Error)
+	}
+	calls := env.calls("items.jsonl")
+	for i := range items {
+		slot := fmt.Sprintf("hosts[%02d]", i)
+		n := len(calls[run.ID+"/"+slot+"/check"])
+		switch {
+		case final[slot] && n != 1:
+			t.Errorf("%s had its result before the kill but was called %d times", slot, n)
+		case n < 1:
+			t.Errorf("%s never ran", slot)
+		}
+	}
+	var body struct {
+		Results   []json.RawMessage `json:"results"`
+		Succeeded int               `json:"succeeded"`
+	}
+	if err := json.Unmarshal(steps["hosts"].Body, &body); err != nil || body.Succeeded != items || len(body.Results) != items {
+		t.Errorf("split body: %d results, %d succeeded (%v)", len(body.Results), body.Succeeded, err)
+	}
+	for i, r := range body.Results {
+		if !strings.Contains(string(r), fmt.Sprintf(`"i":%d`, i)) {
+			t.Errorf("result %d out of order: %s", i, r)
+		}
+	}
+	checkNoDuplicateEvents(t, evs)
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -196,7 +197,7 @@ func openSession(ctx context.Context, configs []string, state, logLevel string, 
 	for _, w := range cfg.Warnings {
 		fmt.Fprintln(stderr, w.String())
 	}
-	progress := &progressPrinter{w: stderr}
+	progress := newProgressPrinter(stderr)
 	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: state, Logger: logger, OnEvent: progress.print})
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway:", err)
@@ -227,7 +228,7 @@ func (s *session) finish(ctx context.Context, id string, indent bool) int {
 		fmt.Fprintln(s.stderr, "gateway:", err)
 		return exitFailed
 	}
-	res, err := s.gw.Engine.Result(context.WithoutCancel(ctx), run.ID)
+	res, err := s.gw.Engine.Result(context.WithoutCancel(ctx), run.ID, false)
 	if err != nil {
 		fmt.Fprintln(s.stderr, "gateway:", err)
 		return exitFailed
@@ -435,10 +436,43 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-// progressPrinter writes one line per step event.
-type progressPrinter struct{ w io.Writer }
+// progressPrinter writes one line per step event. On a terminal, a split's
+// progress events rewrite one live line instead.
+type progressPrinter struct {
+	w    io.Writer
+	live bool
+
+	mu      sync.Mutex
+	pending bool // a live line is on screen without its newline
+}
+
+func newProgressPrinter(w io.Writer) *progressPrinter {
+	p := &progressPrinter{w: w}
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			p.live = true
+		}
+	}
+	return p
+}
 
 func (p *progressPrinter) print(ev store.Event) {
+	line := progressLine(ev)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.live && ev.Type == store.EventStepProgress {
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+		p.pending = true
+		return
+	}
+	if p.pending {
+		fmt.Fprintln(p.w)
+		p.pending = false
+	}
+	fmt.Fprintln(p.w, line)
+}
+
+func progressLine(ev store.Event) string {
 	subject := ev.Step
 	if subject == "" {
 		subject = "run " + ev.RunID
@@ -451,5 +485,5 @@ func (p *progressPrinter) print(ev store.Event) {
 	if ev.Message != "" {
 		line += ": " + ev.Message
 	}
-	fmt.Fprintln(p.w, line)
+	return line
 }

@@ -1,0 +1,154 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+const subChains = `
+[[chains]]
+name = "parent"
+timeout_seconds = 60
+[[chains.steps]]
+name = "check"
+provider = "echo"
+payload_template = { severity = "<<origin.payload.severity>>" }
+[[chains.steps]]
+name = "escalate"
+sub_chain = "page-secondary"
+input = { incident = "<<steps.check.body>>", who = "<<origin.payload.who ?? \"ops\">>" }
+on_failure = "skip"
+[[chains.steps]]
+name = "after"
+provider = "echo"
+payload_template = { paged = "<<steps.escalate.body.paged ?? \"nobody\">>", status = "<<steps.escalate.status>>" }
+
+[[chains]]
+name = "page-secondary"
+timeout_seconds = 3600
+[[chains.steps]]
+name = "page"
+provider = "faulty"
+payload_template = "<<origin.payload>>"
+[[chains.steps]]
+name = "confirm"
+provider = "echo"
+payload_template = { paged = "<<prev.body.who ?? \"nobody\">>", severity = "<<origin.payload.incident.severity>>" }
+`
+
+func TestSubChain(t *testing.T) {
+	h := newHarness(t, subChains)
+	ctx := context.Background()
+	res := h.run("parent", `{"severity":"critical","who":"alice"}`)
+	if res.Status != store.RunSucceeded {
+		t.Fatalf("got %s %+v", res.Status, res.Error)
+	}
+	if b := body(t, res, "escalate"); b["paged"] != "alice" || b["severity"] != "critical" {
+		t.Errorf("escalate body (the child's last step): %v", b)
+	}
+	if b := body(t, res, "after"); b["paged"] != "alice" || b["status"] != "succeeded" {
+		t.Errorf("after: %v", b)
+	}
+	page, _ := h.store.ListRuns(ctx, store.RunFilter{Chain: "page-secondary"})
+	if len(page.Runs) != 1 {
+		t.Fatalf("child runs: %d", len(page.Runs))
+	}
+	child := page.Runs[0]
+	if child.ParentRun != res.ID || child.ParentStep != "escalate" || child.Status != store.RunSucceeded {
+		t.Errorf("child: parent %s/%s status %s", child.ParentRun, child.ParentStep, child.Status)
+	}
+	parent, _ := h.store.Run(ctx, res.ID)
+	// The child's deadline is the earlier of its own (1 h) and its parent's (1 min).
+	if !child.Deadline.Equal(parent.Deadline) {
+		t.Errorf("child deadline %v, parent's %v", child.Deadline, parent.Deadline)
+	}
+	if string(child.Origin.Payload) != `{"incident":{"severity":"critical"},"who":"alice"}` {
+		t.Errorf("child origin payload: %s", child.Origin.Payload)
+	}
+}
+
+func TestSubChainFailureAppliesStepPolicy(t *testing.T) {
+	h := newHarness(t, strings.Replace(subChains, `payload_template = "<<origin.payload>>"`, `payload_template = { fail = "pager down" }`, 1))
+	res := h.run("parent", `{"severity":"low"}`)
+	st := res.Steps["escalate"]
+	if res.Status != store.RunSucceeded || st.Status != store.StepSkipped || !strings.Contains(st.Error.Message, "pager down") || !strings.Contains(st.Error.Message, `sub-chain "page-secondary"`) {
+		t.Fatalf("got %s, escalate %+v", res.Status, st)
+	}
+	if b := body(t, res, "after"); b["status"] != "skipped" {
+		t.Errorf("after: %v", b)
+	}
+}
+
+func TestCancelParentCancelsChild(t *testing.T) {
+	rec := filepath.Join(t.TempDir(), "cancelled.jsonl")
+	h := newHarness(t, strings.Replace(subChains, `payload_template = "<<origin.payload>>"`, fmt.Sprintf(`payload_template = { hang = true, record_cancel = %q }`, rec), 1))
+	ctx := context.Background()
+	run, err := h.eng.Start(ctx, "parent", engine.Input{Payload: []byte(`{"severity":"low"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child *store.Run
+	deadline := time.Now().Add(10 * time.Second)
+	for child == nil && time.Now().Before(deadline) {
+		page, _ := h.store.ListRuns(ctx, store.RunFilter{Chain: "page-secondary"})
+		if len(page.Runs) == 1 {
+			child = page.Runs[0]
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if child == nil {
+		t.Fatal("no child run")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := h.eng.Cancel(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if final, _ := h.eng.Wait(ctx, run.ID); final.Status != store.RunCancelled {
+		t.Fatalf("parent: %s", final.Status)
+	}
+	waitLines(t, rec, 1)
+	deadline = time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, _ := h.store.Run(ctx, child.ID); c.Status == store.RunCancelled {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Error("the child run was not cancelled")
+}
+
+// TestSubChainResume stops the engine while the child runs; after resume
+// the parent picks up the child's result.
+func TestSubChainResume(t *testing.T) {
+	dir := t.TempDir()
+	cfg := strings.Replace(subChains, `payload_template = "<<origin.payload>>"`, `payload_template = { sleep_ms = 1500 }`, 1)
+	db := filepath.Join(dir, "gw.db")
+	ctx := context.Background()
+	h1 := newHarnessAt(t, cfg, db)
+	run, err := h1.eng.Start(ctx, "parent", engine.Input{Payload: []byte(`{"severity":"low"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	h1.close()
+	h2 := newHarnessAt(t, cfg, db)
+	ids, err := h2.eng.Resume(ctx)
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("resumed %v: %v", ids, err)
+	}
+	final, err := h2.eng.Wait(ctx, run.ID)
+	if err != nil || final.Status != store.RunSucceeded {
+		t.Fatalf("parent after resume: %+v %v", final, err)
+	}
+	res, _ := h2.eng.Result(ctx, run.ID, true)
+	if res.Steps["escalate"].Status != store.StepSucceeded {
+		t.Errorf("escalate: %+v", res.Steps["escalate"])
+	}
+}
