@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"slices"
 	"strings"
 	"sync"
@@ -198,24 +200,45 @@ func BenchmarkParallel10k(b *testing.B) {
 	b.ReportMetric(float64(peakRSS())/(1<<20), "peak-rss-MiB")
 }
 
-// resetPeakRSS starts a new peak resident-memory measurement (Linux).
-func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+// sampleAnon reports the largest anonymous resident memory seen, sampled
+// every 50 ms until stop is closed.
+func sampleAnon(stop <-chan struct{}, peak chan<- int64) {
+	var max int64
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if v := statusKB("RssAnon:") << 10; v > max {
+			max = v
+		}
+		select {
+		case <-stop:
+			peak <- max
+			return
+		case <-t.C:
+		}
+	}
+}
 
-// peakRSS returns the peak resident memory since resetPeakRSS, in bytes.
-func peakRSS() int64 {
+func statusKB(field string) int64 {
 	data, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(l, field); ok {
 			var kb int64
 			fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb)
-			return kb << 10
+			return kb
 		}
 	}
 	return 0
 }
+
+// resetPeakRSS starts a new peak resident-memory measurement (Linux).
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+// peakRSS returns the peak resident memory since resetPeakRSS, in bytes.
+func peakRSS() int64 { return statusKB("VmHWM:") << 10 }
 
 // BenchmarkResume1000 measures a restart: a store holds 1,000 unfinished
 // runs, each stopped with a parallel group's sub-steps in flight (as a
@@ -273,4 +296,71 @@ func BenchmarkResume1000(b *testing.B) {
 func lines(path string) int {
 	data, _ := os.ReadFile(path)
 	return bytes.Count(data, []byte("\n"))
+}
+
+// BenchmarkSplit runs a split over n items with one echo step per item,
+// 256 at a time, and reports items per second and the process's peak
+// resident memory.
+func BenchmarkSplit(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) {
+			if n > 100_000 && testing.Short() {
+				b.Skip("a million items take a while; run without -short")
+			}
+			cfg := fmt.Sprintf(`
+[gateway.limits]
+max_split_items = %d
+max_body_bytes = %d
+[[chains]]
+name = "big"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+items = "<<origin.payload.items>>"
+max_concurrency = 256
+[[chains.steps.split.steps]]
+name = "work"
+provider = "echo"
+payload_template = { i = "<<item>>" }
+`, n, 64<<20)
+			h := newBenchHarness(b, cfg, func(store.Event) {})
+			var payload bytes.Buffer
+			payload.WriteString(`{"items":[`)
+			for i := range n {
+				if i > 0 {
+					payload.WriteByte(',')
+				}
+				payload.WriteString(strconv.Itoa(i))
+			}
+			payload.WriteString(`]}`)
+			ctx := context.Background()
+			if _, err := h.pm.Provider(plugins.Spec{Name: "echo", Builtin: "echo"}).Describe(ctx); err != nil {
+				b.Fatal(err)
+			}
+			runtime.GC()
+			resetPeakRSS()
+			stop := make(chan struct{})
+			anon := make(chan int64)
+			go sampleAnon(stop, anon)
+			var total time.Duration
+			for b.Loop() {
+				start := time.Now()
+				run, err := h.eng.Start(ctx, "big", engine.Input{Payload: payload.Bytes()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				final, err := h.eng.Wait(ctx, run.ID)
+				if err != nil || final.Status != store.RunSucceeded {
+					b.Fatalf("run: %v %+v", err, final)
+				}
+				total += time.Since(start)
+			}
+			close(stop)
+			b.ReportMetric(float64(n*b.N)/total.Seconds(), "items/s")
+			// Peak RSS counts the pages of the store file mapped in; the
+			// anonymous part is the process's own memory.
+			b.ReportMetric(float64(peakRSS())/(1<<20), "peak-rss-MiB")
+			b.ReportMetric(float64(<-anon)/(1<<20), "peak-anon-MiB")
+		})
+	}
 }

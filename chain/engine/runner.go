@@ -348,7 +348,7 @@ func (r *runner) put(rec *store.StepRecord) {
 }
 
 func (r *runner) hasChanges() bool {
-	return len(r.order) > 0 || len(r.events) > 0 || len(r.dlq) > 0
+	return len(r.dirty) > 0 || len(r.events) > 0 || len(r.dlq) > 0
 }
 
 // takeBatch snapshots the pending batch and starts a new one. Records are
@@ -357,14 +357,26 @@ func (r *runner) takeBatch() *commit {
 	r.run.UpdatedAt = time.Now().UTC()
 	run := *r.run
 	run.Path = append([]string(nil), r.run.Path...)
-	b := &store.Batch{Run: &run, Events: r.events, DLQ: r.dlq, Steps: make([]*store.StepRecord, len(r.order))}
-	for i, k := range r.order {
-		rec := *r.dirty[k]
+	b := &store.Batch{Run: &run, Events: r.events, DLQ: r.dlq, Steps: make([]*store.StepRecord, 0, len(r.order))}
+	for _, k := range r.order {
+		d := r.dirty[k]
+		if d == nil {
+			continue // dropped from the batch after it was changed
+		}
+		rec := *d
 		if rec.Split != nil {
 			st := *rec.Split
 			rec.Split = &st
 		}
-		b.Steps[i] = &rec
+		b.Steps = append(b.Steps, &rec)
+	}
+	for _, rec := range b.Steps {
+		if q := r.seqOf[rec.Key]; q != nil && q.inItem() && !rec.Status.Final() {
+			if q.written == nil {
+				q.written = map[string]bool{}
+			}
+			q.written[rec.Key] = true
+		}
 	}
 	c := &commit{seq: r.nextBatch, batch: b, created: r.created}
 	r.nextBatch++

@@ -31,7 +31,10 @@ type seq struct {
 	// when nothing it waits for is pending.
 	ack   uint64
 	keys  []string // records this item holds in memory, dropped when it ends
-	dirty bool
+	// written holds the item's records handed to the store before they
+	// were final (a delay, a retry); the others may never need writing.
+	written map[string]bool
+	dirty   bool
 
 	// How the item ended.
 	status store.StepStatus
