@@ -29,8 +29,8 @@ type seq struct {
 	// ack is the batch that makes this item's next call durable intent
 	// (the split's cursor covering it, or its previous step's result); 0
 	// when nothing it waits for is pending.
-	ack   uint64
-	keys  []string // records this item holds in memory, dropped when it ends
+	ack  uint64
+	keys []string // records this item holds in memory, dropped when it ends
 	// written holds the item's records handed to the store before they
 	// were final (a delay, a retry); the others may never need writing.
 	written map[string]bool
