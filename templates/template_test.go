@@ -531,3 +531,29 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+type lazyValue struct {
+	v     any
+	calls *int
+}
+
+func (l lazyValue) Value() any { *l.calls++; return l.v }
+
+func TestLazyValues(t *testing.T) {
+	calls := 0
+	scope := MapScope{"steps": map[string]any{"s": map[string]any{"body": lazyValue{v: map[string]any{"n": int64(2), "xs": []any{"a"}}, calls: &calls}}}}
+	tpl, err := Compile(map[string]any{"n": "<<steps.s.body.n>>", "all": "<<steps.s.body>>", "text": "got <<steps.s.body.xs>>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tpl.AppendJSON(nil, scope)
+	if err != nil || string(got) != `{"all":{"n":2,"xs":["a"]},"n":2,"text":"got [\"a\"]"}` {
+		t.Errorf("AppendJSON = %s, %v", got, err)
+	}
+	if _, err := tpl.Render(scope); err != nil {
+		t.Error(err)
+	}
+	if calls == 0 {
+		t.Error("the lazy value was never asked for")
+	}
+}

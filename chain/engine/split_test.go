@@ -497,3 +497,44 @@ payload_template = { record = %q, sleep_ms = "<<item>>" }
 		t.Errorf("body after resume: %+v", b)
 	}
 }
+
+// TestSplitBodyInConditions branches on a split's counts and on its
+// results, which conditions read decoded.
+func TestSplitBodyInConditions(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "loop"
+default_next = "all-good"
+[chains.steps.split]
+items = "<<origin.payload.items>>"
+tolerated_failures = "100%"
+[[chains.steps.split.steps]]
+name = "work"
+provider = "faulty"
+payload_template = "<<item>>"
+[[chains.steps.branches]]
+when = 'result.body.failed > 0 && len(result.body.results) == 3'
+target = "page"
+[[chains.steps]]
+name = "all-good"
+provider = "echo"
+default_next = "end"
+[[chains.steps]]
+name = "page"
+provider = "echo"
+payload_template = { failed = "<<steps.loop.body.failed>>", second = "<<steps.loop.body.results[1]>>" }
+`)
+	res := h.run("c", `{"items":[{"a":1},{"fail":"x"},{"b":2}]}`)
+	if res.Status != store.RunSucceeded || !slices.Equal(res.Path, []string{"loop", "page"}) {
+		t.Fatalf("got %s %v %+v", res.Status, res.Path, res.Error)
+	}
+	if b := body(t, res, "page"); b["failed"] != float64(1) || !strings.Contains(fmt.Sprint(b["second"]), "error") {
+		t.Errorf("page: %v", b)
+	}
+	res = h.run("c", `{"items":[{"a":1}]}`)
+	if !slices.Equal(res.Path, []string{"loop", "all-good"}) {
+		t.Errorf("all good: path %v", res.Path)
+	}
+}
