@@ -23,9 +23,10 @@ type seq struct {
 	vars map[string]any
 
 	// Set inside a split item.
-	split *split
-	index int
-	item  any
+	split   *split
+	index   int
+	item    any
+	lineage []Frame // the enclosing splits, outermost first, this item's last
 	// ack is the batch that makes this item's next call durable intent
 	// (the split's cursor covering it, or its previous step's result); 0
 	// when nothing it waits for is pending.
@@ -43,6 +44,16 @@ type seq struct {
 }
 
 func (q *seq) inItem() bool { return q.split != nil }
+
+// Frame is one level of a split item's lineage: which split, which item,
+// out of how many. An item's records and dedup keys are scoped by its whole
+// lineage, so nested splits never collide; the same stack is what a worker
+// needs to commit an item delegated to it.
+type Frame struct {
+	Split string
+	Index int
+	Total int
+}
 
 // advanceTop moves the run's own steps along and returns the calls to start.
 func (r *runner) advance(now time.Time) []launch {

@@ -64,6 +64,23 @@ func (sp *split) itemKey(i int) string {
 	return sp.key + "[" + pad(i, sp.width) + "]"
 }
 
+// keyPrefix is where an item's records live: each level of its lineage as
+// SPLIT[INDEX], outermost first.
+func keyPrefix(lineage []Frame) string {
+	var b strings.Builder
+	for _, f := range lineage {
+		b.WriteString(f.Split)
+		b.WriteByte('[')
+		b.WriteString(pad(f.Index, indexWidth(f.Total)))
+		b.WriteString("]/")
+	}
+	return b.String()
+}
+
+// indexWidth is the digits an item index takes in keys, so they sort in
+// item order.
+func indexWidth(total int) int { return len(strconv.Itoa(max(total-1, 0))) }
+
 func pad(i, width int) string {
 	s := strconv.Itoa(i)
 	if len(s) < width {
@@ -185,7 +202,7 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 		r.finishStep(q, rec, store.StepFailed, errInfo)
 		return nil
 	}
-	sp := &split{step: s, key: rec.Key, rec: rec, owner: q, items: items, width: len(strconv.Itoa(max(len(items)-1, 0))), active: map[int]*seq{}}
+	sp := &split{step: s, key: rec.Key, rec: rec, owner: q, items: items, width: indexWidth(len(items)), active: map[int]*seq{}}
 	if rec.Status == store.StepPending {
 		rec.Status = store.StepRunning
 		rec.Attempts = 1
@@ -255,14 +272,16 @@ func (r *runner) startItem(sp *split, i int) *seq {
 		r.put(sp.rec)
 		sp.advances = append(sp.advances, advance{next: st.Next, batch: r.nextBatch})
 	}
+	lineage := append(append([]Frame(nil), sp.owner.lineage...), Frame{Split: sp.step.Name, Index: i, Total: len(sp.items)})
 	q := &seq{
-		steps:  sp.step.Split.Steps,
-		prefix: sp.itemKey(i) + "/",
-		cursor: sp.step.Split.Steps[0].Name,
-		vars:   make(map[string]any, len(sp.owner.vars)+len(sp.step.Split.Steps)),
-		split:  sp,
-		index:  i,
-		item:   sp.items[i],
+		steps:   sp.step.Split.Steps,
+		prefix:  keyPrefix(lineage),
+		cursor:  sp.step.Split.Steps[0].Name,
+		vars:    make(map[string]any, len(sp.owner.vars)+len(sp.step.Split.Steps)),
+		split:   sp,
+		index:   i,
+		item:    sp.items[i],
+		lineage: lineage,
 	}
 	for k, v := range sp.owner.vars {
 		q.vars[k] = v
