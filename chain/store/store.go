@@ -23,6 +23,12 @@ var (
 	ErrConflict = errors.New("conflicting write")
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("store is closed")
+	// ErrLeaseHeld is returned when another gateway holds a run's lease.
+	ErrLeaseHeld = errors.New("run is leased by another gateway")
+	// ErrLeaseLost is returned for a commit or renewal under a lease that is
+	// no longer the run's current one: it expired, or another gateway took
+	// the run over. The gateway must stop advancing the run.
+	ErrLeaseLost = errors.New("lease on the run was lost")
 )
 
 // Store persists runs. A Commit is atomic and durable when it returns.
@@ -55,8 +61,36 @@ type Store interface {
 	ListDLQ(ctx context.Context, f DLQFilter) ([]*DLQEntry, error)
 	// DeleteDLQ removes a dead-letter entry.
 	DeleteDLQ(ctx context.Context, id string) error
+	// CountDLQ returns how many dead-letter entries there are.
+	CountDLQ(ctx context.Context) (int, error)
+
+	// AcquireLease claims the right to advance a run for ttl. It fails with
+	// ErrLeaseHeld while another owner's lease is live. An owner acquiring
+	// a run gets a fence higher than any earlier lease on that run; an
+	// owner acquiring a lease it already holds renews it.
+	AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) (Lease, error)
+	// RenewLease extends a lease, or fails with ErrLeaseLost.
+	RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error)
+	// ReleaseLease gives a lease up, if it is still the current one.
+	ReleaseLease(ctx context.Context, l Lease) error
+
+	// ClaimKey binds an idempotency key to a run id for ttl. If the key is
+	// already bound, it returns the run id it is bound to and binds nothing.
+	ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error)
+
 	// Close releases the store; it waits for commits under way.
 	Close() error
+}
+
+// Lease is one gateway's claim on advancing a run. Commits carry it, and a
+// store rejects a commit whose lease is no longer current, so a gateway
+// that lost a run cannot write to it.
+type Lease struct {
+	RunID string `json:"run_id"`
+	Owner string `json:"owner"`
+	// Fence grows with every acquisition by a new owner.
+	Fence   uint64    `json:"fence"`
+	Expires time.Time `json:"expires"`
 }
 
 // Batch is one atomic change to one run.
@@ -75,6 +109,12 @@ type Batch struct {
 	// Definition, when set, is stored under its hash unless one is there
 	// already, so the run can resume on the definition it started with.
 	Definition *Definition
+	// Lease, when set, must be the run's current lease, or the commit fails
+	// with ErrLeaseLost and writes nothing.
+	Lease *Lease
+	// DeleteSteps lists step records to remove, as a replay does for the
+	// records of the steps it runs again.
+	DeleteSteps []string
 }
 
 // Definition is a chain definition as started runs need it: a

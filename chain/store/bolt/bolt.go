@@ -32,7 +32,8 @@ var (
 	bucketUnfinished = []byte("unfinished")
 	bucketDLQ        = []byte("dlq")
 	bucketDefs       = []byte("definitions")
-	allBuckets       = [][]byte{bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs}
+	bucketKeys       = []byte("idempotency_keys")
+	allBuckets       = [][]byte{bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs, bucketKeys}
 )
 
 // Record kinds within a run's key range.
@@ -73,6 +74,12 @@ type Store struct {
 	// seqs caches each unfinished run's last event sequence number; only
 	// the writer goroutine touches it.
 	seqs map[string]uint64
+
+	// Leases live in memory: the file lock already makes this process the
+	// only writer, so they only keep the contract the engine relies on.
+	leaseMu sync.Mutex
+	leases  map[string]store.Lease
+	fences  map[string]uint64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -129,7 +136,10 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("initialising store %s: %w", path, err)
 	}
-	s := &Store{db: db, log: opts.Logger, reqs: make(chan *commitReq, maxGroup), done: make(chan struct{}), seqs: map[string]uint64{}}
+	s := &Store{
+		db: db, log: opts.Logger, reqs: make(chan *commitReq, maxGroup), done: make(chan struct{}), seqs: map[string]uint64{},
+		leases: map[string]store.Lease{}, fences: map[string]uint64{},
+	}
 	go s.writer()
 	return s, nil
 }
@@ -301,6 +311,9 @@ func (s *Store) lastSeq(runs *bbolt.Bucket, id string, pending map[string]uint64
 // Checks come first so a rejected batch leaves nothing behind.
 func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) error {
 	run := r.b.Run
+	if l := r.b.Lease; l != nil && !s.leaseCurrent(*l) {
+		return fmt.Errorf("committing run %s: %w", run.ID, store.ErrLeaseLost)
+	}
 	runs := tx.Bucket(bucketRuns)
 	last, exists, err := s.lastSeq(runs, run.ID, pending)
 	switch {
@@ -340,6 +353,11 @@ func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) 
 	}
 	if run.Status.Final() {
 		if err := tx.Bucket(bucketUnfinished).Delete(id); err != nil {
+			return err
+		}
+	}
+	for _, k := range r.b.DeleteSteps {
+		if err := runs.Delete(runKey(run.ID, kindStep, []byte(k))); err != nil {
 			return err
 		}
 	}
@@ -623,4 +641,92 @@ func (s *Store) DeleteDLQ(ctx context.Context, id string) error {
 		}
 		return b.Delete([]byte(id))
 	})
+}
+
+// CountDLQ implements store.Store.
+func (s *Store) CountDLQ(ctx context.Context) (int, error) {
+	var n int
+	err := s.view(func(tx *bbolt.Tx) error {
+		n = tx.Bucket(bucketDLQ).Stats().KeyN
+		return nil
+	})
+	return n, err
+}
+
+// AcquireLease implements store.Store.
+func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) (store.Lease, error) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	now := time.Now()
+	if cur, ok := s.leases[runID]; ok && now.Before(cur.Expires) {
+		if cur.Owner != owner {
+			return store.Lease{}, fmt.Errorf("leasing run %s: %w", runID, store.ErrLeaseHeld)
+		}
+		cur.Expires = now.Add(ttl)
+		s.leases[runID] = cur
+		return cur, nil
+	}
+	s.fences[runID]++
+	l := store.Lease{RunID: runID, Owner: owner, Fence: s.fences[runID], Expires: now.Add(ttl)}
+	s.leases[runID] = l
+	return l, nil
+}
+
+// RenewLease implements store.Store.
+func (s *Store) RenewLease(ctx context.Context, l store.Lease, ttl time.Duration) (store.Lease, error) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	if !s.leaseCurrentLocked(l) {
+		return store.Lease{}, fmt.Errorf("renewing the lease on run %s: %w", l.RunID, store.ErrLeaseLost)
+	}
+	l.Expires = time.Now().Add(ttl)
+	s.leases[l.RunID] = l
+	return l, nil
+}
+
+// ReleaseLease implements store.Store.
+func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	if s.leaseCurrentLocked(l) {
+		delete(s.leases, l.RunID)
+	}
+	return nil
+}
+
+func (s *Store) leaseCurrent(l store.Lease) bool {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	return s.leaseCurrentLocked(l)
+}
+
+func (s *Store) leaseCurrentLocked(l store.Lease) bool {
+	cur, ok := s.leases[l.RunID]
+	return ok && cur.Owner == l.Owner && cur.Fence == l.Fence && time.Now().Before(cur.Expires)
+}
+
+// ClaimKey implements store.Store.
+func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return "", store.ErrClosed
+	}
+	var existing string
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketKeys)
+		now := time.Now()
+		if v := b.Get([]byte(key)); len(v) > 8 {
+			if exp := time.Unix(0, int64(binary.BigEndian.Uint64(v[:8]))); now.Before(exp) {
+				existing = string(v[8:])
+				return nil
+			}
+		}
+		v := binary.BigEndian.AppendUint64(nil, uint64(now.Add(ttl).UnixNano()))
+		return b.Put([]byte(key), append(v, runID...))
+	})
+	if err != nil {
+		return "", fmt.Errorf("claiming idempotency key: %w", err)
+	}
+	return existing, nil
 }

@@ -36,6 +36,9 @@ func Run(t *testing.T, f Factory) {
 		{"ListRuns", testListRuns},
 		{"DLQ", testDLQ},
 		{"Definitions", testDefinitions},
+		{"Leases", testLeases},
+		{"DeleteSteps", testDeleteSteps},
+		{"IdempotencyKeys", testIdempotencyKeys},
 		{"ConcurrentCommits", testConcurrentCommits},
 		{"Reopen", testReopen},
 		{"Closed", testClosed},
@@ -368,6 +371,9 @@ func testDLQ(t *testing.T, f Factory) {
 	if len(list) != 2 || list[0].ID != entries[0].ID {
 		t.Errorf("list: got %d entries", len(list))
 	}
+	if n, err := s.CountDLQ(ctx); err != nil || n != 2 {
+		t.Errorf("CountDLQ: %d %v, want 2", n, err)
+	}
 	if l, _ := s.ListDLQ(ctx, store.DLQFilter{Step: "mail"}); len(l) != 1 || l[0].Step != "mail" {
 		t.Errorf("by step: got %+v", l)
 	}
@@ -409,6 +415,111 @@ func testDefinitions(t *testing.T, f Factory) {
 	}
 	if _, err := s.Definition(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("missing definition: %v", err)
+	}
+}
+
+func testLeases(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	run := NewRun("c", time.Now().UTC())
+	const ttl = 300 * time.Millisecond
+
+	a, err := s.AcquireLease(ctx, run.ID, "gw-a", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquireLease(ctx, run.ID, "gw-b", ttl); !errors.Is(err, store.ErrLeaseHeld) {
+		t.Fatalf("second owner: got %v, want ErrLeaseHeld", err)
+	}
+	again, err := s.AcquireLease(ctx, run.ID, "gw-a", ttl)
+	if err != nil || again.Fence != a.Fence {
+		t.Fatalf("re-acquiring one's own lease: %+v %v", again, err)
+	}
+	run.Seq = 1
+	err = s.Commit(ctx, &store.Batch{Run: run, Create: true, Lease: &a, Events: []store.Event{{Seq: 1, Type: store.EventRunStarted, Time: time.Now()}}})
+	if err != nil {
+		t.Fatalf("committing under the lease: %v", err)
+	}
+	if a, err = s.RenewLease(ctx, a, ttl); err != nil {
+		t.Fatalf("renewing: %v", err)
+	}
+
+	time.Sleep(ttl + 100*time.Millisecond)
+	b, err := s.AcquireLease(ctx, run.ID, "gw-b", ttl)
+	if err != nil {
+		t.Fatalf("taking over an expired lease: %v", err)
+	}
+	if b.Fence <= a.Fence {
+		t.Errorf("fence did not grow: %d after %d", b.Fence, a.Fence)
+	}
+	if _, err := s.RenewLease(ctx, a, ttl); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("renewing a lost lease: got %v, want ErrLeaseLost", err)
+	}
+	stale := *run
+	stale.Cursor = "written-by-a"
+	stale.Seq = 2
+	err = s.Commit(ctx, &store.Batch{Run: &stale, Lease: &a, Events: []store.Event{{Seq: 2, Type: store.EventStepStarted, Time: time.Now()}}})
+	if !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("commit under a lost lease: got %v, want ErrLeaseLost", err)
+	}
+	if got, _ := s.Run(ctx, run.ID); got.Cursor == "written-by-a" || got.Seq != 1 {
+		t.Errorf("the fenced-off commit was written: %+v", got)
+	}
+	run.Cursor = "written-by-b"
+	run.Seq = 2
+	if err := s.Commit(ctx, &store.Batch{Run: run, Lease: &b, Events: []store.Event{{Seq: 2, Type: store.EventStepStarted, Time: time.Now()}}}); err != nil {
+		t.Fatalf("commit under the new lease: %v", err)
+	}
+	if err := s.ReleaseLease(ctx, a); err != nil {
+		t.Errorf("releasing a lost lease: %v", err)
+	}
+	if _, err := s.AcquireLease(ctx, run.ID, "gw-c", ttl); !errors.Is(err, store.ErrLeaseHeld) {
+		t.Errorf("releasing a lost lease freed the current one: %v", err)
+	}
+	if err := s.ReleaseLease(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.AcquireLease(ctx, run.ID, "gw-c", ttl)
+	if err != nil || c.Fence <= b.Fence {
+		t.Errorf("after release: %+v %v", c, err)
+	}
+}
+
+func testDeleteSteps(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	run := NewRun("c", time.Now().UTC())
+	create(t, s, run)
+	steps := []*store.StepRecord{{Key: "a", Name: "a"}, {Key: "b", Name: "b"}, {Key: "b/x", Name: "x"}}
+	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: steps}); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Commit(ctx, &store.Batch{Run: run, DeleteSteps: []string{"b", "b/x"}, Steps: []*store.StepRecord{{Key: "c", Name: "c"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.Steps(ctx, run.ID, "")
+	if fmt.Sprint(stepKeys(got)) != "[a c]" {
+		t.Errorf("after deleting: %v", stepKeys(got))
+	}
+}
+
+func testIdempotencyKeys(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	key := "chain-a/" + store.NewID()
+	if got, err := s.ClaimKey(ctx, key, "run-1", 300*time.Millisecond); err != nil || got != "" {
+		t.Fatalf("first claim: %q %v", got, err)
+	}
+	if got, err := s.ClaimKey(ctx, key, "run-2", 300*time.Millisecond); err != nil || got != "run-1" {
+		t.Fatalf("second claim: %q %v, want run-1", got, err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if got, err := s.ClaimKey(ctx, key, "run-3", time.Second); err != nil || got != "" {
+		t.Errorf("claim after expiry: %q %v", got, err)
+	}
+	if n, err := s.CountDLQ(ctx); err != nil || n != 0 {
+		t.Errorf("CountDLQ on an empty store: %d %v", n, err)
 	}
 }
 
