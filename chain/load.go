@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/chaingate/gateway/templates"
 )
 
 // LoadOptions tunes loading.
@@ -238,6 +240,7 @@ func (l *loader) provider(t *table, dir string) {
 			t.d.errorf(t.path.key("config"), "cannot be encoded as JSON: %v", err)
 		} else {
 			p.Config = data
+			l.providerConfigTemplate(t, p, v)
 		}
 	}
 	t.finish(providerKeys)
@@ -250,6 +253,27 @@ func (l *loader) provider(t *table, dir string) {
 	}
 	l.cfg.Providers[p.Name] = p
 	l.cfg.ProviderNames = append(l.cfg.ProviderNames, p.Name)
+}
+
+// providerConfigTemplate compiles a provider config that reads secrets.
+// Nothing else is known when a provider is configured, so secrets are the
+// only root it may read.
+func (l *loader) providerConfigTemplate(t *table, p *Provider, v any) {
+	tpl, err := templates.Compile(v)
+	if err != nil {
+		t.d.errorf(t.path.key("config"), "%v", err)
+		return
+	}
+	if tpl.Static() {
+		return
+	}
+	for _, r := range tpl.Refs() {
+		if r.Root != "secrets" {
+			t.d.errorf(t.path.key("config"), "<<%s>>: a provider's config may only read secrets.NAME", r.Text)
+			return
+		}
+	}
+	p.ConfigTemplate = tpl
 }
 
 func contains(list []string, s string) bool {

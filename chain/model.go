@@ -64,7 +64,10 @@ type Provider struct {
 	TimeoutSeconds int
 	// Config is the opaque [providers.config] table as JSON.
 	Config []byte
-	Source Source
+	// ConfigTemplate is set when the config reads <<secrets.NAME>>; it is
+	// rendered when the provider is called, so secrets never sit in Config.
+	ConfigTemplate *templates.Template
+	Source         Source
 
 	raw map[string]any
 }

@@ -11,12 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/secrets"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/providers"
 )
@@ -37,6 +40,16 @@ type Options struct {
 	// Limits bound split sizes and step bodies; zero fields take the
 	// defaults (chain.DefaultMaxSplitItems, chain.DefaultMaxBodyBytes).
 	Limits chain.Limits
+	// Owner names this engine in run leases; default host:pid:random.
+	Owner string
+	// LeaseTTL is how long a run stays leased to this engine without a
+	// renewal; another gateway takes the run over after it lapses. Default
+	// 15 s; leases are renewed every third of it.
+	LeaseTTL time.Duration
+	// Secrets are what <<secrets.NAME>> reads. They are never written to the
+	// store: any secret value found in what is written is replaced by
+	// [REDACTED].
+	Secrets map[string]string
 	Logger *slog.Logger
 	// OnEvent receives every event once it is durable, in order within a
 	// run. It runs on the run's goroutine and must not block.
@@ -46,8 +59,12 @@ type Options struct {
 // Engine advances runs.
 type Engine struct {
 	store     store.Store
-	cfg       *chain.Config
+	cfgPtr    atomic.Pointer[chain.Config]
 	providers ProviderResolver
+	owner     string
+	leaseTTL  time.Duration
+	secrets   map[string]any
+	redactor  *secrets.Redactor
 	loadOpts  chain.LoadOptions
 	limits    chain.Limits
 	log       *slog.Logger
@@ -61,6 +78,9 @@ type Engine struct {
 	runners map[string]*runner
 	closed  bool
 	wg      sync.WaitGroup
+
+	stopKeeper chan struct{}
+	keeperDone chan struct{}
 }
 
 var (
@@ -90,10 +110,26 @@ func New(opts Options) (*Engine, error) {
 	if opts.Limits.MaxBodyBytes <= 0 {
 		opts.Limits.MaxBodyBytes = chain.DefaultMaxBodyBytes
 	}
-	return &Engine{
-		store:     opts.Store,
-		cfg:       opts.Config,
-		providers: opts.Providers,
+	if opts.Owner == "" {
+		host, _ := os.Hostname()
+		opts.Owner = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), store.NewID()[20:])
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = DefaultLeaseTTL
+	}
+	secretVals := make(map[string]any, len(opts.Secrets))
+	for k, v := range opts.Secrets {
+		secretVals[k] = v
+	}
+	e := &Engine{
+		store:      opts.Store,
+		providers:  opts.Providers,
+		owner:      opts.Owner,
+		leaseTTL:   opts.LeaseTTL,
+		secrets:    secretVals,
+		redactor:   secrets.NewRedactor(opts.Secrets),
+		stopKeeper: make(chan struct{}),
+		keeperDone: make(chan struct{}),
 		loadOpts:  opts.LoadOptions,
 		limits:    opts.Limits,
 		log:       opts.Logger,
@@ -101,8 +137,29 @@ func New(opts Options) (*Engine, error) {
 		runners:   map[string]*runner{},
 		sources:   map[string][]byte{},
 		defs:      map[string]*chain.Chain{},
-	}, nil
+	}
+	e.cfgPtr.Store(opts.Config)
+	go e.keepLeases()
+	return e, nil
 }
+
+// DefaultLeaseTTL is how long a run stays leased without renewal.
+const DefaultLeaseTTL = 15 * time.Second
+
+// config is the configuration new runs start with.
+func (e *Engine) config() *chain.Config { return e.cfgPtr.Load() }
+
+// SetConfig makes cfg the configuration for runs started from now on.
+// Running runs keep the definition they started with.
+func (e *Engine) SetConfig(cfg *chain.Config) {
+	e.defMu.Lock()
+	clear(e.sources)
+	e.defMu.Unlock()
+	e.cfgPtr.Store(cfg)
+}
+
+// Owner is the name this engine leases runs under.
+func (e *Engine) Owner() string { return e.owner }
 
 // Input is what starts a run.
 type Input struct {
@@ -129,7 +186,7 @@ type ParentRef struct {
 // startRun creates a run with the given id; a sub-chain's run also has a
 // parent, and a deadline no later than the parent's.
 func (e *Engine) startRun(ctx context.Context, chainName string, in Input, id string, parent *ParentRef, deadline time.Time) (*store.Run, error) {
-	def := e.cfg.Chains[chainName]
+	def := e.config().Chains[chainName]
 	if def == nil {
 		return nil, fmt.Errorf("starting run: %w %q", ErrUnknownChain, chainName)
 	}
@@ -172,13 +229,20 @@ func (e *Engine) startRun(ctx context.Context, chainName string, in Input, id st
 	if err != nil {
 		return nil, fmt.Errorf("starting run: %w", err)
 	}
+	lease, err := e.store.AcquireLease(ctx, id, e.owner, e.leaseTTL)
+	if err != nil {
+		return nil, fmt.Errorf("starting run: %w", err)
+	}
 	r := e.newRunner(def, run, nil)
+	r.lease = lease
 	r.event(store.EventRunStarted, "", 0, "")
 	if err := e.admit(r); err != nil {
+		_ = e.store.ReleaseLease(context.WithoutCancel(ctx), lease)
 		return nil, err
 	}
 	if err := r.flushCreate(ctx, &store.Definition{Hash: def.Hash, Source: src}); err != nil {
 		e.forget(r)
+		_ = e.store.ReleaseLease(context.WithoutCancel(ctx), lease)
 		return nil, fmt.Errorf("starting run: %w", err)
 	}
 	snapshot := *run
@@ -193,7 +257,7 @@ func (e *Engine) source(name string) ([]byte, error) {
 	if src, ok := e.sources[name]; ok {
 		return src, nil
 	}
-	src, err := e.cfg.Definition(name)
+	src, err := e.config().Definition(name)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +268,7 @@ func (e *Engine) source(name string) ([]byte, error) {
 // definition returns the chain a run started with: the configured one if
 // its hash matches, else the one stored when the run started.
 func (e *Engine) definition(ctx context.Context, name, hash string) (*chain.Chain, error) {
-	if c := e.cfg.Chains[name]; c != nil && c.Hash == hash {
+	if c := e.config().Chains[name]; c != nil && c.Hash == hash {
 		return c, nil
 	}
 	e.defMu.Lock()
@@ -255,11 +319,14 @@ func (e *Engine) Resume(ctx context.Context) ([]string, error) {
 			err := e.resume(ctx, id)
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil {
+			switch {
+			case errors.Is(err, store.ErrLeaseHeld):
+				// Another gateway is advancing it.
+			case err != nil:
 				errs = append(errs, err)
-				return
+			default:
+				resumed = append(resumed, id)
 			}
-			resumed = append(resumed, id)
 		}()
 	}
 	wg.Wait()
@@ -267,36 +334,54 @@ func (e *Engine) Resume(ctx context.Context) ([]string, error) {
 }
 
 func (e *Engine) resume(ctx context.Context, id string) error {
-	run, err := e.store.Run(ctx, id)
+	lease, err := e.store.AcquireLease(ctx, id, e.owner, e.leaseTTL)
 	if err != nil {
 		return fmt.Errorf("resuming run %s: %w", id, err)
 	}
+	started, err := e.resumeLeased(ctx, id, lease)
+	if !started {
+		_ = e.store.ReleaseLease(context.WithoutCancel(ctx), lease)
+	}
+	return err
+}
+
+// resumeLeased starts advancing a run whose lease is held; it reports
+// whether a runner took the lease over.
+func (e *Engine) resumeLeased(ctx context.Context, id string, lease store.Lease) (bool, error) {
+	// Read only once the lease is held: whatever another gateway wrote
+	// before losing the run is in.
+	run, err := e.store.Run(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("resuming run %s: %w", id, err)
+	}
 	if run.Status.Final() {
-		return nil
+		return false, nil
 	}
 	recs, done, err := e.loadLive(ctx, id)
 	if err != nil {
-		return fmt.Errorf("resuming run %s: %w", id, err)
+		return false, fmt.Errorf("resuming run %s: %w", id, err)
 	}
 	def, err := e.definition(ctx, run.Chain, run.ChainHash)
 	if err != nil {
 		// Nothing can advance this run; end it with the reason rather than
 		// leave it unfinished for ever.
 		r := e.newRunner(&chain.Chain{Name: run.Chain}, run, recs)
+		r.lease = lease
 		r.finishRun(store.RunFailed, &store.ErrorInfo{Message: "cannot resume: " + err.Error(), Code: "definition"})
 		if ferr := r.flush(ctx); ferr != nil {
-			return errors.Join(err, ferr)
+			return false, errors.Join(err, ferr)
 		}
-		return fmt.Errorf("resuming run %s: %w", id, err)
+		return false, fmt.Errorf("resuming run %s: %w", id, err)
 	}
 	r := e.newRunner(def, run, recs)
+	r.lease = lease
 	r.doneItems = done
 	r.event(store.EventRunResumed, "", 0, "")
 	if err := e.admit(r); err != nil {
-		return err
+		return false, err
 	}
 	e.launch(r)
-	return nil
+	return true, nil
 }
 
 // loadLive reads what a resumed run needs in memory: every record except
@@ -346,8 +431,14 @@ func itemSlot(key string) (string, int, bool) {
 }
 
 // CancelStored cancels a run that no engine is advancing, straight in the
-// store.
+// store. It takes the run's lease first, so it fails with store.ErrLeaseHeld
+// while another gateway advances the run.
 func (e *Engine) CancelStored(ctx context.Context, id string) error {
+	lease, err := e.store.AcquireLease(ctx, id, e.owner, e.leaseTTL)
+	if err != nil {
+		return fmt.Errorf("cancelling run %s: %w", id, err)
+	}
+	defer func() { _ = e.store.ReleaseLease(context.WithoutCancel(ctx), lease) }()
 	run, err := e.store.Run(ctx, id)
 	if err != nil {
 		return fmt.Errorf("cancelling run %s: %w", id, err)
@@ -360,6 +451,7 @@ func (e *Engine) CancelStored(ctx context.Context, id string) error {
 		return fmt.Errorf("cancelling run %s: %w", id, err)
 	}
 	r := e.newRunner(&chain.Chain{Name: run.Chain}, run, recs)
+	r.lease = lease
 	r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled", Code: "cancelled"})
 	if err := r.flush(ctx); err != nil {
 		return fmt.Errorf("cancelling run %s: %w", id, err)
@@ -391,6 +483,7 @@ func (e *Engine) launch(r *runner) {
 		defer e.wg.Done()
 		r.loop()
 		e.forget(r)
+		e.releaseLease(r)
 		if r.run.Status.Final() && r.run.ParentRun != "" {
 			e.notifyParent(r.run)
 		}
@@ -461,7 +554,10 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 // next engine on the same store; in-flight provider calls are cancelled.
 func (e *Engine) Close() {
 	e.mu.Lock()
-	e.closed = true
+	if !e.closed {
+		e.closed = true
+		close(e.stopKeeper)
+	}
 	rs := make([]*runner, 0, len(e.runners))
 	for _, r := range e.runners {
 		rs = append(rs, r)
@@ -471,6 +567,34 @@ func (e *Engine) Close() {
 		r.stop()
 	}
 	e.wg.Wait()
+	<-e.keeperDone
+}
+
+// Shutdown stops taking new runs and lets the calls in flight finish, up to
+// ctx's deadline, recording their results; then it stops as Close does.
+// Runs stay as persisted and resume on the next start, or on another
+// gateway sharing the store.
+func (e *Engine) Shutdown(ctx context.Context) {
+	e.mu.Lock()
+	if !e.closed {
+		e.closed = true
+		close(e.stopKeeper)
+	}
+	rs := make([]*runner, 0, len(e.runners))
+	for _, r := range e.runners {
+		rs = append(rs, r)
+	}
+	e.mu.Unlock()
+	for _, r := range rs {
+		r.drain()
+	}
+	for _, r := range rs {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+		}
+	}
+	e.Close()
 }
 
 // StepResult is one step of a Result.

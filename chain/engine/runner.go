@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/secrets"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/providers"
 )
@@ -23,6 +25,13 @@ type runner struct {
 	def *chain.Chain
 	run *store.Run
 	log *slog.Logger
+
+	// lease is this engine's claim on the run; the keeper renews it.
+	leaseMu sync.Mutex
+	lease   store.Lease
+	// draining stops new calls: the run only records what is in flight.
+	draining bool
+	drainReq chan struct{}
 
 	recs  map[string]*store.StepRecord
 	vars  *vars
@@ -111,7 +120,7 @@ func (e *Engine) newRunner(def *chain.Chain, run *store.Run, recs []*store.StepR
 		run:       run,
 		log:       e.log.With("run", run.ID, "chain", run.Chain),
 		recs:      map[string]*store.StepRecord{},
-		vars:      newVars(run),
+		vars:      newVars(run, e.secrets),
 		seqOf:     map[string]*seq{},
 		splits:    map[string]*split{},
 		doneItems: map[string]*bitset{},
@@ -126,6 +135,7 @@ func (e *Engine) newRunner(def *chain.Chain, run *store.Run, recs []*store.StepR
 		owner:     map[string]*group{},
 		inbox:     make(chan outcome, 64),
 		cancelReq: make(chan struct{}, 1),
+		drainReq:  make(chan struct{}),
 		stopReq:   make(chan struct{}),
 		done:      make(chan struct{}),
 	}
@@ -160,6 +170,16 @@ func (r *runner) bodyValue(rec *store.StepRecord) any {
 	return map[string]any{"results": &lazyJSON{raw: b.Results}, "succeeded": b.Succeeded, "failed": b.Failed, "skipped": b.Skipped, "total": b.Total}
 }
 
+// drain asks the loop to start no new call and to return once the calls in
+// flight are recorded.
+func (r *runner) drain() {
+	select {
+	case <-r.drainReq:
+	default:
+		close(r.drainReq)
+	}
+}
+
 func (r *runner) stop() {
 	select {
 	case <-r.stopReq:
@@ -178,16 +198,19 @@ func (r *runner) loop() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 
+	drainReq := r.drainReq
 	for {
-		for _, l := range r.advance(time.Now()) {
-			if l.batch == 0 {
-				r.start(ctx, l)
-			} else {
-				r.waiting = append(r.waiting, l)
+		if !r.draining {
+			for _, l := range r.advance(time.Now()) {
+				if l.batch == 0 {
+					r.start(ctx, l)
+				} else {
+					r.waiting = append(r.waiting, l)
+				}
 			}
 		}
 		r.handOff()
-		if r.run.Status.Final() && r.committing == nil {
+		if r.committing == nil && (r.run.Status.Final() || (r.draining && !r.hasCalls())) {
 			return
 		}
 
@@ -207,6 +230,10 @@ func (r *runner) loop() {
 		case <-wake:
 		case <-r.cancelReq:
 			r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled", Code: "cancelled"})
+		case <-drainReq:
+			r.draining = true
+			r.waiting = nil // their intent is written; they go out on resume
+			drainReq = nil
 		case <-r.stopReq:
 			// The engine is closing: in-flight calls are abandoned and will
 			// be dispatched again, with the same dedup key, on resume. A
@@ -242,7 +269,11 @@ func (r *runner) acked(ctx context.Context, c *commit) bool {
 	r.committing = nil
 	if c.err != nil {
 		r.err = fmt.Errorf("run %s stopped: %w", r.run.ID, c.err)
-		r.log.Error("persisting run state failed; the run stays as last persisted and resumes on restart", "err", c.err)
+		if errors.Is(c.err, store.ErrLeaseLost) {
+			r.log.Warn("the run was taken over by another gateway; stopping here", "err", c.err)
+		} else {
+			r.log.Error("persisting run state failed; the run stays as last persisted and resumes on restart", "err", c.err)
+		}
 		return false
 	}
 	r.ackedSeq = c.seq
@@ -275,6 +306,17 @@ func (r *runner) committer(ctx context.Context) {
 		c.err = r.commitWithRetry(ctx, c.batch)
 		r.acks <- c
 	}
+}
+
+// hasCalls reports provider calls in flight (not sub-chains being waited on,
+// which run on their own).
+func (r *runner) hasCalls() bool {
+	for k := range r.calls {
+		if rec := r.recs[k]; rec == nil || rec.Child == "" {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *runner) receive(o outcome) {
@@ -378,6 +420,13 @@ func (r *runner) takeBatch() *commit {
 			q.written[rec.Key] = true
 		}
 	}
+	r.redact(b)
+	r.leaseMu.Lock()
+	if r.lease.Owner != "" {
+		l := r.lease
+		b.Lease = &l
+	}
+	r.leaseMu.Unlock()
 	c := &commit{seq: r.nextBatch, batch: b, created: r.created}
 	r.nextBatch++
 	clear(r.dirty)
@@ -386,6 +435,40 @@ func (r *runner) takeBatch() *commit {
 	r.events = nil
 	r.dlq = nil
 	return c
+}
+
+// redact keeps secret values out of everything a batch writes. Steps read
+// secrets only through <<secrets.NAME>> in payloads and provider config, but
+// a provider may echo them back, and errors may quote them.
+func (r *runner) redact(b *store.Batch) {
+	red := r.e.redactor
+	if !red.Active() {
+		return
+	}
+	b.Run.Body = red.Bytes(b.Run.Body)
+	b.Run.Error = redactError(red, b.Run.Error)
+	for _, st := range b.Steps {
+		st.Body = red.Bytes(st.Body)
+		st.Error = redactError(red, st.Error)
+	}
+	for i := range b.Events {
+		b.Events[i].Message = red.String(b.Events[i].Message)
+	}
+	for i, d := range b.DLQ {
+		c := *d
+		c.Payload = red.Bytes(c.Payload)
+		c.Error.Message = red.String(c.Error.Message)
+		b.DLQ[i] = &c
+	}
+}
+
+func redactError(red *secrets.Redactor, e *store.ErrorInfo) *store.ErrorInfo {
+	if e == nil {
+		return nil
+	}
+	c := *e
+	c.Message = red.String(c.Message)
+	return &c
 }
 
 // flushCreate writes the run's first batch, creating it in the store.

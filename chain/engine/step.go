@@ -126,7 +126,7 @@ func (r *runner) launchBatch(q *seq, rec *store.StepRecord) uint64 {
 
 // prepare renders a step's payload and builds its provider call.
 func (r *runner) prepare(now time.Time, s *chain.Step, rec *store.StepRecord, attempt int, sc *scope, bound time.Time) (*launch, *store.ErrorInfo) {
-	p := r.e.cfg.Providers[s.Provider]
+	p := r.e.config().Providers[s.Provider]
 	if p == nil {
 		return nil, &store.ErrorInfo{Message: fmt.Sprintf("provider %q is not configured", s.Provider), Code: "config"}
 	}
@@ -138,6 +138,12 @@ func (r *runner) prepare(now time.Time, s *chain.Step, rec *store.StepRecord, at
 	if s.Payload != nil {
 		if payload, err = s.Payload.AppendJSON(nil, sc); err != nil {
 			return nil, &store.ErrorInfo{Message: fmt.Sprintf("rendering payload_template of step %q: %v", s.Name, err), Code: "template"}
+		}
+	}
+	config := p.Config
+	if p.ConfigTemplate != nil {
+		if config, err = p.ConfigTemplate.AppendJSON(nil, sc); err != nil {
+			return nil, &store.ErrorInfo{Message: fmt.Sprintf("rendering the config of provider %q: %v", p.Name, err), Code: "template"}
 		}
 	}
 	r.payloads[rec.Key] = payload
@@ -162,7 +168,7 @@ func (r *runner) prepare(now time.Time, s *chain.Step, rec *store.StepRecord, at
 		req: providers.Request{
 			ActionType: s.ActionType,
 			Payload:    payload,
-			Config:     p.Config,
+			Config:     config,
 			DedupKey:   rec.DedupKey,
 			Attempt:    attempt,
 			Deadline:   deadline,

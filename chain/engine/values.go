@@ -71,13 +71,15 @@ func errorValue(e *store.ErrorInfo) any {
 // vars holds the values every step of a run reads. Step results live in
 // each list's own namespace (seq.vars).
 type vars struct {
-	origin map[string]any
-	run    map[string]any
-	chain  map[string]any
+	origin  map[string]any
+	run     map[string]any
+	chain   map[string]any
+	secrets map[string]any
 }
 
-func newVars(run *store.Run) *vars {
+func newVars(run *store.Run, secrets map[string]any) *vars {
 	return &vars{
+		secrets: secrets,
 		origin: map[string]any{
 			"id":          run.Origin.ID,
 			"payload":     decodeJSON(run.Origin.Payload),
@@ -113,6 +115,8 @@ func (s *scope) Lookup(root string) (any, bool) {
 		return s.v.run, true
 	case "chain":
 		return s.v.chain, true
+	case "secrets":
+		return s.v.secrets, true
 	case "item":
 		if s.seq != nil && s.seq.inItem() {
 			return s.seq.item, true

@@ -1,0 +1,81 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// A run is advanced by one engine at a time: the one holding its lease.
+// Every commit carries the lease, and the store refuses a commit under a
+// lease that lapsed or was taken over, so an engine that lost a run (a long
+// pause, a partition) cannot write to it. The keeper renews the leases of
+// the runs this engine advances; Adopt takes over the runs whose lease has
+// lapsed, such as those of a gateway that died.
+
+// keepLeases renews every active run's lease every third of the TTL, and
+// stops the runners whose lease is lost.
+func (e *Engine) keepLeases() {
+	defer close(e.keeperDone)
+	t := time.NewTicker(e.leaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stopKeeper:
+			return
+		case <-t.C:
+		}
+		e.mu.Lock()
+		rs := make([]*runner, 0, len(e.runners))
+		for _, r := range e.runners {
+			rs = append(rs, r)
+		}
+		e.mu.Unlock()
+		for _, r := range rs {
+			r.leaseMu.Lock()
+			l := r.lease
+			r.leaseMu.Unlock()
+			if l.Owner == "" {
+				continue
+			}
+			renewed, err := e.store.RenewLease(context.Background(), l, e.leaseTTL)
+			switch {
+			case errors.Is(err, store.ErrLeaseLost):
+				e.log.Warn("lost the lease on a run; another gateway advances it now", "run", l.RunID)
+				go r.stop()
+			case err != nil:
+				e.log.Warn("renewing a run's lease failed; retrying", "run", l.RunID, "err", err)
+			default:
+				r.leaseMu.Lock()
+				r.lease = renewed
+				r.leaseMu.Unlock()
+			}
+		}
+	}
+}
+
+// Adopt takes over every unfinished run whose lease has lapsed and that no
+// engine here advances, and returns the ids it took. A gateway sharing a
+// store with others calls it periodically, so the runs of one that died
+// resume elsewhere once their leases expire.
+func (e *Engine) Adopt(ctx context.Context) ([]string, error) {
+	return e.Resume(ctx)
+}
+
+// releaseLease gives a finished or stopped run's lease back, so another
+// engine need not wait for it to expire.
+func (e *Engine) releaseLease(r *runner) {
+	r.leaseMu.Lock()
+	l := r.lease
+	r.leaseMu.Unlock()
+	if l.Owner == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.store.ReleaseLease(ctx, l); err != nil {
+		e.log.Debug("releasing a run's lease", "run", l.RunID, "err", err)
+	}
+}
