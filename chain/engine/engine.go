@@ -50,7 +50,7 @@ type Options struct {
 	// store: any secret value found in what is written is replaced by
 	// [REDACTED].
 	Secrets map[string]string
-	Logger *slog.Logger
+	Logger  *slog.Logger
 	// OnEvent receives every event once it is durable, in order within a
 	// run. It runs on the run's goroutine and must not block.
 	OnEvent func(store.Event)
@@ -130,13 +130,13 @@ func New(opts Options) (*Engine, error) {
 		redactor:   secrets.NewRedactor(opts.Secrets),
 		stopKeeper: make(chan struct{}),
 		keeperDone: make(chan struct{}),
-		loadOpts:  opts.LoadOptions,
-		limits:    opts.Limits,
-		log:       opts.Logger,
-		onEvent:   opts.OnEvent,
-		runners:   map[string]*runner{},
-		sources:   map[string][]byte{},
-		defs:      map[string]*chain.Chain{},
+		loadOpts:   opts.LoadOptions,
+		limits:     opts.Limits,
+		log:        opts.Logger,
+		onEvent:    opts.OnEvent,
+		runners:    map[string]*runner{},
+		sources:    map[string][]byte{},
+		defs:       map[string]*chain.Chain{},
 	}
 	e.cfgPtr.Store(opts.Config)
 	go e.keepLeases()

@@ -288,7 +288,9 @@ payload_template = { hang = true }
 	}
 	start = time.Now()
 	res = h.run("slow", `{"items":[1,2]}`)
-	if res.Steps["loop"].Status != store.StepTimedOut || res.Steps["loop[0]/work"].Status != store.StepCancelled {
+	// An item's call shares the split's deadline, so it may end as timed
+	// out on its own a moment before the split cancels it.
+	if w := res.Steps["loop[0]/work"].Status; res.Steps["loop"].Status != store.StepTimedOut || (w != store.StepCancelled && w != store.StepTimedOut) {
 		t.Fatalf("timeout: %+v", res.Steps)
 	}
 	if d := time.Since(start); d > 5*time.Second {
