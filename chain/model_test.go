@@ -173,3 +173,12 @@ func TestDefinitionRoundTrip(t *testing.T) {
 		t.Errorf("the reloaded definition differs:\n%s\n---\n%s", a, b)
 	}
 }
+
+// TestMermaid compares the drawing of the example chain with its golden file.
+func TestMermaid(t *testing.T) {
+	cfg, err := chain.Load([]string{"testdata/valid/everything.toml"}, loadOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "testdata/valid/everything.mermaid", cfg.Chains["incident-response"].Mermaid())
+}

@@ -1,0 +1,185 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// Every key a script touches is passed in KEYS, so the scripts also run on
+// Redis Cluster when the prefix carries a hash tag.
+
+// commitScript applies one batch. Checks come first, so a rejected batch
+// writes nothing; once the first write is made Redis runs the script to the
+// end, so a batch is all or nothing.
+//
+// KEYS: run, step keys, steps, events, lease, run index, unfinished, DLQ,
+// DLQ ids, and the definition when the batch has one.
+// ARGV: create, final, lease token ("" for none), run seq, header, origin,
+// index member, run id, then the counts of deletions, steps, events and DLQ
+// entries, then the deleted keys, step key/value pairs, event seq/value
+// pairs, DLQ id/value pairs and the definition's source.
+//
+// It returns {0} on success, {1} for a lost lease, {2} when the run exists,
+// {3} when it does not, {4, seq, last} for an event out of sequence and
+// {5, run seq, last} for a run seq that is not its last event's.
+var commitScript = goredis.NewScript(`
+local create, final, lease = ARGV[1] == '1', ARGV[2] == '1', ARGV[3]
+local runSeq = tonumber(ARGV[4])
+local nEvents = tonumber(ARGV[11])
+local del = 13
+local steps = del + tonumber(ARGV[9])
+local events = steps + 2 * tonumber(ARGV[10])
+local dlq = events + 2 * nEvents
+local def = dlq + 2 * tonumber(ARGV[12])
+
+if lease ~= '' and redis.call('GET', KEYS[5]) ~= lease then
+  return {1}
+end
+
+-- replayed reports whether the run already ends with exactly this batch:
+-- a client retrying a commit whose reply was lost must not be told it
+-- conflicts with itself.
+local function replayed()
+  if redis.call('HGET', KEYS[1], 'h') ~= ARGV[5] or redis.call('LLEN', KEYS[4]) ~= runSeq then
+    return false
+  end
+  if nEvents == 0 then
+    return true
+  end
+  local stored = redis.call('LRANGE', KEYS[4], -nEvents, -1)
+  for j = 0, nEvents - 1 do
+    if tonumber(ARGV[events + 2 * j]) ~= runSeq - nEvents + 1 + j or stored[j + 1] ~= ARGV[events + 2 * j + 1] then
+      return false
+    end
+  end
+  return true
+end
+
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+if create and exists then
+  if replayed() then return {0} end
+  return {2}
+end
+if not create and not exists then
+  return {3}
+end
+local last = redis.call('LLEN', KEYS[4])
+for j = events, dlq - 1, 2 do
+  local seq = tonumber(ARGV[j])
+  if seq ~= last + 1 then
+    if replayed() then return {0} end
+    return {4, seq, last}
+  end
+  last = seq
+end
+if runSeq ~= last then
+  return {5, runSeq, last}
+end
+
+redis.call('HSET', KEYS[1], 'h', ARGV[5])
+if create then
+  redis.call('HSET', KEYS[1], 'o', ARGV[6])
+  redis.call('ZADD', KEYS[6], 0, ARGV[7])
+  if not final then
+    redis.call('ZADD', KEYS[7], 0, ARGV[8])
+  end
+end
+if final then
+  redis.call('ZREM', KEYS[7], ARGV[8])
+end
+for j = del, steps - 1 do
+  redis.call('ZREM', KEYS[2], ARGV[j])
+  redis.call('HDEL', KEYS[3], ARGV[j])
+end
+for j = steps, events - 1, 2 do
+  redis.call('ZADD', KEYS[2], 0, ARGV[j])
+  redis.call('HSET', KEYS[3], ARGV[j], ARGV[j + 1])
+end
+for j = events, dlq - 1, 2 do
+  redis.call('RPUSH', KEYS[4], ARGV[j + 1])
+end
+for j = dlq, def - 1, 2 do
+  redis.call('HSET', KEYS[8], ARGV[j], ARGV[j + 1])
+  redis.call('ZADD', KEYS[9], 0, ARGV[j])
+end
+if KEYS[10] then
+  redis.call('SET', KEYS[10], ARGV[def], 'NX')
+end
+return {0}
+`)
+
+// stepPageScript reads up to ARGV[3] step records in the key range
+// ARGV[1]..ARGV[2] as key/value pairs; one script keeps a page's keys and
+// values consistent with each other.
+//
+// KEYS: step keys, steps.
+var stepPageScript = goredis.NewScript(`
+local ks = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], ARGV[2], 'LIMIT', 0, ARGV[3])
+if #ks == 0 then
+  return ks
+end
+local vs = redis.call('HMGET', KEYS[2], unpack(ks))
+local out = {}
+for i = 1, #ks do
+  out[2 * i - 1] = ks[i]
+  out[2 * i] = vs[i]
+end
+return out
+`)
+
+// acquireScript leases a run: it returns the lease's fence, 0 when another
+// owner holds it, or -1 when the stored lease is malformed. The fence
+// counter has no TTL, so fences keep growing across expiries.
+//
+// KEYS: lease, fence counter. ARGV: owner, ttl in ms.
+var acquireScript = goredis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local owner, fence = string.match(cur, '^(.*)|(%d+)$')
+  if not owner then
+    return -1
+  end
+  if owner ~= ARGV[1] then
+    return 0
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return tonumber(fence)
+end
+local fence = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. fence, 'PX', ARGV[2])
+return fence
+`)
+
+// renewScript extends a lease if it is still the current one: 1 if so.
+//
+// KEYS: lease. ARGV: token, ttl in ms.
+var renewScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// releaseScript deletes a lease if it is still the current one.
+//
+// KEYS: lease. ARGV: token.
+var releaseScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// claimScript binds an idempotency key unless it is bound to another run,
+// whose id it returns. A key already bound to the same run counts as
+// claimed, so a claim that the client retries after a lost reply succeeds.
+//
+// KEYS: key. ARGV: run id, ttl in ms.
+var claimScript = goredis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then
+  return cur
+end
+if not cur then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+return false
+`)
