@@ -173,6 +173,29 @@ func (t *table) count(k, unit string) int {
 	return int(n)
 }
 
+// strings reads an array of strings.
+func (t *table) strings(k string) []string {
+	v, ok := t.value(k)
+	if !ok {
+		return nil
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		t.d.errorf(t.path.key(k), "must be an array of strings, got %s", describe(v))
+		return nil
+	}
+	out := make([]string, 0, len(arr))
+	for i, e := range arr {
+		s, ok := e.(string)
+		if !ok || s == "" {
+			t.d.errorf(t.path.key(k).elem(i, ""), "must be a non-empty string, got %s", describe(e))
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
 func (t *table) enum(k string, allowed []string, def string) string {
 	if !t.has(k) {
 		return def

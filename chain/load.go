@@ -94,7 +94,9 @@ func newLoader(opts LoadOptions) *loader {
 	return &loader{opts: opts, cfg: &Config{
 		Providers: map[string]*Provider{},
 		Chains:    map[string]*Chain{},
-		Gateway:   Gateway{Limits: Limits{MaxSplitItems: DefaultMaxSplitItems, MaxBodyBytes: DefaultMaxBodyBytes}},
+		Gateway: Gateway{Limits: Limits{
+			MaxSplitItems: DefaultMaxSplitItems, MaxBodyBytes: DefaultMaxBodyBytes, MaxRequestBytes: DefaultMaxRequestBytes,
+		}},
 	}}
 }
 
@@ -176,9 +178,23 @@ func (l *loader) gateway(t *table) {
 		}
 		limit("max_split_items", "items", 1, &l.cfg.Gateway.Limits.MaxSplitItems)
 		limit("max_body_bytes", "bytes", 1024, &l.cfg.Gateway.Limits.MaxBodyBytes)
-		lt.finish([]string{"max_split_items", "max_body_bytes"})
+		limit("max_request_bytes", "bytes", 1024, &l.cfg.Gateway.Limits.MaxRequestBytes)
+		lt.finish([]string{"max_split_items", "max_body_bytes", "max_request_bytes"})
 	}
-	t.finish([]string{"listen", "state", "limits"})
+	if at, ok := t.sub("auth"); ok {
+		l.cfg.Gateway.Auth.Tokens = at.strings("tokens")
+		l.cfg.Gateway.Auth.ReadTokens = at.strings("read_tokens")
+		at.finish([]string{"tokens", "read_tokens"})
+	}
+	if f := t.str("secrets_file"); f != "" {
+		if !filepath.IsAbs(f) {
+			f = filepath.Join(filepath.Dir(t.d.file), f)
+		}
+		l.cfg.Gateway.SecretsFile = f
+	}
+	l.cfg.Gateway.LeaseTTLSeconds = t.count("lease_ttl_seconds", "seconds")
+	l.cfg.Gateway.ShutdownGraceSeconds = t.count("shutdown_grace_seconds", "seconds")
+	t.finish([]string{"listen", "state", "limits", "auth", "secrets_file", "lease_ttl_seconds", "shutdown_grace_seconds"})
 }
 
 func (s Source) where() string {

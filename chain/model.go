@@ -34,6 +34,24 @@ type Gateway struct {
 	// State is the store URL: bolt://PATH (default) or redis://HOST:PORT/DB.
 	State  string
 	Limits Limits
+	Auth   Auth
+	// SecretsFile holds NAME=VALUE lines for <<secrets.NAME>>.
+	SecretsFile string
+	// LeaseTTLSeconds is how long a run stays leased to a gateway that
+	// stopped renewing it before another takes it over.
+	LeaseTTLSeconds int
+	// ShutdownGraceSeconds is how long SIGTERM waits for calls in flight.
+	ShutdownGraceSeconds int
+}
+
+// Auth is the [gateway.auth] table. Tokens may also come from the
+// environment (CHAINGATE_API_TOKENS, CHAINGATE_API_READ_TOKENS, comma
+// separated), which keeps them out of config files.
+type Auth struct {
+	// Tokens may do anything.
+	Tokens []string
+	// ReadTokens may only read (GET).
+	ReadTokens []string
 }
 
 // Limits bound what one run may hold, so that a runaway input fails with a
@@ -44,12 +62,15 @@ type Limits struct {
 	// MaxBodyBytes bounds a step's body: a provider's answer, a split's
 	// collected results, a sub-chain's result.
 	MaxBodyBytes int
+	// MaxRequestBytes bounds an API request body.
+	MaxRequestBytes int
 }
 
 // Defaults for [gateway.limits].
 const (
-	DefaultMaxSplitItems = 100_000
-	DefaultMaxBodyBytes  = 16 << 20
+	DefaultMaxSplitItems   = 100_000
+	DefaultMaxBodyBytes    = 16 << 20
+	DefaultMaxRequestBytes = 1 << 20
 )
 
 // Provider is one [[providers]] entry.

@@ -167,8 +167,10 @@ func TestDefinitionRoundTrip(t *testing.T) {
 	if len(again.Providers) != 2 {
 		t.Errorf("providers: %v", again.ProviderNames)
 	}
-	// Everything but where it was written down must match.
-	strip := regexp.MustCompile(`(?m)^\s*"Source": .*\n|"gateway": \{[^}]*\},?`)
+	// Everything but where it was written down must match; the [gateway]
+	// table is not part of a chain's definition.
+	cfg.Gateway, again.Gateway = chain.Gateway{}, chain.Gateway{}
+	strip := regexp.MustCompile(`(?m)^\s*"Source": .*\n`)
 	if a, b := strip.ReplaceAllString(dump(again), ""), strip.ReplaceAllString(dump(cfg), ""); a != b {
 		t.Errorf("the reloaded definition differs:\n%s\n---\n%s", a, b)
 	}
