@@ -54,7 +54,21 @@ type Options struct {
 	// OnEvent receives every event once it is durable, in order within a
 	// run. It runs on the run's goroutine and must not block.
 	OnEvent func(store.Event)
+	// Observer is told about every provider call, for metrics.
+	Observer Observer
 }
+
+// Observer watches provider calls. Its methods run on the calls'
+// goroutines and must not block.
+type Observer interface {
+	CallStarted(provider string)
+	CallEnded(provider string, took time.Duration, err error)
+}
+
+type noObserver struct{}
+
+func (noObserver) CallStarted(string)                     {}
+func (noObserver) CallEnded(string, time.Duration, error) {}
 
 // Engine advances runs.
 type Engine struct {
@@ -69,6 +83,7 @@ type Engine struct {
 	limits    chain.Limits
 	log       *slog.Logger
 	onEvent   func(store.Event)
+	observer  Observer
 
 	defMu   sync.Mutex
 	sources map[string][]byte       // chain name → definition document
@@ -104,6 +119,9 @@ func New(opts Options) (*Engine, error) {
 	if opts.OnEvent == nil {
 		opts.OnEvent = func(store.Event) {}
 	}
+	if opts.Observer == nil {
+		opts.Observer = noObserver{}
+	}
 	if opts.Limits.MaxSplitItems <= 0 {
 		opts.Limits.MaxSplitItems = chain.DefaultMaxSplitItems
 	}
@@ -134,6 +152,7 @@ func New(opts Options) (*Engine, error) {
 		limits:     opts.Limits,
 		log:        opts.Logger,
 		onEvent:    opts.OnEvent,
+		observer:   opts.Observer,
 		runners:    map[string]*runner{},
 		sources:    map[string][]byte{},
 		defs:       map[string]*chain.Chain{},
@@ -175,6 +194,14 @@ type Input struct {
 // run is durable when Start returns.
 func (e *Engine) Start(ctx context.Context, chainName string, in Input) (*store.Run, error) {
 	return e.startRun(ctx, chainName, in, store.NewID(), nil, time.Time{})
+}
+
+// StartWithID is Start with the run's id chosen by the caller, as for an
+// idempotency key bound to an id before the run exists. It fails with
+// store.ErrExists, or store.ErrLeaseHeld while another gateway creates it,
+// if the run is already there.
+func (e *Engine) StartWithID(ctx context.Context, chainName string, in Input, id string) (*store.Run, error) {
+	return e.startRun(ctx, chainName, in, id, nil, time.Time{})
 }
 
 // ParentRef links a sub-chain's run to the step that started it.
@@ -483,7 +510,6 @@ func (e *Engine) launch(r *runner) {
 		defer e.wg.Done()
 		r.loop()
 		e.forget(r)
-		e.releaseLease(r)
 		if r.run.Status.Final() && r.run.ParentRun != "" {
 			e.notifyParent(r.run)
 		}

@@ -107,6 +107,7 @@ type launch struct {
 	batch    uint64
 	key      string
 	child    *childStart // set for a sub_chain step: the run to create
+	provider string      // the configured provider's name, for metrics
 	prov     providers.Provider
 	req      providers.Request
 	deadline time.Time
@@ -191,6 +192,8 @@ func (r *runner) stop() {
 
 func (r *runner) loop() {
 	defer close(r.done)
+	// The lease goes back before anyone waiting on done acts on the run.
+	defer r.e.releaseLease(r)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.committer(ctx)
@@ -352,9 +355,13 @@ func (r *runner) start(ctx context.Context, l launch) {
 	}
 	cctx, cancel := context.WithDeadline(ctx, l.deadline)
 	r.calls[l.key] = &inflight{attempt: l.req.Attempt, cancel: cancel}
+	obs := r.e.observer
 	go func() {
 		defer cancel()
+		obs.CallStarted(l.provider)
+		began := time.Now()
 		resp, err := l.prov.Execute(cctx, l.req)
+		obs.CallEnded(l.provider, time.Since(began), err)
 		o := outcome{key: l.key, attempt: l.req.Attempt, body: resp.Body, err: err, timeout: l.timeout}
 		// The plugin enforces the same deadline and may answer a moment
 		// before this side's timer fires, so the clock decides too.
@@ -372,7 +379,7 @@ func (r *runner) start(ctx context.Context, l launch) {
 func (r *runner) event(typ store.EventType, step string, attempt int, msg string) {
 	r.run.Seq++
 	r.events = append(r.events, store.Event{
-		RunID: r.run.ID, Seq: r.run.Seq, Time: time.Now().UTC(), Type: typ, Step: step, Attempt: attempt, Message: msg,
+		RunID: r.run.ID, Chain: r.run.Chain, Seq: r.run.Seq, Time: time.Now().UTC(), Type: typ, Step: step, Attempt: attempt, Message: msg,
 	})
 }
 

@@ -162,6 +162,7 @@ func (r *runner) prepare(now time.Time, s *chain.Step, rec *store.StepRecord, at
 	}
 	return &launch{
 		key:      rec.Key,
+		provider: p.Name,
 		prov:     prov,
 		deadline: deadline,
 		timeout:  timeout,

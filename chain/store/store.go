@@ -235,6 +235,7 @@ type EventType string
 const (
 	EventRunStarted    EventType = "run_started"
 	EventRunResumed    EventType = "run_resumed"
+	EventRunReplayed   EventType = "run_replayed"
 	EventRunSucceeded  EventType = "run_succeeded"
 	EventRunFailed     EventType = "run_failed"
 	EventRunCancelled  EventType = "run_cancelled"
@@ -253,6 +254,7 @@ const (
 // Event is one entry of a run's log.
 type Event struct {
 	RunID   string    `json:"run_id"`
+	Chain   string    `json:"chain,omitempty"`
 	Seq     uint64    `json:"seq"`
 	Time    time.Time `json:"time"`
 	Type    EventType `json:"type"`

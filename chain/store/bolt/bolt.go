@@ -351,8 +351,15 @@ func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) 
 			}
 		}
 	}
-	if run.Status.Final() {
-		if err := tx.Bucket(bucketUnfinished).Delete(id); err != nil {
+	unfinished := tx.Bucket(bucketUnfinished)
+	switch {
+	case run.Status.Final():
+		if err := unfinished.Delete(id); err != nil {
+			return err
+		}
+	case !r.b.Create && unfinished.Get(id) == nil:
+		// A replayed run is unfinished again.
+		if err := unfinished.Put(id, nil); err != nil {
 			return err
 		}
 	}

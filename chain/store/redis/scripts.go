@@ -77,12 +77,12 @@ redis.call('HSET', KEYS[1], 'h', ARGV[5])
 if create then
   redis.call('HSET', KEYS[1], 'o', ARGV[6])
   redis.call('ZADD', KEYS[6], 0, ARGV[7])
-  if not final then
-    redis.call('ZADD', KEYS[7], 0, ARGV[8])
-  end
 end
+-- Not only on create: a replayed run is unfinished again.
 if final then
   redis.call('ZREM', KEYS[7], ARGV[8])
+else
+  redis.call('ZADD', KEYS[7], 0, ARGV[8])
 end
 for j = del, steps - 1 do
   redis.call('ZREM', KEYS[2], ARGV[j])

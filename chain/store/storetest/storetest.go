@@ -282,6 +282,15 @@ func testUnfinished(t *testing.T, f Factory) {
 	if len(ids) != 1 || ids[0] != b.ID {
 		t.Errorf("after finishing one: got %v, want [%s]", ids, b.ID)
 	}
+	// A finished run made to run again (a replay) is unfinished again.
+	a.Status = store.RunRunning
+	if err := s.Commit(ctx, &store.Batch{Run: a, Events: appendEvents(a, store.EventRunReplayed)}); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ = s.UnfinishedRuns(ctx)
+	if len(ids) != 2 {
+		t.Errorf("after replaying one: got %v, want both", ids)
+	}
 }
 
 func testListRuns(t *testing.T, f Factory) {

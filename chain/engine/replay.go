@@ -1,0 +1,191 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// ReplayMode says how a dead-lettered failure runs again.
+type ReplayMode string
+
+const (
+	// ReplayResume runs the failed run again from the step that failed,
+	// keeping every result it already had.
+	ReplayResume ReplayMode = "resume"
+	// ReplayRestart starts a new run of the chain with the same origin.
+	ReplayRestart ReplayMode = "restart"
+)
+
+// ErrNotReplayable is returned for an entry whose run cannot be resumed.
+var ErrNotReplayable = errors.New("cannot replay")
+
+// Replay runs a dead-lettered failure again and removes its entry. It
+// returns the run that carries on: the same run for resume, a new one for
+// restart.
+func (e *Engine) Replay(ctx context.Context, entryID string, mode ReplayMode) (*store.Run, error) {
+	entry, err := e.store.DLQ(ctx, entryID)
+	if err != nil {
+		return nil, fmt.Errorf("replaying: %w", err)
+	}
+	var run *store.Run
+	switch mode {
+	case ReplayRestart:
+		run, err = e.restart(ctx, entry)
+	case ReplayResume, "":
+		run, err = e.resumeFrom(ctx, entry)
+	default:
+		return nil, fmt.Errorf("replaying: %w: unknown mode %q (want resume or restart)", ErrNotReplayable, mode)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := e.store.DeleteDLQ(ctx, entry.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		e.log.Warn("removing a replayed dead-letter entry", "entry", entry.ID, "err", err)
+	}
+	return run, nil
+}
+
+func (e *Engine) restart(ctx context.Context, entry *store.DLQEntry) (*store.Run, error) {
+	old, err := e.store.Run(ctx, entry.RunID)
+	if err != nil {
+		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+	}
+	meta := map[string]any{}
+	if len(old.Origin.Metadata) > 0 {
+		_ = json.Unmarshal(old.Origin.Metadata, &meta)
+	}
+	meta["replay_of"] = old.ID
+	meta["dead_letter_entry"] = entry.ID
+	mb, _ := json.Marshal(meta)
+	return e.Start(ctx, old.Chain, Input{Payload: old.Origin.Payload, Metadata: mb, OriginID: old.Origin.ID})
+}
+
+// resumeFrom reopens a failed run at the top-level step holding the failure.
+// That step's failed parts are cleared so they run again; what succeeded
+// stays: a parallel group keeps its succeeded sub-steps, a split its
+// finished items.
+func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry) (*store.Run, error) {
+	lease, err := e.store.AcquireLease(ctx, entry.RunID, e.owner, e.leaseTTL)
+	if err != nil {
+		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+	}
+	started := false
+	defer func() {
+		if !started {
+			_ = e.store.ReleaseLease(context.WithoutCancel(ctx), lease)
+		}
+	}()
+	run, err := e.store.Run(ctx, entry.RunID)
+	if err != nil {
+		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+	}
+	if !run.Status.Final() || run.Status == store.RunSucceeded {
+		return nil, fmt.Errorf("replaying entry %s: %w: run %s is %s; replay it with mode restart, or delete the entry", entry.ID, ErrNotReplayable, run.ID, run.Status)
+	}
+	def, err := e.definition(ctx, run.Chain, run.ChainHash)
+	if err != nil {
+		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+	}
+	top := entry.Step
+	if i := strings.IndexAny(top, "/["); i >= 0 {
+		top = top[:i]
+	}
+	s := def.Step(top)
+	at := slices.Index(run.Path, top)
+	if s == nil || s.Parent != nil || at < 0 {
+		return nil, fmt.Errorf("replaying entry %s: %w: step %q is not on the path run %s took", entry.ID, ErrNotReplayable, top, run.ID)
+	}
+
+	now := time.Now().UTC()
+	if def.TimeoutSeconds > 0 {
+		run.Deadline = now.Add(time.Duration(def.TimeoutSeconds) * time.Second)
+	}
+	b := &store.Batch{Run: run, Lease: &lease}
+	err = e.store.ForEachStep(ctx, run.ID, top, func(rec *store.StepRecord) error {
+		switch {
+		case rec.Key == top:
+			switch s.Kind {
+			case chain.KindParallel, chain.KindSplit:
+				// The step resumes with a fresh deadline and what it kept.
+				rec.Status = store.StepRunning
+				rec.Error = nil
+				rec.Body = nil
+				rec.FinishedAt = time.Time{}
+				rec.Deadline = replayDeadline(s, now, run)
+				if rec.Split != nil {
+					rec.Split.Failed = 0
+				}
+				b.Steps = append(b.Steps, rec)
+			default:
+				b.DeleteSteps = append(b.DeleteSteps, rec.Key)
+			}
+		case !strings.HasPrefix(rec.Key, top+"/") && !strings.HasPrefix(rec.Key, top+"["):
+			// Another step whose name starts with the same letters.
+		case rec.Status == store.StepSucceeded || rec.Status == store.StepSkipped:
+			// Kept, unless it sits inside a split item being run again,
+			// which the item's own slot decides below.
+			if _, _, ok := itemSlot(rec.Key); !ok && inRerunItem(b.DeleteSteps, rec.Key) {
+				b.DeleteSteps = append(b.DeleteSteps, rec.Key)
+			}
+		default:
+			b.DeleteSteps = append(b.DeleteSteps, rec.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+	}
+	run.Status = store.RunRunning
+	run.Error = nil
+	run.Body = nil
+	run.FinishedAt = time.Time{}
+	run.Cursor = top
+	run.Path = run.Path[:at]
+	run.Seq++
+	b.Events = []store.Event{{RunID: run.ID, Chain: run.Chain, Seq: run.Seq, Time: now, Type: store.EventRunReplayed, Step: entry.Step,
+		Message: fmt.Sprintf("replaying from step %q (dead-letter entry %s)", top, entry.ID)}}
+	if err := e.store.Commit(ctx, b); err != nil {
+		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+	}
+	e.onEvent(b.Events[0])
+	started, err = e.resumeLeased(ctx, run.ID, lease)
+	if err != nil {
+		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+	}
+	snapshot := *run
+	return &snapshot, nil
+}
+
+// inRerunItem reports whether key sits under a split item slot already
+// marked for deletion, whose steps therefore all run again.
+func inRerunItem(deleted []string, key string) bool {
+	for i := len(deleted) - 1; i >= 0; i-- {
+		if _, _, ok := itemSlot(deleted[i]); ok && strings.HasPrefix(key, deleted[i]+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// replayDeadline is a fresh deadline for a group or split being run again.
+func replayDeadline(s *chain.Step, now time.Time, run *store.Run) time.Time {
+	var d time.Time
+	switch {
+	case s.Parallel != nil:
+		d = now.Add(time.Duration(s.Parallel.TimeoutSeconds) * time.Second)
+	case s.Split != nil && s.Split.TimeoutSeconds > 0:
+		d = now.Add(time.Duration(s.Split.TimeoutSeconds) * time.Second)
+	}
+	if !run.Deadline.IsZero() && (d.IsZero() || run.Deadline.Before(d)) {
+		return run.Deadline
+	}
+	return d
+}

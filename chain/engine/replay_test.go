@@ -1,0 +1,174 @@
+package engine_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+const replayChains = `
+[[chains]]
+name = "seq"
+[[chains.steps]]
+name = "first"
+provider = "faulty"
+payload_template = { record = "REC" }
+[[chains.steps]]
+name = "page"
+provider = "faulty"
+payload_template = { record = "REC", fail = "<<origin.payload.fail ?? \"\">>" }
+on_failure = "dlq"
+[[chains.steps]]
+name = "after"
+provider = "echo"
+
+[[chains]]
+name = "group"
+[[chains.steps]]
+name = "notify"
+on_failure = "dlq"
+[chains.steps.parallel]
+on_failure = "best_effort"
+[[chains.steps.parallel.steps]]
+name = "ok"
+provider = "faulty"
+payload_template = { record = "REC" }
+[[chains.steps.parallel.steps]]
+name = "bad"
+provider = "faulty"
+payload_template = { record = "REC", fail = "<<origin.payload.fail ?? \"\">>" }
+`
+
+func replayHarness(t *testing.T) (*harness, string) {
+	rec := filepath.Join(t.TempDir(), "calls.jsonl")
+	return newHarness(t, strings.ReplaceAll(replayChains, "REC", rec)), rec
+}
+
+func TestReplayResume(t *testing.T) {
+	h, rec := replayHarness(t)
+	ctx := context.Background()
+	res := h.run("seq", `{"fail":"pager down"}`)
+	if res.Status != store.RunFailed {
+		t.Fatalf("first run: %s", res.Status)
+	}
+	entries, _ := h.store.ListDLQ(ctx, store.DLQFilter{})
+	if len(entries) != 1 {
+		t.Fatalf("dlq: %+v", entries)
+	}
+	// The payload renders the same, so the failure repeats; what matters
+	// here is what runs again.
+	run, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayResume)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.ID != res.ID {
+		t.Errorf("resume replay gave run %s, want %s", run.ID, res.ID)
+	}
+	final, err := h.eng.Wait(ctx, run.ID)
+	if err != nil || final.Status != store.RunFailed {
+		t.Fatalf("after replay: %+v %v", final, err)
+	}
+	calls := readFileString(t, rec)
+	if n := strings.Count(calls, res.ID+"/first"); n != 1 {
+		t.Errorf("first, which had succeeded, was called %d times", n)
+	}
+	if n := strings.Count(calls, res.ID+"/page"); n != 2 {
+		t.Errorf("page was called %d times, want 2", n)
+	}
+	types := h.eventTypes(res.ID)
+	if !strings.Contains(strings.Join(types, ","), "run_replayed page") {
+		t.Errorf("events: %v", types)
+	}
+	// The failed replay parked a new entry; the first one is gone.
+	entries, _ = h.store.ListDLQ(ctx, store.DLQFilter{})
+	if len(entries) != 1 || entries[0].ID == "" {
+		t.Errorf("dlq after replay: %+v", entries)
+	}
+}
+
+func TestReplayResumeGroupKeepsSucceeded(t *testing.T) {
+	h, rec := replayHarness(t)
+	ctx := context.Background()
+	res := h.run("group", `{"fail":"x"}`)
+	if res.Status != store.RunFailed {
+		t.Fatalf("first run: %s", res.Status)
+	}
+	entries, _ := h.store.ListDLQ(ctx, store.DLQFilter{})
+	run, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayResume)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.Wait(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	calls := readFileString(t, rec)
+	if n := strings.Count(calls, res.ID+"/notify/ok"); n != 1 {
+		t.Errorf("the succeeded sub-step ran %d times", n)
+	}
+	if n := strings.Count(calls, res.ID+"/notify/bad"); n != 2 {
+		t.Errorf("the failed sub-step ran %d times, want 2", n)
+	}
+}
+
+func TestReplayRestart(t *testing.T) {
+	h, _ := replayHarness(t)
+	ctx := context.Background()
+	res := h.run("seq", `{"fail":"down"}`)
+	entries, _ := h.store.ListDLQ(ctx, store.DLQFilter{})
+	run, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayRestart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.ID == res.ID {
+		t.Fatal("restart reused the run")
+	}
+	stored, _ := h.store.Run(ctx, run.ID)
+	if string(stored.Origin.Payload) != `{"fail":"down"}` || !strings.Contains(string(stored.Origin.Metadata), res.ID) {
+		t.Errorf("restarted run origin: %s %s", stored.Origin.Payload, stored.Origin.Metadata)
+	}
+	if _, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayRestart); err == nil {
+		t.Error("replaying a removed entry worked")
+	}
+	if _, err := h.eng.Wait(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReplayRefusesSucceededRun(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "any"
+[[chains.steps]]
+name = "race"
+[chains.steps.parallel]
+join = "any"
+[[chains.steps.parallel.steps]]
+name = "bad"
+provider = "faulty"
+payload_template = { fail = "down" }
+on_failure = "dlq"
+[[chains.steps.parallel.steps]]
+name = "good"
+provider = "faulty"
+payload_template = { sleep_ms = 100 }
+`)
+	ctx := context.Background()
+	res := h.run("any", `{}`)
+	entries, _ := h.store.ListDLQ(ctx, store.DLQFilter{})
+	if res.Status != store.RunSucceeded || len(entries) != 1 {
+		t.Fatalf("run %s, %d entries", res.Status, len(entries))
+	}
+	if _, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayResume); err == nil || !strings.Contains(err.Error(), "is succeeded") {
+		t.Errorf("resuming a succeeded run: %v", err)
+	}
+	if _, err := h.eng.Replay(ctx, entries[0].ID, "sideways"); err == nil || !strings.Contains(err.Error(), "unknown mode") {
+		t.Errorf("bad mode: %v", err)
+	}
+	if _, err := h.store.DLQ(ctx, entries[0].ID); err != nil {
+		t.Errorf("a refused replay removed the entry: %v", err)
+	}
+}
