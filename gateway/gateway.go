@@ -1,5 +1,5 @@
 // Package gateway wires a config, a store, the plugin processes and the
-// engine into one running gateway.
+// engine into one running gateway, and serves its HTTP API.
 package gateway
 
 import (
@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/secrets"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/plugins"
@@ -35,23 +37,30 @@ func LoadConfig(paths []string) (*chain.Config, error) {
 // Options configures a Gateway.
 type Options struct {
 	Config *chain.Config
-	// State overrides [gateway].state: bolt://PATH, or a bare file path.
-	State  string
+	// State overrides [gateway].state: bolt://PATH, a bare file path, or
+	// redis://HOST:PORT/DB.
+	State string
+	// Logger receives the gateway's logs; secret values are redacted.
 	Logger *slog.Logger
 	// Executable is the binary re-executed to serve built-in providers;
 	// default os.Executable().
 	Executable string
 	// OnEvent receives every durable run event.
 	OnEvent func(store.Event)
+	// Observer is told about every provider call.
+	Observer engine.Observer
 }
 
 // Gateway is a running gateway.
 type Gateway struct {
-	Config  *chain.Config
-	Store   store.Store
-	Plugins *plugins.Manager
-	Engine  *engine.Engine
-	// StoreFile is the embedded store's file; its control socket sits beside it.
+	Config   *chain.Config
+	Store    store.Store
+	Plugins  *plugins.Manager
+	Engine   *engine.Engine
+	Log      *slog.Logger
+	Redactor *secrets.Redactor
+	// StoreFile is the embedded store's file, whose control socket sits
+	// beside it; empty for a shared store.
 	StoreFile string
 }
 
@@ -61,38 +70,48 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg := opts.Config
+	secretVals, err := secrets.Load(cfg.Gateway.SecretsFile)
+	if err != nil {
+		return nil, fmt.Errorf("opening gateway: %w", err)
+	}
+	red := secrets.NewRedactor(secretVals)
+	log := slog.New(red.Handler(opts.Logger.Handler()))
 	state := opts.State
 	if state == "" {
-		state = opts.Config.Gateway.State
+		state = cfg.Gateway.State
 	}
 	if state == "" {
 		state = DefaultState
 	}
-	st, file, err := OpenStore(ctx, state, opts.Logger)
+	st, file, err := OpenStore(ctx, state, log)
 	if err != nil {
 		return nil, err
 	}
-	pm := plugins.NewManager(plugins.Options{Executable: opts.Executable, Logger: opts.Logger.With("component", "plugins")})
+	pm := plugins.NewManager(plugins.Options{Executable: opts.Executable, Logger: log.With("component", "plugins")})
 	eng, err := engine.New(engine.Options{
 		Store:       st,
-		Config:      opts.Config,
+		Config:      cfg,
 		Providers:   resolver{pm},
 		LoadOptions: LoadOptions(),
-		Limits:      opts.Config.Gateway.Limits,
-		Logger:      opts.Logger.With("component", "engine"),
+		Limits:      cfg.Gateway.Limits,
+		LeaseTTL:    time.Duration(cfg.Gateway.LeaseTTLSeconds) * time.Second,
+		Secrets:     secretVals,
+		Logger:      log.With("component", "engine"),
 		OnEvent:     opts.OnEvent,
+		Observer:    opts.Observer,
 	})
 	if err != nil {
 		_ = pm.Close()
 		_ = st.Close()
 		return nil, err
 	}
-	return &Gateway{Config: opts.Config, Store: st, Plugins: pm, Engine: eng, StoreFile: file}, nil
+	return &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file}, nil
 }
 
 // OpenStore opens the store a state URL names, and returns its file when it
 // is the embedded store.
-func OpenStore(_ context.Context, state string, log *slog.Logger) (store.Store, string, error) {
+func OpenStore(ctx context.Context, state string, log *slog.Logger) (store.Store, string, error) {
 	scheme, rest, found := strings.Cut(state, "://")
 	if !found {
 		scheme, rest = "bolt", state
@@ -104,8 +123,11 @@ func OpenStore(_ context.Context, state string, log *slog.Logger) (store.Store, 
 		}
 		st, err := bolt.Open(rest, bolt.Options{Logger: log.With("component", "store")})
 		return st, rest, err
+	case "redis", "rediss":
+		st, err := openRedis(ctx, state, log.With("component", "store"))
+		return st, "", err
 	default:
-		return nil, "", fmt.Errorf("opening store: unsupported state URL scheme %q (want bolt://PATH)", scheme)
+		return nil, "", fmt.Errorf("opening store: unsupported state URL scheme %q (want bolt://PATH or redis://HOST:PORT/DB)", scheme)
 	}
 }
 

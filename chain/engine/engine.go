@@ -106,6 +106,8 @@ var (
 	ErrNotActive = errors.New("run is not active in this gateway")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("engine is closed")
+	// ErrFinished is returned when cancelling a run that already ended.
+	ErrFinished = errors.New("run already finished")
 )
 
 // New returns an engine; runs start with Start.
@@ -179,6 +181,25 @@ func (e *Engine) SetConfig(cfg *chain.Config) {
 
 // Owner is the name this engine leases runs under.
 func (e *Engine) Owner() string { return e.owner }
+
+// Config is the configuration new runs start with.
+func (e *Engine) Config() *chain.Config { return e.config() }
+
+// ProviderNames lists the configured providers.
+func (e *Engine) ProviderNames() []string { return e.config().ProviderNames }
+
+// Active returns how many runs this engine is advancing.
+func (e *Engine) Active() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.runners)
+}
+
+// Definition returns the chain a run started with: the configured one if
+// its hash matches, else the one the run stored.
+func (e *Engine) Definition(ctx context.Context, name, hash string) (*chain.Chain, error) {
+	return e.definition(ctx, name, hash)
+}
 
 // Input is what starts a run.
 type Input struct {
@@ -471,7 +492,7 @@ func (e *Engine) CancelStored(ctx context.Context, id string) error {
 		return fmt.Errorf("cancelling run %s: %w", id, err)
 	}
 	if run.Status.Final() {
-		return fmt.Errorf("cancelling run %s: run already %s", id, run.Status)
+		return fmt.Errorf("cancelling run %s: %w (%s)", id, ErrFinished, run.Status)
 	}
 	recs, err := e.store.Steps(ctx, id, "")
 	if err != nil {

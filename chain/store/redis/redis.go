@@ -246,6 +246,9 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) error {
 		return fmt.Errorf("committing run %s: empty reply from the commit script", run.ID)
 	case res[0] == 0:
 		return nil
+	case res[0] == 6:
+		s.log.Info("commit was already applied; a retried commit whose reply was lost", "run", run.ID, "seq", run.Seq)
+		return nil
 	case res[0] == 1:
 		return fmt.Errorf("committing run %s: %w", run.ID, store.ErrLeaseLost)
 	case res[0] == 2:

@@ -171,7 +171,7 @@ func TestFencedTakeover(t *testing.T) {
 
 	var (
 		wg         sync.WaitGroup
-		takenOver  atomic.Bool
+		bDone      atomic.Bool
 		aCommitted atomic.Int64
 		aLost      atomic.Int64
 		aErr, bErr error
@@ -179,7 +179,7 @@ func TestFencedTakeover(t *testing.T) {
 	)
 	wg.Go(func() {
 		mine := *run
-		for !takenOver.Load() || aLost.Load() < 20 {
+		for !bDone.Load() || aLost.Load() < 20 {
 			b := stepBatch(&mine, "a")
 			b.Lease = &la
 			err := s.Commit(ctx, b)
@@ -196,6 +196,8 @@ func TestFencedTakeover(t *testing.T) {
 		}
 	})
 	wg.Go(func() {
+		// The old owner keeps committing until the new one is done.
+		defer bDone.Store(true)
 		for {
 			l, err := s.AcquireLease(ctx, run.ID, "gw-b", ttl)
 			if errors.Is(err, store.ErrLeaseHeld) {
@@ -209,7 +211,6 @@ func TestFencedTakeover(t *testing.T) {
 			lb = l
 			break
 		}
-		takenOver.Store(true)
 		cur, err := s.Run(ctx, run.ID)
 		if err != nil {
 			bErr = err

@@ -18,7 +18,8 @@ import goredis "github.com/redis/go-redis/v9"
 //
 // It returns {0} on success, {1} for a lost lease, {2} when the run exists,
 // {3} when it does not, {4, seq, last} for an event out of sequence and
-// {5, run seq, last} for a run seq that is not its last event's.
+// {5, run seq, last} for a run seq that is not its last event's, and {6}
+// for a batch that the run already ends with.
 var commitScript = goredis.NewScript(`
 local create, final, lease = ARGV[1] == '1', ARGV[2] == '1', ARGV[3]
 local runSeq = tonumber(ARGV[4])
@@ -54,7 +55,7 @@ end
 
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if create and exists then
-  if replayed() then return {0} end
+  if replayed() then return {6} end
   return {2}
 end
 if not create and not exists then
@@ -64,7 +65,7 @@ local last = redis.call('LLEN', KEYS[4])
 for j = events, dlq - 1, 2 do
   local seq = tonumber(ARGV[j])
   if seq ~= last + 1 then
-    if replayed() then return {0} end
+    if replayed() then return {6} end
     return {4, seq, last}
   end
   last = seq

@@ -1,0 +1,562 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// Handler returns the API's routes. Everything answers JSON, errors
+// included; everything but the health checks needs a token when tokens are
+// configured.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern string, need access, h http.HandlerFunc) { mux.HandleFunc(pattern, s.guard(need, h)) }
+	route("GET /healthz", public, s.healthz)
+	route("GET /readyz", public, s.readyz)
+	route("GET /metrics", readAccess, s.serveMetrics)
+
+	route("POST /v1/chains/{name}/runs", writeAccess, s.startRun)
+	route("GET /v1/chains", readAccess, s.listChains)
+	route("GET /v1/chains/{name}", readAccess, s.getChain)
+
+	route("GET /v1/runs", readAccess, s.listRuns)
+	route("GET /v1/runs/{id}", readAccess, s.getRun)
+	route("POST /v1/runs/{id}/cancel", writeAccess, s.cancelRun)
+	route("GET /v1/runs/{id}/events", readAccess, s.runEvents)
+	route("GET /v1/runs/{id}/dag", readAccess, s.runDAG)
+
+	route("GET /v1/dlq", readAccess, s.listDLQ)
+	route("GET /v1/dlq/{id}", readAccess, s.getDLQ)
+	route("POST /v1/dlq/{id}/replay", writeAccess, s.replayDLQ)
+	route("POST /v1/dlq/replay", writeAccess, s.replayManyDLQ)
+	route("DELETE /v1/dlq/{id}", writeAccess, s.deleteDLQ)
+	route("POST /v1/dlq/purge", writeAccess, s.purgeDLQ)
+
+	route("POST /v1/admin/reload", writeAccess, s.reload)
+	return s.jsonFallback(mux)
+}
+
+// jsonFallback answers unknown paths and wrong methods in JSON too.
+func (s *Server) jsonFallback(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		if _, pattern := mux.Handler(r); pattern == "" {
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, r)
+			if allow := rec.Header().Get("Allow"); allow != "" {
+				w.Header().Set("Allow", allow)
+			}
+			code := "not_found"
+			if rec.Code == http.StatusMethodNotAllowed {
+				code = "method_not_allowed"
+			}
+			s.writeError(w, r, &APIError{Status: rec.Code, Code: code, Message: fmt.Sprintf("%s %s: %s", r.Method, r.URL.Path, strings.ToLower(http.StatusText(rec.Code)))})
+			return
+		}
+		mux.ServeHTTP(w, r)
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "took", time.Since(start))
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		s.writeError(w, r, engine.ErrClosed)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := s.gw.Store.CountDLQ(ctx); err != nil {
+		s.writeError(w, r, &APIError{Status: http.StatusServiceUnavailable, Code: "store_unavailable", Message: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "owner": s.gw.Engine.Owner(), "active_runs": s.gw.Engine.Active()})
+}
+
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	_ = s.metrics.Write(w)
+}
+
+// StartResponse answers a POST that started, or found, a run.
+type StartResponse struct {
+	ID     string          `json:"id"`
+	Chain  string          `json:"chain"`
+	Status store.RunStatus `json:"status"`
+	// Replayed is set when an Idempotency-Key matched an earlier request.
+	Replayed bool              `json:"replayed,omitempty"`
+	Links    map[string]string `json:"links"`
+	// Run is the finished run, when ?wait= saw it finish.
+	Run *RunView `json:"run,omitempty"`
+}
+
+// idempotencyTTL is how long an Idempotency-Key keeps returning its run.
+const idempotencyTTL = 24 * time.Hour
+
+// maxWait bounds ?wait= on POST /v1/chains/{name}/runs.
+const maxWait = 60 * time.Second
+
+func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		s.writeError(w, r, engine.ErrClosed)
+		return
+	}
+	name := r.PathValue("name")
+	if s.gw.Engine.Config().Chains[name] == nil {
+		s.writeError(w, r, fmt.Errorf("%w %q", engine.ErrUnknownChain, name))
+		return
+	}
+	var wait time.Duration
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > maxWait {
+			s.writeError(w, r, badRequest("invalid_parameter", "wait must be a duration up to %s, e.g. wait=10s", maxWait))
+			return
+		}
+		wait = d
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte(`{}`)
+	}
+	if err := checkJSON(body); err != nil {
+		s.writeError(w, r, badRequest("invalid_json", "the request body is the run's payload and must be JSON: %v", err))
+		return
+	}
+	ctx := r.Context()
+	in := engine.Input{Payload: body, Metadata: requestMetadata(r)}
+	id := store.NewID()
+	replayed := false
+	if key := r.Header.Get("Idempotency-Key"); key != "" {
+		bound, err := s.gw.Store.ClaimKey(ctx, "run/"+name+"/"+key, id, idempotencyTTL)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if bound != "" {
+			id, replayed = bound, true
+		}
+	}
+	status := store.RunRunning
+	if existing, err := s.gw.Store.Run(ctx, id); err == nil {
+		status = existing.Status
+	} else if _, err := s.gw.Engine.StartWithID(ctx, name, in, id); err != nil && !errors.Is(err, store.ErrExists) && !errors.Is(err, store.ErrLeaseHeld) {
+		// ErrExists and ErrLeaseHeld mean a concurrent retry with the same
+		// key is starting it: the same run, as promised.
+		s.writeError(w, r, err)
+		return
+	}
+	resp := StartResponse{ID: id, Chain: name, Status: status, Replayed: replayed, Links: map[string]string{
+		"self": "/v1/runs/" + id, "events": "/v1/runs/" + id + "/events", "dag": "/v1/runs/" + id + "/dag",
+	}}
+	code := http.StatusAccepted
+	if replayed {
+		code = http.StatusOK
+	}
+	if wait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		run, err := s.gw.Engine.Wait(wctx, id)
+		cancel()
+		if err == nil && run.Status.Final() {
+			if v, err := s.ops.Run(ctx, id, false); err == nil {
+				resp.Status, resp.Run, code = v.Status, v, http.StatusOK
+			}
+		}
+	}
+	writeJSON(w, code, resp)
+}
+
+func checkJSON(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("more than one JSON value")
+	}
+	return nil
+}
+
+// requestMetadata is what origin.metadata holds for a run started over
+// HTTP: where it came from, and every X-Chaingate-Meta-NAME header as NAME.
+func requestMetadata(r *http.Request) json.RawMessage {
+	m := map[string]string{"remote_addr": r.RemoteAddr, "user_agent": r.UserAgent()}
+	if k := r.Header.Get("Idempotency-Key"); k != "" {
+		m["idempotency_key"] = k
+	}
+	for name, vals := range r.Header {
+		if key, ok := strings.CutPrefix(name, "X-Chaingate-Meta-"); ok && len(vals) > 0 {
+			m[strings.ToLower(key)] = vals[0]
+		}
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func (s *Server) listChains(w http.ResponseWriter, r *http.Request) {
+	cfg := s.gw.Engine.Config()
+	out := make([]map[string]any, 0, len(cfg.ChainNames))
+	for _, name := range cfg.ChainNames {
+		c := cfg.Chains[name]
+		out = append(out, map[string]any{"name": c.Name, "hash": c.Hash, "timeout_seconds": c.TimeoutSeconds, "steps": len(c.Steps)})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"chains": out})
+}
+
+func (s *Server) getChain(w http.ResponseWriter, r *http.Request) {
+	cfg := s.gw.Engine.Config()
+	name := r.PathValue("name")
+	c := cfg.Chains[name]
+	if c == nil {
+		s.writeError(w, r, fmt.Errorf("%w %q", engine.ErrUnknownChain, name))
+		return
+	}
+	def, err := cfg.Definition(name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"name": c.Name, "hash": c.Hash, "timeout_seconds": c.TimeoutSeconds,
+		"definition": string(def), "graph": c.Graph(), "mermaid": c.Mermaid(),
+	})
+}
+
+// runFilter reads a run listing's query parameters.
+func runFilter(r *http.Request) (store.RunFilter, error) {
+	q := r.URL.Query()
+	f := store.RunFilter{Chain: q.Get("chain"), Status: store.RunStatus(q.Get("status")), Cursor: q.Get("cursor")}
+	switch f.Status {
+	case "", store.RunRunning, store.RunSucceeded, store.RunFailed, store.RunCancelled, store.RunTimedOut:
+	default:
+		return f, badRequest("invalid_parameter", "status %q is not one of running, succeeded, failed, cancelled, timed_out", f.Status)
+	}
+	var err error
+	if f.Since, err = parseSince(q.Get("since")); err != nil {
+		return f, err
+	}
+	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+// parseSince reads an RFC 3339 time, or a duration meaning that long ago.
+func parseSince(v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return time.Now().Add(-d), nil
+	}
+	return time.Time{}, badRequest("invalid_parameter", "since %q is neither an RFC 3339 time nor a duration such as 1h", v)
+}
+
+func parseLimit(v string) (int, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		return 0, badRequest("invalid_parameter", "limit must be a number from 1 to 1000")
+	}
+	return n, nil
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
+	f, err := runFilter(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	page, err := s.ops.ListRuns(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	runs := page.Runs
+	if runs == nil {
+		runs = []*store.Run{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runs": runs, "next_cursor": page.Next})
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
+	v, err := s.ops.Run(r.Context(), r.PathValue("id"), r.URL.Query().Get("items") == "true")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := s.ops.CancelRun(r.Context(), id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"id": id, "cancel": "requested"})
+}
+
+// heartbeat is how often an idle event stream sends a comment, so proxies
+// keep it open.
+const heartbeat = 15 * time.Second
+
+// runEvents streams a run's events as Server-Sent Events: first the log
+// from after Last-Event-ID, then new events live, until the run ends.
+func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	after := uint64(0)
+	last := r.Header.Get("Last-Event-ID")
+	if last == "" {
+		last = r.URL.Query().Get("after")
+	}
+	if last != "" {
+		n, err := strconv.ParseUint(last, 10, 64)
+		if err != nil {
+			s.writeError(w, r, badRequest("invalid_parameter", "Last-Event-ID %q is not an event sequence number", last))
+			return
+		}
+		after = n
+	}
+	if _, err := s.gw.Store.Run(r.Context(), id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if flusher != nil {
+		flusher.Flush()
+	}
+	follow := r.URL.Query().Get("follow") != "false"
+	lastWrite := time.Now()
+	err := s.ops.events(r.Context(), id, after, follow, func(ev store.Event) error {
+		if ev.Seq == 0 {
+			if time.Since(lastWrite) < heartbeat {
+				return nil
+			}
+			_, err := fmt.Fprint(w, ": heartbeat\n\n")
+			lastWrite = time.Now()
+			if flusher != nil {
+				flusher.Flush()
+			}
+			return err
+		}
+		data, _ := json.Marshal(ev)
+		_, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data)
+		lastWrite = time.Now()
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		s.log.Debug("event stream ended", "run", id, "err", err)
+	}
+}
+
+func (s *Server) runDAG(w http.ResponseWriter, r *http.Request) {
+	d, err := s.ops.DAG(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+// dlqQuery holds a DLQ filter from query parameters or a JSON body.
+type dlqQuery struct {
+	Chain       string `json:"chain"`
+	Step        string `json:"step"`
+	Since       string `json:"since"`
+	Limit       int    `json:"limit"`
+	Mode        string `json:"mode"`
+	Concurrency int    `json:"concurrency"`
+	// All must be set to purge with no other filter.
+	All bool `json:"all"`
+}
+
+func (q dlqQuery) filter() (store.DLQFilter, error) {
+	since, err := parseSince(q.Since)
+	if err != nil {
+		return store.DLQFilter{}, err
+	}
+	if q.Limit < 0 || q.Limit > 100000 {
+		return store.DLQFilter{}, badRequest("invalid_parameter", "limit must be from 1 to 100000")
+	}
+	return store.DLQFilter{Chain: q.Chain, Step: q.Step, Since: since, Limit: q.Limit}, nil
+}
+
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("invalid_json", "reading the request body: %v", err)
+	}
+	return nil
+}
+
+func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := parseLimit(q.Get("limit"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	f, err := dlqQuery{Chain: q.Get("chain"), Step: q.Get("step"), Since: q.Get("since"), Limit: limit}.filter()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	entries, err := s.ops.ListDLQ(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if entries == nil {
+		entries = []*store.DLQEntry{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"entries": entries})
+}
+
+func (s *Server) getDLQ(w http.ResponseWriter, r *http.Request) {
+	e, err := s.ops.DLQEntry(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+func replayMode(m string) (engine.ReplayMode, error) {
+	switch engine.ReplayMode(m) {
+	case "", engine.ReplayResume:
+		return engine.ReplayResume, nil
+	case engine.ReplayRestart:
+		return engine.ReplayRestart, nil
+	}
+	return "", badRequest("invalid_parameter", "mode %q is not resume or restart", m)
+}
+
+func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
+	var q dlqQuery
+	if err := s.decodeBody(w, r, &q); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if m := r.URL.Query().Get("mode"); m != "" {
+		q.Mode = m
+	}
+	mode, err := replayMode(q.Mode)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	run, err := s.ops.Replay(r.Context(), r.PathValue("id"), mode)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"entry": r.PathValue("id"), "mode": mode, "run": run.ID, "links": map[string]string{"run": "/v1/runs/" + run.ID}})
+}
+
+func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
+	var q dlqQuery
+	if err := s.decodeBody(w, r, &q); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	mode, err := replayMode(q.Mode)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	f, err := q.filter()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if q.Concurrency < 0 || q.Concurrency > 64 {
+		s.writeError(w, r, badRequest("invalid_parameter", "concurrency must be from 1 to 64"))
+		return
+	}
+	res, err := s.ops.ReplayMany(r.Context(), f, mode, q.Concurrency)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) deleteDLQ(w http.ResponseWriter, r *http.Request) {
+	if err := s.ops.DeleteDLQ(r.Context(), r.PathValue("id")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) purgeDLQ(w http.ResponseWriter, r *http.Request) {
+	var q dlqQuery
+	if err := s.decodeBody(w, r, &q); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if q.Chain == "" && q.Step == "" && q.Since == "" && !q.All {
+		s.writeError(w, r, badRequest("filter_required", `give chain, step or since, or "all": true to purge every entry`))
+		return
+	}
+	f, err := q.filter()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	n, err := s.ops.PurgeDLQ(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+}
+
+func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
+	cfg, err := s.Reload()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"chains": len(cfg.Chains), "providers": len(cfg.Providers)})
+}

@@ -1,0 +1,254 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// Client runs Ops against a gateway's HTTP API.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+var _ Ops = (*Client)(nil)
+
+// NewClient returns a client for the API at base (http://host:port).
+func NewClient(base, token string) *Client {
+	return &Client{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{}}
+}
+
+func (c *Client) request(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	u := c.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, fmt.Errorf("building the request: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("calling %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		var e struct {
+			Error *APIError `json:"error"`
+		}
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(data, &e) == nil && e.Error != nil {
+			e.Error.Status = resp.StatusCode
+			return nil, e.Error
+		}
+		return nil, &APIError{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(data))}
+	}
+	return resp, nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	resp, err := c.request(ctx, method, path, query, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("reading the answer to %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+func since(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.Format(time.RFC3339)
+}
+
+// ListRuns implements Ops.
+func (c *Client) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage, error) {
+	q := url.Values{}
+	setIf(q, "chain", f.Chain)
+	setIf(q, "status", string(f.Status))
+	setIf(q, "since", since(f.Since))
+	setIf(q, "cursor", f.Cursor)
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	var out struct {
+		Runs []*store.Run `json:"runs"`
+		Next string       `json:"next_cursor"`
+	}
+	err := c.do(ctx, http.MethodGet, "/v1/runs", q, nil, &out)
+	return store.RunPage{Runs: out.Runs, Next: out.Next}, err
+}
+
+func setIf(q url.Values, k, v string) {
+	if v != "" {
+		q.Set(k, v)
+	}
+}
+
+// Run implements Ops.
+func (c *Client) Run(ctx context.Context, id string, items bool) (*RunView, error) {
+	q := url.Values{}
+	if items {
+		q.Set("items", "true")
+	}
+	var out RunView
+	if err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), q, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// CancelRun implements Ops.
+func (c *Client) CancelRun(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/cancel", nil, nil, nil)
+}
+
+// Events implements Ops by reading the run's Server-Sent Events.
+func (c *Client) Events(ctx context.Context, id string, after uint64, follow bool, fn func(store.Event) error) error {
+	q := url.Values{"after": {strconv.FormatUint(after, 10)}}
+	if !follow {
+		q.Set("follow", "false")
+	}
+	resp, err := c.request(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/events", q, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev store.Event
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			return fmt.Errorf("reading an event: %w", err)
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("reading events: %w", err)
+	}
+	return ctx.Err()
+}
+
+// DAG implements Ops.
+func (c *Client) DAG(ctx context.Context, id string) (*DAG, error) {
+	var out DAG
+	if err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/dag", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func dlqValues(f store.DLQFilter) url.Values {
+	q := url.Values{}
+	setIf(q, "chain", f.Chain)
+	setIf(q, "step", f.Step)
+	setIf(q, "since", since(f.Since))
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	return q
+}
+
+// ListDLQ implements Ops.
+func (c *Client) ListDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEntry, error) {
+	var out struct {
+		Entries []*store.DLQEntry `json:"entries"`
+	}
+	err := c.do(ctx, http.MethodGet, "/v1/dlq", dlqValues(f), nil, &out)
+	return out.Entries, err
+}
+
+// DLQEntry implements Ops.
+func (c *Client) DLQEntry(ctx context.Context, id string) (*store.DLQEntry, error) {
+	var out store.DLQEntry
+	if err := c.do(ctx, http.MethodGet, "/v1/dlq/"+url.PathEscape(id), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Replay implements Ops.
+func (c *Client) Replay(ctx context.Context, id string, mode engine.ReplayMode) (*store.Run, error) {
+	var out struct {
+		Run string `json:"run"`
+	}
+	if err := c.do(ctx, http.MethodPost, "/v1/dlq/"+url.PathEscape(id)+"/replay", nil, map[string]string{"mode": string(mode)}, &out); err != nil {
+		return nil, err
+	}
+	return &store.Run{ID: out.Run}, nil
+}
+
+// ReplayMany implements Ops.
+func (c *Client) ReplayMany(ctx context.Context, f store.DLQFilter, mode engine.ReplayMode, concurrency int) (*BulkReplay, error) {
+	body := map[string]any{"chain": f.Chain, "step": f.Step, "since": since(f.Since), "limit": f.Limit, "mode": mode, "concurrency": concurrency}
+	var out BulkReplay
+	if err := c.do(ctx, http.MethodPost, "/v1/dlq/replay", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteDLQ implements Ops.
+func (c *Client) DeleteDLQ(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/dlq/"+url.PathEscape(id), nil, nil, nil)
+}
+
+// PurgeDLQ implements Ops. An empty filter purges everything.
+func (c *Client) PurgeDLQ(ctx context.Context, f store.DLQFilter) (int, error) {
+	body := map[string]any{"chain": f.Chain, "step": f.Step, "since": since(f.Since)}
+	if f.Chain == "" && f.Step == "" && f.Since.IsZero() {
+		body["all"] = true
+	}
+	var out struct {
+		Purged int `json:"purged"`
+	}
+	err := c.do(ctx, http.MethodPost, "/v1/dlq/purge", nil, body, &out)
+	return out.Purged, err
+}
+
+// Chain returns a chain's definition and graph as the API reports them.
+func (c *Client) Chain(ctx context.Context, name string) (map[string]any, error) {
+	var out map[string]any
+	err := c.do(ctx, http.MethodGet, "/v1/chains/"+url.PathEscape(name), nil, nil, &out)
+	return out, err
+}

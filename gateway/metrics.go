@@ -1,0 +1,219 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// Metrics are the gateway's Prometheus metrics, written in the text
+// exposition format. They are fed by run events and provider calls; DLQ
+// depth and plugin restarts are read when scraped.
+type Metrics struct {
+	mu          sync.Mutex
+	runsStarted map[string]float64          // chain
+	runsEnded   map[[2]string]float64       // chain, status
+	calls       map[[2]string]float64       // provider, result
+	inFlight    map[string]float64          // provider
+	latency     map[string]*histogram       // provider
+	gauges      map[string]func() []sample  // read at scrape
+	gaugeHelp   map[string][2]string        // name → type, help
+	gaugeOrder  []string
+}
+
+type sample struct {
+	labels string
+	value  float64
+}
+
+// stepBuckets are the latency buckets of a provider call, in seconds.
+var stepBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+type histogram struct {
+	counts []float64 // per bucket, not cumulative
+	sum    float64
+	n      float64
+}
+
+// NewMetrics returns empty metrics.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		runsStarted: map[string]float64{},
+		runsEnded:   map[[2]string]float64{},
+		calls:       map[[2]string]float64{},
+		inFlight:    map[string]float64{},
+		latency:     map[string]*histogram{},
+		gauges:      map[string]func() []sample{},
+		gaugeHelp:   map[string][2]string{},
+	}
+}
+
+// Event counts runs starting and ending.
+func (m *Metrics) Event(ev store.Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch ev.Type {
+	case store.EventRunStarted:
+		m.runsStarted[ev.Chain]++
+	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut:
+		m.runsEnded[[2]string{ev.Chain, strings.TrimPrefix(string(ev.Type), "run_")}]++
+	}
+}
+
+// CallStarted implements engine.Observer.
+func (m *Metrics) CallStarted(provider string) {
+	m.mu.Lock()
+	m.inFlight[provider]++
+	m.mu.Unlock()
+}
+
+// CallEnded implements engine.Observer.
+func (m *Metrics) CallEnded(provider string, took time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.inFlight[provider]--
+	m.calls[[2]string{provider, result}]++
+	h := m.latency[provider]
+	if h == nil {
+		h = &histogram{counts: make([]float64, len(stepBuckets)+1)}
+		m.latency[provider] = h
+	}
+	s := took.Seconds()
+	i := sort.SearchFloat64s(stepBuckets, s)
+	h.counts[i]++
+	h.sum += s
+	h.n++
+}
+
+// Gauge registers a gauge read when scraped.
+func (m *Metrics) gauge(name, typ, help string, read func() []sample) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.gauges[name]; !ok {
+		m.gaugeOrder = append(m.gaugeOrder, name)
+	}
+	m.gauges[name] = read
+	m.gaugeHelp[name] = [2]string{typ, help}
+}
+
+// Write writes every metric in the Prometheus text format.
+func (m *Metrics) Write(w io.Writer) error {
+	m.mu.Lock()
+	var b strings.Builder
+	header(&b, "chaingate_runs_started_total", "counter", "Runs started, by chain.")
+	for _, k := range sortedKeys(m.runsStarted) {
+		fmt.Fprintf(&b, "chaingate_runs_started_total{chain=%s} %s\n", quote(k), num(m.runsStarted[k]))
+	}
+	header(&b, "chaingate_runs_finished_total", "counter", "Runs finished, by chain and final status.")
+	for _, k := range sortedPairs(m.runsEnded) {
+		fmt.Fprintf(&b, "chaingate_runs_finished_total{chain=%s,status=%s} %s\n", quote(k[0]), quote(k[1]), num(m.runsEnded[k]))
+	}
+	header(&b, "chaingate_provider_calls_total", "counter", "Provider calls, by provider and result (ok or error).")
+	for _, k := range sortedPairs(m.calls) {
+		fmt.Fprintf(&b, "chaingate_provider_calls_total{provider=%s,result=%s} %s\n", quote(k[0]), quote(k[1]), num(m.calls[k]))
+	}
+	header(&b, "chaingate_steps_in_flight", "gauge", "Provider calls in flight, by provider.")
+	for _, k := range sortedKeys(m.inFlight) {
+		fmt.Fprintf(&b, "chaingate_steps_in_flight{provider=%s} %s\n", quote(k), num(m.inFlight[k]))
+	}
+	header(&b, "chaingate_step_duration_seconds", "histogram", "Provider call latency, by provider.")
+	for _, p := range sortedKeys(m.latency) {
+		h := m.latency[p]
+		cum := 0.0
+		for i, le := range stepBuckets {
+			cum += h.counts[i]
+			fmt.Fprintf(&b, "chaingate_step_duration_seconds_bucket{provider=%s,le=%s} %s\n", quote(p), quote(num(le)), num(cum))
+		}
+		cum += h.counts[len(stepBuckets)]
+		fmt.Fprintf(&b, "chaingate_step_duration_seconds_bucket{provider=%s,le=\"+Inf\"} %s\n", quote(p), num(cum))
+		fmt.Fprintf(&b, "chaingate_step_duration_seconds_sum{provider=%s} %s\n", quote(p), num(h.sum))
+		fmt.Fprintf(&b, "chaingate_step_duration_seconds_count{provider=%s} %s\n", quote(p), num(h.n))
+	}
+	order := append([]string(nil), m.gaugeOrder...)
+	reads := make([]func() []sample, len(order))
+	helps := make([][2]string, len(order))
+	for i, name := range order {
+		reads[i], helps[i] = m.gauges[name], m.gaugeHelp[name]
+	}
+	m.mu.Unlock()
+	// Scrape-time reads run unlocked: they may touch the store.
+	for i, name := range order {
+		header(&b, name, helps[i][0], helps[i][1])
+		for _, s := range reads[i]() {
+			fmt.Fprintf(&b, "%s%s %s\n", name, s.labels, num(s.value))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// register adds the gauges the gateway reads when scraped.
+func (m *Metrics) register(gw *Gateway) {
+	m.gauge("chaingate_dlq_depth", "gauge", "Entries in the dead-letter queue.", func() []sample {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		n, err := gw.Store.CountDLQ(ctx)
+		if err != nil {
+			return nil
+		}
+		return []sample{{value: float64(n)}}
+	})
+	m.gauge("chaingate_plugin_restarts_total", "counter", "Plugin processes launched again after one exited, by provider.", func() []sample {
+		var out []sample
+		for _, name := range gw.Engine.ProviderNames() {
+			out = append(out, sample{labels: "{provider=" + quote(name) + "}", value: float64(gw.Plugins.Restarts(name))})
+		}
+		return out
+	})
+	m.gauge("chaingate_runs_active", "gauge", "Runs this gateway is advancing.", func() []sample {
+		return []sample{{value: float64(gw.Engine.Active())}}
+	})
+}
+
+func header(b *strings.Builder, name, typ, help string) {
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+}
+
+func quote(s string) string { return strconv.Quote(s) }
+
+func num(f float64) string {
+	if math.IsInf(f, 1) {
+		return "+Inf"
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedPairs(m map[[2]string]float64) [][2]string {
+	out := make([][2]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i][0] != out[j][0] {
+			return out[i][0] < out[j][0]
+		}
+		return out[i][1] < out[j][1]
+	})
+	return out
+}

@@ -1,0 +1,351 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// Ops are what operators do with runs and the dead-letter queue. The HTTP
+// API serves them, and the command line runs them either through the API
+// (Client) or straight on a store (Local).
+type Ops interface {
+	ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage, error)
+	Run(ctx context.Context, id string, items bool) (*RunView, error)
+	CancelRun(ctx context.Context, id string) error
+	// Events calls fn with the run's events after the given sequence
+	// number; with follow, it goes on with new ones until the run ends or
+	// ctx is done.
+	Events(ctx context.Context, id string, after uint64, follow bool, fn func(store.Event) error) error
+	DAG(ctx context.Context, id string) (*DAG, error)
+	ListDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEntry, error)
+	DLQEntry(ctx context.Context, id string) (*store.DLQEntry, error)
+	Replay(ctx context.Context, id string, mode engine.ReplayMode) (*store.Run, error)
+	ReplayMany(ctx context.Context, f store.DLQFilter, mode engine.ReplayMode, concurrency int) (*BulkReplay, error)
+	DeleteDLQ(ctx context.Context, id string) error
+	PurgeDLQ(ctx context.Context, f store.DLQFilter) (int, error)
+}
+
+// RunView is a run with its step records.
+type RunView struct {
+	*store.Run
+	Steps map[string]*store.StepRecord `json:"steps"`
+}
+
+// BulkReplay reports a replay of many dead-letter entries.
+type BulkReplay struct {
+	Replayed []ReplayedEntry `json:"replayed"`
+	Failed   []FailedEntry   `json:"failed"`
+}
+
+// ReplayedEntry is one entry that was replayed, and the run carrying on.
+type ReplayedEntry struct {
+	Entry string `json:"entry"`
+	Run   string `json:"run"`
+}
+
+// FailedEntry is one entry that could not be replayed, and why.
+type FailedEntry struct {
+	Entry string `json:"entry"`
+	Error string `json:"error"`
+}
+
+// DAG is a run's steps with their status, shaped as its chain is.
+type DAG struct {
+	Run   string       `json:"run"`
+	Chain string       `json:"chain"`
+	Nodes []*DAGNode   `json:"nodes"`
+	Edges []chain.Edge `json:"edges"`
+}
+
+// DAGNode is one step of a DAG.
+type DAGNode struct {
+	Name     string            `json:"name"`
+	Kind     string            `json:"kind"`
+	Provider string            `json:"provider,omitempty"`
+	Status   string            `json:"status"`
+	Attempts int               `json:"attempts,omitempty"`
+	Error    *store.ErrorInfo  `json:"error,omitempty"`
+	Join     string            `json:"join,omitempty"`
+	Split    *store.SplitState `json:"split,omitempty"`
+	ChildRun string            `json:"child_run,omitempty"`
+	Children []*DAGNode        `json:"children,omitempty"`
+}
+
+// Local runs Ops on a gateway's own store and engine.
+type Local struct {
+	GW  *Gateway
+	Hub *Hub // optional: live events from this gateway without polling
+}
+
+var _ Ops = (*Local)(nil)
+
+// ListRuns implements Ops.
+func (l *Local) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage, error) {
+	return l.GW.Store.ListRuns(ctx, f)
+}
+
+// Run implements Ops.
+func (l *Local) Run(ctx context.Context, id string, items bool) (*RunView, error) {
+	run, err := l.GW.Store.Run(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	v := &RunView{Run: run, Steps: map[string]*store.StepRecord{}}
+	err = l.GW.Store.ForEachStep(ctx, id, "", func(rec *store.StepRecord) error {
+		if items || !strings.Contains(rec.Key, "[") {
+			v.Steps[rec.Key] = rec
+		}
+		return nil
+	})
+	return v, err
+}
+
+// CancelRun implements Ops.
+func (l *Local) CancelRun(ctx context.Context, id string) error {
+	return l.GW.Engine.Cancel(ctx, id)
+}
+
+// eventPoll is how often a followed run's events are read from the store
+// when they may come from another gateway.
+const eventPoll = 250 * time.Millisecond
+
+// Events implements Ops.
+func (l *Local) Events(ctx context.Context, id string, after uint64, follow bool, fn func(store.Event) error) error {
+	return l.events(ctx, id, after, follow, func(ev store.Event) error {
+		if ev.Seq == 0 {
+			return nil
+		}
+		return fn(ev)
+	})
+}
+
+// events is Events, calling fn with a zero Event at every quiet wait so a
+// stream can send heartbeats.
+func (l *Local) events(ctx context.Context, id string, after uint64, follow bool, fn func(store.Event) error) error {
+	if _, err := l.GW.Store.Run(ctx, id); err != nil {
+		return err
+	}
+	var w *Watch
+	if follow && l.Hub != nil {
+		w = l.Hub.Watch(id)
+		defer w.Close()
+	}
+	for {
+		evs, err := l.GW.Store.Events(ctx, id, after, 0)
+		if err != nil {
+			return err
+		}
+		ended := false
+		for _, ev := range evs {
+			if err := fn(ev); err != nil {
+				return err
+			}
+			after = ev.Seq
+			ended = ended || runEnded(ev.Type)
+		}
+		if !follow || ended {
+			return nil
+		}
+		if len(evs) == 0 {
+			if run, err := l.GW.Store.Run(ctx, id); err == nil && run.Status.Final() {
+				return nil
+			}
+		}
+		// Wait for news: an event here, or a poll for other gateways'.
+		wait := time.NewTimer(eventPoll)
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return ctx.Err()
+		case <-wait.C:
+			if err := fn(store.Event{}); err != nil {
+				return err
+			}
+		case <-watchC(w):
+			wait.Stop()
+			drain(w)
+		}
+	}
+}
+
+func watchC(w *Watch) <-chan store.Event {
+	if w == nil {
+		return nil
+	}
+	return w.C
+}
+
+// drain empties a watch's buffer: the events themselves are read from the
+// store, which has them in order with none missed.
+func drain(w *Watch) {
+	for {
+		select {
+		case <-w.C:
+		default:
+			return
+		}
+	}
+}
+
+func runEnded(t store.EventType) bool {
+	switch t {
+	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut:
+		return true
+	}
+	return false
+}
+
+// DAG implements Ops.
+func (l *Local) DAG(ctx context.Context, id string) (*DAG, error) {
+	run, err := l.GW.Store.Run(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	def, err := l.GW.Engine.Definition(ctx, run.Chain, run.ChainHash)
+	if err != nil {
+		return nil, err
+	}
+	recs := map[string]*store.StepRecord{}
+	err = l.GW.Store.ForEachStep(ctx, id, "", func(rec *store.StepRecord) error {
+		if !strings.Contains(rec.Key, "[") {
+			recs[rec.Key] = rec
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	g := def.Graph()
+	return &DAG{Run: run.ID, Chain: run.Chain, Nodes: dagNodes(g.Nodes, "", recs), Edges: g.Edges}, nil
+}
+
+func dagNodes(nodes []*chain.Node, prefix string, recs map[string]*store.StepRecord) []*DAGNode {
+	out := make([]*DAGNode, 0, len(nodes))
+	for _, n := range nodes {
+		d := &DAGNode{Name: n.Name, Kind: n.Kind, Provider: n.Provider, Join: n.Join, Status: "not_started"}
+		if rec := recs[prefix+n.Name]; rec != nil {
+			d.Status, d.Attempts, d.Error, d.Split, d.ChildRun = string(rec.Status), rec.Attempts, rec.Error, rec.Split, rec.Child
+		}
+		if n.Kind == "parallel" {
+			d.Children = dagNodes(n.Children, prefix+n.Name+"/", recs)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// ListDLQ implements Ops.
+func (l *Local) ListDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEntry, error) {
+	return l.GW.Store.ListDLQ(ctx, f)
+}
+
+// DLQEntry implements Ops.
+func (l *Local) DLQEntry(ctx context.Context, id string) (*store.DLQEntry, error) {
+	return l.GW.Store.DLQ(ctx, id)
+}
+
+// Replay implements Ops.
+func (l *Local) Replay(ctx context.Context, id string, mode engine.ReplayMode) (*store.Run, error) {
+	return l.GW.Engine.Replay(ctx, id, mode)
+}
+
+// ReplayMany implements Ops: it replays every entry the filter selects, at
+// most concurrency at a time.
+func (l *Local) ReplayMany(ctx context.Context, f store.DLQFilter, mode engine.ReplayMode, concurrency int) (*BulkReplay, error) {
+	entries, err := l.allDLQ(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	if concurrency <= 0 {
+		concurrency = 4
+	}
+	res := &BulkReplay{Replayed: []ReplayedEntry{}, Failed: []FailedEntry{}}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, concurrency)
+	)
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(e *store.DLQEntry) {
+			defer func() { <-sem; wg.Done() }()
+			run, err := l.GW.Engine.Replay(ctx, e.ID, mode)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				res.Failed = append(res.Failed, FailedEntry{Entry: e.ID, Error: err.Error()})
+				return
+			}
+			res.Replayed = append(res.Replayed, ReplayedEntry{Entry: e.ID, Run: run.ID})
+		}(e)
+	}
+	wg.Wait()
+	return res, ctx.Err()
+}
+
+// allDLQ lists every entry a filter selects, past the store's page limit.
+func (l *Local) allDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEntry, error) {
+	limit := f.Limit
+	f.Limit = 0
+	var out []*store.DLQEntry
+	seen := map[string]bool{}
+	for {
+		f.Limit = 1000
+		page, err := l.GW.Store.ListDLQ(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		added := 0
+		for _, e := range page {
+			if !seen[e.ID] {
+				seen[e.ID] = true
+				out = append(out, e)
+				added++
+			}
+			if limit > 0 && len(out) == limit {
+				return out, nil
+			}
+		}
+		if len(page) < f.Limit || added == 0 {
+			return out, nil
+		}
+		f.Since = page[len(page)-1].CreatedAt
+	}
+}
+
+// DeleteDLQ implements Ops.
+func (l *Local) DeleteDLQ(ctx context.Context, id string) error {
+	return l.GW.Store.DeleteDLQ(ctx, id)
+}
+
+// PurgeDLQ implements Ops: it deletes every entry the filter selects.
+func (l *Local) PurgeDLQ(ctx context.Context, f store.DLQFilter) (int, error) {
+	entries, err := l.allDLQ(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range entries {
+		err := l.GW.Store.DeleteDLQ(ctx, e.ID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return n, fmt.Errorf("purging entry %s: %w", e.ID, err)
+		default:
+			n++
+		}
+	}
+	return n, nil
+}

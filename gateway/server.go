@@ -1,0 +1,282 @@
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// Server is a gateway's HTTP API and its lifecycle: intake, adoption of
+// runs other gateways left, reload, graceful shutdown.
+type Server struct {
+	gw      *Gateway
+	ops     *Local
+	hub     *Hub
+	metrics *Metrics
+	log     *slog.Logger
+	paths   []string // config paths, read again on reload
+
+	mu       sync.RWMutex
+	cfg      *chain.Config
+	writeTok [][]byte
+	readTok  [][]byte
+
+	draining atomic.Bool
+	reloadMu sync.Mutex
+}
+
+// Token environment variables, comma separated; they add to [gateway.auth].
+const (
+	EnvTokens     = "CHAINGATE_API_TOKENS"
+	EnvReadTokens = "CHAINGATE_API_READ_TOKENS"
+)
+
+// NewServer returns the API of gw. hub and metrics must be the ones gw's
+// events and calls feed; paths are the config paths reload reads again.
+func NewServer(gw *Gateway, hub *Hub, metrics *Metrics, paths []string) *Server {
+	s := &Server{gw: gw, ops: &Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths}
+	metrics.register(gw)
+	s.setConfig(gw.Config)
+	return s
+}
+
+func (s *Server) setConfig(cfg *chain.Config) {
+	toBytes := func(lists ...[]string) [][]byte {
+		var out [][]byte
+		for _, l := range lists {
+			for _, t := range l {
+				if t = strings.TrimSpace(t); t != "" {
+					out = append(out, []byte(t))
+				}
+			}
+		}
+		return out
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg = cfg
+	s.writeTok = toBytes(cfg.Gateway.Auth.Tokens, strings.Split(os.Getenv(EnvTokens), ","))
+	s.readTok = toBytes(cfg.Gateway.Auth.ReadTokens, strings.Split(os.Getenv(EnvReadTokens), ","))
+}
+
+func (s *Server) config() *chain.Config {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cfg
+}
+
+// AuthEnabled reports whether requests need a token.
+func (s *Server) AuthEnabled() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.writeTok)+len(s.readTok) > 0
+}
+
+// Reload loads the config again. A config with errors is refused, with a
+// *chain.ConfigError, and the running one stays; running runs keep the
+// definitions they started with either way.
+func (s *Server) Reload() (*chain.Config, error) {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	cfg, err := LoadConfig(s.paths)
+	if err != nil {
+		s.log.Error("config reload refused; the running config stays", "err", err)
+		return nil, err
+	}
+	s.gw.Engine.SetConfig(cfg)
+	s.setConfig(cfg)
+	s.log.Info("config reloaded", "chains", len(cfg.Chains), "providers", len(cfg.Providers))
+	return cfg, nil
+}
+
+// Run serves the API on l until ctx is done, adopting runs whose lease has
+// lapsed as it goes; then it stops intake, lets calls in flight finish for
+// up to grace, and returns. The caller closes the gateway.
+func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) error {
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	go s.adopt(ctx)
+	s.log.Info("serving", "addr", l.Addr().String(), "owner", s.gw.Engine.Owner())
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down: no new runs; calls in flight may finish", "grace", grace)
+	s.draining.Store(true)
+	shutCtx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { s.gw.Engine.Shutdown(shutCtx) })
+	// Event streams end with the server; requests already in get the grace.
+	err := srv.Shutdown(shutCtx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = srv.Close()
+	}
+	wg.Wait()
+	return err
+}
+
+// adopt resumes, every half lease, the unfinished runs nobody advances:
+// those of a gateway that died, once their leases lapse.
+func (s *Server) adopt(ctx context.Context) {
+	ttl := time.Duration(s.config().Gateway.LeaseTTLSeconds) * time.Second
+	if ttl <= 0 {
+		ttl = engine.DefaultLeaseTTL
+	}
+	t := time.NewTicker(ttl / 2)
+	defer t.Stop()
+	for {
+		ids, err := s.gw.Engine.Adopt(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			s.log.Warn("adopting unfinished runs", "err", err)
+		case len(ids) > 0:
+			s.log.Info("adopted unfinished runs", "count", len(ids))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// APIError is an error as the API reports it.
+type APIError struct {
+	Status  int      `json:"-"`
+	Code    string   `json:"code"`
+	Message string   `json:"message"`
+	Details []string `json:"details,omitempty"`
+}
+
+func (e *APIError) Error() string { return e.Code + ": " + e.Message }
+
+// apiError maps an error to its status and code, in this one place.
+func apiError(err error) *APIError {
+	var ae *APIError
+	var ce *chain.ConfigError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &ce):
+		details := make([]string, len(ce.Diagnostics))
+		for i, d := range ce.Diagnostics {
+			details[i] = d.String()
+		}
+		return &APIError{Status: http.StatusBadRequest, Code: "invalid_config", Message: "the config has errors; the running config stays", Details: details}
+	case errors.As(err, &mbe):
+		return &APIError{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large", Message: fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)}
+	case errors.Is(err, store.ErrNotFound):
+		return &APIError{Status: http.StatusNotFound, Code: "not_found", Message: err.Error()}
+	case errors.Is(err, engine.ErrUnknownChain):
+		return &APIError{Status: http.StatusNotFound, Code: "unknown_chain", Message: err.Error()}
+	case errors.Is(err, store.ErrLeaseHeld), errors.Is(err, engine.ErrNotActive):
+		return &APIError{Status: http.StatusConflict, Code: "run_elsewhere", Message: err.Error()}
+	case errors.Is(err, engine.ErrNotReplayable), errors.Is(err, engine.ErrFinished):
+		return &APIError{Status: http.StatusConflict, Code: "conflict", Message: err.Error()}
+	case errors.Is(err, engine.ErrClosed):
+		return &APIError{Status: http.StatusServiceUnavailable, Code: "shutting_down", Message: "the gateway is shutting down"}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &APIError{Status: http.StatusGatewayTimeout, Code: "timeout", Message: err.Error()}
+	}
+	return &APIError{Status: http.StatusInternalServerError, Code: "internal", Message: err.Error()}
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	ae := apiError(err)
+	if ae.Status >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	out := *ae
+	out.Message = s.gw.Redactor.String(out.Message)
+	writeJSON(w, ae.Status, map[string]any{"error": out})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func badRequest(code, format string, args ...any) error {
+	return &APIError{Status: http.StatusBadRequest, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+type access int
+
+const (
+	public access = iota
+	readAccess
+	writeAccess
+)
+
+// guard checks the bearer token: read-only tokens may read, full tokens may
+// do anything. With no token configured the API is open.
+func (s *Server) guard(need access, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if need != public && s.AuthEnabled() {
+			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			s.mu.RLock()
+			write, read := matches(tok, s.writeTok), matches(tok, s.readTok)
+			s.mu.RUnlock()
+			switch {
+			case !ok || (!write && !read):
+				w.Header().Set("WWW-Authenticate", `Bearer realm="chaingate"`)
+				s.writeError(w, r, &APIError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid bearer token is required"})
+				return
+			case need == writeAccess && !write:
+				s.writeError(w, r, &APIError{Status: http.StatusForbidden, Code: "forbidden", Message: "this token may only read"})
+				return
+			}
+		}
+		h(w, r)
+	}
+}
+
+func matches(tok string, list [][]byte) bool {
+	found := false
+	for _, t := range list {
+		if subtle.ConstantTimeCompare([]byte(tok), t) == 1 {
+			found = true
+		}
+	}
+	return found
+}
+
+// readBody reads a request body up to the configured limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	limit := int64(s.config().Gateway.Limits.MaxRequestBytes)
+	if limit <= 0 {
+		limit = chain.DefaultMaxRequestBytes
+	}
+	body := http.MaxBytesReader(w, r.Body, limit)
+	defer body.Close()
+	return io.ReadAll(body)
+}
