@@ -39,6 +39,14 @@ Usage:
   gateway run CHAIN --config PATH... [flags]    run one chain to completion
   gateway resume --config PATH... [flags]       resume every unfinished run in a store
   gateway cancel RUN_ID [--state PATH]          cancel a run
+  gateway serve --config PATH... [flags]        serve the HTTP API and advance runs
+  gateway runs list|show|cancel|events|dag      inspect and cancel runs
+  gateway dlq list|show|replay|delete|purge     work the dead-letter queue
+  gateway graph CHAIN                           draw a chain as a Mermaid flowchart
+
+The runs, dlq and graph commands talk to a gateway's API (--server URL,
+--token T, or CHAINGATE_SERVER and CHAINGATE_TOKEN), or work straight on a
+store file when no server is given (--state PATH, --config PATH...).
 
 Run "gateway COMMAND -h" for a command's flags.
 `
@@ -67,6 +75,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdResume(ctx, args[1:], stdout, stderr)
 	case "cancel":
 		return cmdCancel(ctx, args[1:], stdout, stderr)
+	case "serve":
+		return cmdServe(ctx, args[1:], stdout, stderr)
+	case "runs":
+		return cmdRuns(ctx, args[1:], stdout, stderr)
+	case "dlq":
+		return cmdDLQ(ctx, args[1:], stdout, stderr)
+	case "graph":
+		return cmdGraph(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

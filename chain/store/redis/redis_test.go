@@ -232,6 +232,7 @@ func TestFencedTakeover(t *testing.T) {
 	if aCommitted.Load() == 0 || aLost.Load() == 0 || lb.Fence <= la.Fence {
 		t.Fatalf("old owner committed %d, lost %d; fences %d then %d", aCommitted.Load(), aLost.Load(), la.Fence, lb.Fence)
 	}
+	t.Logf("old owner: %d commits, then %d refused; fences %d then %d", aCommitted.Load(), aLost.Load(), la.Fence, lb.Fence)
 	evs, err := s.Events(ctx, run.ID, 0, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,466 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway"
+)
+
+// target is where an operator command acts: a server's API, or a store.
+type target struct {
+	server  *string
+	token   *string
+	state   *string
+	output  *string
+	configs stringList
+}
+
+func addTarget(fs *flag.FlagSet) *target {
+	t := &target{
+		server: fs.String("server", os.Getenv("CHAINGATE_SERVER"), "gateway API to talk to, e.g. http://127.0.0.1:8080 (default $CHAINGATE_SERVER; none: work on the store)"),
+		token:  fs.String("token", os.Getenv("CHAINGATE_TOKEN"), "API bearer token (default $CHAINGATE_TOKEN)"),
+		state:  stateFlag(fs),
+		output: fs.String("output", "table", "output: table or json"),
+	}
+	fs.Var(&t.configs, "config", "config file or directory, for work on the store (repeatable)")
+	return t
+}
+
+// open returns the Ops to run and a function to release them. Working on a
+// store needs no server; a replay there also needs the config's providers.
+func (t *target) open(ctx context.Context, stderr io.Writer) (gateway.Ops, *gateway.Gateway, func(), error) {
+	if *t.server != "" {
+		return gateway.NewClient(*t.server, *t.token), nil, func() {}, nil
+	}
+	cfg := &chain.Config{Chains: map[string]*chain.Chain{}, Providers: map[string]*chain.Provider{}}
+	if len(t.configs) > 0 {
+		var err error
+		if cfg, err = gateway.LoadConfig(t.configs); err != nil {
+			printConfigError(stderr, err)
+			return nil, nil, nil, errUsage
+		}
+	}
+	logger, _ := newLogger(stderr, "warn")
+	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: *t.state, Logger: logger})
+	if errors.Is(err, store.ErrInUse) {
+		return nil, nil, nil, fmt.Errorf("%w; a gateway is running on it: reach it with --server", err)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return &gateway.Local{GW: gw}, gw, func() { _ = gw.Close() }, nil
+}
+
+var errUsage = errors.New("usage")
+
+// fail prints err and returns the exit status it calls for.
+func fail(stderr io.Writer, cmd string, err error) int {
+	if errors.Is(err, errUsage) {
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "gateway %s: %v\n", cmd, err)
+	return exitFailed
+}
+
+func (t *target) json() bool { return *t.output == "json" }
+
+func printJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+const runsHelp = `Usage:
+  gateway runs list [--chain C] [--status S] [--since T] [--limit N] [--cursor X]
+  gateway runs show RUN_ID [--items]
+  gateway runs cancel RUN_ID
+  gateway runs events RUN_ID [--follow]
+  gateway runs dag RUN_ID
+
+--since takes an RFC 3339 time or a duration (1h). Add --server URL (and
+--token) to go through a gateway's API, or --state PATH to read a store.
+
+`
+
+func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, runsHelp)
+		return exitUsage
+	}
+	sub := args[0]
+	fs := newFlagSet("runs "+sub, stderr, runsHelp)
+	t := addTarget(fs)
+	chainName := fs.String("chain", "", "only runs of this chain")
+	status := fs.String("status", "", "only runs with this status")
+	sinceArg := fs.String("since", "", "only runs created since this time or duration ago")
+	limit := fs.Int("limit", 50, "at most this many runs")
+	cursor := fs.String("cursor", "", "continue a listing")
+	items := fs.Bool("items", false, "include every split item's records")
+	follow := fs.Bool("follow", false, "keep streaming events until the run ends")
+	pos, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		return exitUsage
+	}
+	needID := sub != "list"
+	if sub != "list" && sub != "show" && sub != "cancel" && sub != "events" && sub != "dag" {
+		fmt.Fprintf(stderr, "gateway runs: unknown command %q\n\n%s", sub, runsHelp)
+		return exitUsage
+	}
+	if needID != (len(pos) == 1) || len(pos) > 1 {
+		fmt.Fprint(stderr, runsHelp)
+		return exitUsage
+	}
+	ops, _, done, err := t.open(ctx, stderr)
+	if err != nil {
+		return fail(stderr, "runs", err)
+	}
+	defer done()
+	switch sub {
+	case "list":
+		since, err := parseSinceArg(*sinceArg)
+		if err != nil {
+			return fail(stderr, "runs", err)
+		}
+		page, err := ops.ListRuns(ctx, store.RunFilter{Chain: *chainName, Status: store.RunStatus(*status), Since: since, Limit: *limit, Cursor: *cursor})
+		if err != nil {
+			return fail(stderr, "runs", err)
+		}
+		if t.json() {
+			printJSON(stdout, map[string]any{"runs": page.Runs, "next_cursor": page.Next})
+			return exitOK
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tCHAIN\tSTATUS\tSTARTED\tTOOK\tERROR")
+		for _, r := range page.Runs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Chain, r.Status, r.CreatedAt.Local().Format(time.DateTime), took(r), short(errMsg(r.Error), 60))
+		}
+		_ = tw.Flush()
+		if page.Next != "" {
+			fmt.Fprintf(stdout, "more: --cursor %s\n", page.Next)
+		}
+	case "show":
+		v, err := ops.Run(ctx, pos[0], *items)
+		if err != nil {
+			return fail(stderr, "runs", err)
+		}
+		if t.json() {
+			printJSON(stdout, v)
+			return exitOK
+		}
+		showRun(stdout, v)
+	case "cancel":
+		if err := ops.CancelRun(ctx, pos[0]); err != nil {
+			return fail(stderr, "runs", err)
+		}
+		fmt.Fprintf(stdout, "cancelling run %s\n", pos[0])
+	case "events":
+		p := &progressPrinter{w: stdout}
+		err := ops.Events(ctx, pos[0], 0, *follow, func(ev store.Event) error {
+			if t.json() {
+				b, _ := json.Marshal(ev)
+				_, err := fmt.Fprintln(stdout, string(b))
+				return err
+			}
+			p.print(ev)
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			return fail(stderr, "runs", err)
+		}
+	case "dag":
+		d, err := ops.DAG(ctx, pos[0])
+		if err != nil {
+			return fail(stderr, "runs", err)
+		}
+		if t.json() {
+			printJSON(stdout, d)
+			return exitOK
+		}
+		showDAG(stdout, d.Nodes, "")
+	}
+	return exitOK
+}
+
+func parseSinceArg(v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return time.Now().Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("--since %q is neither an RFC 3339 time nor a duration such as 1h", v)
+}
+
+func took(r *store.Run) string {
+	end := r.FinishedAt
+	if end.IsZero() {
+		end = time.Now()
+	}
+	return end.Sub(r.CreatedAt).Round(time.Millisecond).String()
+}
+
+func errMsg(e *store.ErrorInfo) string {
+	if e == nil {
+		return ""
+	}
+	return e.Message
+}
+
+func short(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}
+
+func showRun(w io.Writer, v *gateway.RunView) {
+	fmt.Fprintf(w, "run      %s\nchain    %s\nstatus   %s\nstarted  %s\ntook     %s\n", v.ID, v.Chain, v.Status, v.CreatedAt.Local().Format(time.DateTime), took(v.Run))
+	if v.ParentRun != "" {
+		fmt.Fprintf(w, "parent   %s (step %s)\n", v.ParentRun, v.ParentStep)
+	}
+	if v.Error != nil {
+		fmt.Fprintf(w, "error    %s\n", v.Error.Message)
+	}
+	fmt.Fprintf(w, "path     %s\n\n", strings.Join(v.Path, " → "))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tSTATUS\tATTEMPTS\tRESULT")
+	for _, k := range sortedStepKeys(v.Steps) {
+		rec := v.Steps[k]
+		result := string(rec.Body)
+		if rec.Error != nil {
+			result = rec.Error.Message
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", k, rec.Status, rec.Attempts, short(result, 70))
+	}
+	_ = tw.Flush()
+}
+
+func sortedStepKeys(m map[string]*store.StepRecord) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	// The order the run reached them in, roughly: by start time, then key.
+	sort.SliceStable(keys, func(i, j int) bool {
+		ta, tb := m[keys[i]].StartedAt, m[keys[j]].StartedAt
+		if !ta.Equal(tb) {
+			return ta.Before(tb)
+		}
+		return keys[i] < keys[j]
+	})
+	return keys
+}
+
+func showDAG(w io.Writer, nodes []*gateway.DAGNode, indent string) {
+	for _, n := range nodes {
+		extra := ""
+		switch {
+		case n.Split != nil:
+			extra = fmt.Sprintf(" %d/%d items (%d ok, %d failed, %d skipped)", n.Split.Succeeded+n.Split.Failed+n.Split.Skipped, n.Split.Total, n.Split.Succeeded, n.Split.Failed, n.Split.Skipped)
+		case n.ChildRun != "":
+			extra = " run " + n.ChildRun
+		}
+		fmt.Fprintf(w, "%s%s [%s] %s%s\n", indent, n.Name, n.Kind, n.Status, extra)
+		showDAG(w, n.Children, indent+"  ")
+	}
+}
+
+const dlqHelp = `Usage:
+  gateway dlq list [--chain C] [--step S] [--since T] [--limit N]
+  gateway dlq show ENTRY_ID
+  gateway dlq replay ENTRY_ID [--mode resume|restart]
+  gateway dlq replay --chain C [--step S] [--since T] [--mode M] [--concurrency N]   (or --all)
+  gateway dlq delete ENTRY_ID
+  gateway dlq purge --chain C [--step S] [--since T]                                  (or --all)
+
+replay resume (the default) runs the failed run again from the step that
+failed, keeping what succeeded; restart starts a new run with the same
+input. Working on a store (no --server), replay needs --config and waits
+for the replayed runs.
+
+`
+
+func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, dlqHelp)
+		return exitUsage
+	}
+	sub := args[0]
+	fs := newFlagSet("dlq "+sub, stderr, dlqHelp)
+	t := addTarget(fs)
+	chainName := fs.String("chain", "", "only entries of this chain")
+	step := fs.String("step", "", "only entries of this step")
+	sinceArg := fs.String("since", "", "only entries since this time or duration ago")
+	limit := fs.Int("limit", 0, "at most this many entries")
+	mode := fs.String("mode", "resume", "replay mode: resume or restart")
+	concurrency := fs.Int("concurrency", 4, "replays at a time")
+	all := fs.Bool("all", false, "every entry (replay, purge)")
+	pos, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		return exitUsage
+	}
+	since, err := parseSinceArg(*sinceArg)
+	if err != nil {
+		return fail(stderr, "dlq", err)
+	}
+	filter := store.DLQFilter{Chain: *chainName, Step: *step, Since: since, Limit: *limit}
+	filtered := *chainName != "" || *step != "" || *sinceArg != "" || *all
+	switch {
+	case sub == "list" && len(pos) == 0:
+	case (sub == "show" || sub == "delete") && len(pos) == 1:
+	case sub == "replay" && (len(pos) == 1) != filtered:
+	case sub == "purge" && len(pos) == 0 && filtered:
+	default:
+		fmt.Fprint(stderr, dlqHelp)
+		return exitUsage
+	}
+	if *mode != string(engine.ReplayResume) && *mode != string(engine.ReplayRestart) {
+		fmt.Fprintf(stderr, "gateway dlq: --mode %q is not resume or restart\n", *mode)
+		return exitUsage
+	}
+	ops, gw, done, err := t.open(ctx, stderr)
+	if err != nil {
+		return fail(stderr, "dlq", err)
+	}
+	defer done()
+	switch sub {
+	case "list":
+		entries, err := ops.ListDLQ(ctx, filter)
+		if err != nil {
+			return fail(stderr, "dlq", err)
+		}
+		if t.json() {
+			printJSON(stdout, map[string]any{"entries": entries})
+			return exitOK
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tCHAIN\tSTEP\tRUN\tATTEMPTS\tPARKED\tERROR")
+		for _, e := range entries {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Chain, e.Step, e.RunID, e.Attempts, e.CreatedAt.Local().Format(time.DateTime), short(e.Error.Message, 60))
+		}
+		_ = tw.Flush()
+	case "show":
+		e, err := ops.DLQEntry(ctx, pos[0])
+		if err != nil {
+			return fail(stderr, "dlq", err)
+		}
+		printJSON(stdout, e)
+	case "delete":
+		if err := ops.DeleteDLQ(ctx, pos[0]); err != nil {
+			return fail(stderr, "dlq", err)
+		}
+		fmt.Fprintf(stdout, "deleted entry %s\n", pos[0])
+	case "purge":
+		n, err := ops.PurgeDLQ(ctx, filter)
+		if err != nil {
+			return fail(stderr, "dlq", err)
+		}
+		fmt.Fprintf(stdout, "purged %d entries\n", n)
+	case "replay":
+		if gw != nil && len(gw.Config.Chains) == 0 {
+			fmt.Fprintln(stderr, "gateway dlq replay: working on a store needs --config, to run what is replayed")
+			return exitUsage
+		}
+		var runs []string
+		code := exitOK
+		if len(pos) == 1 {
+			run, err := ops.Replay(ctx, pos[0], engine.ReplayMode(*mode))
+			if err != nil {
+				return fail(stderr, "dlq", err)
+			}
+			fmt.Fprintf(stdout, "replaying entry %s as run %s\n", pos[0], run.ID)
+			runs = append(runs, run.ID)
+		} else {
+			res, err := ops.ReplayMany(ctx, filter, engine.ReplayMode(*mode), *concurrency)
+			if err != nil {
+				return fail(stderr, "dlq", err)
+			}
+			if t.json() {
+				printJSON(stdout, res)
+			} else {
+				for _, r := range res.Replayed {
+					fmt.Fprintf(stdout, "replaying entry %s as run %s\n", r.Entry, r.Run)
+				}
+				for _, f := range res.Failed {
+					fmt.Fprintf(stdout, "could not replay entry %s: %s\n", f.Entry, f.Error)
+				}
+			}
+			for _, r := range res.Replayed {
+				runs = append(runs, r.Run)
+			}
+			if len(res.Failed) > 0 {
+				code = exitFailed
+			}
+		}
+		// On a store, this process advances the replayed runs: wait for them.
+		if gw != nil {
+			for _, id := range runs {
+				run, err := gw.Engine.Wait(ctx, id)
+				if err != nil {
+					return fail(stderr, "dlq", err)
+				}
+				fmt.Fprintf(stdout, "run %s %s\n", id, run.Status)
+			}
+		}
+		return code
+	}
+	return exitOK
+}
+
+const graphHelp = `Usage: gateway graph CHAIN --config PATH...    (or --server URL)
+
+Prints the chain as a Mermaid flowchart: parallel groups and splits as
+subgraphs, branches as labelled edges.
+
+`
+
+func cmdGraph(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("graph", stderr, graphHelp)
+	t := addTarget(fs)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	if len(pos) != 1 || (*t.server == "" && len(t.configs) == 0) {
+		fmt.Fprint(stderr, graphHelp)
+		return exitUsage
+	}
+	if *t.server != "" {
+		c, err := gateway.NewClient(*t.server, *t.token).Chain(ctx, pos[0])
+		if err != nil {
+			return fail(stderr, "graph", err)
+		}
+		fmt.Fprint(stdout, c["mermaid"])
+		return exitOK
+	}
+	cfg, err := gateway.LoadConfig(t.configs)
+	if err != nil {
+		printConfigError(stderr, err)
+		return exitUsage
+	}
+	c := cfg.Chains[pos[0]]
+	if c == nil {
+		fmt.Fprintf(stderr, "gateway graph: unknown chain %q; the config defines %s\n", pos[0], strings.Join(cfg.ChainNames, ", "))
+		return exitUsage
+	}
+	fmt.Fprint(stdout, c.Mermaid())
+	return exitOK
+}

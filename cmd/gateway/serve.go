@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway"
+)
+
+const serveHelp = `Usage: gateway serve --config PATH... [--listen ADDR] [--state URL]
+
+Serves the HTTP API (see docs/api.md), resumes every unfinished run in the
+store, and takes over runs other gateways sharing the store left behind.
+SIGHUP reloads the config (a config with errors is refused and the running
+one stays); SIGTERM stops intake, lets calls in flight finish for up to
+[gateway].shutdown_grace_seconds (default 30), and exits 0.
+
+`
+
+// defaultGrace is how long SIGTERM waits for calls in flight.
+const defaultGrace = 30 * time.Second
+
+func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("serve", stderr, serveHelp)
+	var configs stringList
+	fs.Var(&configs, "config", "config file or directory (repeatable)")
+	listen := fs.String("listen", "", "address to serve on (default [gateway].listen, else 127.0.0.1:8080)")
+	state := stateFlag(fs)
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	if len(pos) != 0 || len(configs) == 0 {
+		fmt.Fprintln(stderr, "gateway serve: takes no arguments and needs at least one --config")
+		fs.Usage()
+		return exitUsage
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(stderr, "gateway serve: bad --log-level %q\n", *logLevel)
+		return exitUsage
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg, err := gateway.LoadConfig(configs)
+	if err != nil {
+		printConfigError(stderr, err)
+		return exitUsage
+	}
+	for _, w := range cfg.Warnings {
+		logger.Warn("config", "warning", w.String())
+	}
+	addr := *listen
+	if addr == "" {
+		addr = cfg.Gateway.Listen
+	}
+	if addr == "" {
+		addr = "127.0.0.1:8080"
+	}
+
+	hub := gateway.NewHub()
+	metrics := gateway.NewMetrics()
+	gw, err := gateway.Open(ctx, gateway.Options{
+		Config: cfg, State: *state, Logger: logger, Observer: metrics,
+		OnEvent: func(ev store.Event) { hub.Publish(ev); metrics.Event(ev) },
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, "gateway serve:", err)
+		return exitUsage
+	}
+	defer func() {
+		if err := gw.Close(); err != nil {
+			logger.Error("closing the gateway", "err", err)
+		}
+	}()
+	srv := gateway.NewServer(gw, hub, metrics, configs)
+	if !srv.AuthEnabled() {
+		if !loopback(addr) {
+			fmt.Fprintf(stderr, "gateway serve: refusing to serve %s without API tokens; set [gateway.auth] tokens or %s, or listen on a loopback address\n", addr, gateway.EnvTokens)
+			return exitUsage
+		}
+		logger.Warn("no API tokens configured: the API is open to anyone who can reach " + addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(stderr, "gateway serve:", err)
+		return exitUsage
+	}
+	if gw.StoreFile != "" {
+		if err := gateway.ServeControl(ctx, gateway.ControlPath(gw.StoreFile), gw.Engine, logger); err != nil {
+			logger.Warn("gateway cancel will not reach this process", "err", err)
+		}
+	}
+	fmt.Fprintf(stdout, "gateway: serving on http://%s\n", l.Addr())
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			_, _ = srv.Reload()
+		}
+	}()
+	grace := time.Duration(cfg.Gateway.ShutdownGraceSeconds) * time.Second
+	if grace <= 0 {
+		grace = defaultGrace
+	}
+	if err := srv.Run(ctx, l, grace); err != nil {
+		logger.Error("serving failed", "err", err)
+		return exitFailed
+	}
+	logger.Info("stopped")
+	return exitOK
+}
+
+// loopback reports whether addr only listens on this machine.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
