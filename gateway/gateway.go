@@ -4,10 +4,13 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
@@ -92,7 +95,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	eng, err := engine.New(engine.Options{
 		Store:       st,
 		Config:      cfg,
-		Providers:   resolver{pm},
+		Providers:   &resolver{m: pm, first: map[string]plugins.Spec{}},
 		LoadOptions: LoadOptions(),
 		Limits:      cfg.Gateway.Limits,
 		LeaseTTL:    time.Duration(cfg.Gateway.LeaseTTLSeconds) * time.Second,
@@ -149,9 +152,26 @@ func (g *Gateway) Close() error {
 	return errors.Join(g.Plugins.Close(), g.Store.Close())
 }
 
-// resolver hands the engine plugin-backed providers.
-type resolver struct{ m *plugins.Manager }
+// resolver hands the engine plugin-backed providers. A provider whose
+// definition a reload changed gets a process of its own under a new name,
+// while runs started before the reload keep calling the old one.
+type resolver struct {
+	m     *plugins.Manager
+	mu    sync.Mutex
+	first map[string]plugins.Spec
+}
 
-func (r resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
-	return r.m.Provider(plugins.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}), nil
+func (r *resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
+	spec := plugins.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}
+	r.mu.Lock()
+	first, ok := r.first[p.Name]
+	if !ok {
+		r.first[p.Name], first = spec, spec
+	}
+	r.mu.Unlock()
+	if first.Builtin != spec.Builtin || first.Path != spec.Path || first.SHA256 != spec.SHA256 {
+		sum := sha256.Sum256([]byte(spec.Builtin + "\x00" + spec.Path + "\x00" + spec.SHA256))
+		spec.Name = p.Name + "@" + hex.EncodeToString(sum[:4])
+	}
+	return r.m.Provider(spec), nil
 }

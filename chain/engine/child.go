@@ -101,7 +101,7 @@ func (r *runner) startChild(ctx context.Context, l launch) {
 	r.calls[l.key] = &inflight{attempt: 1, cancel: func() {}}
 	parent := ParentRef{Run: r.run.ID, Step: l.key}
 	go func() {
-		_, err := r.e.startRun(ctx, l.child.chain, Input{Payload: l.child.input}, l.child.id, &parent, l.child.deadline)
+		_, err := r.e.startRun(ctx, r.cfg, l.child.chain, Input{Payload: l.child.input}, l.child.id, &parent, l.child.deadline)
 		if errors.Is(err, store.ErrExists) {
 			return // created before a restart; it reports when it ends
 		}

@@ -87,7 +87,7 @@ type Engine struct {
 
 	defMu   sync.Mutex
 	sources map[string][]byte       // chain name → definition document
-	defs    map[string]*chain.Chain // hash → definitions loaded from the store
+	defs    map[string]*chain.Config // hash → definitions loaded from the store
 
 	mu      sync.Mutex
 	runners map[string]*runner
@@ -157,7 +157,7 @@ func New(opts Options) (*Engine, error) {
 		observer:   opts.Observer,
 		runners:    map[string]*runner{},
 		sources:    map[string][]byte{},
-		defs:       map[string]*chain.Chain{},
+		defs:       map[string]*chain.Config{},
 	}
 	e.cfgPtr.Store(opts.Config)
 	go e.keepLeases()
@@ -198,7 +198,8 @@ func (e *Engine) Active() int {
 // Definition returns the chain a run started with: the configured one if
 // its hash matches, else the one the run stored.
 func (e *Engine) Definition(ctx context.Context, name, hash string) (*chain.Chain, error) {
-	return e.definition(ctx, name, hash)
+	c, _, err := e.definition(ctx, name, hash)
+	return c, err
 }
 
 // Input is what starts a run.
@@ -214,7 +215,7 @@ type Input struct {
 // Start persists a new run of the named chain and starts advancing it. The
 // run is durable when Start returns.
 func (e *Engine) Start(ctx context.Context, chainName string, in Input) (*store.Run, error) {
-	return e.startRun(ctx, chainName, in, store.NewID(), nil, time.Time{})
+	return e.startRun(ctx, e.config(), chainName, in, store.NewID(), nil, time.Time{})
 }
 
 // StartWithID is Start with the run's id chosen by the caller, as for an
@@ -222,7 +223,7 @@ func (e *Engine) Start(ctx context.Context, chainName string, in Input) (*store.
 // store.ErrExists, or store.ErrLeaseHeld while another gateway creates it,
 // if the run is already there.
 func (e *Engine) StartWithID(ctx context.Context, chainName string, in Input, id string) (*store.Run, error) {
-	return e.startRun(ctx, chainName, in, id, nil, time.Time{})
+	return e.startRun(ctx, e.config(), chainName, in, id, nil, time.Time{})
 }
 
 // ParentRef links a sub-chain's run to the step that started it.
@@ -231,10 +232,10 @@ type ParentRef struct {
 	Step string
 }
 
-// startRun creates a run with the given id; a sub-chain's run also has a
-// parent, and a deadline no later than the parent's.
-func (e *Engine) startRun(ctx context.Context, chainName string, in Input, id string, parent *ParentRef, deadline time.Time) (*store.Run, error) {
-	def := e.config().Chains[chainName]
+// startRun creates a run of a chain of cfg with the given id; a sub-chain's
+// run also has a parent, and a deadline no later than the parent's.
+func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName string, in Input, id string, parent *ParentRef, deadline time.Time) (*store.Run, error) {
+	def := cfg.Chains[chainName]
 	if def == nil {
 		return nil, fmt.Errorf("starting run: %w %q", ErrUnknownChain, chainName)
 	}
@@ -273,7 +274,7 @@ func (e *Engine) startRun(ctx context.Context, chainName string, in Input, id st
 	if !deadline.IsZero() && (run.Deadline.IsZero() || deadline.Before(run.Deadline)) {
 		run.Deadline = deadline
 	}
-	src, err := e.source(def.Name)
+	src, err := e.source(cfg, def.Name)
 	if err != nil {
 		return nil, fmt.Errorf("starting run: %w", err)
 	}
@@ -281,7 +282,7 @@ func (e *Engine) startRun(ctx context.Context, chainName string, in Input, id st
 	if err != nil {
 		return nil, fmt.Errorf("starting run: %w", err)
 	}
-	r := e.newRunner(def, run, nil)
+	r := e.newRunner(def, cfg, run, nil)
 	r.lease = lease
 	r.event(store.EventRunStarted, "", 0, "")
 	if err := e.admit(r); err != nil {
@@ -298,14 +299,19 @@ func (e *Engine) startRun(ctx context.Context, chainName string, in Input, id st
 	return &snapshot, nil
 }
 
-// source returns the definition document a run of the chain stores.
-func (e *Engine) source(name string) ([]byte, error) {
+// source returns the definition document a run of the chain stores. The
+// current config's documents are kept; an older config's (a sub-chain of a
+// run started before a reload) are made each time.
+func (e *Engine) source(cfg *chain.Config, name string) ([]byte, error) {
+	if cfg != e.config() {
+		return cfg.Definition(name)
+	}
 	e.defMu.Lock()
 	defer e.defMu.Unlock()
 	if src, ok := e.sources[name]; ok {
 		return src, nil
 	}
-	src, err := e.config().Definition(name)
+	src, err := cfg.Definition(name)
 	if err != nil {
 		return nil, err
 	}
@@ -313,31 +319,32 @@ func (e *Engine) source(name string) ([]byte, error) {
 	return src, nil
 }
 
-// definition returns the chain a run started with: the configured one if
-// its hash matches, else the one stored when the run started.
-func (e *Engine) definition(ctx context.Context, name, hash string) (*chain.Chain, error) {
-	if c := e.config().Chains[name]; c != nil && c.Hash == hash {
-		return c, nil
+// definition returns the chain a run started with, and the config that
+// holds it, whose providers the run calls: the current config if the
+// chain's hash matches, else the definition stored when the run started.
+func (e *Engine) definition(ctx context.Context, name, hash string) (*chain.Chain, *chain.Config, error) {
+	cur := e.config()
+	if c := cur.Chains[name]; c != nil && c.Hash == hash {
+		return c, cur, nil
 	}
 	e.defMu.Lock()
 	defer e.defMu.Unlock()
-	if c := e.defs[hash]; c != nil {
-		return c, nil
+	if cfg := e.defs[hash]; cfg != nil {
+		return cfg.Chains[name], cfg, nil
 	}
 	src, err := e.store.Definition(ctx, hash)
 	if err != nil {
-		return nil, fmt.Errorf("loading the definition of chain %q the run started with: %w", name, err)
+		return nil, nil, fmt.Errorf("loading the definition of chain %q the run started with: %w", name, err)
 	}
 	cfg, err := chain.LoadBytes("stored definition of "+name, src, e.loadOpts)
 	if err != nil {
-		return nil, fmt.Errorf("loading the definition of chain %q the run started with: %w", name, err)
+		return nil, nil, fmt.Errorf("loading the definition of chain %q the run started with: %w", name, err)
 	}
-	c := cfg.Chains[name]
-	if c == nil {
-		return nil, fmt.Errorf("the stored definition %s does not hold chain %q", hash, name)
+	if cfg.Chains[name] == nil {
+		return nil, nil, fmt.Errorf("the stored definition %s does not hold chain %q", hash, name)
 	}
-	e.defs[hash] = c
-	return c, nil
+	e.defs[hash] = cfg
+	return cfg.Chains[name], cfg, nil
 }
 
 // Resume finds every unfinished run in the store and advances it again from
@@ -409,11 +416,11 @@ func (e *Engine) resumeLeased(ctx context.Context, id string, lease store.Lease)
 	if err != nil {
 		return false, fmt.Errorf("resuming run %s: %w", id, err)
 	}
-	def, err := e.definition(ctx, run.Chain, run.ChainHash)
+	def, cfg, err := e.definition(ctx, run.Chain, run.ChainHash)
 	if err != nil {
 		// Nothing can advance this run; end it with the reason rather than
 		// leave it unfinished for ever.
-		r := e.newRunner(&chain.Chain{Name: run.Chain}, run, recs)
+		r := e.newRunner(&chain.Chain{Name: run.Chain}, e.config(), run, recs)
 		r.lease = lease
 		r.finishRun(store.RunFailed, &store.ErrorInfo{Message: "cannot resume: " + err.Error(), Code: "definition"})
 		if ferr := r.flush(ctx); ferr != nil {
@@ -421,7 +428,7 @@ func (e *Engine) resumeLeased(ctx context.Context, id string, lease store.Lease)
 		}
 		return false, fmt.Errorf("resuming run %s: %w", id, err)
 	}
-	r := e.newRunner(def, run, recs)
+	r := e.newRunner(def, cfg, run, recs)
 	r.lease = lease
 	r.doneItems = done
 	r.event(store.EventRunResumed, "", 0, "")
@@ -498,7 +505,7 @@ func (e *Engine) CancelStored(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("cancelling run %s: %w", id, err)
 	}
-	r := e.newRunner(&chain.Chain{Name: run.Chain}, run, recs)
+	r := e.newRunner(&chain.Chain{Name: run.Chain}, e.config(), run, recs)
 	r.lease = lease
 	r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled", Code: "cancelled"})
 	if err := r.flush(ctx); err != nil {

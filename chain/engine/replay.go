@@ -90,7 +90,7 @@ func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry) (*store.
 	if !run.Status.Final() || run.Status == store.RunSucceeded {
 		return nil, fmt.Errorf("replaying entry %s: %w: run %s is %s; replay it with mode restart, or delete the entry", entry.ID, ErrNotReplayable, run.ID, run.Status)
 	}
-	def, err := e.definition(ctx, run.Chain, run.ChainHash)
+	def, _, err := e.definition(ctx, run.Chain, run.ChainHash)
 	if err != nil {
 		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
 	}

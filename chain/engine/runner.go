@@ -23,6 +23,7 @@ import (
 type runner struct {
 	e   *Engine
 	def *chain.Chain
+	cfg *chain.Config // the config def came from; its providers are called
 	run *store.Run
 	log *slog.Logger
 
@@ -114,10 +115,11 @@ type launch struct {
 	timeout  time.Duration
 }
 
-func (e *Engine) newRunner(def *chain.Chain, run *store.Run, recs []*store.StepRecord) *runner {
+func (e *Engine) newRunner(def *chain.Chain, cfg *chain.Config, run *store.Run, recs []*store.StepRecord) *runner {
 	r := &runner{
 		e:         e,
 		def:       def,
+		cfg:       cfg,
 		run:       run,
 		log:       e.log.With("run", run.ID, "chain", run.Chain),
 		recs:      map[string]*store.StepRecord{},

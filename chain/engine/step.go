@@ -126,7 +126,7 @@ func (r *runner) launchBatch(q *seq, rec *store.StepRecord) uint64 {
 
 // prepare renders a step's payload and builds its provider call.
 func (r *runner) prepare(now time.Time, s *chain.Step, rec *store.StepRecord, attempt int, sc *scope, bound time.Time) (*launch, *store.ErrorInfo) {
-	p := r.e.config().Providers[s.Provider]
+	p := r.cfg.Providers[s.Provider]
 	if p == nil {
 		return nil, &store.ErrorInfo{Message: fmt.Sprintf("provider %q is not configured", s.Provider), Code: "config"}
 	}

@@ -1,0 +1,577 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/providers/builtin"
+)
+
+func TestMain(m *testing.M) {
+	plugins.ServeBuiltinIfRequested(builtin.New)
+	if _, ok := os.LookupEnv("GORACE"); !ok {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
+	os.Exit(m.Run())
+}
+
+const apiConfig = `
+[gateway.limits]
+max_request_bytes = 2048
+
+[[providers]]
+name = "echo"
+type = "echo"
+[[providers]]
+name = "faulty"
+type = "faulty"
+
+[[chains]]
+name = "hello"
+[[chains.steps]]
+name = "greet"
+provider = "echo"
+payload_template = { text = "hello <<origin.payload.who ?? \"world\">>", token = "<<secrets.API_TOKEN ?? \"none\">>" }
+[[chains.steps]]
+name = "notify"
+[chains.steps.parallel]
+[[chains.steps.parallel.steps]]
+name = "a"
+provider = "echo"
+[[chains.steps.parallel.steps]]
+name = "b"
+provider = "faulty"
+payload_template = { sleep_ms = "<<origin.payload.sleep_ms ?? 0>>" }
+
+[[chains]]
+name = "breaks"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { fail = "remote said no to <<secrets.API_TOKEN ?? \"x\">>" }
+on_failure = "dlq"
+`
+
+type apiEnv struct {
+	t      *testing.T
+	dir    string
+	cfg    string
+	url    string
+	srv    *gateway.Server
+	gw     *gateway.Gateway
+	logs   *syncBuffer
+	client *http.Client
+	token  string
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+const testSecret = "tok-9f8e7d6c5b4a"
+
+func newAPI(t *testing.T, extra string) *apiEnv {
+	t.Helper()
+	dir := t.TempDir()
+	env := &apiEnv{t: t, dir: dir, cfg: filepath.Join(dir, "gateway.toml"), logs: &syncBuffer{}, client: &http.Client{}}
+	if err := os.WriteFile(filepath.Join(dir, "secrets.env"), []byte("API_TOKEN="+testSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env.write(`[gateway]
+secrets_file = "secrets.env"
+` + extra + apiConfig)
+	cfg, err := gateway.LoadConfig([]string{env.cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	hub, metrics := gateway.NewHub(), gateway.NewMetrics()
+	logger := slog.New(slog.NewJSONHandler(env.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	gw, err := gateway.Open(context.Background(), gateway.Options{
+		Config: cfg, State: filepath.Join(dir, "gw.db"), Logger: logger, Executable: exe, Observer: metrics,
+		OnEvent: func(ev store.Event) { hub.Publish(ev); metrics.Event(ev) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.gw = gw
+	env.srv = gateway.NewServer(gw, hub, metrics, []string{env.cfg})
+	ts := httptest.NewServer(env.srv.Handler())
+	env.url = ts.URL
+	t.Cleanup(func() {
+		ts.Close()
+		_ = gw.Close()
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", env.logs)
+		}
+	})
+	return env
+}
+
+func (env *apiEnv) write(content string) {
+	env.t.Helper()
+	if err := os.WriteFile(env.cfg, []byte(content), 0o644); err != nil {
+		env.t.Fatal(err)
+	}
+}
+
+// call makes a request and decodes a JSON answer into out (if not nil).
+func (env *apiEnv) call(method, path, body string, headers map[string]string, out any) (int, http.Header, string) {
+	env.t.Helper()
+	req, _ := http.NewRequest(method, env.url+path, strings.NewReader(body))
+	if env.token != "" {
+		req.Header.Set("Authorization", "Bearer "+env.token)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := env.client.Do(req)
+	if err != nil {
+		env.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			env.t.Fatalf("%s %s: answer is not JSON: %v\n%s", method, path, err, data)
+		}
+	}
+	return resp.StatusCode, resp.Header, string(data)
+}
+
+type apiErr struct {
+	Error struct {
+		Code    string   `json:"code"`
+		Message string   `json:"message"`
+		Details []string `json:"details"`
+	} `json:"error"`
+}
+
+func TestStartAndReadRun(t *testing.T) {
+	env := newAPI(t, "")
+	var started gateway.StartResponse
+	code, _, body := env.call("POST", "/v1/chains/hello/runs", `{"who":"ops"}`, nil, &started)
+	if code != http.StatusAccepted || started.ID == "" || started.Links["events"] == "" {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	var done gateway.StartResponse
+	code, _, body = env.call("POST", "/v1/chains/hello/runs?wait=20s", `{"who":"sre"}`, nil, &done)
+	if code != http.StatusOK || done.Run == nil || done.Run.Status != store.RunSucceeded {
+		t.Fatalf("POST with wait: %d %s", code, body)
+	}
+	if g := done.Run.Steps["greet"]; g == nil || !strings.Contains(string(g.Body), "hello sre") {
+		t.Errorf("greet: %+v", done.Run.Steps)
+	}
+	var view gateway.RunView
+	waitRun(t, env, started.ID)
+	code, _, body = env.call("GET", "/v1/runs/"+started.ID, "", nil, &view)
+	if code != http.StatusOK || view.Status != store.RunSucceeded || view.Steps["notify/a"] == nil {
+		t.Fatalf("GET run: %d %s", code, body)
+	}
+	var meta map[string]string
+	_ = json.Unmarshal(view.Origin.Metadata, &meta)
+	if meta["remote_addr"] == "" {
+		t.Errorf("origin metadata: %s", view.Origin.Metadata)
+	}
+	var list struct {
+		Runs []store.Run `json:"runs"`
+		Next string      `json:"next_cursor"`
+	}
+	code, _, body = env.call("GET", "/v1/runs?chain=hello&status=succeeded&limit=1", "", nil, &list)
+	if code != http.StatusOK || len(list.Runs) != 1 || list.Next == "" {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	code, _, _ = env.call("GET", "/v1/runs?chain=hello&limit=1&cursor="+list.Next, "", nil, &list)
+	if code != http.StatusOK || len(list.Runs) != 1 {
+		t.Errorf("second page: %d %+v", code, list)
+	}
+	var dag gateway.DAG
+	code, _, body = env.call("GET", "/v1/runs/"+started.ID+"/dag", "", nil, &dag)
+	if code != http.StatusOK || len(dag.Nodes) != 2 || dag.Nodes[1].Kind != "parallel" || len(dag.Nodes[1].Children) != 2 || dag.Nodes[1].Children[0].Status != "succeeded" {
+		t.Errorf("dag: %d %s", code, body)
+	}
+}
+
+func waitRun(t *testing.T, env *apiEnv, id string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var v gateway.RunView
+		env.call("GET", "/v1/runs/"+id, "", nil, &v)
+		if v.Run != nil && v.Status.Final() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("run %s did not finish", id)
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	env := newAPI(t, "")
+	h := map[string]string{"Idempotency-Key": "alert-42"}
+	var first, second, other gateway.StartResponse
+	c1, _, _ := env.call("POST", "/v1/chains/hello/runs", `{}`, h, &first)
+	c2, _, _ := env.call("POST", "/v1/chains/hello/runs", `{}`, h, &second)
+	c3, _, _ := env.call("POST", "/v1/chains/breaks/runs", `{}`, h, &other)
+	if c1 != 202 || c2 != 200 || first.ID != second.ID || !second.Replayed {
+		t.Errorf("retried POST: %d %+v then %d %+v", c1, first, c2, second)
+	}
+	if c3 != 202 || other.ID == first.ID {
+		t.Errorf("the same key on another chain: %d %+v", c3, other)
+	}
+	var list struct {
+		Runs []store.Run `json:"runs"`
+	}
+	env.call("GET", "/v1/runs?chain=hello", "", nil, &list)
+	if len(list.Runs) != 1 {
+		t.Errorf("%d runs of hello, want 1", len(list.Runs))
+	}
+}
+
+func TestErrors(t *testing.T) {
+	env := newAPI(t, "")
+	tests := []struct {
+		method, path, body string
+		status             int
+		code               string
+	}{
+		{"POST", "/v1/chains/nope/runs", `{}`, 404, "unknown_chain"},
+		{"POST", "/v1/chains/hello/runs", `{"a":`, 400, "invalid_json"},
+		{"POST", "/v1/chains/hello/runs", `{"a":1} {"b":2}`, 400, "invalid_json"},
+		{"POST", "/v1/chains/hello/runs", `{"pad":"` + strings.Repeat("x", 3000) + `"}`, 413, "payload_too_large"},
+		{"POST", "/v1/chains/hello/runs?wait=forever", `{}`, 400, "invalid_parameter"},
+		{"GET", "/v1/runs/01nonexistent", "", 404, "not_found"},
+		{"GET", "/v1/runs?status=sleeping", "", 400, "invalid_parameter"},
+		{"GET", "/v1/runs?limit=0", "", 400, "invalid_parameter"},
+		{"GET", "/v1/runs?since=yesterday", "", 400, "invalid_parameter"},
+		{"GET", "/v1/nothing", "", 404, "not_found"},
+		{"DELETE", "/v1/runs", "", 405, "method_not_allowed"},
+		{"GET", "/v1/dlq/nope", "", 404, "not_found"},
+		{"POST", "/v1/dlq/purge", `{}`, 400, "filter_required"},
+		{"POST", "/v1/dlq/purge", `{"chian":"x"}`, 400, "invalid_json"},
+		{"POST", "/v1/dlq/x/replay", `{"mode":"sideways"}`, 400, "invalid_parameter"},
+		{"GET", "/v1/chains/nope", "", 404, "unknown_chain"},
+	}
+	for _, tc := range tests {
+		var e apiErr
+		code, hdr, body := env.call(tc.method, tc.path, tc.body, nil, &e)
+		if code != tc.status || e.Error.Code != tc.code || e.Error.Message == "" || hdr.Get("Content-Type") != "application/json" {
+			t.Errorf("%s %s: %d %s, want %d %s", tc.method, tc.path, code, body, tc.status, tc.code)
+		}
+	}
+}
+
+func TestAuth(t *testing.T) {
+	env := newAPI(t, `[gateway.auth]
+tokens = ["writer"]
+read_tokens = ["reader"]
+`)
+	tests := []struct {
+		token, method, path string
+		status              int
+	}{
+		{"", "GET", "/healthz", 200},
+		{"", "GET", "/readyz", 200},
+		{"", "GET", "/v1/runs", 401},
+		{"wrong", "GET", "/v1/runs", 401},
+		{"reader", "GET", "/v1/runs", 200},
+		{"reader", "GET", "/metrics", 200},
+		{"reader", "POST", "/v1/chains/hello/runs", 403},
+		{"writer", "POST", "/v1/chains/hello/runs", 202},
+		{"writer", "GET", "/v1/chains", 200},
+		{"", "GET", "/metrics", 401},
+	}
+	for _, tc := range tests {
+		env.token = tc.token
+		code, hdr, body := env.call(tc.method, tc.path, "{}", nil, nil)
+		if code != tc.status {
+			t.Errorf("%q %s %s: %d %s, want %d", tc.token, tc.method, tc.path, code, body, tc.status)
+		}
+		if code == 401 && !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Bearer") {
+			t.Errorf("401 without WWW-Authenticate")
+		}
+	}
+}
+
+// readSSE reads events from a stream until the run ends or n events came.
+func readSSE(t *testing.T, env *apiEnv, id string, lastID string) []store.Event {
+	t.Helper()
+	req, _ := http.NewRequest("GET", env.url+"/v1/runs/"+id+"/events", nil)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := env.client.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	var evs []store.Event
+	sc := bufio.NewScanner(resp.Body)
+	var id64 string
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "id: "); ok {
+			id64 = v
+		}
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			var ev store.Event
+			if err := json.Unmarshal([]byte(data), &ev); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(ev.Seq) != id64 {
+				t.Errorf("SSE id %s for event seq %d", id64, ev.Seq)
+			}
+			evs = append(evs, ev)
+		}
+	}
+	return evs
+}
+
+func TestEventStream(t *testing.T) {
+	env := newAPI(t, "")
+	var started gateway.StartResponse
+	env.call("POST", "/v1/chains/hello/runs", `{"sleep_ms":400}`, nil, &started)
+	// Connect while the run is still going: the log is replayed, then the
+	// stream follows live until the run ends.
+	evs := readSSE(t, env, started.ID, "")
+	if len(evs) < 8 || evs[0].Type != store.EventRunStarted || evs[len(evs)-1].Type != store.EventRunSucceeded {
+		t.Fatalf("events: %+v", evs)
+	}
+	for i, ev := range evs {
+		if ev.Seq != uint64(i+1) {
+			t.Fatalf("event %d has seq %d", i, ev.Seq)
+		}
+	}
+	rest := readSSE(t, env, started.ID, "5")
+	if len(rest) != len(evs)-5 || rest[0].Seq != 6 {
+		t.Errorf("after Last-Event-ID 5: %d events starting at %d", len(rest), rest[0].Seq)
+	}
+}
+
+func TestChainsEndpoints(t *testing.T) {
+	env := newAPI(t, "")
+	var list struct {
+		Chains []map[string]any `json:"chains"`
+	}
+	env.call("GET", "/v1/chains", "", nil, &list)
+	if len(list.Chains) != 2 || list.Chains[0]["name"] != "hello" {
+		t.Errorf("chains: %+v", list)
+	}
+	var c struct {
+		Name       string `json:"name"`
+		Definition string `json:"definition"`
+		Mermaid    string `json:"mermaid"`
+		Graph      struct {
+			Nodes []map[string]any `json:"nodes"`
+		} `json:"graph"`
+	}
+	env.call("GET", "/v1/chains/hello", "", nil, &c)
+	if !strings.Contains(c.Definition, `name = "greet"`) || !strings.HasPrefix(c.Mermaid, "flowchart TD") || len(c.Graph.Nodes) != 2 {
+		t.Errorf("chain: %+v", c)
+	}
+}
+
+func TestDLQOperations(t *testing.T) {
+	env := newAPI(t, "")
+	var runs []string
+	for range 3 {
+		var done gateway.StartResponse
+		env.call("POST", "/v1/chains/breaks/runs?wait=20s", `{}`, nil, &done)
+		if done.Status != store.RunFailed {
+			t.Fatalf("run: %+v", done)
+		}
+		runs = append(runs, done.ID)
+	}
+	var list struct {
+		Entries []store.DLQEntry `json:"entries"`
+	}
+	env.call("GET", "/v1/dlq?chain=breaks&step=call", "", nil, &list)
+	if len(list.Entries) != 3 {
+		t.Fatalf("entries: %+v", list)
+	}
+	var entry store.DLQEntry
+	code, _, _ := env.call("GET", "/v1/dlq/"+list.Entries[0].ID, "", nil, &entry)
+	if code != 200 || entry.RunID != runs[0] || entry.Attempts != 1 {
+		t.Errorf("entry: %d %+v", code, entry)
+	}
+	var replayed struct {
+		Run string `json:"run"`
+	}
+	code, _, body := env.call("POST", "/v1/dlq/"+entry.ID+"/replay", `{"mode":"restart"}`, nil, &replayed)
+	if code != 202 || replayed.Run == "" || replayed.Run == entry.RunID {
+		t.Fatalf("replay: %d %s", code, body)
+	}
+	waitRun(t, env, replayed.Run)
+	var bulk gateway.BulkReplay
+	code, _, body = env.call("POST", "/v1/dlq/replay", `{"chain":"breaks","mode":"resume","concurrency":2}`, nil, &bulk)
+	// The restarted run failed again and parked a new entry: three to resume.
+	if code != 200 || len(bulk.Replayed) != 3 || len(bulk.Failed) != 0 {
+		t.Fatalf("bulk replay: %d %s", code, body)
+	}
+	for _, r := range bulk.Replayed {
+		waitRun(t, env, r.Run)
+	}
+	env.call("GET", "/v1/dlq", "", nil, &list)
+	if len(list.Entries) != 3 {
+		t.Fatalf("after the resumes (which failed again): %d entries", len(list.Entries))
+	}
+	if code, _, _ := env.call("DELETE", "/v1/dlq/"+list.Entries[0].ID, "", nil, nil); code != 204 {
+		t.Errorf("delete: %d", code)
+	}
+	if code, _, _ := env.call("DELETE", "/v1/dlq/"+list.Entries[0].ID, "", nil, nil); code != 404 {
+		t.Errorf("delete twice: %d", code)
+	}
+	var purged struct {
+		Purged int `json:"purged"`
+	}
+	env.call("POST", "/v1/dlq/purge", `{"chain":"breaks"}`, nil, &purged)
+	if purged.Purged != 2 {
+		t.Errorf("purged %d, want 2", purged.Purged)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	env := newAPI(t, "")
+	env.call("POST", "/v1/chains/hello/runs?wait=20s", `{}`, nil, nil)
+	env.call("POST", "/v1/chains/breaks/runs?wait=20s", `{}`, nil, nil)
+	_, hdr, body := env.call("GET", "/metrics", "", nil, nil)
+	for _, want := range []string{
+		`chaingate_runs_started_total{chain="hello"} 1`,
+		`chaingate_runs_finished_total{chain="breaks",status="failed"} 1`,
+		`chaingate_runs_finished_total{chain="hello",status="succeeded"} 1`,
+		`chaingate_step_duration_seconds_count{provider="echo"} 2`,
+		`chaingate_step_duration_seconds_bucket{provider="faulty",le="+Inf"} 2`,
+		`chaingate_provider_calls_total{provider="faulty",result="error"} 1`,
+		`chaingate_steps_in_flight{provider="echo"} 0`,
+		`chaingate_dlq_depth 1`,
+		`chaingate_plugin_restarts_total{provider="echo"} 0`,
+		`# TYPE chaingate_step_duration_seconds histogram`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if !strings.HasPrefix(hdr.Get("Content-Type"), "text/plain") {
+		t.Errorf("content type %q", hdr.Get("Content-Type"))
+	}
+	if t.Failed() {
+		t.Log(body)
+	}
+}
+
+// TestSecretsStayOut runs chains that send a secret to providers which echo
+// it and fail with it, and checks that no API answer and no log line holds
+// it.
+func TestSecretsStayOut(t *testing.T) {
+	env := newAPI(t, "")
+	var ok, bad gateway.StartResponse
+	env.call("POST", "/v1/chains/hello/runs?wait=20s", `{}`, nil, &ok)
+	env.call("POST", "/v1/chains/breaks/runs?wait=20s", `{}`, nil, &bad)
+	var all strings.Builder
+	for _, path := range []string{
+		"/v1/runs/" + ok.ID + "?items=true", "/v1/runs/" + bad.ID, "/v1/runs", "/v1/dlq", "/v1/runs/" + bad.ID + "/dag", "/v1/chains/hello", "/metrics",
+	} {
+		_, _, body := env.call("GET", path, "", nil, nil)
+		all.WriteString(body)
+	}
+	env.call("GET", "/v1/runs/"+ok.ID+"/events?follow=false", "", nil, nil)
+	for _, ev := range readSSE(t, env, bad.ID, "") {
+		b, _ := json.Marshal(ev)
+		all.Write(b)
+	}
+	all.WriteString(env.logs.String())
+	if strings.Contains(all.String(), testSecret) {
+		t.Fatalf("the secret leaked:\n%s", all.String())
+	}
+	if !strings.Contains(all.String(), "[REDACTED]") {
+		t.Error("nothing was redacted: the test did not exercise the secret")
+	}
+	// The provider did get it: echo's body held it before redaction.
+	var v gateway.RunView
+	env.call("GET", "/v1/runs/"+ok.ID, "", nil, &v)
+	if !strings.Contains(string(v.Steps["greet"].Body), `"token":"[REDACTED]"`) {
+		t.Errorf("greet body: %s", v.Steps["greet"].Body)
+	}
+}
+
+func TestReload(t *testing.T) {
+	env := newAPI(t, "")
+	// A slow run keeps the definition it started with across the reload.
+	var slow gateway.StartResponse
+	env.call("POST", "/v1/chains/hello/runs", `{"sleep_ms":800}`, nil, &slow)
+
+	env.write("[[chains]]\nname = \"broken\"\nsteps = 3\n")
+	var e apiErr
+	code, _, _ := env.call("POST", "/v1/admin/reload", "", nil, &e)
+	if code != 400 || e.Error.Code != "invalid_config" || len(e.Error.Details) != 2 || !strings.Contains(strings.Join(e.Error.Details, "\n"), "gateway.toml:3:1: chains[broken].steps") {
+		t.Fatalf("broken reload: %d %+v", code, e)
+	}
+	if code, _, _ := env.call("POST", "/v1/chains/hello/runs", `{}`, nil, nil); code != 202 {
+		t.Errorf("after a refused reload, the old config serves: %d", code)
+	}
+	env.write(`[gateway]
+secrets_file = "secrets.env"
+[[providers]]
+name = "echo"
+type = "echo"
+[[chains]]
+name = "hello"
+[[chains.steps]]
+name = "only"
+provider = "echo"
+[[chains]]
+name = "new"
+[[chains.steps]]
+name = "x"
+provider = "echo"
+`)
+	var ok map[string]int
+	if code, _, body := env.call("POST", "/v1/admin/reload", "", nil, &ok); code != 200 || ok["chains"] != 2 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	var done gateway.StartResponse
+	env.call("POST", "/v1/chains/new/runs?wait=20s", `{}`, nil, &done)
+	if done.Status != store.RunSucceeded {
+		t.Errorf("new chain: %+v", done)
+	}
+	waitRun(t, env, slow.ID)
+	var v gateway.RunView
+	env.call("GET", "/v1/runs/"+slow.ID, "", nil, &v)
+	if v.Status != store.RunSucceeded || v.Steps["notify"] == nil || v.Steps["only"] != nil {
+		t.Errorf("the running run changed definition: %s %v", v.Status, v.Path)
+	}
+}
