@@ -138,14 +138,15 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	return err
 }
 
-// adopt resumes, every half lease, the unfinished runs nobody advances:
-// those of a gateway that died, once their leases lapse.
+// adopt resumes the unfinished runs nobody advances: those of a gateway
+// that died, once their leases lapse. It looks a few times per lease, so a
+// run resumes well within a second of its lease lapsing.
 func (s *Server) adopt(ctx context.Context) {
 	ttl := time.Duration(s.config().Gateway.LeaseTTLSeconds) * time.Second
 	if ttl <= 0 {
 		ttl = engine.DefaultLeaseTTL
 	}
-	t := time.NewTicker(ttl / 2)
+	t := time.NewTicker(min(ttl/4, time.Second))
 	defer t.Stop()
 	for {
 		ids, err := s.gw.Engine.Adopt(ctx)

@@ -1,0 +1,337 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/chain/store"
+	redisstore "github.com/chaingate/gateway/chain/store/redis"
+	"github.com/chaingate/gateway/chain/store/redis/redistest"
+)
+
+// These tests run several gateway processes on one Redis, as a team would
+// when one machine is not enough.
+
+const clusterLeaseTTL = 2
+
+func clusterConfig(dir string, subs int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `
+[gateway]
+lease_ttl_seconds = %d
+shutdown_grace_seconds = 2
+
+[[providers]]
+name = "faulty"
+type = "faulty"
+
+[[chains]]
+name = "fanout"
+[[chains.steps]]
+name = "notify"
+[chains.steps.parallel]
+`, clusterLeaseTTL)
+	for i := range subs {
+		fmt.Fprintf(&b, "[[chains.steps.parallel.steps]]\nname = \"s%d\"\nprovider = \"faulty\"\npayload_template = { record = %q, sleep_ms = %d }\n",
+			i, filepath.Join(dir, "calls.jsonl"), 50+i*600)
+	}
+	b.WriteString(`
+[[chains.steps]]
+name = "after"
+provider = "faulty"
+payload_template = { total = "<<steps.notify.body>>" }
+`)
+	return b.String()
+}
+
+// gatewayProc is one `gateway serve` process.
+type gatewayProc struct {
+	cmd  *exec.Cmd
+	url  string
+	logs *bytes.Buffer
+}
+
+func startServe(t testing.TB, cfg, state string) *gatewayProc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "serve", "--config", cfg, "--state", state, "--listen", "127.0.0.1:0", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &gatewayProc{cmd: cmd, logs: &bytes.Buffer{}}
+	cmd.Stderr = p.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _, _ = cmd.Process.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() {
+		t.Fatalf("gateway serve did not start:\n%s", p.logs)
+	}
+	addr, ok := strings.CutPrefix(sc.Text(), "gateway: serving on ")
+	if !ok {
+		t.Fatalf("gateway serve said %q", sc.Text())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	p.url = addr
+	return p
+}
+
+func postRun(url, chain, body string) (string, error) {
+	resp, err := http.Post(url+"/v1/chains/"+chain+"/runs", "application/json", strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		ID string `json:"id"`
+	}
+	if resp.StatusCode != http.StatusAccepted {
+		b, _ := io.ReadAll(resp.Body)
+		return "", fmt.Errorf("POST: %d %s", resp.StatusCode, b)
+	}
+	return out.ID, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// callCounts reads the record file: calls per dedup key.
+func callCounts(t testing.TB, path string) map[string]int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if l == "" {
+			continue
+		}
+		var r struct {
+			DedupKey string `json:"dedup_key"`
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("torn record line %q", l)
+		}
+		out[r.DedupKey]++
+	}
+	return out
+}
+
+// TestThreeGatewaysShareRedis starts three gateways on one Redis, posts 300
+// runs with parallel groups across them, kills one with SIGKILL mid-way,
+// and checks that every run completes on the others and that no sub-step
+// whose result was recorded before the kill was called again.
+func TestThreeGatewaysShareRedis(t *testing.T) {
+	const runs, subs = 300, 4
+	url := redistest.Open(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.toml")
+	writeFile(t, cfg, clusterConfig(dir, subs))
+	gws := []*gatewayProc{startServe(t, cfg, url), startServe(t, cfg, url), startServe(t, cfg, url)}
+
+	owner := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, runs)
+	for i := range runs {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			gw := i % 3
+			id, err := postRun(gws[gw].url, "fanout", `{}`)
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			owner[id] = gw
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	// Kill gateway 0 once every sub-step has been called and the quicker
+	// half of them have answered.
+	calls := filepath.Join(dir, "calls.jsonl")
+	deadline := time.Now().Add(60 * time.Second)
+	for n := 0; n < runs*subs; n = len(callCounts(t, calls)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d calls made", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(900 * time.Millisecond)
+	if err := gws[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = gws[0].cmd.Process.Wait()
+
+	// What had a recorded result at the moment of the kill.
+	st, err := redisstore.OpenURL(context.Background(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	recorded := map[string]bool{}
+	for id, gw := range owner {
+		if gw != 0 {
+			continue
+		}
+		steps, err := st.Steps(ctx, id, "notify/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range steps {
+			if s.Status.Final() {
+				recorded[id+"/"+s.Key] = true
+			}
+		}
+	}
+
+	// Every run finishes, the killed gateway's on the other two.
+	deadline = time.Now().Add(90 * time.Second)
+	for {
+		ids, err := st.UnfinishedRuns(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d runs never finished\ngateway 1:\n%s\ngateway 2:\n%s", len(ids), gws[1].logs, gws[2].logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	counts := callCounts(t, calls)
+	taken := 0
+	for id, gw := range owner {
+		run, err := st.Run(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Status != store.RunSucceeded {
+			t.Errorf("run %s (gateway %d): %s %+v", id, gw, run.Status, run.Error)
+		}
+		evs, _ := st.Events(ctx, id, 0, 0)
+		for _, ev := range evs {
+			if ev.Type == store.EventRunResumed {
+				taken++
+				break
+			}
+		}
+		for i := range subs {
+			key := fmt.Sprintf("%s/notify/s%d", id, i)
+			switch n := counts[key]; {
+			case n == 0:
+				t.Errorf("%s was never called", key)
+			case recorded[key] && n != 1:
+				t.Errorf("%s had a recorded result before the kill but was called %d times", key, n)
+			case gw != 0 && n != 1:
+				t.Errorf("%s, on a gateway that kept running, was called %d times", key, n)
+			}
+		}
+	}
+	if taken == 0 {
+		t.Error("no run was taken over from the killed gateway")
+	}
+	t.Logf("%d runs of the killed gateway were taken over; %d sub-steps had recorded results at the kill", taken, len(recorded))
+}
+
+// BenchmarkTakeover measures how long the runs of a gateway killed with
+// SIGKILL wait before another gateway sharing the Redis store resumes them:
+// from the kill to the first call the survivors dispatch again, against the
+// lease TTL.
+func BenchmarkTakeover(b *testing.B) {
+	const runs = 30
+	url := redistest.Open(b)
+	for range b.N {
+		b.StopTimer()
+		dir := b.TempDir()
+		cfg := filepath.Join(dir, "gateway.toml")
+		calls := filepath.Join(dir, "calls.jsonl")
+		writeFileTB(b, cfg, fmt.Sprintf(`
+[gateway]
+lease_ttl_seconds = %d
+shutdown_grace_seconds = 1
+[[providers]]
+name = "faulty"
+type = "faulty"
+[[chains]]
+name = "slow"
+[[chains.steps]]
+name = "wait"
+provider = "faulty"
+payload_template = { record = %q, sleep_ms = 60000 }
+`, clusterLeaseTTL, calls))
+		victim, a, c := startServe(b, cfg, url), startServe(b, cfg, url), startServe(b, cfg, url)
+		_, _ = a, c
+		for range runs {
+			if _, err := postRun(victim.url, "slow", `{}`); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for len(callCounts(b, calls)) < runs {
+			time.Sleep(5 * time.Millisecond)
+		}
+		b.StartTimer()
+		killed := time.Now()
+		_ = victim.cmd.Process.Signal(syscall.SIGKILL)
+		// Every run was called once; the first second call is a takeover.
+		for total(callCounts(b, calls)) == runs {
+			time.Sleep(2 * time.Millisecond)
+		}
+		took := time.Since(killed)
+		b.StopTimer()
+		b.ReportMetric(float64(took.Milliseconds()), "ms-to-takeover")
+		b.ReportMetric(float64(clusterLeaseTTL*1000), "lease-ttl-ms")
+		_, _ = victim.cmd.Process.Wait()
+		b.StartTimer()
+	}
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func writeFileTB(tb testing.TB, path, content string) {
+	tb.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
