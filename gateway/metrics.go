@@ -19,13 +19,13 @@ import (
 // depth and plugin restarts are read when scraped.
 type Metrics struct {
 	mu          sync.Mutex
-	runsStarted map[string]float64          // chain
-	runsEnded   map[[2]string]float64       // chain, status
-	calls       map[[2]string]float64       // provider, result
-	inFlight    map[string]float64          // provider
-	latency     map[string]*histogram       // provider
-	gauges      map[string]func() []sample  // read at scrape
-	gaugeHelp   map[string][2]string        // name → type, help
+	runsStarted map[string]float64         // chain
+	runsEnded   map[[2]string]float64      // chain, status
+	calls       map[[2]string]float64      // provider, result
+	inFlight    map[string]float64         // provider
+	latency     map[string]*histogram      // provider
+	gauges      map[string]func() []sample // read at scrape
+	gaugeHelp   map[string][2]string       // name → type, help
 	gaugeOrder  []string
 }
 

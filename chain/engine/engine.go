@@ -86,7 +86,7 @@ type Engine struct {
 	observer  Observer
 
 	defMu   sync.Mutex
-	sources map[string][]byte       // chain name → definition document
+	sources map[string][]byte        // chain name → definition document
 	defs    map[string]*chain.Config // hash → definitions loaded from the store
 
 	mu      sync.Mutex
