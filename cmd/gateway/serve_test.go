@@ -1,0 +1,194 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/chain/store/bolt"
+)
+
+const serveConfig = `
+[gateway]
+shutdown_grace_seconds = 10
+
+[[providers]]
+name = "faulty"
+type = "faulty"
+
+[[chains]]
+name = "slow"
+[[chains.steps]]
+name = "first"
+provider = "faulty"
+payload_template = { record = "DIR/calls.jsonl", sleep_ms = 1500 }
+[[chains.steps]]
+name = "second"
+provider = "faulty"
+payload_template = { record = "DIR/calls.jsonl" }
+
+[[chains]]
+name = "breaks"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { fail = "remote refused" }
+on_failure = "dlq"
+`
+
+// TestServeSIGTERMDrains sends SIGTERM while a call is in flight: the call
+// finishes and is recorded, the gateway exits 0 without starting the next
+// step, its plugins are gone, and a resume carries the run on.
+func TestServeSIGTERMDrains(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.toml")
+	writeFile(t, cfg, strings.ReplaceAll(serveConfig, "DIR", dir))
+	state := filepath.Join(dir, "gw.db")
+	gw := startServe(t, cfg, state)
+	id, err := postRun(gw.url, "slow", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &crashEnv{t: t, dir: dir, config: cfg, state: state}
+	env.waitFor("the first call", func() bool { return env.lines("calls.jsonl") == 1 })
+	children := childPIDs(gw.cmd.Process.Pid)
+	if err := gw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	state2, err := gw.cmd.Process.Wait()
+	if err != nil || state2.ExitCode() != 0 {
+		t.Fatalf("gateway exit: %v %v\n%s", state2, err, gw.logs)
+	}
+	waitGone(t, children, 2*time.Second)
+	st, err := bolt.Open(state, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, _ := st.Steps(t.Context(), id, "")
+	run, _ := st.Run(t.Context(), id)
+	_ = st.Close()
+	if len(steps) != 1 || steps[0].Status != store.StepSucceeded || run.Status != store.RunRunning {
+		t.Fatalf("after SIGTERM: run %s, steps %+v", run.Status, steps)
+	}
+	out := env.resume()
+	if !strings.Contains(out, `"status":"succeeded"`) {
+		t.Errorf("resume: %s", out)
+	}
+	if n := env.lines("calls.jsonl"); n != 2 {
+		t.Errorf("%d calls, want 2: the drained call must not run again", n)
+	}
+}
+
+// TestServeSIGHUPReloads changes the config under a running gateway.
+func TestServeSIGHUPReloads(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.toml")
+	writeFile(t, cfg, strings.ReplaceAll(serveConfig, "DIR", dir))
+	gw := startServe(t, cfg, filepath.Join(dir, "gw.db"))
+	writeFile(t, cfg, "this is not toml")
+	_ = gw.cmd.Process.Signal(syscall.SIGHUP)
+	time.Sleep(300 * time.Millisecond)
+	if _, err := postRun(gw.url, "breaks", `{}`); err != nil {
+		t.Fatalf("the old config stopped serving after a refused reload: %v", err)
+	}
+	writeFile(t, cfg, strings.ReplaceAll(serveConfig, "DIR", dir)+`
+[[chains]]
+name = "added"
+[[chains.steps]]
+name = "x"
+provider = "faulty"
+`)
+	_ = gw.cmd.Process.Signal(syscall.SIGHUP)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := postRun(gw.url, "added", `{}`); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the new chain never appeared: %v\n%s", err, gw.logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(gw.logs.String(), "config reload refused") {
+		t.Errorf("the refused reload was not logged:\n%s", gw.logs)
+	}
+}
+
+// TestOperatorCommands drives runs and dlq commands against a server and
+// straight on a store.
+func TestOperatorCommands(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.toml")
+	writeFile(t, cfg, strings.ReplaceAll(serveConfig, "DIR", dir))
+	state := filepath.Join(dir, "gw.db")
+	gw := startServe(t, cfg, state)
+	var failed []string
+	for range 2 {
+		resp, err := http.Post(gw.url+"/v1/chains/breaks/runs?wait=20s", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			ID string `json:"id"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		failed = append(failed, out.ID)
+	}
+	server := []string{"--server", gw.url}
+
+	code, out, errOut := runCLI(t, append([]string{"runs", "list", "--status", "failed"}, server...)...)
+	if code != exitOK || strings.Count(out, "breaks") != 2 || !strings.Contains(out, "remote refused") {
+		t.Errorf("runs list: %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, append([]string{"runs", "show", failed[0], "--output", "json"}, server...)...)
+	if code != exitOK || !strings.Contains(out, `"status": "failed"`) {
+		t.Errorf("runs show: %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, append([]string{"runs", "events", failed[0]}, server...)...)
+	if code != exitOK || !strings.Contains(out, "dead lettered") || !strings.Contains(out, "run "+failed[0]+" failed") {
+		t.Errorf("runs events: %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, append([]string{"dlq", "list"}, server...)...)
+	if code != exitOK || strings.Count(out, "remote refused") != 2 {
+		t.Errorf("dlq list: %d\n%s", code, out)
+	}
+	var entries []string
+	for _, l := range strings.Split(out, "\n")[1:] {
+		if f := strings.Fields(l); len(f) > 0 {
+			entries = append(entries, f[0])
+		}
+	}
+	code, out, _ = runCLI(t, append([]string{"dlq", "replay", entries[0], "--mode", "restart"}, server...)...)
+	if code != exitOK || !strings.Contains(out, "replaying entry "+entries[0]) {
+		t.Errorf("dlq replay: %d\n%s", code, out)
+	}
+	if code, _, _ := runCLI(t, append([]string{"dlq", "purge"}, server...)...); code != exitUsage {
+		t.Errorf("purge without a filter: exit %d", code)
+	}
+	time.Sleep(500 * time.Millisecond) // the restarted run fails again and parks an entry
+	code, out, _ = runCLI(t, append([]string{"dlq", "purge", "--all"}, server...)...)
+	if code != exitOK || !strings.Contains(out, "purged 2 entries") {
+		t.Errorf("dlq purge: %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, "graph", "slow", "--config", cfg)
+	if code != exitOK || !strings.HasPrefix(out, "flowchart TD") {
+		t.Errorf("graph: %d\n%s", code, out)
+	}
+
+	// Straight on the store once the gateway is gone.
+	_ = gw.cmd.Process.Signal(syscall.SIGTERM)
+	_, _ = gw.cmd.Process.Wait()
+	code, out, errOut = runCLI(t, "runs", "list", "--state", state, "--output", "json")
+	if code != exitOK || strings.Count(out, `"chain": "breaks"`) != 3 {
+		t.Errorf("runs list on the store: %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "runs", "dag", failed[1], "--state", state)
+	if code != exitOK || !strings.Contains(out, "call [provider] failed") {
+		t.Errorf("runs dag: %d\n%s", code, out)
+	}
+}
