@@ -251,7 +251,7 @@ func runFilter(r *http.Request) (store.RunFilter, error) {
 		return f, badRequest("invalid_parameter", "status %q is not one of running, succeeded, failed, cancelled, timed_out", f.Status)
 	}
 	var err error
-	if f.Since, err = parseSince(q.Get("since")); err != nil {
+	if f.Since, err = ParseSince(q.Get("since")); err != nil {
 		return f, err
 	}
 	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
@@ -260,8 +260,8 @@ func runFilter(r *http.Request) (store.RunFilter, error) {
 	return f, nil
 }
 
-// parseSince reads an RFC 3339 time, or a duration meaning that long ago.
-func parseSince(v string) (time.Time, error) {
+// ParseSince reads an RFC 3339 time, or a duration meaning that long ago.
+func ParseSince(v string) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, nil
 	}
@@ -403,7 +403,7 @@ type dlqQuery struct {
 }
 
 func (q dlqQuery) filter() (store.DLQFilter, error) {
-	since, err := parseSince(q.Since)
+	since, err := ParseSince(q.Since)
 	if err != nil {
 		return store.DLQFilter{}, err
 	}

@@ -607,7 +607,18 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 // Close stops advancing runs. Runs stay as persisted, to be resumed by the
 // next engine on the same store; in-flight provider calls are cancelled.
 func (e *Engine) Close() {
+	for _, r := range e.closeIntake() {
+		r.stop()
+	}
+	e.wg.Wait()
+	<-e.keeperDone
+}
+
+// closeIntake stops new runs and lease renewals, and returns the runners
+// still advancing runs.
+func (e *Engine) closeIntake() []*runner {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if !e.closed {
 		e.closed = true
 		close(e.stopKeeper)
@@ -616,12 +627,7 @@ func (e *Engine) Close() {
 	for _, r := range e.runners {
 		rs = append(rs, r)
 	}
-	e.mu.Unlock()
-	for _, r := range rs {
-		r.stop()
-	}
-	e.wg.Wait()
-	<-e.keeperDone
+	return rs
 }
 
 // Shutdown stops taking new runs and lets the calls in flight finish, up to
@@ -629,16 +635,7 @@ func (e *Engine) Close() {
 // Runs stay as persisted and resume on the next start, or on another
 // gateway sharing the store.
 func (e *Engine) Shutdown(ctx context.Context) {
-	e.mu.Lock()
-	if !e.closed {
-		e.closed = true
-		close(e.stopKeeper)
-	}
-	rs := make([]*runner, 0, len(e.runners))
-	for _, r := range e.runners {
-		rs = append(rs, r)
-	}
-	e.mu.Unlock()
+	rs := e.closeIntake()
 	for _, r := range rs {
 		r.drain()
 	}

@@ -131,7 +131,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer done()
 	switch sub {
 	case "list":
-		since, err := parseSinceArg(*sinceArg)
+		since, err := gateway.ParseSince(*sinceArg)
 		if err != nil {
 			return fail(stderr, "runs", err)
 		}
@@ -193,19 +193,6 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		showDAG(stdout, d.Nodes, "")
 	}
 	return exitOK
-}
-
-func parseSinceArg(v string) (time.Time, error) {
-	if v == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.RFC3339, v); err == nil {
-		return t, nil
-	}
-	if d, err := time.ParseDuration(v); err == nil && d > 0 {
-		return time.Now().Add(-d), nil
-	}
-	return time.Time{}, fmt.Errorf("--since %q is neither an RFC 3339 time nor a duration such as 1h", v)
 }
 
 func took(r *store.Run) string {
@@ -317,7 +304,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return exitUsage
 	}
-	since, err := parseSinceArg(*sinceArg)
+	since, err := gateway.ParseSince(*sinceArg)
 	if err != nil {
 		return fail(stderr, "dlq", err)
 	}

@@ -99,11 +99,12 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			logger.Warn("gateway cancel will not reach this process", "err", err)
 		}
 	}
-	fmt.Fprintf(stdout, "gateway: serving on http://%s\n", l.Addr())
-
+	// SIGHUP's default is to end the process, so it is caught before anyone
+	// is told where to send it.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	fmt.Fprintf(stdout, "gateway: serving on http://%s\n", l.Addr())
 	go func() {
 		for range hup {
 			_, _ = srv.Reload()

@@ -445,19 +445,8 @@ func readRun(runs *bbolt.Bucket, id string) (*store.Run, error) {
 // Steps implements store.Store.
 func (s *Store) Steps(ctx context.Context, runID, prefix string) ([]*store.StepRecord, error) {
 	var out []*store.StepRecord
-	err := s.view(func(tx *bbolt.Tx) error {
-		p := runKey(runID, kindStep, []byte(prefix))
-		c := tx.Bucket(bucketRuns).Cursor()
-		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			var st store.StepRecord
-			if err := json.Unmarshal(v, &st); err != nil {
-				return fmt.Errorf("decoding step %q: %w", k, err)
-			}
-			out = append(out, &st)
-		}
+	err := s.ForEachStep(ctx, runID, prefix, func(st *store.StepRecord) error {
+		out = append(out, st)
 		return nil
 	})
 	return out, err
