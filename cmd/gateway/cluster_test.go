@@ -61,7 +61,25 @@ payload_template = { total = "<<steps.notify.body>>" }
 type gatewayProc struct {
 	cmd  *exec.Cmd
 	url  string
-	logs *bytes.Buffer
+	logs *syncBuffer
+}
+
+// syncBuffer collects a process's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func startServe(t testing.TB, cfg, state string) *gatewayProc {
@@ -76,7 +94,7 @@ func startServe(t testing.TB, cfg, state string) *gatewayProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &gatewayProc{cmd: cmd, logs: &bytes.Buffer{}}
+	p := &gatewayProc{cmd: cmd, logs: &syncBuffer{}}
 	cmd.Stderr = p.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
