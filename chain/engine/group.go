@@ -34,7 +34,10 @@ type group struct {
 func subKey(parent, name string) string { return parent + "/" + name }
 
 // startGroup persists the group's state before anything is dispatched: the
-// parent running with its deadline, every sub-step pending with its dedup key.
+// parent running with its deadline. That record is the whole state: every
+// sub-step without a record of its own is pending, with the dedup key its
+// key gives it, so a group of ten thousand costs one write to start and each
+// sub-step is written as it moves.
 func (r *runner) startGroup(now time.Time, q *seq, s *chain.Step, rec *store.StepRecord, sc *scope) *group {
 	p := s.Parallel
 	rec.Status = store.StepRunning
@@ -51,13 +54,7 @@ func (r *runner) startGroup(now time.Time, q *seq, s *chain.Step, rec *store.Ste
 	}
 	g := r.newGroup(q, s, rec, sc)
 	for i, sub := range p.Steps {
-		sr := r.open(now, q, sub, g.keys[i], sc)
-		if !sr.Status.Final() && sr.NotBefore.IsZero() {
-			// Every sub-step is written pending, with its dedup key, before
-			// any is dispatched.
-			r.put(sr)
-		}
-		g.place(r, i, sr, now)
+		g.place(r, i, r.open(now, q, sub, g.keys[i], sc, true), now)
 	}
 	return g
 }
@@ -69,8 +66,7 @@ func (r *runner) resumeGroup(now time.Time, q *seq, s *chain.Step, rec *store.St
 	for i, sub := range s.Parallel.Steps {
 		sr := r.recs[g.keys[i]]
 		if sr == nil {
-			sr = r.open(now, q, sub, g.keys[i], sc)
-			r.put(sr)
+			sr = r.open(now, q, sub, g.keys[i], sc, true)
 		} else {
 			r.adopt(q, sr)
 		}

@@ -134,7 +134,7 @@ func (r *runner) progressStep(now time.Time, q *seq, s *chain.Step) ([]launch, b
 	sc := r.scopeOf(q)
 	rec := r.recs[key]
 	if rec == nil {
-		rec = r.open(now, q, s, key, sc)
+		rec = r.open(now, q, s, key, sc, q.inItem() && s.Kind == chain.KindProvider)
 	}
 	if rec.Status.Final() {
 		return nil, true

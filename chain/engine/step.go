@@ -15,10 +15,11 @@ import (
 
 // open creates a step's record on its first visit: a false `when` skips it,
 // delay_seconds sets a persisted timer. The record may come back final.
-// Inside a split item a plain record is kept in memory only: the item's
-// position, and so this step's intent, is already implied by what is
-// durable (see seq.ack).
-func (r *runner) open(now time.Time, q *seq, s *chain.Step, key string, sc *scope) *store.StepRecord {
+// When implied is set, a plain pending record is kept in memory only: what
+// is already durable says the step is pending, with a dedup key derived
+// from its key — a parallel group's running record for its sub-steps, a
+// split item's position for its steps.
+func (r *runner) open(now time.Time, q *seq, s *chain.Step, key string, sc *scope, implied bool) *store.StepRecord {
 	rec := &store.StepRecord{Key: key, Name: s.Name, Status: store.StepPending, DedupKey: r.run.ID + "/" + key}
 	r.adopt(q, rec)
 	if s.When != nil {
@@ -42,7 +43,7 @@ func (r *runner) open(now time.Time, q *seq, s *chain.Step, key string, sc *scop
 		r.put(rec)
 		return rec
 	}
-	if !q.inItem() || s.Kind != chain.KindProvider {
+	if !implied {
 		r.put(rec)
 	}
 	return rec
@@ -117,6 +118,9 @@ func (r *runner) launchBatch(q *seq, rec *store.StepRecord) uint64 {
 	b := r.unacked[rec.Key]
 	if q.inItem() && q.ack > b {
 		b = q.ack
+	}
+	if g := r.owner[rec.Key]; g != nil && r.unacked[g.rec.Key] > b {
+		b = r.unacked[g.rec.Key]
 	}
 	if b <= r.ackedSeq {
 		return 0
