@@ -338,6 +338,9 @@ provider = "echo"
 	if _, ran := res.Steps["never"]; ran || !slices.Equal(res.Path, []string{"boom"}) {
 		t.Errorf("abort: later step ran; path %v", res.Path)
 	}
+	if run, err := h.store.Run(context.Background(), res.ID); err != nil || run.Cursor != "" {
+		t.Errorf("abort: a failed run has no step to go on from, got cursor %q (%v)", run.Cursor, err)
+	}
 
 	res = h.run("skip", `{}`)
 	if res.Status != store.RunSucceeded || res.Steps["boom"].Status != store.StepSkipped || res.Steps["boom"].Error == nil {

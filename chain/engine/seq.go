@@ -70,8 +70,11 @@ func (r *runner) advance(now time.Time) []launch {
 		r.timerDue(key, now)
 	}
 	out, done := r.advanceSeq(now, r.top)
-	r.run.Cursor = r.top.cursor
 	r.run.Path = r.top.path
+	if !r.run.Status.Final() {
+		// A run that ended on the way has no step to go on from.
+		r.run.Cursor = r.top.cursor
+	}
 	if done && !r.run.Status.Final() {
 		r.run.Body = r.top.result
 		r.finishRun(store.RunSucceeded, nil)
