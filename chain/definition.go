@@ -13,6 +13,16 @@ import (
 // A run stores it when it starts, so that it can resume on the same
 // definition after the config has changed.
 func (c *Config) Definition(name string) ([]byte, error) {
+	return c.definition(name, true)
+}
+
+// Outline is Definition for showing to people: each provider's config
+// table is left out, since it may hold a credential written in plain text.
+func (c *Config) Outline(name string) ([]byte, error) {
+	return c.definition(name, false)
+}
+
+func (c *Config) definition(name string, providerConfig bool) ([]byte, error) {
 	root := c.Chains[name]
 	if root == nil {
 		return nil, fmt.Errorf("encoding definition: unknown chain %q", name)
@@ -47,6 +57,9 @@ func (c *Config) Definition(name string) ([]byte, error) {
 		if p.Plugin != "" {
 			// Relative plugin paths were relative to the file they came from.
 			raw["plugin"] = p.Plugin
+		}
+		if !providerConfig {
+			delete(raw, "config")
 		}
 		providers = append(providers, raw)
 	}

@@ -176,6 +176,26 @@ func TestDefinitionRoundTrip(t *testing.T) {
 	}
 }
 
+// TestOutlineLeavesOutProviderConfig checks that the definition shown to
+// people has no provider config tables, where credentials may be written.
+func TestOutlineLeavesOutProviderConfig(t *testing.T) {
+	cfg, err := chain.Load([]string{"testdata/valid/everything.toml"}, loadOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, _ := cfg.Definition("incident-response")
+	outline, err := cfg.Outline("incident-response")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(full), "monitoring.example.com") {
+		t.Fatalf("the stored definition lost the provider config:\n%s", full)
+	}
+	if strings.Contains(string(outline), "monitoring.example.com") || !strings.Contains(string(outline), `name = "monitoring"`) {
+		t.Errorf("outline:\n%s", outline)
+	}
+}
+
 // TestMermaid compares the drawing of the example chain with its golden file.
 func TestMermaid(t *testing.T) {
 	cfg, err := chain.Load([]string{"testdata/valid/everything.toml"}, loadOpts)
