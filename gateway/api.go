@@ -144,7 +144,6 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	in := engine.Input{Payload: body, Metadata: requestMetadata(r)}
 	id := store.NewID()
-	replayed := false
 	if key := r.Header.Get("Idempotency-Key"); key != "" {
 		bound, err := s.gw.Store.ClaimKey(ctx, "run/"+name+"/"+key, id, idempotencyTTL)
 		if err != nil {
@@ -152,17 +151,21 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if bound != "" {
-			id, replayed = bound, true
+			id = bound
 		}
 	}
-	status := store.RunRunning
+	// A key bound by a request whose start failed has no run yet: this
+	// request starts it, and it is no replay.
+	status, replayed := store.RunRunning, false
 	if existing, err := s.gw.Store.Run(ctx, id); err == nil {
-		status = existing.Status
+		status, replayed = existing.Status, true
 	} else if _, err := s.gw.Engine.StartWithID(ctx, name, in, id); err != nil && !errors.Is(err, store.ErrExists) && !errors.Is(err, store.ErrLeaseHeld) {
-		// ErrExists and ErrLeaseHeld mean a concurrent retry with the same
-		// key is starting it: the same run, as promised.
 		s.writeError(w, r, err)
 		return
+	} else if err != nil {
+		// ErrExists and ErrLeaseHeld mean a concurrent retry with the same
+		// key started it first: the same run, as promised.
+		replayed = true
 	}
 	resp := StartResponse{ID: id, Chain: name, Status: status, Replayed: replayed, Links: map[string]string{
 		"self": "/v1/runs/" + id, "events": "/v1/runs/" + id + "/events", "dag": "/v1/runs/" + id + "/dag",
@@ -172,8 +175,10 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusOK
 	}
 	if wait > 0 {
-		wctx, cancel := context.WithTimeout(ctx, wait)
-		run, err := s.gw.Engine.Wait(wctx, id)
+		wctx, cancel := s.untilStop(ctx)
+		wctx, cancelWait := context.WithTimeout(wctx, wait)
+		run, err := s.waitRun(wctx, id)
+		cancelWait()
 		cancel()
 		if err == nil && run.Status.Final() {
 			if v, err := s.ops.Run(ctx, id, false); err == nil {
@@ -182,6 +187,20 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, code, resp)
+}
+
+// waitRun waits for a run to end, wherever it is advanced: a run this
+// gateway does not hold (another took it over, or started it first) is
+// followed through its events.
+func (s *Server) waitRun(ctx context.Context, id string) (*store.Run, error) {
+	run, err := s.gw.Engine.Wait(ctx, id)
+	if !errors.Is(err, engine.ErrNotActive) {
+		return run, err
+	}
+	if err := s.ops.events(ctx, id, run.Seq, true, func(store.Event) error { return nil }); err != nil {
+		return nil, err
+	}
+	return s.gw.Store.Run(ctx, id)
 }
 
 func checkJSON(b []byte) error {
@@ -230,7 +249,7 @@ func (s *Server) getChain(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w %q", engine.ErrUnknownChain, name))
 		return
 	}
-	def, err := cfg.Definition(name)
+	def, err := cfg.Outline(name)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -330,14 +349,14 @@ const heartbeat = 15 * time.Second
 func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	after := uint64(0)
-	last := r.Header.Get("Last-Event-ID")
+	last, source := r.Header.Get("Last-Event-ID"), "Last-Event-ID"
 	if last == "" {
-		last = r.URL.Query().Get("after")
+		last, source = r.URL.Query().Get("after"), "after"
 	}
 	if last != "" {
 		n, err := strconv.ParseUint(last, 10, 64)
 		if err != nil {
-			s.writeError(w, r, badRequest("invalid_parameter", "Last-Event-ID %q is not an event sequence number", last))
+			s.writeError(w, r, badRequest("invalid_parameter", "%s %q is not an event sequence number", source, last))
 			return
 		}
 		after = n
@@ -356,7 +375,9 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	follow := r.URL.Query().Get("follow") != "false"
 	lastWrite := time.Now()
-	err := s.ops.events(r.Context(), id, after, follow, func(ev store.Event) error {
+	ctx, cancel := s.untilStop(r.Context())
+	defer cancel()
+	err := s.ops.events(ctx, id, after, follow, func(ev store.Event) error {
 		if ev.Seq == 0 {
 			if time.Since(lastWrite) < heartbeat {
 				return nil
@@ -398,8 +419,17 @@ type dlqQuery struct {
 	Limit       int    `json:"limit"`
 	Mode        string `json:"mode"`
 	Concurrency int    `json:"concurrency"`
-	// All must be set to purge with no other filter.
+	// All must be set to replay or purge with no other filter.
 	All bool `json:"all"`
+}
+
+// requireFilter keeps an empty body from acting on every entry: a bulk
+// replay or purge names what it acts on, or says all.
+func (q dlqQuery) requireFilter(verb string) error {
+	if q.Chain == "" && q.Step == "" && q.Since == "" && !q.All {
+		return badRequest("filter_required", `give chain, step or since, or "all": true to %s every entry`, verb)
+	}
+	return nil
 }
 
 func (q dlqQuery) filter() (store.DLQFilter, error) {
@@ -499,6 +529,10 @@ func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := q.requireFilter("replay"); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	mode, err := replayMode(q.Mode)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -535,8 +569,8 @@ func (s *Server) purgeDLQ(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if q.Chain == "" && q.Step == "" && q.Since == "" && !q.All {
-		s.writeError(w, r, badRequest("filter_required", `give chain, step or since, or "all": true to purge every entry`))
+	if err := q.requireFilter("purge"); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	f, err := q.filter()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -65,6 +66,14 @@ name = "breaks"
 name = "call"
 provider = "faulty"
 payload_template = { fail = "remote said no to <<secrets.API_TOKEN ?? \"x\">>" }
+on_failure = "dlq"
+
+[[chains]]
+name = "flaky"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { fail = "still down", sleep_ms = 300 }
 on_failure = "dlq"
 `
 
@@ -255,6 +264,18 @@ func TestIdempotencyKey(t *testing.T) {
 	if len(list.Runs) != 1 {
 		t.Errorf("%d runs of hello, want 1", len(list.Runs))
 	}
+
+	// A key whose first request claimed it but failed to start the run:
+	// the retry starts it, and says so.
+	orphan := store.NewID()
+	if _, err := env.gw.Store.ClaimKey(context.Background(), "run/hello/alert-43", orphan, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	var retried gateway.StartResponse
+	code, _, body := env.call("POST", "/v1/chains/hello/runs", `{}`, map[string]string{"Idempotency-Key": "alert-43"}, &retried)
+	if code != 202 || retried.ID != orphan || retried.Replayed {
+		t.Errorf("retry after a failed start: %d %s", code, body)
+	}
 }
 
 func TestErrors(t *testing.T) {
@@ -280,6 +301,9 @@ func TestErrors(t *testing.T) {
 		{"POST", "/v1/dlq/purge", `{"chian":"x"}`, 400, "invalid_json"},
 		{"POST", "/v1/dlq/x/replay", `{"mode":"sideways"}`, 400, "invalid_parameter"},
 		{"GET", "/v1/chains/nope", "", 404, "unknown_chain"},
+		{"GET", "/v1/runs?cursor=not-a-cursor!", "", 400, "invalid_parameter"},
+		{"POST", "/v1/dlq/replay", ``, 400, "filter_required"},
+		{"POST", "/v1/dlq/replay", `{"mode":"restart"}`, 400, "filter_required"},
 	}
 	for _, tc := range tests {
 		var e apiErr
@@ -319,6 +343,25 @@ read_tokens = ["reader"]
 		if code == 401 && !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Bearer") {
 			t.Errorf("401 without WWW-Authenticate")
 		}
+	}
+}
+
+// TestReloadKeepsAuth checks that a reload cannot drop every API token:
+// one slip in an edit would open the API to anyone.
+func TestReloadKeepsAuth(t *testing.T) {
+	env := newAPI(t, `[gateway.auth]
+tokens = ["writer"]
+`)
+	env.token = "writer"
+	env.write("[gateway]\nsecrets_file = \"secrets.env\"\n" + apiConfig)
+	var e apiErr
+	code, _, _ := env.call("POST", "/v1/admin/reload", "", nil, &e)
+	if code != 400 || e.Error.Code != "invalid_config" || !strings.Contains(strings.Join(e.Error.Details, "\n"), "gateway.auth") {
+		t.Errorf("reload without tokens: %d %+v", code, e)
+	}
+	env.token = ""
+	if code, _, _ := env.call("GET", "/v1/runs", "", nil, nil); code != 401 {
+		t.Errorf("after the refused reload, a request without a token: %d", code)
 	}
 }
 
@@ -380,6 +423,116 @@ func TestEventStream(t *testing.T) {
 	if len(rest) != len(evs)-5 || rest[0].Seq != 6 {
 		t.Errorf("after Last-Event-ID 5: %d events starting at %d", len(rest), rest[0].Seq)
 	}
+	var e apiErr
+	if code, _, _ := env.call("GET", "/v1/runs/"+started.ID+"/events?after=five", "", nil, &e); code != 400 || !strings.Contains(e.Error.Message, `after "five"`) {
+		t.Errorf("bad after: %d %+v", code, e)
+	}
+}
+
+// TestEventStreamFollowsReplayedRun checks that a stream of a run resumed
+// from the dead-letter queue follows it live past the end event of its
+// first attempt.
+func TestEventStreamFollowsReplayedRun(t *testing.T) {
+	env := newAPI(t, "")
+	var failed gateway.StartResponse
+	env.call("POST", "/v1/chains/flaky/runs?wait=20s", `{}`, nil, &failed)
+	if failed.Status != store.RunFailed {
+		t.Fatalf("first attempt: %+v", failed)
+	}
+	var list struct {
+		Entries []store.DLQEntry `json:"entries"`
+	}
+	env.call("GET", "/v1/dlq?chain=flaky", "", nil, &list)
+	if len(list.Entries) != 1 {
+		t.Fatalf("entries: %+v", list)
+	}
+	if code, _, body := env.call("POST", "/v1/dlq/"+list.Entries[0].ID+"/replay", `{}`, nil, nil); code != 202 {
+		t.Fatalf("replay: %d %s", code, body)
+	}
+	// The resumed call sleeps 300 ms and fails again: the stream connects while it runs and follows it to
+	// its second end.
+	evs := readSSE(t, env, failed.ID, "")
+	ends := 0
+	for _, ev := range evs {
+		if ev.Type == store.EventRunFailed {
+			ends++
+		}
+	}
+	if ends != 2 || evs[len(evs)-1].Type != store.EventRunFailed {
+		t.Errorf("events: %+v", evs)
+	}
+}
+
+// TestShutdownEndsStreams runs the server as `gateway serve` does and stops
+// it with a call in flight: open event streams end at once, so clients
+// reconnect elsewhere; the API answers while the engine drains, refusing
+// new runs and reporting not ready; the call finishes within the grace.
+func TestShutdownEndsStreams(t *testing.T) {
+	env := newAPI(t, "")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.url = "http://" + l.Addr().String()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- env.srv.Run(ctx, l, 30*time.Second) }()
+
+	var slow gateway.StartResponse
+	if code, _, body := env.call("POST", "/v1/chains/hello/runs", `{"sleep_ms":2500}`, nil, &slow); code != 202 {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	req, _ := http.NewRequest("GET", env.url+"/v1/runs/"+slow.ID+"/events", nil)
+	resp, err := env.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	streamDone := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		close(streamDone)
+	}()
+	// Shut down once the slow sub-step is being called.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var v gateway.RunView
+		env.call("GET", "/v1/runs/"+slow.ID, "", nil, &v)
+		if b := v.Steps["notify/b"]; b != nil && b.Status == store.StepRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slow call never started: %+v", v.Steps)
+		}
+	}
+	stop()
+	select {
+	case <-streamDone:
+	case err := <-served:
+		t.Fatalf("the server stopped (%v) before it ended the event stream", err)
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("the server stopped (%v) before the call in flight finished", err)
+	default:
+	}
+	var e apiErr
+	if code, _, _ := env.call("GET", "/readyz", "", nil, &e); code != 503 || e.Error.Code != "shutting_down" {
+		t.Errorf("readyz while draining: %d %+v", code, e)
+	}
+	if code, _, _ := env.call("POST", "/v1/chains/hello/runs", `{}`, nil, &e); code != 503 {
+		t.Errorf("POST while draining: %d %+v", code, e)
+	}
+	if code, _, _ := env.call("GET", "/v1/runs/"+slow.ID, "", nil, nil); code != 200 {
+		t.Errorf("reads while draining: %d", code)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	steps, err := env.gw.Store.Steps(context.Background(), slow.ID, "notify/b")
+	if err != nil || len(steps) != 1 || steps[0].Status != store.StepSucceeded {
+		t.Errorf("the call in flight did not finish within the grace: %+v %v", steps, err)
+	}
 }
 
 func TestChainsEndpoints(t *testing.T) {
@@ -388,7 +541,7 @@ func TestChainsEndpoints(t *testing.T) {
 		Chains []map[string]any `json:"chains"`
 	}
 	env.call("GET", "/v1/chains", "", nil, &list)
-	if len(list.Chains) != 2 || list.Chains[0]["name"] != "hello" {
+	if len(list.Chains) != 3 || list.Chains[0]["name"] != "hello" {
 		t.Errorf("chains: %+v", list)
 	}
 	var c struct {

@@ -218,9 +218,10 @@ func (c *Client) Replay(ctx context.Context, id string, mode engine.ReplayMode) 
 	return &store.Run{ID: out.Run}, nil
 }
 
-// ReplayMany implements Ops.
+// ReplayMany implements Ops. An empty filter replays everything.
 func (c *Client) ReplayMany(ctx context.Context, f store.DLQFilter, mode engine.ReplayMode, concurrency int) (*BulkReplay, error) {
-	body := map[string]any{"chain": f.Chain, "step": f.Step, "since": since(f.Since), "limit": f.Limit, "mode": mode, "concurrency": concurrency}
+	body := filterBody(f)
+	body["limit"], body["mode"], body["concurrency"] = f.Limit, mode, concurrency
 	var out BulkReplay
 	if err := c.do(ctx, http.MethodPost, "/v1/dlq/replay", nil, body, &out); err != nil {
 		return nil, err
@@ -233,12 +234,19 @@ func (c *Client) DeleteDLQ(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/dlq/"+url.PathEscape(id), nil, nil, nil)
 }
 
-// PurgeDLQ implements Ops. An empty filter purges everything.
-func (c *Client) PurgeDLQ(ctx context.Context, f store.DLQFilter) (int, error) {
+// filterBody is a bulk request's filter; an empty filter means every
+// entry, which the API wants said out loud.
+func filterBody(f store.DLQFilter) map[string]any {
 	body := map[string]any{"chain": f.Chain, "step": f.Step, "since": since(f.Since)}
 	if f.Chain == "" && f.Step == "" && f.Since.IsZero() {
 		body["all"] = true
 	}
+	return body
+}
+
+// PurgeDLQ implements Ops. An empty filter purges everything.
+func (c *Client) PurgeDLQ(ctx context.Context, f store.DLQFilter) (int, error) {
+	body := filterBody(f)
 	var out struct {
 		Purged int `json:"purged"`
 	}

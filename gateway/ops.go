@@ -143,13 +143,15 @@ func (l *Local) events(ctx context.Context, id string, after uint64, follow bool
 		if err != nil {
 			return err
 		}
+		// The last event decides: a run that failed and was replayed from
+		// the dead-letter queue has an end event in its history but goes on.
 		ended := false
 		for _, ev := range evs {
 			if err := fn(ev); err != nil {
 				return err
 			}
 			after = ev.Seq
-			ended = ended || runEnded(ev.Type)
+			ended = runEnded(ev.Type)
 		}
 		if !follow || ended {
 			return nil

@@ -37,6 +37,10 @@ type Server struct {
 	readTok  [][]byte
 
 	draining atomic.Bool
+	// stopping ends event streams and waits when shutdown begins, so
+	// clients reconnect elsewhere instead of holding the drain.
+	stopping context.Context
+	stop     context.CancelFunc
 	reloadMu sync.Mutex
 }
 
@@ -50,12 +54,22 @@ const (
 // events and calls feed; paths are the config paths reload reads again.
 func NewServer(gw *Gateway, hub *Hub, metrics *Metrics, paths []string) *Server {
 	s := &Server{gw: gw, ops: &Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths}
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	metrics.register(gw)
 	s.setConfig(gw.Config)
 	return s
 }
 
 func (s *Server) setConfig(cfg *chain.Config) {
+	write, read := apiTokens(cfg)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg = cfg
+	s.writeTok, s.readTok = write, read
+}
+
+// apiTokens are the tokens cfg and the environment give the API.
+func apiTokens(cfg *chain.Config) (write, read [][]byte) {
 	toBytes := func(lists ...[]string) [][]byte {
 		var out [][]byte
 		for _, l := range lists {
@@ -67,11 +81,8 @@ func (s *Server) setConfig(cfg *chain.Config) {
 		}
 		return out
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cfg = cfg
-	s.writeTok = toBytes(cfg.Gateway.Auth.Tokens, strings.Split(os.Getenv(EnvTokens), ","))
-	s.readTok = toBytes(cfg.Gateway.Auth.ReadTokens, strings.Split(os.Getenv(EnvReadTokens), ","))
+	return toBytes(cfg.Gateway.Auth.Tokens, strings.Split(os.Getenv(EnvTokens), ",")),
+		toBytes(cfg.Gateway.Auth.ReadTokens, strings.Split(os.Getenv(EnvReadTokens), ","))
 }
 
 func (s *Server) config() *chain.Config {
@@ -94,6 +105,9 @@ func (s *Server) Reload() (*chain.Config, error) {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	cfg, err := LoadConfig(s.paths)
+	if err == nil {
+		err = s.checkAuthKept(cfg)
+	}
 	if err != nil {
 		s.log.Error("config reload refused; the running config stays", "err", err)
 		return nil, err
@@ -102,6 +116,20 @@ func (s *Server) Reload() (*chain.Config, error) {
 	s.setConfig(cfg)
 	s.log.Info("config reloaded", "chains", len(cfg.Chains), "providers", len(cfg.Providers))
 	return cfg, nil
+}
+
+// checkAuthKept refuses a config that would leave an API that asks for
+// tokens open to anyone: a slip in one edit must not do that unnoticed.
+// Serving without tokens takes a restart, which checks the listen address.
+func (s *Server) checkAuthKept(cfg *chain.Config) error {
+	if write, read := apiTokens(cfg); !s.AuthEnabled() || len(write)+len(read) > 0 {
+		return nil
+	}
+	return &chain.ConfigError{Diagnostics: []chain.Diagnostic{{
+		Path:     "gateway.auth",
+		Message:  "the new config has no API tokens; a reload cannot open the API to requests without a token (restart the gateway to serve without tokens)",
+		Severity: chain.SeverityError,
+	}}}
 }
 
 // Run serves the API on l until ctx is done, adopting runs whose lease has
@@ -125,17 +153,33 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	}
 	s.log.Info("shutting down: no new runs; calls in flight may finish", "grace", grace)
 	s.draining.Store(true)
-	shutCtx, cancel := context.WithTimeout(context.Background(), grace)
+	s.stop()
+	deadline := time.Now().Add(grace)
+	engCtx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	var wg sync.WaitGroup
-	wg.Go(func() { s.gw.Engine.Shutdown(shutCtx) })
-	// Event streams end with the server; requests already in get the grace.
-	err := srv.Shutdown(shutCtx)
+	// The API keeps answering while the engine drains: /readyz says 503 so
+	// load balancers move on, new runs get 503, reads still work.
+	s.gw.Engine.Shutdown(engCtx)
+	// Requests still in flight get what is left of the grace, and at least
+	// a moment to finish writing.
+	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), max(time.Until(deadline), httpShutdownMin))
+	defer cancelHTTP()
+	err := srv.Shutdown(httpCtx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = srv.Close()
 	}
-	wg.Wait()
 	return err
+}
+
+// httpShutdownMin is the least time requests get to finish once the
+// engine has stopped.
+const httpShutdownMin = time.Second
+
+// untilStop is ctx, ended also when the server begins shutting down.
+func (s *Server) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(s.stopping, cancel)
+	return ctx, func() { unhook(); cancel() }
 }
 
 // adopt resumes the unfinished runs nobody advances: those of a gateway
@@ -192,6 +236,8 @@ func apiError(err error) *APIError {
 		return &APIError{Status: http.StatusBadRequest, Code: "invalid_config", Message: "the config has errors; the running config stays", Details: details}
 	case errors.As(err, &mbe):
 		return &APIError{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large", Message: fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)}
+	case errors.Is(err, store.ErrInvalid):
+		return &APIError{Status: http.StatusBadRequest, Code: "invalid_parameter", Message: err.Error()}
 	case errors.Is(err, store.ErrNotFound):
 		return &APIError{Status: http.StatusNotFound, Code: "not_found", Message: err.Error()}
 	case errors.Is(err, engine.ErrUnknownChain):

@@ -566,11 +566,13 @@ func (e *Engine) active(id string) *runner {
 }
 
 // Wait blocks until the run reaches a final status and returns its record.
+// A run this engine does not advance, or stopped advancing because another
+// took it over, returns its stored record with ErrNotActive unless final.
 func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
 	if r := e.active(id); r != nil {
 		select {
 		case <-r.done:
-			if r.err != nil {
+			if r.err != nil && !errors.Is(r.err, store.ErrLeaseLost) {
 				return nil, r.err
 			}
 		case <-ctx.Done():

@@ -14,6 +14,9 @@ import (
 var (
 	// ErrNotFound is returned for a run, step or DLQ entry that does not exist.
 	ErrNotFound = errors.New("not found")
+	// ErrInvalid is returned for an argument the store cannot use, such as
+	// a list cursor it did not hand out.
+	ErrInvalid = errors.New("invalid argument")
 	// ErrExists is returned when creating a run whose id is taken.
 	ErrExists = errors.New("already exists")
 	// ErrInUse is returned when another process holds the store.

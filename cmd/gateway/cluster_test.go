@@ -287,6 +287,41 @@ func TestThreeGatewaysShareRedis(t *testing.T) {
 	t.Logf("%d runs of the killed gateway were taken over; %d sub-steps had recorded results at the kill", taken, len(recorded))
 }
 
+// TestWaitFollowsRunOnAnotherGateway retries a POST with the same
+// Idempotency-Key and ?wait= on a second gateway while the first runs it:
+// the answer waits for the run to end there.
+func TestWaitFollowsRunOnAnotherGateway(t *testing.T) {
+	url := redistest.Open(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.toml")
+	writeFile(t, cfg, clusterConfig(dir, 2))
+	a, b := startServe(t, cfg, url), startServe(t, cfg, url)
+	post := func(gw *gatewayProc, query string) (int, map[string]any) {
+		req, _ := http.NewRequest("POST", gw.url+"/v1/chains/fanout/runs"+query, strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "incident-7")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, out
+	}
+	code, first := post(a, "")
+	if code != http.StatusAccepted {
+		t.Fatalf("first POST: %d %v", code, first)
+	}
+	// The run's slower sub-step sleeps 650 ms on gateway a.
+	code, again := post(b, "?wait=20s")
+	run, _ := again["run"].(map[string]any)
+	if code != http.StatusOK || again["id"] != first["id"] || again["replayed"] != true || again["status"] != "succeeded" || run == nil {
+		t.Errorf("retry with wait on the other gateway: %d %v", code, again)
+	}
+}
+
 // BenchmarkTakeover measures how long the runs of a gateway killed with
 // SIGKILL wait before another gateway sharing the Redis store resumes them:
 // from the kill to the first call the survivors dispatch again, against the

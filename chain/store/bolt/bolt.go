@@ -510,7 +510,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 	if f.Cursor != "" {
 		var err error
 		if start, err = base64.RawURLEncoding.DecodeString(f.Cursor); err != nil {
-			return store.RunPage{}, fmt.Errorf("listing runs: bad cursor: %w", err)
+			return store.RunPage{}, fmt.Errorf("listing runs: cursor %q was not returned by this store: %w", f.Cursor, store.ErrInvalid)
 		}
 	}
 	var page store.RunPage

@@ -476,7 +476,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 	if f.Cursor != "" {
 		c, err := base64.RawURLEncoding.DecodeString(f.Cursor)
 		if err != nil {
-			return store.RunPage{}, fmt.Errorf("listing runs: bad cursor: %w", err)
+			return store.RunPage{}, fmt.Errorf("listing runs: cursor %q was not returned by this store: %w", f.Cursor, store.ErrInvalid)
 		}
 		hi = "(" + string(c)
 	}

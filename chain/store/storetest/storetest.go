@@ -343,8 +343,8 @@ func testListRuns(t *testing.T, f Factory) {
 	if len(since.Runs) != 2 {
 		t.Errorf("since: got %v, want the 2 newest", runIDs(since.Runs))
 	}
-	if _, err := s.ListRuns(ctx, store.RunFilter{Cursor: "%%%"}); err == nil {
-		t.Error("a malformed cursor was accepted")
+	if _, err := s.ListRuns(ctx, store.RunFilter{Cursor: "%%%"}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("malformed cursor: got %v, want ErrInvalid", err)
 	}
 }
 
