@@ -87,8 +87,9 @@ func TestSubChainFailureAppliesStepPolicy(t *testing.T) {
 }
 
 func TestCancelParentCancelsChild(t *testing.T) {
-	rec := filepath.Join(t.TempDir(), "cancelled.jsonl")
-	h := newHarness(t, strings.Replace(subChains, `payload_template = "<<origin.payload>>"`, fmt.Sprintf(`payload_template = { hang = true, record_cancel = %q }`, rec), 1))
+	dir := t.TempDir()
+	started, rec := filepath.Join(dir, "started.jsonl"), filepath.Join(dir, "cancelled.jsonl")
+	h := newHarness(t, strings.Replace(subChains, `payload_template = "<<origin.payload>>"`, fmt.Sprintf(`payload_template = { hang = true, record = %q, record_cancel = %q }`, started, rec), 1))
 	ctx := context.Background()
 	run, err := h.eng.Start(ctx, "parent", engine.Input{Payload: []byte(`{"severity":"low"}`)})
 	if err != nil {
@@ -106,7 +107,8 @@ func TestCancelParentCancelsChild(t *testing.T) {
 	if child == nil {
 		t.Fatal("no child run")
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Cancel once the child's call has reached the plugin.
+	waitLines(t, started, 1)
 	if err := h.eng.Cancel(ctx, run.ID); err != nil {
 		t.Fatal(err)
 	}
