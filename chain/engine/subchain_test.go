@@ -138,7 +138,18 @@ func TestSubChainResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Stop once the child's call is under way.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		page, _ := h1.store.ListRuns(ctx, store.RunFilter{Chain: "page-secondary"})
+		if len(page.Runs) == 1 {
+			if recs, _ := h1.store.Steps(ctx, page.Runs[0].ID, ""); len(recs) > 0 && recs[0].Status == store.StepRunning {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child's call never started")
+		}
+	}
 	h1.close()
 	h2 := newHarnessAt(t, cfg, db)
 	ids, err := h2.eng.Resume(ctx)

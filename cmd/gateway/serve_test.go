@@ -170,7 +170,12 @@ func TestOperatorCommands(t *testing.T) {
 	if code, _, _ := runCLI(t, append([]string{"dlq", "purge"}, server...)...); code != exitUsage {
 		t.Errorf("purge without a filter: exit %d", code)
 	}
-	time.Sleep(500 * time.Millisecond) // the restarted run fails again and parks an entry
+	// The restarted run fails again and parks an entry: follow it to its end.
+	if _, restarted, ok := strings.Cut(strings.TrimSpace(out), " as run "); !ok {
+		t.Fatalf("dlq replay named no run: %s", out)
+	} else if code, evs, _ := runCLI(t, append([]string{"runs", "events", restarted}, server...)...); code != exitOK || !strings.Contains(evs, "run "+restarted+" failed") {
+		t.Fatalf("the restarted run: %d\n%s", code, evs)
+	}
 	code, out, _ = runCLI(t, append([]string{"dlq", "purge", "--all"}, server...)...)
 	if code != exitOK || !strings.Contains(out, "purged 2 entries") {
 		t.Errorf("dlq purge: %d\n%s", code, out)
