@@ -173,7 +173,7 @@ func TestOperatorCommands(t *testing.T) {
 	// The restarted run fails again and parks an entry: follow it to its end.
 	if _, restarted, ok := strings.Cut(strings.TrimSpace(out), " as run "); !ok {
 		t.Fatalf("dlq replay named no run: %s", out)
-	} else if code, evs, _ := runCLI(t, append([]string{"runs", "events", restarted}, server...)...); code != exitOK || !strings.Contains(evs, "run "+restarted+" failed") {
+	} else if code, evs, _ := runCLI(t, append([]string{"runs", "events", restarted, "--follow"}, server...)...); code != exitOK || !strings.Contains(evs, "run "+restarted+" failed") {
 		t.Fatalf("the restarted run: %d\n%s", code, evs)
 	}
 	code, out, _ = runCLI(t, append([]string{"dlq", "purge", "--all"}, server...)...)
