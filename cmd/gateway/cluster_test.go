@@ -141,22 +141,9 @@ func postRun(url, chain, body string) (string, error) {
 // callCounts reads the record file: calls per dedup key.
 func callCounts(t testing.TB, path string) map[string]int {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
 	out := map[string]int{}
-	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		if l == "" {
-			continue
-		}
-		var r struct {
-			DedupKey string `json:"dedup_key"`
-		}
-		if err := json.Unmarshal([]byte(l), &r); err != nil {
-			t.Fatalf("torn record line %q", l)
-		}
-		out[r.DedupKey]++
+	for key, calls := range readRecords(t, path) {
+		out[key] = len(calls)
 	}
 	return out
 }
