@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,21 +13,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/providers/builtin"
 )
 
 func TestMain(m *testing.M) {
 	plugins.ServeBuiltinIfRequested(builtin.New)
-	if _, ok := os.LookupEnv("GORACE"); !ok {
-		os.Setenv("GORACE", "atexit_sleep_ms=0")
-	}
+	testutil.QuickRaceExit()
 	os.Exit(m.Run())
 }
 
@@ -84,26 +81,9 @@ type apiEnv struct {
 	url    string
 	srv    *gateway.Server
 	gw     *gateway.Gateway
-	logs   *syncBuffer
+	logs   *testutil.Buffer
 	client *http.Client
 	token  string
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 const testSecret = "tok-9f8e7d6c5b4a"
@@ -111,7 +91,7 @@ const testSecret = "tok-9f8e7d6c5b4a"
 func newAPI(t *testing.T, extra string) *apiEnv {
 	t.Helper()
 	dir := t.TempDir()
-	env := &apiEnv{t: t, dir: dir, cfg: filepath.Join(dir, "gateway.toml"), logs: &syncBuffer{}, client: &http.Client{}}
+	env := &apiEnv{t: t, dir: dir, cfg: filepath.Join(dir, "gateway.toml"), logs: &testutil.Buffer{}, client: &http.Client{}}
 	if err := os.WriteFile(filepath.Join(dir, "secrets.env"), []byte("API_TOKEN="+testSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

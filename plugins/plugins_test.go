@@ -1,7 +1,6 @@
 package plugins_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
@@ -25,43 +25,21 @@ import (
 func TestMain(m *testing.M) {
 	plugins.ServeBuiltinIfRequested(builtin.New)
 	runHostModeIfRequested()
-	// The built-in plugins here are this binary; under -race it would linger
-	// a second at every exit, and every test closes a manager.
-	if _, ok := os.LookupEnv("GORACE"); !ok {
-		os.Setenv("GORACE", "atexit_sleep_ms=0")
-	}
+	testutil.QuickRaceExit()
 	os.Exit(m.Run())
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // newManager returns a Manager that re-executes this test binary for
 // built-ins, logs as JSON into the returned buffer (shown if the test fails),
 // and is closed when the test ends.
-func newManager(t testing.TB, opts plugins.Options) (*plugins.Manager, *syncBuffer) {
+func newManager(t testing.TB, opts plugins.Options) (*plugins.Manager, *testutil.Buffer) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts.Executable = exe
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	opts.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -17,6 +17,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
+	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
@@ -26,11 +27,7 @@ import (
 // engine test calls real plugin subprocesses.
 func TestMain(m *testing.M) {
 	plugins.ServeBuiltinIfRequested(builtin.New)
-	// Plugins here are this test binary; under -race each would linger a
-	// second at exit.
-	if _, ok := os.LookupEnv("GORACE"); !ok {
-		os.Setenv("GORACE", "atexit_sleep_ms=0")
-	}
+	testutil.QuickRaceExit()
 	os.Exit(m.Run())
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	redisstore "github.com/chaingate/gateway/chain/store/redis"
 	"github.com/chaingate/gateway/chain/store/redis/redistest"
+	"github.com/chaingate/gateway/internal/testutil"
 )
 
 // These tests run several gateway processes on one Redis, as a team would
@@ -61,25 +61,7 @@ payload_template = { total = "<<steps.notify.body>>" }
 type gatewayProc struct {
 	cmd  *exec.Cmd
 	url  string
-	logs *syncBuffer
-}
-
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *testutil.Buffer
 }
 
 func startServe(t testing.TB, cfg, state string) *gatewayProc {
@@ -94,7 +76,7 @@ func startServe(t testing.TB, cfg, state string) *gatewayProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &gatewayProc{cmd: cmd, logs: &syncBuffer{}}
+	p := &gatewayProc{cmd: cmd, logs: &testutil.Buffer{}}
 	cmd.Stderr = p.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

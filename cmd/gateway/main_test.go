@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/providers/builtin"
 )
@@ -30,11 +31,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(mainEnv) == "1" {
 		main()
 	}
-	// Plugins here are this test binary; under -race each would linger a
-	// second at exit.
-	if _, ok := os.LookupEnv("GORACE"); !ok {
-		os.Setenv("GORACE", "atexit_sleep_ms=0")
-	}
+	testutil.QuickRaceExit()
 	os.Exit(m.Run())
 }
 
