@@ -423,15 +423,6 @@ type dlqQuery struct {
 	All bool `json:"all"`
 }
 
-// requireFilter keeps an empty body from acting on every entry: a bulk
-// replay or purge names what it acts on, or says all.
-func (q dlqQuery) requireFilter(verb string) error {
-	if q.Chain == "" && q.Step == "" && q.Since == "" && !q.All {
-		return badRequest("filter_required", `give chain, step or since, or "all": true to %s every entry`, verb)
-	}
-	return nil
-}
-
 func (q dlqQuery) filter() (store.DLQFilter, error) {
 	since, err := ParseSince(q.Since)
 	if err != nil {
@@ -523,22 +514,27 @@ func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, map[string]any{"entry": r.PathValue("id"), "mode": mode, "run": run.ID, "links": map[string]string{"run": "/v1/runs/" + run.ID}})
 }
 
-func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
+// bulkQuery reads the body of a bulk replay or purge: a filter that names
+// what it acts on, or says all, so an empty request cannot empty the queue.
+func (s *Server) bulkQuery(w http.ResponseWriter, r *http.Request, verb string) (dlqQuery, store.DLQFilter, error) {
 	var q dlqQuery
 	if err := s.decodeBody(w, r, &q); err != nil {
-		s.writeError(w, r, err)
-		return
+		return q, store.DLQFilter{}, err
 	}
-	if err := q.requireFilter("replay"); err != nil {
-		s.writeError(w, r, err)
-		return
+	if q.Chain == "" && q.Step == "" && q.Since == "" && !q.All {
+		return q, store.DLQFilter{}, badRequest("filter_required", `give chain, step or since, or "all": true to %s every entry`, verb)
 	}
-	mode, err := replayMode(q.Mode)
+	f, err := q.filter()
+	return q, f, err
+}
+
+func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
+	q, f, err := s.bulkQuery(w, r, "replay")
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	f, err := q.filter()
+	mode, err := replayMode(q.Mode)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -564,16 +560,7 @@ func (s *Server) deleteDLQ(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) purgeDLQ(w http.ResponseWriter, r *http.Request) {
-	var q dlqQuery
-	if err := s.decodeBody(w, r, &q); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := q.requireFilter("purge"); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	f, err := q.filter()
+	_, f, err := s.bulkQuery(w, r, "purge")
 	if err != nil {
 		s.writeError(w, r, err)
 		return
