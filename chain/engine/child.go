@@ -42,10 +42,7 @@ func (r *runner) progressChild(now time.Time, q *seq, s *chain.Step, rec *store.
 		rec.Child = l.child.id
 		r.put(rec)
 		r.event(store.EventStepStarted, rec.Key, 1, fmt.Sprintf("sub-chain %q as run %s", s.SubChain, rec.Child))
-		l.batch = r.unacked[rec.Key]
-		if l.batch <= r.ackedSeq {
-			l.batch = 0
-		}
+		l.batch = r.launchBatch(q)
 		return []launch{*l}, false
 	case store.StepRunning:
 		if _, waiting := r.calls[rec.Key]; waiting {

@@ -77,6 +77,13 @@ func newHarnessAt(t *testing.T, config, db string) *harness {
 
 func newHarnessOn(t testing.TB, config, db string, onEvent func(store.Event)) *harness {
 	t.Helper()
+	return newHarnessWrapped(t, config, db, onEvent, nil)
+}
+
+// newHarnessWrapped is newHarnessOn with the engine's store wrapped, when
+// wrap is set, to watch or hold its commits.
+func newHarnessWrapped(t testing.TB, config, db string, onEvent func(store.Event), wrap func(store.Store) store.Store) *harness {
+	t.Helper()
 	opts := chain.LoadOptions{ProviderTypes: builtin.Types()}
 	cfg, err := chain.LoadBytes("test.toml", []byte(testProviders+config), opts)
 	if err != nil {
@@ -95,7 +102,11 @@ func newHarnessOn(t testing.TB, config, db string, onEvent func(store.Event)) *h
 	if onEvent == nil {
 		onEvent = h.record
 	}
-	h.eng, err = engine.New(engine.Options{Store: st, Config: cfg, Providers: resolver{pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: onEvent})
+	var engStore store.Store = st
+	if wrap != nil {
+		engStore = wrap(st)
+	}
+	h.eng, err = engine.New(engine.Options{Store: engStore, Config: cfg, Providers: resolver{pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: onEvent})
 	if err != nil {
 		t.Fatal(err)
 	}

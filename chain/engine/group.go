@@ -68,7 +68,7 @@ func (r *runner) resumeGroup(now time.Time, q *seq, s *chain.Step, rec *store.St
 		if sr == nil {
 			sr = r.open(now, q, sub, g.keys[i], sc, true)
 		} else {
-			r.adopt(q, sr)
+			r.resumed(q, sr)
 		}
 		g.place(r, i, sr, now)
 	}
@@ -259,7 +259,8 @@ func (r *runner) finishGroup(g *group, status store.StepStatus, msg string) {
 		rec := r.recs[g.keys[i]]
 		if rec.Status == store.StepSucceeded && len(rec.Body) > 0 {
 			body.Write(rec.Body)
-			merged[sub.Name] = g.seq.vars[sub.Name].(map[string]any)["body"]
+			v, _ := g.seq.vars[sub.Name].(map[string]any)
+			merged[sub.Name] = v["body"]
 		} else {
 			body.WriteString("null")
 			merged[sub.Name] = nil

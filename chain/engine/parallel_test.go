@@ -289,7 +289,10 @@ provider = "faulty"
 	}
 	start := time.Now()
 	res := h.run("c", `{}`)
-	if res.Steps["group"].Status != store.StepTimedOut || res.Steps["group/stuck"].Status != store.StepCancelled || res.Steps["group/quick"].Status != store.StepSucceeded {
+	// The stuck call shares the group's deadline, so it may end as timed
+	// out on its own a moment before the group cancels it.
+	stuck := res.Steps["group/stuck"].Status
+	if res.Steps["group"].Status != store.StepTimedOut || (stuck != store.StepCancelled && stuck != store.StepTimedOut) || res.Steps["group/quick"].Status != store.StepSucceeded {
 		t.Fatalf("got %+v", res.Steps)
 	}
 	if res.Status != store.RunFailed || !strings.Contains(res.Error.Message, "timed out") {

@@ -47,10 +47,8 @@ type runner struct {
 	events  []store.Event
 	dlq     []*store.DLQEntry
 
-	// nextBatch numbers the pending batch; unacked maps a record first
-	// written in a batch not yet durable to that batch's number.
+	// nextBatch numbers the pending batch.
 	nextBatch  uint64
-	unacked    map[string]uint64
 	committing *commit
 	ackedSeq   uint64   // the last batch known durable
 	waiting    []launch // calls whose intent is in a batch not yet durable
@@ -75,10 +73,9 @@ type runner struct {
 
 // commit is one batch handed to the committer.
 type commit struct {
-	seq     uint64
-	batch   *store.Batch
-	created []string
-	err     error
+	seq   uint64
+	batch *store.Batch
+	err   error
 }
 
 type inflight struct {
@@ -129,7 +126,6 @@ func (e *Engine) newRunner(def *chain.Chain, cfg *chain.Config, run *store.Run, 
 		doneItems: map[string]*bitset{},
 		dirty:     map[string]*store.StepRecord{},
 		nextBatch: 1,
-		unacked:   map[string]uint64{},
 		toCommit:  make(chan *commit, 1),
 		acks:      make(chan *commit, 1),
 		calls:     map[string]*inflight{},
@@ -288,11 +284,6 @@ func (r *runner) acked(ctx context.Context, c *commit) bool {
 			r.markDirty(sp.owner) // its results can be read back now
 		}
 	}
-	for _, k := range c.created {
-		if r.unacked[k] == c.seq {
-			delete(r.unacked, k)
-		}
-	}
 	still := r.waiting[:0]
 	for _, l := range r.waiting {
 		if l.batch <= c.seq {
@@ -387,10 +378,14 @@ func (r *runner) event(typ store.EventType, step string, attempt int, msg string
 
 // put records a changed step in memory and in the pending batch.
 func (r *runner) put(rec *store.StepRecord) {
-	if _, ok := r.recs[rec.Key]; !ok {
-		r.unacked[rec.Key] = r.nextBatch
-		r.created = append(r.created, rec.Key)
+	// Batches commit in order, so a list's next call, which waits for the
+	// list's latest write, finds every decision before it durable: its own
+	// intent and the results that led to it.
+	q := r.seqOf[rec.Key]
+	if q == nil {
+		q = r.top
 	}
+	q.ack = r.nextBatch
 	r.recs[rec.Key] = rec
 	if _, ok := r.dirty[rec.Key]; !ok {
 		r.order = append(r.order, rec.Key)
@@ -436,11 +431,10 @@ func (r *runner) takeBatch() *commit {
 		b.Lease = &l
 	}
 	r.leaseMu.Unlock()
-	c := &commit{seq: r.nextBatch, batch: b, created: r.created}
+	c := &commit{seq: r.nextBatch, batch: b}
 	r.nextBatch++
 	clear(r.dirty)
 	r.order = r.order[:0]
-	r.created = nil
 	r.events = nil
 	r.dlq = nil
 	return c
@@ -488,7 +482,7 @@ func (r *runner) flushCreate(ctx context.Context, def *store.Definition) error {
 	if err := r.e.store.Commit(ctx, c.batch); err != nil {
 		return err
 	}
-	clear(r.unacked)
+	r.ackedSeq = c.seq
 	r.published(c.batch.Events)
 	return nil
 }
@@ -503,7 +497,7 @@ func (r *runner) flush(ctx context.Context) error {
 	if err := r.commitWithRetry(ctx, c.batch); err != nil {
 		return err
 	}
-	clear(r.unacked)
+	r.ackedSeq = c.seq
 	r.published(c.batch.Events)
 	return nil
 }

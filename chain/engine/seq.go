@@ -27,9 +27,9 @@ type seq struct {
 	index   int
 	item    any
 	lineage []Frame // the enclosing splits, outermost first, this item's last
-	// ack is the batch that makes this item's next call durable intent
-	// (the split's cursor covering it, or its previous step's result); 0
-	// when nothing it waits for is pending.
+	// ack is the batch holding this list's latest write (in an item, or
+	// the split's cursor covering it, if later): its next call goes out
+	// once that batch is durable.
 	ack  uint64
 	keys []string // records this item holds in memory, dropped when it ends
 	// written holds the item's records handed to the store before they
@@ -138,6 +138,8 @@ func (r *runner) progressStep(now time.Time, q *seq, s *chain.Step) ([]launch, b
 	rec := r.recs[key]
 	if rec == nil {
 		rec = r.open(now, q, s, key, sc, q.inItem() && s.Kind == chain.KindProvider)
+	} else {
+		r.resumed(q, rec)
 	}
 	if rec.Status.Final() {
 		return nil, true

@@ -540,3 +540,78 @@ payload_template = { failed = "<<steps.loop.body.failed>>", second = "<<steps.lo
 		t.Errorf("all good: path %v", res.Path)
 	}
 }
+
+// TestSplitItemResumesWithEarlierResults stops the engine while split items
+// wait on their second step and on a parallel group's slow sub-step; after
+// resume the items' later steps still read what their earlier steps and
+// the group's quick sub-step returned before the stop.
+func TestSplitItemResumesWithEarlierResults(t *testing.T) {
+	dir := t.TempDir()
+	slow, last := filepath.Join(dir, "slow.jsonl"), filepath.Join(dir, "last.jsonl")
+	cfg := fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+items = "<<origin.payload.items>>"
+[[chains.steps.split.steps]]
+name = "first"
+provider = "echo"
+payload_template = { v = "first-<<item>>" }
+[[chains.steps.split.steps]]
+name = "both"
+[chains.steps.split.steps.parallel]
+[[chains.steps.split.steps.parallel.steps]]
+name = "quick"
+provider = "echo"
+payload_template = { v = "quick-<<item>>" }
+[[chains.steps.split.steps.parallel.steps]]
+name = "slow"
+provider = "faulty"
+payload_template = { record = %q, sleep_ms = 1500 }
+[[chains.steps.split.steps]]
+name = "last"
+provider = "faulty"
+payload_template = { record = %q, got = "<<steps.first.body.v>> <<steps.both.body.quick.v>>" }
+`, slow, last)
+	db := filepath.Join(dir, "gw.db")
+	ctx := context.Background()
+	h1 := newHarnessAt(t, cfg, db)
+	run, err := h1.eng.Start(ctx, "c", engine.Input{Payload: json.RawMessage(`{"items":[1,2,3]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLines(t, slow, 3)
+	// Wait for the quick sub-steps' results to be durable, then stop.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		steps, _ := h1.store.Steps(ctx, run.ID, "loop[")
+		quick := 0
+		for _, s := range steps {
+			if strings.HasSuffix(s.Key, "/both/quick") && s.Status == store.StepSucceeded {
+				quick++
+			}
+		}
+		if quick == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("quick sub-steps durable: %d of 3", quick)
+		}
+	}
+	h1.close()
+	h2 := newHarnessAt(t, cfg, db)
+	if _, err := h2.eng.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	final, err := h2.eng.Wait(ctx, run.ID)
+	if err != nil || final.Status != store.RunSucceeded {
+		t.Fatalf("after resume: %+v %v", final, err)
+	}
+	calls := readFileString(t, last)
+	for i := 1; i <= 3; i++ {
+		if want := fmt.Sprintf(`"got":"first-%d quick-%d"`, i, i); !strings.Contains(calls, want) {
+			t.Errorf("no call with %s:\n%s", want, calls)
+		}
+	}
+}

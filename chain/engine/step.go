@@ -60,6 +60,23 @@ func (r *runner) adopt(q *seq, rec *store.StepRecord) {
 	r.seqOf[rec.Key] = q
 }
 
+// resumed takes a record read back from the store into q when q first
+// meets it, as open does for a new one; a finished step's result goes into
+// q's namespace, since a split item's namespace is rebuilt only as the item
+// replays its steps.
+func (r *runner) resumed(q *seq, rec *store.StepRecord) {
+	if r.seqOf[rec.Key] == q {
+		return
+	}
+	r.seqOf[rec.Key] = q
+	if q.inItem() {
+		q.keys = append(q.keys, rec.Key)
+	}
+	if rec.Status.Final() {
+		r.setStepVar(q, rec, r.bodyValue(rec))
+	}
+}
+
 // dispatch starts a provider step's next attempt when it is due, or starts
 // its current attempt again when the run resumed with the call unanswered.
 // bound, when set, caps the call's deadline (a group's deadline). It returns
@@ -91,7 +108,7 @@ func (r *runner) dispatch(now time.Time, q *seq, s *chain.Step, rec *store.StepR
 			r.put(rec)
 			r.event(store.EventStepStarted, rec.Key, rec.Attempts, "")
 		}
-		l.batch = r.launchBatch(q, rec)
+		l.batch = r.launchBatch(q)
 		return l, false
 	case store.StepRunning:
 		if _, ok := r.calls[rec.Key]; ok {
@@ -105,27 +122,20 @@ func (r *runner) dispatch(now time.Time, q *seq, s *chain.Step, rec *store.StepR
 			return nil, true
 		}
 		r.event(store.EventStepStarted, rec.Key, rec.Attempts, "dispatched again after a restart")
-		l.batch = r.launchBatch(q, rec)
+		l.batch = r.launchBatch(q)
 		return l, false
 	}
 	return nil, rec.Status.Final()
 }
 
-// launchBatch is the batch a call must wait for: the one that first writes
-// its step's record, or, in a split item, the one that makes the item's
-// position durable; 0 when everything it depends on is written.
-func (r *runner) launchBatch(q *seq, rec *store.StepRecord) uint64 {
-	b := r.unacked[rec.Key]
-	if q.inItem() && q.ack > b {
-		b = q.ack
-	}
-	if g := r.owner[rec.Key]; g != nil && r.unacked[g.rec.Key] > b {
-		b = r.unacked[g.rec.Key]
-	}
-	if b <= r.ackedSeq {
+// launchBatch is the batch a call in q must wait for: the one holding q's
+// latest write, which follows everything the call depends on; 0 when that
+// is durable already.
+func (r *runner) launchBatch(q *seq) uint64 {
+	if q.ack <= r.ackedSeq {
 		return 0
 	}
-	return b
+	return q.ack
 }
 
 // prepare renders a step's payload and builds its provider call.

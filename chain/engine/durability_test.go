@@ -1,0 +1,165 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// heldStore holds back every commit that matches hold until release: what
+// the engine does meanwhile is what it would have done had it crashed
+// before the commit became durable.
+type heldStore struct {
+	store.Store
+	mu      sync.Mutex
+	hold    func(*store.Batch) bool
+	release chan struct{}
+	held    chan struct{} // closed when the first matching commit arrives
+}
+
+func (s *heldStore) Commit(ctx context.Context, b *store.Batch) error {
+	s.mu.Lock()
+	hold, release, held := s.hold, s.release, s.held
+	s.mu.Unlock()
+	if hold != nil && hold(b) {
+		select {
+		case <-held:
+		default:
+			close(held)
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Store.Commit(ctx, b)
+}
+
+// holdUntil arranges for commits matching hold to wait; the returned func
+// lets them through.
+func (s *heldStore) holdUntil(hold func(*store.Batch) bool) (held <-chan struct{}, release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hold, s.release, s.held = hold, make(chan struct{}), make(chan struct{})
+	rel := s.release
+	return s.held, func() { close(rel) }
+}
+
+func holdsStep(key string, status store.StepStatus) func(*store.Batch) bool {
+	return func(b *store.Batch) bool {
+		for _, rec := range b.Steps {
+			if rec.Key == key && rec.Status == status {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// TestNoCallBeforeItsIntentIsDurable holds back, one at a time, the commit
+// of a step's intent and the commit of the previous step's result, and
+// checks that no provider call goes out before them: a crash at that moment
+// must not leave a call made that the store does not know led to it.
+func TestNoCallBeforeItsIntentIsDurable(t *testing.T) {
+	tests := []struct {
+		name   string
+		chain  string
+		holdOn func(*store.Batch) bool
+	}{
+		{"intent of the first call", "top", holdsStep("first", store.StepRunning)},
+		{"result before the next call", "top", holdsStep("first", store.StepSucceeded)},
+		{"retry attempt", "retry", holdsStep("flaky", store.StepRunning)},
+		{"group sub-step result before the next step", "group", holdsStep("both/a", store.StepSucceeded)},
+		{"item step result before the item's next call", "split", holdsStep("loop[0]/first", store.StepSucceeded)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			rec := filepath.Join(dir, "calls.jsonl")
+			var hs *heldStore
+			h := newHarnessWrapped(t, fmt.Sprintf(`
+[[chains]]
+name = "top"
+[[chains.steps]]
+name = "first"
+provider = "faulty"
+payload_template = { record = %[1]q, sleep_ms = 100 }
+[[chains.steps]]
+name = "second"
+provider = "faulty"
+payload_template = { record = %[1]q, after = "<<steps.first.body.sleep_ms>>" }
+
+[[chains]]
+name = "retry"
+[[chains.steps]]
+name = "flaky"
+provider = "faulty"
+payload_template = { record = %[1]q, fail_times = 1 }
+retry = { max_retries = 1, backoff_ms = 10 }
+
+[[chains]]
+name = "group"
+[[chains.steps]]
+name = "both"
+[chains.steps.parallel]
+[[chains.steps.parallel.steps]]
+name = "a"
+provider = "faulty"
+payload_template = { record = %[1]q }
+[[chains.steps]]
+name = "second"
+provider = "faulty"
+payload_template = { record = %[1]q }
+
+[[chains]]
+name = "split"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+items = "<<origin.payload.items>>"
+[[chains.steps.split.steps]]
+name = "first"
+provider = "faulty"
+payload_template = { record = %[1]q, sleep_ms = 100 }
+[[chains.steps.split.steps]]
+name = "second"
+provider = "faulty"
+payload_template = { record = %[1]q, after = "<<steps.first.body.sleep_ms>>" }
+`, rec), filepath.Join(dir, "gw.db"), nil, func(st store.Store) store.Store {
+				hs = &heldStore{Store: st}
+				return hs
+			})
+			held, release := hs.holdUntil(tc.holdOn)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			run, err := h.eng.Start(ctx, tc.chain, engine.Input{Payload: json.RawMessage(`{"items":[1]}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-held:
+			case <-ctx.Done():
+				t.Fatal("the commit to hold never came")
+			}
+			before := countLines(t, rec)
+			// Had a call depended on the held commit, it would be out by now.
+			time.Sleep(300 * time.Millisecond)
+			if n := countLines(t, rec); n != before {
+				t.Errorf("%d calls went out while a commit they depend on was held", n-before)
+			}
+			release()
+			final, err := h.eng.Wait(ctx, run.ID)
+			if err != nil || final.Status != store.RunSucceeded {
+				t.Fatalf("run: %+v %v", final, err)
+			}
+		})
+	}
+}
