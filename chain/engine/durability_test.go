@@ -3,8 +3,10 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -161,5 +163,50 @@ payload_template = { record = %[1]q, after = "<<steps.first.body.sleep_ms>>" }
 				t.Fatalf("run: %+v %v", final, err)
 			}
 		})
+	}
+}
+
+// unreadyStore fails every read of a stored definition, as a store that
+// times out would.
+type unreadyStore struct{ store.Store }
+
+func (unreadyStore) Definition(context.Context, string) ([]byte, error) {
+	return nil, errors.New("i/o timeout")
+}
+
+// TestResumeWaitsOutAStoreError checks that a run whose definition cannot
+// be read this time stays unfinished for a later resume, instead of
+// failing for good.
+func TestResumeWaitsOutAStoreError(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "gw.db")
+	started := `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "slow"
+provider = "faulty"
+payload_template = { sleep_ms = 60000 }
+`
+	h1 := newHarnessAt(t, started, db)
+	ctx := context.Background()
+	run, err := h1.eng.Start(ctx, "c", engine.Input{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1.close()
+	// The chain changed since, so resuming needs the stored definition.
+	changed := strings.Replace(started, "60000", "1", 1)
+	h2 := newHarnessWrapped(t, changed, db, nil, func(st store.Store) store.Store { return unreadyStore{st} })
+	if _, err := h2.eng.Resume(ctx); err == nil || !strings.Contains(err.Error(), "i/o timeout") {
+		t.Fatalf("resume with the store failing: %v", err)
+	}
+	if got, _ := h2.store.Run(ctx, run.ID); got.Status != store.RunRunning {
+		t.Fatalf("after a store error the run is %s", got.Status)
+	}
+	h2.close()
+	h3 := newHarnessAt(t, changed, db)
+	if ids, err := h3.eng.Resume(ctx); err != nil || len(ids) != 1 {
+		t.Fatalf("resume: %v %v", ids, err)
 	}
 }

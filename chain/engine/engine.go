@@ -319,6 +319,10 @@ func (e *Engine) source(cfg *chain.Config, name string) ([]byte, error) {
 	return src, nil
 }
 
+// errNoDefinition marks a run whose definition is gone or unreadable, as
+// opposed to a store that did not answer this time.
+var errNoDefinition = errors.New("no usable definition")
+
 // definition returns the chain a run started with, and the config that
 // holds it, whose providers the run calls: the current config if the
 // chain's hash matches, else the definition stored when the run started.
@@ -333,15 +337,18 @@ func (e *Engine) definition(ctx context.Context, name, hash string) (*chain.Chai
 		return cfg.Chains[name], cfg, nil
 	}
 	src, err := e.store.Definition(ctx, hash)
+	if errors.Is(err, store.ErrNotFound) {
+		err = fmt.Errorf("%w: %w", errNoDefinition, err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("loading the definition of chain %q the run started with: %w", name, err)
 	}
 	cfg, err := chain.LoadBytes("stored definition of "+name, src, e.loadOpts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("loading the definition of chain %q the run started with: %w", name, err)
+		return nil, nil, fmt.Errorf("loading the definition of chain %q the run started with: %w: %w", name, errNoDefinition, err)
 	}
 	if cfg.Chains[name] == nil {
-		return nil, nil, fmt.Errorf("the stored definition %s does not hold chain %q", hash, name)
+		return nil, nil, fmt.Errorf("the stored definition %s does not hold chain %q: %w", hash, name, errNoDefinition)
 	}
 	e.defs[hash] = cfg
 	return cfg.Chains[name], cfg, nil
@@ -417,6 +424,10 @@ func (e *Engine) resumeLeased(ctx context.Context, id string, lease store.Lease)
 		return false, fmt.Errorf("resuming run %s: %w", id, err)
 	}
 	def, cfg, err := e.definition(ctx, run.Chain, run.ChainHash)
+	if err != nil && !errors.Is(err, errNoDefinition) {
+		// The store may answer next time: the run stays as it is.
+		return false, fmt.Errorf("resuming run %s: %w", id, err)
+	}
 	if err != nil {
 		// Nothing can advance this run; end it with the reason rather than
 		// leave it unfinished for ever.
