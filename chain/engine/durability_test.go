@@ -210,3 +210,32 @@ payload_template = { sleep_ms = 60000 }
 		t.Fatalf("resume: %v %v", ids, err)
 	}
 }
+
+// TestBugFailsOnlyItsRun checks that a panic while one run is advanced
+// ends that run failed, with a reason, and leaves the engine serving.
+func TestBugFailsOnlyItsRun(t *testing.T) {
+	h := newHarness(t, `
+[[providers]]
+name = "`+panicsOnResolve+`"
+type = "echo"
+
+[[chains]]
+name = "buggy"
+[[chains.steps]]
+name = "call"
+provider = "`+panicsOnResolve+`"
+
+[[chains]]
+name = "fine"
+[[chains.steps]]
+name = "call"
+provider = "echo"
+`)
+	res := h.run("buggy", `{}`)
+	if res.Status != store.RunFailed || res.Error == nil || res.Error.Code != "internal" || !strings.Contains(res.Error.Message, "resolver bug") {
+		t.Fatalf("buggy run: %s %+v", res.Status, res.Error)
+	}
+	if res := h.run("fine", `{}`); res.Status != store.RunSucceeded {
+		t.Errorf("the next run: %s %+v", res.Status, res.Error)
+	}
+}

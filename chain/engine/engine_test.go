@@ -53,7 +53,14 @@ type harness struct {
 
 type resolver struct{ m *plugins.Manager }
 
+// panicsOnResolve names a provider whose resolution panics, standing in
+// for a bug met while a run is advanced.
+const panicsOnResolve = "panics-on-resolve"
+
 func (r resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
+	if p.Name == panicsOnResolve {
+		panic("resolver bug")
+	}
 	return r.m.Provider(plugins.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}), nil
 }
 

@@ -116,7 +116,7 @@ func (g *group) count(r *runner, rec *store.StepRecord) {
 			rec.Status = store.StepSkipped
 			r.put(rec)
 			r.setStepVar(g.seq, rec, nil)
-			r.event(store.EventStepSkipped, rec.Key, rec.Attempts, "failure skipped (on_failure = skip): "+rec.Error.Message)
+			r.event(store.EventStepSkipped, rec.Key, rec.Attempts, "failure skipped (on_failure = skip): "+failureText(rec))
 			g.skipped++
 		case chain.OnFailureDLQ:
 			r.deadLetter(rec)
@@ -225,7 +225,7 @@ func (r *runner) groupFailure(g *group) string {
 				parts = append(parts, "…")
 				break
 			}
-			parts = append(parts, rec.Name+": "+rec.Error.Message)
+			parts = append(parts, rec.Name+": "+failureText(rec))
 		}
 	}
 	return fmt.Sprintf("%d of %d sub-steps failed (%s)", g.failed, len(g.subs), strings.Join(parts, "; "))

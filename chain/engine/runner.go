@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -196,6 +197,7 @@ func (r *runner) loop() {
 	defer cancel()
 	go r.committer(ctx)
 	defer close(r.toCommit)
+	defer r.contain()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 
@@ -250,6 +252,32 @@ func (r *runner) loop() {
 			default:
 			}
 		}
+	}
+}
+
+// contain keeps a bug met while advancing one run from taking the gateway
+// down: the run ends failed with what went wrong, rather than crash every
+// gateway that resumes it.
+func (r *runner) contain() {
+	p := recover()
+	if p == nil {
+		return
+	}
+	r.log.Error("advancing the run hit a bug; failing the run", "panic", p, "stack", string(debug.Stack()))
+	if r.committing != nil {
+		<-r.acks
+		r.committing = nil
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("recording the failure hit a bug too; the run stays as last persisted", "panic", p)
+		}
+	}()
+	r.finishRun(store.RunFailed, &store.ErrorInfo{Message: fmt.Sprintf("the gateway hit a bug advancing this run (%v); its log has the details", p), Code: "internal"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.flush(ctx); err != nil {
+		r.log.Error("recording the run's failure", "err", err)
 	}
 }
 

@@ -193,7 +193,7 @@ func (r *runner) settle(q *seq, s *chain.Step) bool {
 			rec.Status = store.StepSkipped
 			r.put(rec)
 			r.setStepVar(q, rec, nil)
-			r.event(store.EventStepSkipped, key, rec.Attempts, "failure skipped (on_failure = skip): "+rec.Error.Message)
+			r.event(store.EventStepSkipped, key, rec.Attempts, "failure skipped (on_failure = skip): "+failureText(rec))
 			if q.inItem() {
 				// Inside a split, a skipped failure ends the item as skipped.
 				r.endItem(q, store.StepSkipped, nil, nil)
@@ -202,11 +202,11 @@ func (r *runner) settle(q *seq, s *chain.Step) bool {
 		case chain.OnFailureDLQ:
 			id := r.deadLetter(rec)
 			r.failSeq(q, &store.ErrorInfo{
-				Message: fmt.Sprintf("step %q failed: %s (dead-letter entry %s)", s.Name, rec.Error.Message, id), Code: "step_failed",
+				Message: fmt.Sprintf("step %q failed: %s (dead-letter entry %s)", s.Name, failureText(rec), id), Code: "step_failed",
 			})
 			return false
 		default:
-			r.failSeq(q, &store.ErrorInfo{Message: fmt.Sprintf("step %q failed: %s", s.Name, rec.Error.Message), Code: "step_failed"})
+			r.failSeq(q, &store.ErrorInfo{Message: fmt.Sprintf("step %q failed: %s", s.Name, failureText(rec)), Code: "step_failed"})
 			return false
 		}
 	case store.StepSkipped:

@@ -224,7 +224,13 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 	} else {
 		// The items render the same from the same persisted inputs; a
 		// different count means the definition or data changed under it.
-		if rec.Split == nil || rec.Split.Total != len(items) {
+		if rec.Split == nil {
+			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{
+				Message: fmt.Sprintf("split %q was stored as started without its progress; it cannot resume", s.Name), Code: "corrupt_state",
+			})
+			return nil
+		}
+		if rec.Split.Total != len(items) {
 			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{
 				Message: fmt.Sprintf("split %q now renders %d items, not the %d it started with", s.Name, len(items), rec.Split.Total), Code: "items_changed",
 			})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -315,14 +316,27 @@ func (r *runner) setStepVar(q *seq, rec *store.StepRecord, body any) {
 	q.vars[rec.Name] = stepValue(rec, body)
 }
 
+// failureText is what a failed step's record says went wrong; a record
+// read back without its error still names its status.
+func failureText(rec *store.StepRecord) string {
+	if rec.Error == nil {
+		return "ended " + string(rec.Status) + " with no error recorded"
+	}
+	return rec.Error.Message
+}
+
 // deadLetter parks a failed step in the DLQ with what it was sent.
 func (r *runner) deadLetter(rec *store.StepRecord) string {
+	info := store.ErrorInfo{Message: failureText(rec)}
+	if rec.Error != nil {
+		info = *rec.Error
+	}
 	entry := &store.DLQEntry{
 		ID:        store.NewID(),
 		RunID:     r.run.ID,
 		Chain:     r.run.Chain,
 		Step:      rec.Key,
-		Error:     *rec.Error,
+		Error:     info,
 		Attempts:  rec.Attempts,
 		Payload:   r.payloads[rec.Key],
 		CreatedAt: time.Now().UTC(),
@@ -330,6 +344,15 @@ func (r *runner) deadLetter(rec *store.StepRecord) string {
 	r.dlq = append(r.dlq, entry)
 	r.event(store.EventDeadLettered, rec.Key, rec.Attempts, "dead-letter entry "+entry.ID)
 	return entry.ID
+}
+
+// scaled is d times n, saturating rather than wrapping around to a
+// negative wait that would fire every remaining retry at once.
+func scaled(d time.Duration, n int64) time.Duration {
+	if d > 0 && n > int64(math.MaxInt64/d) {
+		return math.MaxInt64
+	}
+	return d * time.Duration(n)
 }
 
 // backoff is the wait before retry number attempt (1 for the first retry).
@@ -340,9 +363,9 @@ func backoff(p *chain.Retry, attempt int) time.Duration {
 	case chain.BackoffFixed:
 		d = base
 	case chain.BackoffLinear:
-		d = base * time.Duration(attempt)
+		d = scaled(base, int64(attempt))
 	default:
-		d = base << min(attempt-1, 30)
+		d = scaled(base, int64(1)<<min(attempt-1, 62))
 	}
 	if limit := time.Duration(p.MaxBackoffMS) * time.Millisecond; limit > 0 && d > limit {
 		d = limit
