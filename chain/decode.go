@@ -17,11 +17,27 @@ type keyPath struct {
 }
 
 func (p keyPath) key(k string) keyPath {
-	d := k
-	if p.disp != "" {
+	var d string
+	switch {
+	case !isBareKey(k):
+		// Quoted, as templates write such keys, so a '.' inside the key
+		// cannot be read as a step into a table.
+		d = p.disp + "[" + strconv.Quote(k) + "]"
+	case p.disp == "":
+		d = k
+	default:
 		d = p.disp + "." + k
 	}
 	return keyPath{disp: d, canon: appendPath(p.canon, k)}
+}
+
+func isBareKey(k string) bool {
+	for i := 0; i < len(k); i++ {
+		if !isBareKeyByte(k[i]) {
+			return false
+		}
+	}
+	return k != ""
 }
 
 // elem is the i-th element of an array; name, when known, reads better
@@ -34,20 +50,37 @@ func (p keyPath) elem(i int, name string) keyPath {
 	return keyPath{disp: p.disp + "[" + label + "]", canon: appendPath(p.canon, strconv.Itoa(i))}
 }
 
-// sub extends p by a path written like "blocks[0].text", as templates
-// report where in a value a problem sits.
+// sub extends p by a path written like `blocks[0].text` or `a["b.c"]`, as
+// templates report where in a value a problem sits. On text it does not
+// understand it stops, keeping the part it read.
 func (p keyPath) sub(rel string) keyPath {
-	for _, part := range strings.Split(rel, ".") {
-		name, rest, _ := strings.Cut(part, "[")
-		if name != "" {
-			p = p.key(name)
-		}
-		for rest != "" {
-			idx, after, _ := strings.Cut(rest, "]")
-			if i, err := strconv.Atoi(idx); err == nil {
-				p = p.elem(i, "")
+	for rel != "" {
+		switch {
+		case rel[0] == '.':
+			rel = rel[1:]
+		case strings.HasPrefix(rel, `["`):
+			q, err := strconv.QuotedPrefix(rel[1:])
+			if err != nil {
+				return p
 			}
-			rest = strings.TrimPrefix(after, "[")
+			k, _ := strconv.Unquote(q)
+			p = p.key(k)
+			rel = strings.TrimPrefix(rel[1+len(q):], "]")
+		case rel[0] == '[':
+			idx, after, _ := strings.Cut(rel[1:], "]")
+			i, err := strconv.Atoi(idx)
+			if err != nil {
+				return p
+			}
+			p = p.elem(i, "")
+			rel = after
+		default:
+			end := strings.IndexAny(rel, ".[")
+			if end < 0 {
+				end = len(rel)
+			}
+			p = p.key(rel[:end])
+			rel = rel[end:]
 		}
 	}
 	return p
@@ -138,6 +171,12 @@ func (t *table) requiredStr(k string) string {
 		t.d.errorf(t.path, "missing required key %q", k)
 		return ""
 	}
+	return t.nonEmpty(k)
+}
+
+// nonEmpty reads a string that, when written at all, must say something:
+// an empty name or condition would leave the step half configured.
+func (t *table) nonEmpty(k string) string {
 	s := t.str(k)
 	if s == "" && t.isString(k) {
 		t.d.errorf(t.path.key(k), "must not be empty")

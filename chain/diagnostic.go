@@ -70,16 +70,6 @@ type diagnostics struct {
 
 func (ds *diagnostics) add(d Diagnostic) { ds.list = append(ds.list, d) }
 
-func (ds *diagnostics) errorCount() int {
-	n := 0
-	for _, d := range ds.list {
-		if d.Severity == SeverityError {
-			n++
-		}
-	}
-	return n
-}
-
 // sorted returns the diagnostics ordered by file, then position, so output is
 // stable whatever order the checks ran in.
 func (ds *diagnostics) sorted() []Diagnostic {

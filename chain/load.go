@@ -167,13 +167,12 @@ func (l *loader) gateway(t *table) {
 			if !lt.has(key) {
 				return
 			}
-			_, isInt := lt.m[key].(int64)
-			n := lt.count(key, unit)
-			switch {
-			case n >= least:
+			if n, isInt := lt.m[key].(int64); isInt && n < int64(least) {
+				lt.d.errorf(lt.path.key(key), "must be at least %d, got %d", least, n)
+				return
+			}
+			if n := lt.count(key, unit); n >= least {
 				*dst = n
-			case isInt:
-				lt.d.errorf(lt.path.key(key), "must be at least %d", least)
 			}
 		}
 		limit("max_split_items", "items", 1, &l.cfg.Gateway.Limits.MaxSplitItems)
@@ -221,8 +220,8 @@ var providerKeys = []string{"name", "type", "plugin", "sha256", "timeout_seconds
 
 func (l *loader) provider(t *table, dir string) {
 	p := &Provider{Name: l.checkName(t, "provider"), Source: t.d.source(t.path), raw: t.m}
-	p.Type = t.str("type")
-	p.Plugin = t.str("plugin")
+	p.Type = t.nonEmpty("type")
+	p.Plugin = t.nonEmpty("plugin")
 	p.SHA256 = strings.ToLower(t.str("sha256"))
 	p.TimeoutSeconds = t.count("timeout_seconds", "seconds")
 	switch {
@@ -313,7 +312,7 @@ func (l *loader) chain(t *table) {
 			t.d.errorf(t.path.key("steps"), "a chain needs at least one step")
 		}
 		c.Steps = b.steps(steps, nil, top)
-	} else {
+	} else if !t.has("steps") {
 		t.d.errorf(t.path, "missing required key %q: a chain needs at least one step ([[chains.steps]])", "steps")
 	}
 	t.finish(chainKeys)

@@ -136,10 +136,44 @@ func FuzzLoad(f *testing.F) {
 			f.Add(data)
 		}
 	}
+	// Each of these once loaded without an error and then crashed whatever
+	// read the step it left half configured.
+	const head = "[[providers]]\nname = \"p\"\ntype = \"echo\"\n[[chains]]\nname = \"c\"\n[[chains.steps]]\nname = \"a\"\n"
+	for _, tail := range []string{
+		"provider = \"p\"\n[[chains.steps.branches]]\nwhen = \"\"\ntarget = \"end\"\n",
+		"[chains.steps.split]\nitems = \"\"\n[[chains.steps.split.steps]]\nname = \"t\"\nprovider = \"p\"\n",
+		"provider = \"\"\n",
+		"sub_chain = \"\"\n",
+	} {
+		f.Add([]byte(head + tail))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := chain.LoadBytes("fuzz.toml", data, loadOpts)
-		if err == nil && cfg == nil {
+		if err != nil {
+			return
+		}
+		if cfg == nil {
 			t.Fatal("no config and no error")
+		}
+		// Whatever loads must be drawable and storable, and its stored
+		// definition must load back to the same chain.
+		for _, name := range cfg.ChainNames {
+			c := cfg.Chains[name]
+			_ = c.Mermaid()
+			if _, err := json.Marshal(c.Graph()); err != nil {
+				t.Fatalf("chain %s: encoding its graph: %v", name, err)
+			}
+			def, err := cfg.Definition(name)
+			if err != nil {
+				t.Fatalf("chain %s: %v", name, err)
+			}
+			again, err := chain.LoadBytes("definition.toml", def, loadOpts)
+			if err != nil {
+				t.Fatalf("chain %s: its definition does not load:\n%v\n%s", name, err, def)
+			}
+			if again.Chains[name].Hash != c.Hash {
+				t.Fatalf("chain %s: its definition loads with another hash:\n%s", name, def)
+			}
 		}
 	})
 }

@@ -101,17 +101,15 @@ func (b *chainBuild) step(t *table, parent *Step, sc *scope) *Step {
 	if rt, ok := t.sub("retry"); ok {
 		s.Retry = decodeRetry(rt)
 	}
-	if t.has("when") {
-		if src := t.str("when"); src != "" {
-			s.When = b.condition(t.path.key("when"), src, sc, false)
-		}
+	if src := t.nonEmpty("when"); src != "" {
+		s.When = b.condition(t.path.key("when"), src, sc, false)
 	}
 
 	switch {
 	case t.has("provider"):
 		s.Kind = KindProvider
-		s.Provider = t.str("provider")
-		s.ActionType = t.str("action_type")
+		s.Provider = t.nonEmpty("provider")
+		s.ActionType = t.nonEmpty("action_type")
 		if s.Provider != "" {
 			b.l.later = append(b.l.later, func() {
 				if _, ok := b.l.cfg.Providers[s.Provider]; !ok {
@@ -138,7 +136,7 @@ func (b *chainBuild) step(t *table, parent *Step, sc *scope) *Step {
 		}
 	case t.has("sub_chain"):
 		s.Kind = KindSubChain
-		s.SubChain = t.str("sub_chain")
+		s.SubChain = t.nonEmpty("sub_chain")
 		if inParallel {
 			t.d.errorf(t.path.key("sub_chain"), "a parallel sub-step cannot call a sub-chain")
 		}
@@ -217,11 +215,9 @@ func decodeRetry(t *table) *Retry {
 // routing decodes branches and default_next, whose targets must be steps of
 // the same list.
 func (b *chainBuild) routing(t *table, s *Step, sc *scope) {
-	if t.has("default_next") {
-		if target := t.str("default_next"); target != "" {
-			s.DefaultNext = target
-			b.checkTarget(t.path.key("default_next"), s, target)
-		}
+	if target := t.nonEmpty("default_next"); target != "" {
+		s.DefaultNext = target
+		b.checkTarget(t.path.key("default_next"), s, target)
 	}
 	branches, ok := t.tables("branches")
 	if !ok {
@@ -238,7 +234,7 @@ func (b *chainBuild) routing(t *table, s *Step, sc *scope) {
 		case bt.has("when") && hasField:
 			bt.d.errorf(bt.path, "a branch has either when or field/operator/value, not both")
 		case bt.has("when"):
-			if src := bt.str("when"); src != "" {
+			if src := bt.nonEmpty("when"); src != "" {
 				if c := b.condition(bt.path.key("when"), src, sc, true); c != nil {
 					br.Cond = c
 				}
@@ -313,7 +309,7 @@ func (b *chainBuild) parallel(t *table, owner *Step, sc *scope) *Parallel {
 	}
 	if steps, ok := t.tables("steps"); ok && len(steps) > 0 {
 		p.Steps = b.steps(steps, owner, sc)
-	} else {
+	} else if ok || !t.has("steps") {
 		t.d.errorf(t.path, "a parallel group needs at least one sub-step ([[chains.steps.parallel.steps]])")
 	}
 	t.finish(parallelKeys)
@@ -330,7 +326,7 @@ func (b *chainBuild) split(t *table, owner *Step, sc *scope) *Split {
 		TimeoutSeconds: t.count("timeout_seconds", "seconds"),
 	}
 	if t.has("items") {
-		if src := t.str("items"); src != "" {
+		if src := t.nonEmpty("items"); src != "" {
 			sp.Items = b.template(t.path.key("items"), src, sc)
 		}
 	} else {
@@ -360,7 +356,7 @@ func (b *chainBuild) split(t *table, owner *Step, sc *scope) *Split {
 	inner := &scope{names: map[string]bool{}, parent: sc, split: owner.Name}
 	if steps, ok := t.tables("steps"); ok && len(steps) > 0 {
 		sp.Steps = b.steps(steps, owner, inner)
-	} else {
+	} else if ok || !t.has("steps") {
 		t.d.errorf(t.path, "a split needs at least one per-item step ([[chains.steps.split.steps]])")
 	}
 	t.finish(splitKeys)
