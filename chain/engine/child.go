@@ -46,6 +46,7 @@ func (r *runner) progressChild(now time.Time, q *seq, s *chain.Step, rec *store.
 		return []launch{*l}, false
 	case store.StepRunning:
 		if _, waiting := r.calls[rec.Key]; waiting {
+			r.pollChild(now, rec)
 			return nil, false
 		}
 		// Resumed: the child may have finished, be running, or (stopped
@@ -61,14 +62,17 @@ func (r *runner) progressChild(now time.Time, q *seq, s *chain.Step, rec *store.
 			l.child.id = rec.Child
 			return []launch{*l}, false
 		case err != nil:
-			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{Message: fmt.Sprintf("reading sub-chain run %s: %v", rec.Child, err), Code: "store"})
-			return nil, true
+			// The store may answer next time; the child's step stays as it is.
+			r.log.Warn("reading a sub-chain run; trying again shortly", "step", rec.Key, "child", rec.Child, "err", err)
+			r.addTimer(now.Add(childPoll), rec.Key)
+			return nil, false
 		case child.Status.Final():
 			r.childResult(q, rec, child)
 			return nil, true
 		}
 		// Still running: it is resumed on its own and reports back here.
 		r.calls[rec.Key] = &inflight{attempt: rec.Attempts, cancel: func() {}}
+		r.pollChild(now, rec)
 		return nil, false
 	}
 	return nil, rec.Status.Final()
@@ -99,14 +103,48 @@ func (r *runner) startChild(ctx context.Context, l launch) {
 	parent := ParentRef{Run: r.run.ID, Step: l.key}
 	go func() {
 		_, err := r.e.startRun(ctx, r.cfg, l.child.chain, Input{Payload: l.child.input}, l.child.id, &parent, l.child.deadline)
-		if errors.Is(err, store.ErrExists) {
-			return // created before a restart; it reports when it ends
+		if errors.Is(err, store.ErrExists) || errors.Is(err, ErrClosed) {
+			// Created before a restart, it reports when it ends; or the
+			// engine is closing, and the parent creates it on resume.
+			return
 		}
 		if err != nil {
 			select {
 			case r.inbox <- outcome{key: l.key, attempt: -1, err: err}:
 			case <-r.done:
 			}
+		}
+	}()
+}
+
+// childPoll is how often a parent reads the record of a child it waits
+// on: a child that another gateway advances, after a takeover, cannot
+// report to it directly.
+const childPoll = 2 * time.Second
+
+// pollChild reads a waited-on child's record once per childPoll, off the
+// run's goroutine; a final child is handled as if it had reported.
+func (r *runner) pollChild(now time.Time, rec *store.StepRecord) {
+	next, polled := r.childPolls[rec.Key]
+	if polled && now.Before(next) {
+		return
+	}
+	r.childPolls[rec.Key] = now.Add(childPoll)
+	r.addTimer(now.Add(childPoll), rec.Key)
+	if !polled {
+		return
+	}
+	key, id := rec.Key, rec.Child
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), childPoll)
+		defer cancel()
+		child, err := r.e.store.Run(ctx, id)
+		if err != nil || !child.Status.Final() {
+			return
+		}
+		select {
+		case r.inbox <- outcome{key: key, attempt: -1, child: child}:
+		case <-r.done:
 		}
 	}()
 }
@@ -118,6 +156,7 @@ func (r *runner) childEnded(o outcome) {
 		return
 	}
 	delete(r.calls, o.key)
+	delete(r.childPolls, o.key)
 	q := r.seqFor(o.key)
 	defer r.markDirty(q)
 	if o.err != nil {

@@ -46,6 +46,9 @@ type harness struct {
 	eng   *engine.Engine
 	store store.Store
 	pm    *plugins.Manager
+	// ownsStore is false for an engine standing for another gateway on
+	// the same store.
+	ownsStore bool
 
 	mu     sync.Mutex
 	events []store.Event
@@ -91,25 +94,32 @@ func newHarnessOn(t testing.TB, config, db string, onEvent func(store.Event)) *h
 // wrap is set, to watch or hold its commits.
 func newHarnessWrapped(t testing.TB, config, db string, onEvent func(store.Event), wrap func(store.Store) store.Store) *harness {
 	t.Helper()
+	st, err := bolt.Open(db, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newHarnessOver(t, config, st, true, onEvent, wrap)
+}
+
+// newHarnessOver builds an engine over st; one that does not own st
+// stands for another gateway sharing the store.
+func newHarnessOver(t testing.TB, config string, st store.Store, owns bool, onEvent func(store.Event), wrap func(store.Store) store.Store) *harness {
+	t.Helper()
 	opts := chain.LoadOptions{ProviderTypes: builtin.Types()}
 	cfg, err := chain.LoadBytes("test.toml", []byte(testProviders+config), opts)
 	if err != nil {
 		t.Fatalf("loading config:\n%v", err)
-	}
-	st, err := bolt.Open(db, bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pm := plugins.NewManager(plugins.Options{Executable: exe})
-	h := &harness{t: t, store: st, pm: pm}
+	h := &harness{t: t, store: st, pm: pm, ownsStore: owns}
 	if onEvent == nil {
 		onEvent = h.record
 	}
-	var engStore store.Store = st
+	var engStore = st
 	if wrap != nil {
 		engStore = wrap(st)
 	}
@@ -126,7 +136,9 @@ func newHarnessWrapped(t testing.TB, config, db string, onEvent func(store.Event
 func (h *harness) close() {
 	h.eng.Close()
 	_ = h.pm.Close()
-	_ = h.store.Close()
+	if h.ownsStore {
+		_ = h.store.Close()
+	}
 }
 
 func (h *harness) record(ev store.Event) {

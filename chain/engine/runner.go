@@ -56,12 +56,14 @@ type runner struct {
 	toCommit   chan *commit
 	acks       chan *commit
 
-	calls    map[string]*inflight
-	payloads map[string][]byte // last rendered payload per step, for DLQ entries
-	timers   timerHeap
-	groups   map[string]*group // running parallel steps by key
-	owner    map[string]*group // sub-step key → its group
-	splits   map[string]*split // running splits by key
+	calls map[string]*inflight
+	// childPolls holds when each waited-on sub-chain's record is read next.
+	childPolls map[string]time.Time
+	payloads   map[string][]byte // last rendered payload per step, for DLQ entries
+	timers     timerHeap
+	groups     map[string]*group // running parallel steps by key
+	owner      map[string]*group // sub-step key → its group
+	splits     map[string]*split // running splits by key
 	// doneItems holds, on resume, the items each split had finished.
 	doneItems map[string]*bitset
 
@@ -115,29 +117,30 @@ type launch struct {
 
 func (e *Engine) newRunner(def *chain.Chain, cfg *chain.Config, run *store.Run, recs []*store.StepRecord) *runner {
 	r := &runner{
-		e:         e,
-		def:       def,
-		cfg:       cfg,
-		run:       run,
-		log:       e.log.With("run", run.ID, "chain", run.Chain),
-		recs:      map[string]*store.StepRecord{},
-		vars:      newVars(run, e.secrets),
-		seqOf:     map[string]*seq{},
-		splits:    map[string]*split{},
-		doneItems: map[string]*bitset{},
-		dirty:     map[string]*store.StepRecord{},
-		nextBatch: 1,
-		toCommit:  make(chan *commit, 1),
-		acks:      make(chan *commit, 1),
-		calls:     map[string]*inflight{},
-		payloads:  map[string][]byte{},
-		groups:    map[string]*group{},
-		owner:     map[string]*group{},
-		inbox:     make(chan outcome, 64),
-		cancelReq: make(chan struct{}, 1),
-		drainReq:  make(chan struct{}),
-		stopReq:   make(chan struct{}),
-		done:      make(chan struct{}),
+		e:          e,
+		def:        def,
+		cfg:        cfg,
+		run:        run,
+		log:        e.log.With("run", run.ID, "chain", run.Chain),
+		recs:       map[string]*store.StepRecord{},
+		vars:       newVars(run, e.secrets),
+		seqOf:      map[string]*seq{},
+		splits:     map[string]*split{},
+		doneItems:  map[string]*bitset{},
+		dirty:      map[string]*store.StepRecord{},
+		nextBatch:  1,
+		toCommit:   make(chan *commit, 1),
+		acks:       make(chan *commit, 1),
+		calls:      map[string]*inflight{},
+		childPolls: map[string]time.Time{},
+		payloads:   map[string][]byte{},
+		groups:     map[string]*group{},
+		owner:      map[string]*group{},
+		inbox:      make(chan outcome, 64),
+		cancelReq:  make(chan struct{}, 1),
+		drainReq:   make(chan struct{}),
+		stopReq:    make(chan struct{}),
+		done:       make(chan struct{}),
 	}
 	r.top = &seq{steps: def.Steps, cursor: run.Cursor, path: append([]string(nil), run.Path...), vars: map[string]any{}}
 	for _, rec := range recs {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +164,61 @@ func TestSubChainResume(t *testing.T) {
 	res, _ := h2.eng.Result(ctx, run.ID, true)
 	if res.Steps["escalate"].Status != store.StepSucceeded {
 		t.Errorf("escalate: %+v", res.Steps["escalate"])
+	}
+}
+
+// hidingStore leaves one run out of the unfinished ones, so that an engine
+// resumes only the others.
+type hidingStore struct {
+	store.Store
+	hide string
+}
+
+func (s hidingStore) UnfinishedRuns(ctx context.Context) ([]string, error) {
+	ids, err := s.Store.UnfinishedRuns(ctx)
+	return slices.DeleteFunc(ids, func(id string) bool { return id == s.hide }), err
+}
+
+// TestParentLearnsOfChildOnAnotherGateway resumes a parent and its child
+// on two engines sharing the store, as after a takeover: the child cannot
+// report to the parent directly, and the parent must still go on once the
+// child has ended.
+func TestParentLearnsOfChildOnAnotherGateway(t *testing.T) {
+	dir := t.TempDir()
+	cfg := strings.Replace(subChains, `payload_template = "<<origin.payload>>"`, `payload_template = { sleep_ms = 1000, who = "<<origin.payload.who>>" }`, 1)
+	h1 := newHarnessAt(t, cfg, filepath.Join(dir, "gw.db"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	parent, err := h1.eng.Start(ctx, "parent", engine.Input{Payload: []byte(`{"severity":"high","who":"alice"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child string
+	for child == "" {
+		page, _ := h1.store.ListRuns(ctx, store.RunFilter{Chain: "page-secondary"})
+		if len(page.Runs) == 1 {
+			child = page.Runs[0].ID
+		} else if ctx.Err() != nil {
+			t.Fatal("no child run")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h1.eng.Close()
+
+	b := newHarnessOver(t, cfg, h1.store, false, nil, func(st store.Store) store.Store { return hidingStore{st, parent.ID} })
+	c := newHarnessOver(t, cfg, h1.store, false, nil, func(st store.Store) store.Store { return hidingStore{st, child} })
+	if ids, err := b.eng.Resume(ctx); err != nil || len(ids) != 1 || ids[0] != child {
+		t.Fatalf("b resumed %v: %v", ids, err)
+	}
+	if ids, err := c.eng.Resume(ctx); err != nil || len(ids) != 1 || ids[0] != parent.ID {
+		t.Fatalf("c resumed %v: %v", ids, err)
+	}
+	final, err := c.eng.Wait(ctx, parent.ID)
+	if err != nil || final.Status != store.RunSucceeded {
+		t.Fatalf("parent: %+v %v", final, err)
+	}
+	res, _ := c.eng.Result(ctx, parent.ID, false)
+	if b := body(t, res, "after"); b["paged"] != "alice" {
+		t.Errorf("after: %v", b)
 	}
 }
