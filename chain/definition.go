@@ -13,6 +13,9 @@ import (
 // A run stores it when it starts, so that it can resume on the same
 // definition after the config has changed.
 func (c *Config) Definition(name string) ([]byte, error) {
+	if ch := c.Chains[name]; ch != nil && ch.definition != nil {
+		return bytes.Clone(ch.definition), nil
+	}
 	return c.definition(name, true)
 }
 

@@ -117,7 +117,27 @@ func (l *loader) finish() (*Config, error) {
 	if len(errs) > 0 {
 		return nil, &ConfigError{Diagnostics: all}
 	}
+	if err := l.hashChains(); err != nil {
+		return nil, err
+	}
 	return l.cfg, nil
+}
+
+// hashChains sets each chain's Hash from the definition a run of it stores,
+// so that changing a sub-chain or a provider it uses changes the hash too:
+// a store keeps the first definition saved under a hash.
+func (l *loader) hashChains() error {
+	for _, name := range l.cfg.ChainNames {
+		c := l.cfg.Chains[name]
+		def, err := l.cfg.definition(name, true)
+		if err != nil {
+			return fmt.Errorf("hashing chain %q: %w", name, err)
+		}
+		sum := sha256.Sum256(def)
+		c.Hash = hex.EncodeToString(sum[:])
+		c.definition = def
+	}
+	return nil
 }
 
 var topLevelKeys = []string{"gateway", "providers", "chains"}
@@ -318,10 +338,6 @@ func (l *loader) chain(t *table) {
 	t.finish(chainKeys)
 	for _, f := range b.checks {
 		f()
-	}
-	if data, err := json.Marshal(t.m); err == nil {
-		sum := sha256.Sum256(data)
-		c.Hash = hex.EncodeToString(sum[:])
 	}
 	if c.Name == "" {
 		return

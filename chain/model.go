@@ -98,13 +98,16 @@ type Chain struct {
 	Name           string
 	TimeoutSeconds int
 	Steps          []*Step
-	// Hash identifies this exact definition; a run records the hash it
-	// started with.
+	// Hash identifies this exact definition, sub-chains and providers
+	// included: it is the SHA-256 of what Config.Definition returns. A run
+	// records the hash it started with.
 	Hash   string
 	Source Source
 
 	byName map[string]*Step
 	raw    map[string]any
+	// definition is Config.Definition's document, made once at load.
+	definition []byte
 }
 
 // Step returns the step with that name anywhere in the chain, including

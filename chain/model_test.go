@@ -1,6 +1,8 @@
 package chain_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"path/filepath"
 	"regexp"
@@ -126,6 +128,82 @@ type = "echo"
 	}
 	if a.Hash == c.Hash {
 		t.Error("a changed definition kept its hash")
+	}
+}
+
+// TestChainHashCoversDefinition checks that the hash changes with anything
+// the stored definition holds, sub-chains and providers included, and with
+// nothing else.
+func TestChainHashCoversDefinition(t *testing.T) {
+	const base = `
+[[providers]]
+name = "p"
+type = "echo"
+[providers.config]
+level = 1
+[[providers]]
+name = "unused"
+type = "echo"
+[[chains]]
+name = "parent"
+[[chains.steps]]
+name = "call"
+sub_chain = "child"
+[[chains]]
+name = "child"
+[[chains.steps]]
+name = "c1"
+provider = "p"
+[[chains]]
+name = "other"
+[[chains.steps]]
+name = "o1"
+provider = "unused"
+`
+	hash := func(src string) string {
+		t.Helper()
+		cfg, err := chain.LoadBytes("x.toml", []byte(src), loadOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		def, err := cfg.Definition("parent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(def)
+		if got := cfg.Chains["parent"].Hash; got != hex.EncodeToString(sum[:]) {
+			t.Fatalf("hash %s is not the SHA-256 of the definition", got)
+		}
+		return cfg.Chains["parent"].Hash
+	}
+	before := hash(base)
+	for _, tc := range []struct {
+		name, from, to string
+		changes        bool
+	}{
+		{"child step", `name = "c1"
+provider = "p"`, `name = "c1"
+provider = "p"
+timeout_seconds = 1`, true},
+		{"used provider config", "level = 1", "level = 2", true},
+		{"unused provider", `name = "unused"
+type = "echo"`, `name = "unused"
+type = "echo"
+timeout_seconds = 3`, false},
+		{"unrelated chain", `name = "o1"`, `name = "o2"`, false},
+		{"comment", `[[chains]]
+name = "parent"`, `# the parent
+[[chains]]
+name = "parent"`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(base, tc.from) {
+				t.Fatalf("base does not hold %q", tc.from)
+			}
+			if after := hash(strings.Replace(base, tc.from, tc.to, 1)); (after != before) != tc.changes {
+				t.Errorf("hash changed: %v, want %v", after != before, tc.changes)
+			}
+		})
 	}
 }
 
