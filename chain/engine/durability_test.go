@@ -135,10 +135,10 @@ payload_template = { record = %[1]q, sleep_ms = 100 }
 name = "second"
 provider = "faulty"
 payload_template = { record = %[1]q, after = "<<steps.first.body.sleep_ms>>" }
-`, rec), filepath.Join(dir, "gw.db"), nil, func(st store.Store) store.Store {
+`, rec), filepath.Join(dir, "gw.db"), harnessOpts{wrap: func(st store.Store) store.Store {
 				hs = &heldStore{Store: st}
 				return hs
-			})
+			}})
 			held, release := hs.holdUntil(tc.holdOn)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -197,7 +197,7 @@ payload_template = { sleep_ms = 60000 }
 	h1.close()
 	// The chain changed since, so resuming needs the stored definition.
 	changed := strings.Replace(started, "60000", "1", 1)
-	h2 := newHarnessWrapped(t, changed, db, nil, func(st store.Store) store.Store { return unreadyStore{st} })
+	h2 := newHarnessWrapped(t, changed, db, harnessOpts{wrap: func(st store.Store) store.Store { return unreadyStore{st} }})
 	if _, err := h2.eng.Resume(ctx); err == nil || !strings.Contains(err.Error(), "i/o timeout") {
 		t.Fatalf("resume with the store failing: %v", err)
 	}
@@ -238,4 +238,74 @@ provider = "echo"
 	if res := h.run("fine", `{}`); res.Status != store.RunSucceeded {
 		t.Errorf("the next run: %s %+v", res.Status, res.Error)
 	}
+}
+
+// unrenewableStore cannot renew leases, as a store out of reach would not.
+type unrenewableStore struct{ store.Store }
+
+func (unrenewableStore) RenewLease(context.Context, store.Lease, time.Duration) (store.Lease, error) {
+	return store.Lease{}, errors.New("connection refused")
+}
+
+// TestNoCallUnderALapsedLease lets a run's lease run out while a call is
+// in flight: the next call must not go out, since another gateway may hold
+// the run by then (its intent cannot be committed under the lapsed lease);
+// a later engine makes it, once.
+func TestNoCallUnderALapsedLease(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	cfg := fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "slow"
+provider = "faulty"
+payload_template = { record = %[1]q, sleep_ms = 900 }
+[[chains.steps]]
+name = "next"
+provider = "faulty"
+payload_template = { record = %[1]q }
+`, rec)
+	db := filepath.Join(dir, "gw.db")
+	h1 := newHarnessWrapped(t, cfg, db, harnessOpts{leaseTTL: 300 * time.Millisecond, wrap: func(st store.Store) store.Store { return unrenewableStore{st} }})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	run, err := h1.eng.Start(ctx, "c", engine.Input{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h1.eng.Wait(ctx, run.ID); !errors.Is(err, engine.ErrNotActive) {
+		t.Fatalf("waiting on a run whose lease ran out: %v", err)
+	}
+	h1.close()
+	if n := countLines(t, rec); n != 1 {
+		t.Fatalf("%d calls under the lapsed lease, want only the first", n)
+	}
+	h2 := newHarnessAt(t, cfg, db)
+	if _, err := h2.eng.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if final, err := h2.eng.Wait(ctx, run.ID); err != nil || final.Status != store.RunSucceeded {
+		t.Fatalf("after resume: %+v %v", final, err)
+	}
+	calls := readRecords(t, rec)
+	if calls[run.ID+"/next"] != 1 {
+		t.Errorf("calls: %v", calls)
+	}
+}
+
+// readRecords counts a faulty record file's calls by dedup key.
+func readRecords(t *testing.T, path string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(readFileString(t, path)), "\n") {
+		var r struct {
+			DedupKey string `json:"dedup_key"`
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("record line %q: %v", l, err)
+		}
+		out[r.DedupKey]++
+	}
+	return out
 }

@@ -87,23 +87,31 @@ func newHarnessAt(t *testing.T, config, db string) *harness {
 
 func newHarnessOn(t testing.TB, config, db string, onEvent func(store.Event)) *harness {
 	t.Helper()
-	return newHarnessWrapped(t, config, db, onEvent, nil)
+	return newHarnessWrapped(t, config, db, harnessOpts{onEvent: onEvent})
 }
 
-// newHarnessWrapped is newHarnessOn with the engine's store wrapped, when
-// wrap is set, to watch or hold its commits.
-func newHarnessWrapped(t testing.TB, config, db string, onEvent func(store.Event), wrap func(store.Store) store.Store) *harness {
+// harnessOpts adjust a harness's engine.
+type harnessOpts struct {
+	// onEvent, when set, replaces the harness's own event recording.
+	onEvent func(store.Event)
+	// wrap, when set, wraps the engine's store to watch or hold its calls.
+	wrap     func(store.Store) store.Store
+	leaseTTL time.Duration
+}
+
+// newHarnessWrapped is newHarnessOn with the engine adjusted by o.
+func newHarnessWrapped(t testing.TB, config, db string, o harnessOpts) *harness {
 	t.Helper()
 	st, err := bolt.Open(db, bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newHarnessOver(t, config, st, true, onEvent, wrap)
+	return newHarnessOver(t, config, st, true, o)
 }
 
 // newHarnessOver builds an engine over st; one that does not own st
 // stands for another gateway sharing the store.
-func newHarnessOver(t testing.TB, config string, st store.Store, owns bool, onEvent func(store.Event), wrap func(store.Store) store.Store) *harness {
+func newHarnessOver(t testing.TB, config string, st store.Store, owns bool, o harnessOpts) *harness {
 	t.Helper()
 	opts := chain.LoadOptions{ProviderTypes: builtin.Types()}
 	cfg, err := chain.LoadBytes("test.toml", []byte(testProviders+config), opts)
@@ -116,14 +124,15 @@ func newHarnessOver(t testing.TB, config string, st store.Store, owns bool, onEv
 	}
 	pm := plugins.NewManager(plugins.Options{Executable: exe})
 	h := &harness{t: t, store: st, pm: pm, ownsStore: owns}
+	onEvent := o.onEvent
 	if onEvent == nil {
 		onEvent = h.record
 	}
 	var engStore = st
-	if wrap != nil {
-		engStore = wrap(st)
+	if o.wrap != nil {
+		engStore = o.wrap(st)
 	}
-	h.eng, err = engine.New(engine.Options{Store: engStore, Config: cfg, Providers: resolver{pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: onEvent})
+	h.eng, err = engine.New(engine.Options{Store: engStore, Config: cfg, Providers: resolver{pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: onEvent, LeaseTTL: o.leaseTTL})
 	if err != nil {
 		t.Fatal(err)
 	}

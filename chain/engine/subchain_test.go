@@ -205,8 +205,8 @@ func TestParentLearnsOfChildOnAnotherGateway(t *testing.T) {
 	}
 	h1.eng.Close()
 
-	b := newHarnessOver(t, cfg, h1.store, false, nil, func(st store.Store) store.Store { return hidingStore{st, parent.ID} })
-	c := newHarnessOver(t, cfg, h1.store, false, nil, func(st store.Store) store.Store { return hidingStore{st, child} })
+	b := newHarnessOver(t, cfg, h1.store, false, harnessOpts{wrap: func(st store.Store) store.Store { return hidingStore{st, parent.ID} }})
+	c := newHarnessOver(t, cfg, h1.store, false, harnessOpts{wrap: func(st store.Store) store.Store { return hidingStore{st, child} }})
 	if ids, err := b.eng.Resume(ctx); err != nil || len(ids) != 1 || ids[0] != child {
 		t.Fatalf("b resumed %v: %v", ids, err)
 	}
