@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/chaingate/gateway/chain/store"
 )
 
@@ -33,26 +35,44 @@ func (e *Engine) keepLeases() {
 			rs = append(rs, r)
 		}
 		e.mu.Unlock()
+		// Renewals go out several at a time, so that a gateway with
+		// thousands of runs on a store a millisecond away still renews
+		// each well within its TTL.
+		var g errgroup.Group
+		g.SetLimit(renewConcurrency)
 		for _, r := range rs {
-			r.leaseMu.Lock()
-			l := r.lease
-			r.leaseMu.Unlock()
-			if l.Owner == "" {
-				continue
-			}
-			renewed, err := e.store.RenewLease(context.Background(), l, e.leaseTTL)
-			switch {
-			case errors.Is(err, store.ErrLeaseLost):
-				e.log.Warn("lost the lease on a run; another gateway advances it now", "run", l.RunID)
-				go r.stop()
-			case err != nil:
-				e.log.Warn("renewing a run's lease failed; retrying", "run", l.RunID, "err", err)
-			default:
-				r.leaseMu.Lock()
-				r.lease = renewed
-				r.leaseMu.Unlock()
-			}
+			g.Go(func() error {
+				e.renew(r)
+				return nil
+			})
 		}
+		_ = g.Wait()
+	}
+}
+
+// renewConcurrency is how many lease renewals the keeper has in flight.
+const renewConcurrency = 32
+
+func (e *Engine) renew(r *runner) {
+	r.leaseMu.Lock()
+	l := r.lease
+	r.leaseMu.Unlock()
+	if l.Owner == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.leaseTTL/3)
+	defer cancel()
+	renewed, err := e.store.RenewLease(ctx, l, e.leaseTTL)
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		e.log.Warn("lost the lease on a run; another gateway advances it now", "run", l.RunID)
+		go r.stop()
+	case err != nil:
+		e.log.Warn("renewing a run's lease failed; retrying", "run", l.RunID, "err", err)
+	default:
+		r.leaseMu.Lock()
+		r.lease = renewed
+		r.leaseMu.Unlock()
 	}
 }
 
