@@ -55,3 +55,23 @@ func BenchmarkAppendJSON(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRenderWholeBody renders a placeholder that passes a 64-key
+// step body through whole, as sub-chain inputs and split items do.
+func BenchmarkRenderWholeBody(b *testing.B) {
+	body := map[string]any{}
+	for i := range 64 {
+		body["key-"+string(rune('a'+i%26))+string(rune('a'+i/26))] = map[string]any{"n": int64(i), "s": "v"}
+	}
+	tm, err := CompileString("<<steps.x.body>>")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := MapScope{"steps": map[string]any{"x": map[string]any{"body": body}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tm.Render(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -191,7 +191,7 @@ func (n *node) render(s Scope) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if v, _, err = normalize(v, 0); err != nil {
+		if v, err = normalizeValue(v); err != nil {
 			return nil, n.expr.wrap(err)
 		}
 		return v, nil
@@ -357,8 +357,7 @@ func scalar(v any) (any, error) {
 		return tomlTime(x), nil
 	case nil, bool, int64, float64, json.Number, float32,
 		int, int8, int16, int32, uint, uint8, uint16, uint32, uint64:
-		n, _, err := normalize(v, 0)
-		return n, err
+		return normalizeValue(v)
 	case encoding.TextMarshaler:
 		b, err := x.MarshalText()
 		return string(b), err

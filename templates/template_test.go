@@ -557,3 +557,47 @@ func TestLazyValues(t *testing.T) {
 		t.Error("the lazy value was never asked for")
 	}
 }
+
+// TestBarePlaceholderCostsNothing checks that a value passed through whole
+// is not walked in key order, which only matters when it holds a bad member.
+func TestBarePlaceholderCostsNothing(t *testing.T) {
+	body := map[string]any{}
+	for i := range 64 {
+		body[strings.Repeat("k", i+1)] = map[string]any{"n": int64(i), "s": "v", "tags": []any{"a", true}}
+	}
+	tm, err := CompileString("<<steps.x.body>>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := MapScope{"steps": map[string]any{"x": map[string]any{"body": body}}}
+	if allocs := testing.AllocsPerRun(20, func() {
+		if _, err := tm.Render(s); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Errorf("rendering a 64-key body allocated %v times, want 0", allocs)
+	}
+}
+
+// TestBadMemberErrorIsStable checks that of several bad members, every
+// render names the first in key order, as AppendJSON does.
+func TestBadMemberErrorIsStable(t *testing.T) {
+	body := map[string]any{}
+	for _, k := range []string{"m", "c", "x", "a", "q", "z"} {
+		body[k] = json.Number("bad-" + k)
+	}
+	tm, err := CompileString("<<steps.x.body>>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := MapScope{"steps": map[string]any{"x": map[string]any{"body": map[string]any{"nested": body, "ok": int64(1)}}}}
+	want := `<<steps.x.body>>: invalid json.Number "bad-a"`
+	for range 50 {
+		if _, err := tm.Render(s); err == nil || err.Error() != want {
+			t.Fatalf("error %v, want %s", err, want)
+		}
+		if _, err := tm.AppendJSON(nil, s); err == nil || err.Error() != want {
+			t.Fatalf("AppendJSON error %v, want %s", err, want)
+		}
+	}
+}

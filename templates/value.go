@@ -81,9 +81,20 @@ func decodeRaw(raw json.RawMessage) (any, error) {
 	return v, err
 }
 
-// normalize converts a scope value to the types Render promises, copying only the
+// normalizeValue converts a scope value to the types Render promises, copying only the
 // containers that hold something to convert, so plain JSON-decoded data is returned as is.
-func normalize(v any, depth int) (any, bool, error) {
+func normalizeValue(v any) (any, error) {
+	n, _, err := normalize(v, 0, false)
+	if err != nil {
+		// Of several bad members, report the one appendJSON would. Only a failed value
+		// pays for walking its maps in key order.
+		_, _, err = normalize(v, 0, true)
+	}
+	return n, err
+}
+
+// normalize does normalizeValue's work; inOrder walks maps in key order.
+func normalize(v any, depth int, inOrder bool) (any, bool, error) {
 	if depth > maxDepth {
 		return nil, false, errTooDeep
 	}
@@ -91,7 +102,7 @@ func normalize(v any, depth int) (any, bool, error) {
 	case nil, string, bool, int64:
 		return v, false, nil
 	case Lazy:
-		return normalize(x.Value(), depth)
+		return normalize(x.Value(), depth, inOrder)
 	case float64:
 		return v, false, checkFloat(x)
 	case json.Number:
@@ -103,11 +114,18 @@ func normalize(v any, depth int) (any, bool, error) {
 		if x == nil {
 			return nil, true, nil
 		}
+		if inOrder {
+			var arr [16]string
+			for _, k := range sortedKeys(x, arr[:0]) {
+				if _, _, err := normalize(x[k], depth+1, true); err != nil {
+					return nil, false, err
+				}
+			}
+			return v, false, nil
+		}
 		var out map[string]any
-		var arr [16]string
-		// Sorted so that of several bad members the same one is reported as by appendJSON.
-		for _, k := range sortedKeys(x, arr[:0]) {
-			ne, changed, err := normalize(x[k], depth+1)
+		for k, e := range x {
+			ne, changed, err := normalize(e, depth+1, false)
 			if err != nil {
 				return nil, false, err
 			}
@@ -128,7 +146,7 @@ func normalize(v any, depth int) (any, bool, error) {
 		}
 		var out []any
 		for i, e := range x {
-			ne, changed, err := normalize(e, depth+1)
+			ne, changed, err := normalize(e, depth+1, inOrder)
 			if err != nil {
 				return nil, false, err
 			}
@@ -167,7 +185,7 @@ func normalize(v any, depth int) (any, bool, error) {
 		}
 		out := make([]any, len(x))
 		for i, e := range x {
-			ne, _, err := normalize(e, depth+1)
+			ne, _, err := normalize(e, depth+1, inOrder)
 			if err != nil {
 				return nil, false, err
 			}
