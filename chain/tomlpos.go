@@ -20,12 +20,15 @@ type position struct{ line, col int }
 type positions map[string]position
 
 type posScanner struct {
-	src      string
-	i        int
-	line     int
-	lineHead int // byte offset where the current line starts
-	out      positions
-	arrays   map[string]int // array-of-tables path → number of elements seen
+	src  string
+	i    int
+	line int
+	// col counts the runes read on the current line; it is kept as the
+	// scanner moves, since counting from the line's start for every
+	// element made long inline arrays quadratic.
+	col    int
+	out    positions
+	arrays map[string]int // array-of-tables path → number of elements seen
 }
 
 func scanPositions(src string) (out positions) {
@@ -46,7 +49,7 @@ func scanPositionsStrict(src string) positions {
 }
 
 func (s *posScanner) pos() position {
-	return position{line: s.line, col: utf8.RuneCountInString(s.src[s.lineHead:s.i]) + 1}
+	return position{line: s.line, col: s.col + 1}
 }
 
 func (s *posScanner) eof() bool { return s.i >= len(s.src) }
@@ -59,9 +62,12 @@ func (s *posScanner) peek() byte {
 }
 
 func (s *posScanner) advance() {
-	if s.src[s.i] == '\n' {
+	switch c := s.src[s.i]; {
+	case c == '\n':
 		s.line++
-		s.lineHead = s.i + 1
+		s.col = 0
+	case utf8.RuneStart(c):
+		s.col++
 	}
 	s.i++
 }
@@ -308,7 +314,9 @@ func (s *posScanner) basicString() string {
 					if r, err := strconv.ParseUint(s.src[s.i:s.i+n], 16, 32); err == nil {
 						b.WriteRune(rune(r))
 					}
-					s.i += n
+					for range n {
+						s.advance()
+					}
 				}
 			default:
 				b.WriteByte(e)

@@ -34,6 +34,7 @@ name = "p1"
 name = "b"
 [[chains.steps]]
 name = "t1"
+payload_template = { "é" = "ü", "\u00e9x" = ["ä", "ö"], z = 1 }
 `
 	pos := scanPositionsStrict(src)
 	tests := map[string]position{
@@ -52,6 +53,10 @@ name = "t1"
 		"chains.1.name":                          {24, 1},
 		"chains.1.steps.0":                       {25, 1},
 		"chains.1.steps.0.name":                  {26, 1},
+		// Columns count characters, not bytes.
+		"chains.1.steps.0.payload_template.é":    {27, 22},
+		"chains.1.steps.0.payload_template.éx.1": {27, 51},
+		"chains.1.steps.0.payload_template.z":    {27, 57},
 	}
 	for path, want := range tests {
 		got, ok := pos[strings.ReplaceAll(path, ".", pathSep)]
