@@ -4,7 +4,6 @@
 package secrets
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -39,9 +38,12 @@ func Load(path string) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading secrets file: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
+	// Split in memory rather than with a bufio.Scanner, whose line limit
+	// would stop the file at a long value (a certificate, a JSON key).
+	n := 0
+	for line := range strings.Lines(string(data)) {
+		n++
+		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
@@ -76,7 +78,7 @@ func NewRedactor(secrets map[string]string) *Redactor {
 		if len(v) < minLen {
 			continue
 		}
-		for _, form := range []string{v, jsonForm(v)} {
+		for _, form := range []string{v, jsonForm(v, true), jsonForm(v, false)} {
 			if !seen[form] {
 				seen[form] = true
 				vals = append(vals, form)
@@ -95,10 +97,15 @@ func NewRedactor(secrets map[string]string) *Redactor {
 	return &Redactor{r: strings.NewReplacer(pairs...)}
 }
 
-// jsonForm is how v reads inside a JSON string.
-func jsonForm(v string) string {
-	b, _ := json.Marshal(v)
-	return string(b[1 : len(b)-1])
+// jsonForm is how v reads inside a JSON string: with <, > and & escaped as
+// json.Marshal writes them, or as they are, as templates write them.
+func jsonForm(v string, escapeHTML bool) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(escapeHTML)
+	_ = enc.Encode(v)
+	out := bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+	return string(out[1 : len(out)-1])
 }
 
 // Active reports whether there is anything to redact.

@@ -1,0 +1,189 @@
+package secrets_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/chaingate/gateway/chain/secrets"
+	"github.com/chaingate/gateway/templates"
+)
+
+func TestLoad(t *testing.T) {
+	long := strings.Repeat("k", 100<<10)
+	tests := []struct {
+		name    string
+		env     map[string]string
+		file    string // "" for no file
+		want    map[string]string
+		wantErr string // substring; path stands for the file's path
+	}{
+		{
+			name: "environment only",
+			env:  map[string]string{"CHAINGATE_SECRET_PD_KEY": "env-value", "UNRELATED": "x"},
+			want: map[string]string{"PD_KEY": "env-value"},
+		},
+		{
+			name: "file with comments, blanks and spaces",
+			file: "# a comment\n\nTOKEN = abc=def \n  OTHER=v\r\n",
+			want: map[string]string{"TOKEN": "abc=def", "OTHER": "v"},
+		},
+		{
+			name: "file wins over the environment",
+			env:  map[string]string{"CHAINGATE_SECRET_TOKEN": "from-env", "CHAINGATE_SECRET_ONLY_ENV": "e"},
+			file: "TOKEN=from-file\n",
+			want: map[string]string{"TOKEN": "from-file", "ONLY_ENV": "e"},
+		},
+		{
+			name: "a line longer than a scanner's buffer keeps later secrets",
+			file: "CERT=" + long + "\nAFTER=still-read\n",
+			want: map[string]string{"CERT": long, "AFTER": "still-read"},
+		},
+		{
+			name:    "line without a name",
+			file:    "A=1\n=value\n",
+			wantErr: "path:2: want NAME=VALUE",
+		},
+		{
+			name:    "line without =",
+			file:    "A=1\n\n# c\njust text\n",
+			wantErr: "path:4: want NAME=VALUE",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, kv := range os.Environ() {
+				if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, secrets.EnvPrefix) {
+					t.Setenv(k, "")
+					os.Unsetenv(k)
+				}
+			}
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			path := ""
+			if tc.file != "" {
+				path = filepath.Join(t.TempDir(), "secrets.env")
+				if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := secrets.Load(path)
+			if tc.wantErr != "" {
+				want := strings.ReplaceAll(tc.wantErr, "path", path)
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %v, want one containing %q", err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %v, want %v", abbreviate(got), abbreviate(tc.want))
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := secrets.Load(filepath.Join(t.TempDir(), "nope.env"))
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "reading secrets file") {
+		t.Errorf("error %v", err)
+	}
+}
+
+func abbreviate(m map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		if len(v) > 20 {
+			v = v[:20] + "…"
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// jsonText is how templates write s inside a JSON document.
+func jsonText(t *testing.T, s string) string {
+	t.Helper()
+	tpl, err := templates.CompileString("<<secrets.X>>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := tpl.AppendJSON(nil, templates.MapScope{"secrets": map[string]any{"X": s}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func marshal(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func TestRedactor(t *testing.T) {
+	r := secrets.NewRedactor(map[string]string{
+		"PLAIN":  "hunter22",
+		"QUOTED": `p&ss"word`,
+		"HTML":   "<tag>&amp",
+		"LINES":  "line1\nline2",
+		"SHORT":  "abc",
+		"LONGER": "hunter22-extended",
+	})
+	tests := []struct {
+		name, in, want string
+	}{
+		{"plain", "token=hunter22 end", "token=[REDACTED] end"},
+		{"longer secret whole", "x hunter22-extended y", "x [REDACTED] y"},
+		{"short values stay", "abc abcd", "abc abcd"},
+		{"as templates write JSON", `{"p":` + jsonText(t, `p&ss"word`) + `}`, `{"p":"[REDACTED]"}`},
+		{"as json.Marshal writes it", `{"p":` + marshal(`p&ss"word`) + `}`, `{"p":"[REDACTED]"}`},
+		{"html chars, templates", jsonText(t, "<tag>&amp"), `"[REDACTED]"`},
+		{"html chars, json.Marshal", marshal("<tag>&amp"), `"[REDACTED]"`},
+		{"newline escaped", jsonText(t, "line1\nline2"), `"[REDACTED]"`},
+		{"newline raw", "got line1\nline2", "got [REDACTED]"},
+		{"nothing to redact", "all clear", "all clear"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := r.String(tc.in); got != tc.want {
+				t.Errorf("String(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+			if got := string(r.Bytes([]byte(tc.in))); got != tc.want {
+				t.Errorf("Bytes(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRedactorLeavesCleanBytesAlone(t *testing.T) {
+	r := secrets.NewRedactor(map[string]string{"A": "secret-value"})
+	in := []byte("nothing here")
+	if out := r.Bytes(in); &out[0] != &in[0] {
+		t.Error("Bytes copied input that held no secret")
+	}
+	for _, r := range []*secrets.Redactor{nil, secrets.NewRedactor(nil), secrets.NewRedactor(map[string]string{"S": "ab"})} {
+		if r.Active() || r.String("ab secret-value") != "ab secret-value" {
+			t.Errorf("redactor %v redacts", r)
+		}
+	}
+}
+
+func TestHandlerRedacts(t *testing.T) {
+	r := secrets.NewRedactor(map[string]string{"A": "secret-value"})
+	var buf bytes.Buffer
+	log := slog.New(r.Handler(slog.NewJSONHandler(&buf, nil))).With("pre", "secret-value")
+	log.Info("saw secret-value", "s", "secret-value", slog.Group("g", "in", "secret-value"), "any", []string{"secret-value"})
+	if out := buf.String(); strings.Contains(out, "secret-value") || strings.Count(out, secrets.Placeholder) != 5 {
+		t.Errorf("log line: %s", out)
+	}
+}
