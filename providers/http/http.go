@@ -10,8 +10,9 @@
 // The step's dedup key is always sent as the Idempotency-Key header. The
 // result body is {"status", "headers", "body"}, with header names lowercased
 // and the response body parsed when it is JSON. Answers of 5xx and 429,
-// network failures and timeouts are retryable errors; other non-2xx answers
-// and bad payloads are permanent.
+// whatever their size, network failures and timeouts are retryable errors;
+// other non-2xx answers and bad payloads (headers that are not valid HTTP
+// included) are permanent. Messages name the URL without its query string.
 package http
 
 import (
@@ -25,6 +26,7 @@ import (
 	"mime"
 	nethttp "net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"time"
 
@@ -106,6 +108,14 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 	if err != nil {
 		return providers.Response{}, providers.Permanent("bad_payload", "%v", err)
 	}
+	// net/http would refuse these only when sending, as a network error,
+	// which is retried although no attempt can succeed.
+	if err := checkHeaders(cfg.Headers); err != nil {
+		return providers.Response{}, providers.Permanent("bad_config", "config headers: %v", err)
+	}
+	if err := checkHeaders(pl.Headers); err != nil {
+		return providers.Response{}, providers.Permanent("bad_payload", "headers: %v", err)
+	}
 	limit := cfg.MaxResponseBytes
 	if limit <= 0 {
 		limit = DefaultMaxResponseBytes
@@ -141,6 +151,12 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 		return providers.Response{}, requestError(ctx, callCtx, where, pl.TimeoutMS, err)
 	}
 	defer resp.Body.Close()
+	// The status first: an error answer is classed by its status whatever
+	// its size, and only a snippet of it is read for the message.
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, snippetBytes))
+		return providers.Response{}, statusError(where, resp, snippet)
+	}
 	if resp.ContentLength > limit {
 		return providers.Response{}, tooLarge(where, limit)
 	}
@@ -150,9 +166,6 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 	}
 	if int64(len(data)) > limit {
 		return providers.Response{}, tooLarge(where, limit)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return providers.Response{}, statusError(where, resp, data)
 	}
 
 	res := result{Status: resp.StatusCode, Headers: make(map[string]string, len(resp.Header)), Body: responseBody(resp.Header.Get("Content-Type"), data)}
@@ -187,20 +200,85 @@ func resolveURL(base, ref string) (*url.URL, error) {
 	}
 	u, err := url.Parse(ref)
 	if err != nil {
-		return nil, fmt.Errorf("parsing url: %w", err)
+		return nil, fmt.Errorf("parsing url %q: %w", withoutQuery(ref), innerURLError(err))
 	}
 	if !u.IsAbs() {
 		if base == "" {
-			return nil, fmt.Errorf("url %q is relative and no base_url is configured", ref)
+			return nil, fmt.Errorf("url %q is relative and no base_url is configured", withoutQuery(ref))
 		}
 		if u, err = url.Parse(strings.TrimRight(base, "/") + "/" + strings.TrimLeft(ref, "/")); err != nil {
-			return nil, fmt.Errorf("joining base_url and url: %w", err)
+			return nil, fmt.Errorf("joining base_url and url: %w", innerURLError(err))
 		}
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("url %q is not an http or https URL with a host", u.Redacted())
+		return nil, fmt.Errorf("url %q is not an http or https URL with a host", withoutQuery(u.Redacted()))
 	}
 	return u, nil
+}
+
+// withoutQuery cuts a URL before its query string or fragment, which often
+// carry tokens; error messages end up in logs, events and the DLQ.
+func withoutQuery(u string) string {
+	if i := strings.IndexAny(u, "?#"); i >= 0 {
+		return u[:i]
+	}
+	return u
+}
+
+// innerURLError drops the *url.Error wrapping, whose text holds the whole
+// URL, query string included.
+func innerURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// checkHeaders checks names and values as net/http would on sending. A
+// value is never shown: headers carry credentials.
+func checkHeaders(h map[string]string) error {
+	names := make([]string, 0, len(h))
+	for k := range h {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if !validHeaderName(k) {
+			return fmt.Errorf("header name %q is not a valid HTTP token", k)
+		}
+		if !validHeaderValue(h[k]) {
+			return fmt.Errorf("header %q has a value holding a control character such as CR or LF", k)
+		}
+	}
+	return nil
+}
+
+// validHeaderName reports whether k is a token (RFC 9110, section 5.6.2).
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue rejects control characters other than tab.
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func chooseMethod(explicit, actionType string) (string, error) {
@@ -256,6 +334,7 @@ func responseBody(contentType string, data []byte) json.RawMessage {
 }
 
 func requestError(ctx, callCtx context.Context, where string, timeoutMS int64, err error) error {
+	err = innerURLError(err)
 	var certErr *tls.CertificateVerificationError
 	switch {
 	case ctx.Err() != nil:

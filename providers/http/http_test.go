@@ -65,6 +65,11 @@ func newServer(t *testing.T) *httptest.Server {
 			case <-r.Context().Done():
 			case <-time.After(5 * time.Second):
 			}
+		case path == "/big-error":
+			w.Header().Set("Content-Length", strconv.Itoa(2<<20))
+			w.WriteHeader(nethttp.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("overloaded, try later "))
+			_, _ = w.Write(make([]byte, 2<<20-22))
 		case path == "/big":
 			w.Header().Set("Content-Length", strconv.Itoa(2<<20))
 			_, _ = w.Write(make([]byte, 2<<20))
@@ -91,7 +96,6 @@ func TestExecute(t *testing.T) {
 		actionType string
 		config     string
 		payload    string
-		ctxTimeout time.Duration
 		wantCode   string // error code; "" for success
 		retryable  bool
 		wantInMsg  string
@@ -161,6 +165,13 @@ func TestExecute(t *testing.T) {
 		{name: "429 is retryable", payload: `{"url":"` + srv.URL + `/status/429"}`, wantCode: "http_429", retryable: true},
 		{name: "timeout_ms is retryable", payload: `{"url":"` + srv.URL + `/slow","timeout_ms":50}`, wantCode: "timeout", retryable: true, wantInMsg: "timeout_ms=50"},
 		{name: "network error is retryable", payload: `{"url":"` + closed.URL + `/x"}`, wantCode: "network", retryable: true},
+		{name: "oversized 503 is retryable", payload: `{"url":"` + srv.URL + `/big-error"}`, wantCode: "http_503", retryable: true, wantInMsg: "overloaded, try later"},
+		{name: "oversized 503 without content-length", config: `{"max_response_bytes":1024}`, payload: `{"url":"` + srv.URL + `/status/503"}`, wantCode: "http_503", retryable: true},
+		{name: "header name with a space", payload: `{"url":"` + srv.URL + `/inspect","headers":{"X Bad":"v"}}`, wantCode: "bad_payload", wantInMsg: `header name "X Bad"`},
+		{name: "header name with CRLF", payload: `{"url":"` + srv.URL + `/inspect","headers":{"X-A\r\nX-B":"v"}}`, wantCode: "bad_payload", wantInMsg: "not a valid HTTP token"},
+		{name: "header value with CRLF", payload: `{"url":"` + srv.URL + `/inspect","headers":{"X-A":"v\r\nX-Injected: 1"}}`, wantCode: "bad_payload", wantInMsg: `header "X-A"`},
+		{name: "config header value with LF", config: `{"headers":{"Authorization":"Bearer t\nX: y"}}`, payload: `{"url":"` + srv.URL + `/inspect"}`, wantCode: "bad_config", wantInMsg: "config headers"},
+		{name: "header value with tab", payload: `{"url":"` + srv.URL + `/inspect","headers":{"X-A":"a\tb"}}`},
 		{name: "oversize by content-length", payload: `{"url":"` + srv.URL + `/big"}`, wantCode: "response_too_large", wantInMsg: "max_response_bytes=1048576"},
 		{name: "oversize chunked", config: `{"max_response_bytes":1024}`, payload: `{"url":"` + srv.URL + `/chunked"}`, wantCode: "response_too_large"},
 		{name: "within max_response_bytes", config: `{"max_response_bytes":2048}`, payload: `{"url":"` + srv.URL + `/chunked"}`},
@@ -219,11 +230,42 @@ func TestCallerDeadline(t *testing.T) {
 	}
 }
 
+// TestErrorsHideQuery checks every error path that names the URL: query
+// strings and fragments often carry tokens.
 func TestErrorsHideQuery(t *testing.T) {
 	srv := newServer(t)
-	_, err := httpprovider.New().Execute(context.Background(), providers.Request{Payload: json.RawMessage(`{"url":"` + srv.URL + `/status/403?token=s3cret"}`)})
-	if err == nil || strings.Contains(err.Error(), "s3cret") {
-		t.Errorf("error %v reveals the query string", err)
+	closed := httptest.NewServer(nethttp.NotFoundHandler())
+	closed.Close()
+	for _, tc := range []struct {
+		name, config, url, wantCode string
+	}{
+		{name: "error status", url: srv.URL + "/status/403?token=s3cret", wantCode: "http_403"},
+		{name: "network error", url: closed.URL + "/x?token=s3cret", wantCode: "network"},
+		{name: "timeout", url: srv.URL + "/slow?token=s3cret#s3cret", wantCode: "timeout"},
+		{name: "too large", url: srv.URL + "/big?token=s3cret", wantCode: "response_too_large"},
+		{name: "unparsable", url: srv.URL + "/x%zz?token=s3cret", wantCode: "bad_payload"},
+		{name: "unparsable host", url: "http://[::1/x?token=s3cret", wantCode: "bad_payload"},
+		{name: "relative without base", url: "x?token=s3cret", wantCode: "bad_payload"},
+		{name: "not http", url: "ftp://host/x?token=s3cret", wantCode: "bad_payload"},
+		{name: "bad base", config: `{"base_url":"http://[::1"}`, url: "x?token=s3cret", wantCode: "bad_payload"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			payload, _ := json.Marshal(map[string]any{"url": tc.url, "timeout_ms": 50})
+			_, err := httpprovider.New().Execute(context.Background(), providers.Request{Config: json.RawMessage(tc.config), Payload: payload})
+			var pe *providers.Error
+			if !errors.As(err, &pe) || pe.Code != tc.wantCode {
+				t.Fatalf("error %v, want code %s", err, tc.wantCode)
+			}
+			texts := []string{err.Error(), fmt.Sprintf("%+v", err)}
+			if pe.Err != nil {
+				texts = append(texts, pe.Err.Error())
+			}
+			for _, text := range texts {
+				if strings.Contains(text, "s3cret") {
+					t.Errorf("error %q reveals the query string", text)
+				}
+			}
+		})
 	}
 }
 
