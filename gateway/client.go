@@ -221,7 +221,7 @@ func (c *Client) Replay(ctx context.Context, id string, mode engine.ReplayMode) 
 // ReplayMany implements Ops. An empty filter replays everything.
 func (c *Client) ReplayMany(ctx context.Context, f store.DLQFilter, mode engine.ReplayMode, concurrency int) (*BulkReplay, error) {
 	body := filterBody(f)
-	body["limit"], body["mode"], body["concurrency"] = f.Limit, mode, concurrency
+	body["mode"], body["concurrency"] = mode, concurrency
 	var out BulkReplay
 	if err := c.do(ctx, http.MethodPost, "/v1/dlq/replay", nil, body, &out); err != nil {
 		return nil, err
@@ -234,10 +234,10 @@ func (c *Client) DeleteDLQ(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/dlq/"+url.PathEscape(id), nil, nil, nil)
 }
 
-// filterBody is a bulk request's filter; an empty filter means every
-// entry, which the API wants said out loud.
+// filterBody is a bulk request's filter and limit; an empty filter means
+// every entry, which the API wants said out loud.
 func filterBody(f store.DLQFilter) map[string]any {
-	body := map[string]any{"chain": f.Chain, "step": f.Step, "since": since(f.Since)}
+	body := map[string]any{"chain": f.Chain, "step": f.Step, "since": since(f.Since), "limit": f.Limit}
 	if f.Chain == "" && f.Step == "" && f.Since.IsZero() {
 		body["all"] = true
 	}
