@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,4 +72,24 @@ func BenchmarkCommitParallel(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// BenchmarkCommitLargeOrigin commits steps of a run started with a 1 MiB
+// payload, such as a split over a large inventory.
+func BenchmarkCommitLargeOrigin(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	run := storetest.NewRun("c", time.Now())
+	run.Origin.Payload = json.RawMessage(`{"pad":"` + strings.Repeat("x", 1<<20) + `"}`)
+	run.Seq = 1
+	if err := s.Commit(ctx, &store.Batch{Run: run, Create: true, Events: []store.Event{{Seq: 1, Type: store.EventRunStarted}}}); err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	for b.Loop() {
+		if err := s.Commit(ctx, stepBatch(run, i)); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
 }

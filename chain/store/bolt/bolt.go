@@ -23,25 +23,35 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 )
 
-// Everything of one run sits under one bucket, keyed by the run id, so a
-// commit dirties few pages: the run's header, origin, step records and
-// events are neighbours.
+// A run's step records and events sit under one bucket, keyed by the run
+// id, so a commit dirties few pages. Its header, rewritten by every commit,
+// and its origin, written once but possibly large, live in buckets of their
+// own: bbolt rewrites a whole leaf for any change in it, and a header next
+// to a megabyte of origin would rewrite the megabyte with every step.
 var (
+	bucketMeta       = []byte("meta")
+	bucketHeaders    = []byte("run_headers")
+	bucketOrigins    = []byte("run_origins")
 	bucketRuns       = []byte("runs")
 	bucketRunIndex   = []byte("run_index") // created-at | id → nothing, for listing
 	bucketUnfinished = []byte("unfinished")
 	bucketDLQ        = []byte("dlq")
 	bucketDefs       = []byte("definitions")
 	bucketKeys       = []byte("idempotency_keys")
-	allBuckets       = [][]byte{bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs, bucketKeys}
+	allBuckets       = [][]byte{bucketMeta, bucketHeaders, bucketOrigins, bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs, bucketKeys}
 )
+
+// formatKey holds the file's layout version in the meta bucket.
+var formatKey = []byte("format")
+
+// format is the layout this code writes; a file with another is refused
+// rather than misread.
+const format = "2"
 
 // Record kinds within a run's key range.
 const (
-	kindHeader = 'h'
-	kindOrigin = 'o'
-	kindStep   = 's'
-	kindEvent  = 'e'
+	kindStep  = 's'
+	kindEvent = 'e'
 )
 
 func runKey(runID string, kind byte, suffix []byte) []byte {
@@ -125,12 +135,15 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
+		if err := checkFormat(tx); err != nil {
+			return err
+		}
 		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
 		}
-		return nil
+		return tx.Bucket(bucketMeta).Put(formatKey, []byte(format))
 	})
 	if err != nil {
 		_ = db.Close()
@@ -142,6 +155,21 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	go s.writer()
 	return s, nil
+}
+
+// checkFormat refuses a file laid out by another version of the store: an
+// empty file, or one of this format, is fine.
+func checkFormat(tx *bbolt.Tx) error {
+	got := "1"
+	if meta := tx.Bucket(bucketMeta); meta != nil {
+		got = string(meta.Get(formatKey))
+	} else if tx.Bucket(bucketRuns) == nil {
+		return nil // a new file
+	}
+	if got != format {
+		return fmt.Errorf("the file is in store format %s, and this gateway reads format %s: finish its runs with the gateway that wrote it, or start on a new file", got, format)
+	}
+	return nil
 }
 
 // Path returns the store file's path.
@@ -287,14 +315,14 @@ func (s *Store) apply(group []*commitReq) {
 
 // lastSeq returns the run's last event sequence number, and whether the
 // run exists.
-func (s *Store) lastSeq(runs *bbolt.Bucket, id string, pending map[string]uint64) (uint64, bool, error) {
+func (s *Store) lastSeq(headers *bbolt.Bucket, id string, pending map[string]uint64) (uint64, bool, error) {
 	if seq, ok := pending[id]; ok {
 		return seq, true, nil
 	}
 	if seq, ok := s.seqs[id]; ok {
 		return seq, true, nil
 	}
-	v := runs.Get(runKey(id, kindHeader, nil))
+	v := headers.Get([]byte(id))
 	if v == nil {
 		return 0, false, nil
 	}
@@ -314,8 +342,8 @@ func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) 
 	if l := r.b.Lease; l != nil && !s.leaseCurrent(*l) {
 		return fmt.Errorf("committing run %s: %w", run.ID, store.ErrLeaseLost)
 	}
-	runs := tx.Bucket(bucketRuns)
-	last, exists, err := s.lastSeq(runs, run.ID, pending)
+	runs, headers := tx.Bucket(bucketRuns), tx.Bucket(bucketHeaders)
+	last, exists, err := s.lastSeq(headers, run.ID, pending)
 	switch {
 	case err != nil:
 		return err
@@ -335,11 +363,11 @@ func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) 
 	}
 
 	id := []byte(run.ID)
-	if err := runs.Put(runKey(run.ID, kindHeader, nil), r.enc.header); err != nil {
+	if err := headers.Put(id, r.enc.header); err != nil {
 		return err
 	}
 	if r.b.Create {
-		if err := runs.Put(runKey(run.ID, kindOrigin, nil), r.enc.origin); err != nil {
+		if err := tx.Bucket(bucketOrigins).Put(id, r.enc.origin); err != nil {
 			return err
 		}
 		if err := tx.Bucket(bucketRunIndex).Put(indexKey(run.CreatedAt, run.ID), nil); err != nil {
@@ -419,14 +447,17 @@ func (s *Store) Run(ctx context.Context, id string) (*store.Run, error) {
 	var run *store.Run
 	err := s.view(func(tx *bbolt.Tx) error {
 		var err error
-		run, err = readRun(tx.Bucket(bucketRuns), id)
-		return err
+		if run, err = readHeader(tx, id); err != nil {
+			return err
+		}
+		return readOrigin(tx, run)
 	})
 	return run, err
 }
 
-func readRun(runs *bbolt.Bucket, id string) (*store.Run, error) {
-	v := runs.Get(runKey(id, kindHeader, nil))
+// readHeader reads a run without its origin.
+func readHeader(tx *bbolt.Tx, id string) (*store.Run, error) {
+	v := tx.Bucket(bucketHeaders).Get([]byte(id))
 	if v == nil {
 		return nil, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 	}
@@ -434,12 +465,16 @@ func readRun(runs *bbolt.Bucket, id string) (*store.Run, error) {
 	if err := json.Unmarshal(v, &run); err != nil {
 		return nil, fmt.Errorf("decoding run %s: %w", id, err)
 	}
-	if o := runs.Get(runKey(id, kindOrigin, nil)); o != nil {
+	return &run, nil
+}
+
+func readOrigin(tx *bbolt.Tx, run *store.Run) error {
+	if o := tx.Bucket(bucketOrigins).Get([]byte(run.ID)); o != nil {
 		if err := json.Unmarshal(o, &run.Origin); err != nil {
-			return nil, fmt.Errorf("decoding origin of run %s: %w", id, err)
+			return fmt.Errorf("decoding origin of run %s: %w", run.ID, err)
 		}
 	}
-	return &run, nil
+	return nil
 }
 
 // Steps implements store.Store.
@@ -509,13 +544,17 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 	var start []byte
 	if f.Cursor != "" {
 		var err error
-		if start, err = base64.RawURLEncoding.DecodeString(f.Cursor); err != nil {
-			return store.RunPage{}, fmt.Errorf("listing runs: cursor %q was not returned by this store: %w", f.Cursor, store.ErrInvalid)
+		start, err = base64.RawURLEncoding.DecodeString(f.Cursor)
+		if err != nil || len(start) <= 8 {
+			return store.RunPage{}, badCursor(f.Cursor)
 		}
 	}
 	var page store.RunPage
 	err := s.view(func(tx *bbolt.Tx) error {
-		runs := tx.Bucket(bucketRuns)
+		// A cursor is the index entry of a run listed before.
+		if start != nil && tx.Bucket(bucketRunIndex).Get(start) == nil {
+			return badCursor(f.Cursor)
+		}
 		c := tx.Bucket(bucketRunIndex).Cursor()
 		var k []byte
 		if start == nil {
@@ -537,7 +576,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 			if !f.Since.IsZero() && created.Before(f.Since) {
 				break
 			}
-			run, err := readRun(runs, string(k[8:]))
+			run, err := readHeader(tx, string(k[8:]))
 			if err != nil {
 				return err
 			}
@@ -548,11 +587,18 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 				page.Next = base64.RawURLEncoding.EncodeToString(indexKey(page.Runs[limit-1].CreatedAt, page.Runs[limit-1].ID))
 				break
 			}
+			if err := readOrigin(tx, run); err != nil {
+				return err
+			}
 			page.Runs = append(page.Runs, run)
 		}
 		return nil
 	})
 	return page, err
+}
+
+func badCursor(c string) error {
+	return fmt.Errorf("listing runs: cursor %q was not returned by this store: %w", c, store.ErrInvalid)
 }
 
 // UnfinishedRuns implements store.Store.

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	bbolt "go.etcd.io/bbolt"
+
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/chain/store/storetest"
@@ -142,4 +144,33 @@ func TestSurvivesKill(t *testing.T) {
 			t.Fatalf("run %s reported committed before kill -9: %v", id, err)
 		}
 	}
+}
+
+// TestRefusesAnotherFormat opens a file laid out by an earlier version of
+// the store: it is refused with a reason, not misread as empty.
+func TestRefusesAnotherFormat(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("runs"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("01run\x00h"), []byte(`{}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	if _, err := bolt.Open(path, bolt.Options{}); err == nil || !strings.Contains(err.Error(), "store format 1") {
+		t.Fatalf("opening a format 1 file: %v", err)
+	}
+	s, err := bolt.Open(filepath.Join(t.TempDir(), "new.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
 }

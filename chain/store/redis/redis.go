@@ -355,6 +355,9 @@ func (s *Store) decodeRun(id string, vals []any) (*store.Run, error) {
 	if err := json.Unmarshal([]byte(h), &run); err != nil {
 		return nil, fmt.Errorf("decoding run %s (key %s): %w", id, s.runKey(id), err)
 	}
+	if len(vals) < 2 {
+		return &run, nil
+	}
 	if o, ok := vals[1].(string); ok {
 		if err := json.Unmarshal([]byte(o), &run.Origin); err != nil {
 			return nil, fmt.Errorf("decoding origin of run %s (key %s): %w", id, s.runKey(id), err)
@@ -472,11 +475,23 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 		limit = defaultListLimit
 	}
 	limit = min(limit, maxListLimit)
+	if err := s.begin(); err != nil {
+		return store.RunPage{}, err
+	}
+	defer s.end()
 	hi, lo := "+", "-"
 	if f.Cursor != "" {
+		badCursor := fmt.Errorf("listing runs: cursor %q was not returned by this store: %w", f.Cursor, store.ErrInvalid)
 		c, err := base64.RawURLEncoding.DecodeString(f.Cursor)
 		if err != nil {
-			return store.RunPage{}, fmt.Errorf("listing runs: cursor %q was not returned by this store: %w", f.Cursor, store.ErrInvalid)
+			return store.RunPage{}, badCursor
+		}
+		// A cursor is the index entry of a run listed before.
+		switch err := s.client.ZScore(ctx, s.runsKey(), string(c)).Err(); {
+		case errors.Is(err, goredis.Nil):
+			return store.RunPage{}, badCursor
+		case err != nil:
+			return store.RunPage{}, fmt.Errorf("listing runs: %w", err)
 		}
 		hi = "(" + string(c)
 	}
@@ -488,20 +503,29 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 	if f.Chain != "" || f.Status != "" {
 		chunk = pageSize
 	}
-	if err := s.begin(); err != nil {
-		return store.RunPage{}, err
+	page, err := s.listRuns(ctx, f, lo, hi, chunk, limit)
+	if err == nil {
+		err = s.readOrigins(ctx, page.Runs)
 	}
-	defer s.end()
+	if err != nil {
+		return store.RunPage{}, fmt.Errorf("listing runs: %w", err)
+	}
+	return page, nil
+}
+
+// listRuns pages through the index, reading runs without their origins,
+// which only the runs that pass the filter need.
+func (s *Store) listRuns(ctx context.Context, f store.RunFilter, lo, hi string, chunk, limit int) (store.RunPage, error) {
 	var page store.RunPage
 	var last string // index entry of the last run in page
 	for {
 		members, err := s.client.ZRevRangeByLex(ctx, s.runsKey(), &goredis.ZRangeBy{Min: lo, Max: hi, Count: int64(chunk)}).Result()
 		if err != nil {
-			return store.RunPage{}, fmt.Errorf("listing runs: %w", err)
+			return page, err
 		}
-		runs, err := s.readRuns(ctx, members)
+		runs, err := s.readHeaders(ctx, members)
 		if err != nil {
-			return store.RunPage{}, fmt.Errorf("listing runs: %w", err)
+			return page, err
 		}
 		for i, run := range runs {
 			if (f.Chain != "" && run.Chain != f.Chain) || (f.Status != "" && run.Status != f.Status) {
@@ -521,8 +545,33 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 	}
 }
 
-// readRuns reads the runs of index entries in one round trip.
-func (s *Store) readRuns(ctx context.Context, members []string) ([]*store.Run, error) {
+// readOrigins fills in the runs' origins in one round trip.
+func (s *Store) readOrigins(ctx context.Context, runs []*store.Run) error {
+	cmds := make([]*goredis.StringCmd, len(runs))
+	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, run := range runs {
+			cmds[i] = p.HGet(ctx, s.runKey(run.ID), "o")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return err
+	}
+	for i, c := range cmds {
+		o, err := c.Result()
+		if errors.Is(err, goredis.Nil) {
+			continue
+		}
+		if err := json.Unmarshal([]byte(o), &runs[i].Origin); err != nil {
+			return fmt.Errorf("decoding origin of run %s (key %s): %w", runs[i].ID, s.runKey(runs[i].ID), err)
+		}
+	}
+	return nil
+}
+
+// readHeaders reads the runs of index entries, without their origins, in
+// one round trip.
+func (s *Store) readHeaders(ctx context.Context, members []string) ([]*store.Run, error) {
 	ids := make([]string, len(members))
 	for i, m := range members {
 		if len(m) < 16 {
@@ -533,7 +582,7 @@ func (s *Store) readRuns(ctx context.Context, members []string) ([]*store.Run, e
 	cmds := make([]*goredis.SliceCmd, len(ids))
 	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, id := range ids {
-			cmds[i] = p.HMGet(ctx, s.runKey(id), "h", "o")
+			cmds[i] = p.HMGet(ctx, s.runKey(id), "h")
 		}
 		return nil
 	})

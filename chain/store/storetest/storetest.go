@@ -319,6 +319,11 @@ func testListRuns(t *testing.T, f Factory) {
 	if len(page.Runs) != 3 || page.Runs[0].ID != runs[6].ID || page.Runs[2].ID != runs[4].ID || page.Next == "" {
 		t.Fatalf("first page: got %v next %q", runIDs(page.Runs), page.Next)
 	}
+	for _, r := range page.Runs {
+		if string(r.Origin.Payload) != `{"alert":"disk"}` {
+			t.Errorf("listed run %s has origin %s", r.ID, r.Origin.Payload)
+		}
+	}
 	page2, err := s.ListRuns(ctx, store.RunFilter{Limit: 3, Cursor: page.Next})
 	if err != nil {
 		t.Fatal(err)
@@ -332,8 +337,8 @@ func testListRuns(t *testing.T, f Factory) {
 	}
 
 	byChain, _ := s.ListRuns(ctx, store.RunFilter{Chain: "b"})
-	if len(byChain.Runs) != 3 {
-		t.Errorf("chain b: got %d runs, want 3", len(byChain.Runs))
+	if len(byChain.Runs) != 3 || string(byChain.Runs[0].Origin.Payload) != `{"alert":"disk"}` {
+		t.Errorf("chain b: got %d runs, want 3 with their origins", len(byChain.Runs))
 	}
 	byStatus, _ := s.ListRuns(ctx, store.RunFilter{Status: store.RunFailed})
 	if len(byStatus.Runs) != 1 || byStatus.Runs[0].ID != runs[6].ID {
@@ -343,8 +348,10 @@ func testListRuns(t *testing.T, f Factory) {
 	if len(since.Runs) != 2 {
 		t.Errorf("since: got %v, want the 2 newest", runIDs(since.Runs))
 	}
-	if _, err := s.ListRuns(ctx, store.RunFilter{Cursor: "%%%"}); !errors.Is(err, store.ErrInvalid) {
-		t.Errorf("malformed cursor: got %v, want ErrInvalid", err)
+	for _, c := range []string{"%%%", "zzzz", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"} {
+		if _, err := s.ListRuns(ctx, store.RunFilter{Cursor: c}); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("cursor %q, not one the store returned: got %v, want ErrInvalid", c, err)
+		}
 	}
 }
 
