@@ -215,17 +215,28 @@ func checkJSON(b []byte) error {
 	return nil
 }
 
+// reservedMetadata are the origin.metadata keys the gateway sets itself; a
+// caller's X-Chaingate-Meta-* header cannot stand in for them.
+var reservedMetadata = map[string]bool{
+	"remote_addr": true, "user_agent": true, "idempotency_key": true,
+	// Set by a restart replay, so a run cannot pass for one.
+	"replay_of": true, "dead_letter_entry": true,
+}
+
 // requestMetadata is what origin.metadata holds for a run started over
 // HTTP: where it came from, and every X-Chaingate-Meta-NAME header as NAME.
 func requestMetadata(r *http.Request) json.RawMessage {
-	m := map[string]string{"remote_addr": r.RemoteAddr, "user_agent": r.UserAgent()}
+	m := map[string]string{}
+	for name, vals := range r.Header {
+		key, ok := strings.CutPrefix(name, "X-Chaingate-Meta-")
+		key = strings.ToLower(key)
+		if ok && key != "" && !reservedMetadata[key] && len(vals) > 0 {
+			m[key] = vals[0]
+		}
+	}
+	m["remote_addr"], m["user_agent"] = r.RemoteAddr, r.UserAgent()
 	if k := r.Header.Get("Idempotency-Key"); k != "" {
 		m["idempotency_key"] = k
-	}
-	for name, vals := range r.Header {
-		if key, ok := strings.CutPrefix(name, "X-Chaingate-Meta-"); ok && len(vals) > 0 {
-			m[strings.ToLower(key)] = vals[0]
-		}
 	}
 	b, _ := json.Marshal(m)
 	return b

@@ -738,3 +738,45 @@ func TestClientBulkLimits(t *testing.T) {
 		t.Errorf("purge of the rest: %d %v", n, err)
 	}
 }
+
+// TestOriginMetadata checks what X-Chaingate-Meta-* headers can put in
+// origin.metadata: anything but the keys the gateway sets itself.
+func TestOriginMetadata(t *testing.T) {
+	env := newAPI(t, "")
+	tests := []struct {
+		name    string
+		headers map[string]string
+		want    map[string]string // "" means absent
+	}{
+		{"a header", map[string]string{"X-Chaingate-Meta-Source": "alertmanager"}, map[string]string{"source": "alertmanager"}},
+		{"built-ins cannot be forged", map[string]string{
+			"X-Chaingate-Meta-Remote_addr": "6.6.6.6:1", "X-Chaingate-Meta-User_agent": "forged", "User-Agent": "probe/1",
+		}, map[string]string{"remote_addr": "127.0.0.1:", "user_agent": "probe/1"}},
+		{"no key, no idempotency_key", map[string]string{"X-Chaingate-Meta-Idempotency_key": "forged"}, map[string]string{"idempotency_key": ""}},
+		{"the real key wins", map[string]string{"X-Chaingate-Meta-Idempotency_key": "forged", "Idempotency-Key": "meta-1"}, map[string]string{"idempotency_key": "meta-1"}},
+		{"replay keys are the gateway's", map[string]string{"X-Chaingate-Meta-Replay_of": "01x", "X-Chaingate-Meta-Dead_letter_entry": "01y"}, map[string]string{"replay_of": "", "dead_letter_entry": ""}},
+		{"an empty name is dropped", map[string]string{"X-Chaingate-Meta-": "nameless"}, map[string]string{"": ""}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var done gateway.StartResponse
+			code, _, body := env.call("POST", "/v1/chains/hello/runs?wait=20s", `{}`, tc.headers, &done)
+			if code != http.StatusOK || done.Run == nil {
+				t.Fatalf("POST: %d %s", code, body)
+			}
+			var meta map[string]string
+			if err := json.Unmarshal(done.Run.Origin.Metadata, &meta); err != nil {
+				t.Fatal(err)
+			}
+			for k, want := range tc.want {
+				got, ok := meta[k]
+				switch {
+				case want == "" && ok:
+					t.Errorf("metadata has %q = %q: %s", k, got, done.Run.Origin.Metadata)
+				case want != "" && !strings.HasPrefix(got, want):
+					t.Errorf("metadata %q = %q, want %q: %s", k, got, want, done.Run.Origin.Metadata)
+				}
+			}
+		})
+	}
+}
