@@ -91,6 +91,9 @@ type Engine struct {
 
 	mu      sync.Mutex
 	runners map[string]*runner
+	// reserved holds runs being taken up, between the check that no
+	// runner here advances them and the runner's start.
+	reserved map[string]bool
 	closed  bool
 	wg      sync.WaitGroup
 
@@ -156,6 +159,7 @@ func New(opts Options) (*Engine, error) {
 		onEvent:    opts.OnEvent,
 		observer:   opts.Observer,
 		runners:    map[string]*runner{},
+		reserved:   map[string]bool{},
 		sources:    map[string][]byte{},
 		defs:       map[string]*chain.Config{},
 	}
@@ -382,8 +386,8 @@ func (e *Engine) Resume(ctx context.Context) ([]string, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
-			case errors.Is(err, store.ErrLeaseHeld):
-				// Another gateway is advancing it.
+			case errors.Is(err, store.ErrLeaseHeld), errors.Is(err, errTaken):
+				// Another gateway, or another resume here, is advancing it.
 			case err != nil:
 				errs = append(errs, err)
 			default:
@@ -396,6 +400,10 @@ func (e *Engine) Resume(ctx context.Context) ([]string, error) {
 }
 
 func (e *Engine) resume(ctx context.Context, id string) error {
+	if !e.reserve(id) {
+		return errTaken
+	}
+	defer e.unreserve(id)
 	lease, err := e.store.AcquireLease(ctx, id, e.owner, e.leaseTTL)
 	if err != nil {
 		return fmt.Errorf("resuming run %s: %w", id, err)
@@ -533,6 +541,29 @@ func (e *Engine) admit(r *runner) error {
 	}
 	e.runners[r.run.ID] = r
 	return nil
+}
+
+// errTaken is a resume of a run that this engine advances, or is taking
+// up, already.
+var errTaken = errors.New("the run is already being advanced here")
+
+// reserve claims a run for one resume here at a time. A store lease cannot
+// tell two resumes of one engine apart: both hold the engine's own lease,
+// and the one that gives up would release it under the other.
+func (e *Engine) reserve(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.runners[id] != nil || e.reserved[id] {
+		return false
+	}
+	e.reserved[id] = true
+	return true
+}
+
+func (e *Engine) unreserve(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.reserved, id)
 }
 
 func (e *Engine) forget(r *runner) {

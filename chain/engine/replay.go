@@ -73,6 +73,10 @@ func (e *Engine) restart(ctx context.Context, entry *store.DLQEntry) (*store.Run
 // stays: a parallel group keeps its succeeded sub-steps, a split its
 // finished items.
 func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry) (*store.Run, error) {
+	if !e.reserve(entry.RunID) {
+		return nil, fmt.Errorf("replaying entry %s: %w: run %s is running", entry.ID, ErrNotReplayable, entry.RunID)
+	}
+	defer e.unreserve(entry.RunID)
 	lease, err := e.store.AcquireLease(ctx, entry.RunID, e.owner, e.leaseTTL)
 	if err != nil {
 		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)

@@ -2,9 +2,12 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
@@ -170,5 +173,56 @@ payload_template = { sleep_ms = 100 }
 	}
 	if _, err := h.store.DLQ(ctx, entries[0].ID); err != nil {
 		t.Errorf("a refused replay removed the entry: %v", err)
+	}
+}
+
+// TestConcurrentResumesTakeEachRunOnce resumes the same unfinished runs
+// from two goroutines at once, as the adopt loop and an operator's resume
+// may: each run is taken up by one of them, and its call made once more.
+func TestConcurrentResumesTakeEachRunOnce(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	cfg := fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "slow"
+provider = "faulty"
+payload_template = { record = %q, sleep_ms = 3000 }
+`, rec)
+	db := filepath.Join(dir, "gw.db")
+	ctx := context.Background()
+	h1 := newHarnessAt(t, cfg, db)
+	const runs = 40
+	for range runs {
+		if _, err := h1.eng.Start(ctx, "c", engine.Input{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitLines(t, rec, runs)
+	h1.close()
+
+	h2 := newHarnessAt(t, cfg, db)
+	var wg sync.WaitGroup
+	resumed := make([][]string, 2)
+	for i := range resumed {
+		wg.Go(func() {
+			ids, err := h2.eng.Resume(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			resumed[i] = ids
+		})
+	}
+	wg.Wait()
+	if n := len(resumed[0]) + len(resumed[1]); n != runs {
+		t.Errorf("%d runs resumed in all, want %d", n, runs)
+	}
+	waitLines(t, rec, 2*runs)
+	time.Sleep(200 * time.Millisecond) // a call made twice would show by now
+	for key, n := range readRecords(t, rec) {
+		if n != 2 {
+			t.Errorf("%s called %d times, want once before the stop and once after", key, n)
+		}
 	}
 }
