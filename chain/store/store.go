@@ -78,7 +78,9 @@ type Store interface {
 	ReleaseLease(ctx context.Context, l Lease) error
 
 	// ClaimKey binds an idempotency key to a run id for ttl. If the key is
-	// already bound, it returns the run id it is bound to and binds nothing.
+	// bound to another run, it returns that run's id and binds nothing; a
+	// key bound to runID already counts as claimed, so a retried claim
+	// succeeds.
 	ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error)
 
 	// Close releases the store; it waits for commits under way.

@@ -38,7 +38,8 @@ var (
 	bucketDLQ        = []byte("dlq")
 	bucketDefs       = []byte("definitions")
 	bucketKeys       = []byte("idempotency_keys")
-	allBuckets       = [][]byte{bucketMeta, bucketHeaders, bucketOrigins, bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs, bucketKeys}
+	bucketKeyExpiry  = []byte("idempotency_expiry") // expires-at | key → nothing, for sweeping
+	allBuckets       = [][]byte{bucketMeta, bucketHeaders, bucketOrigins, bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs, bucketKeys, bucketKeyExpiry}
 )
 
 // formatKey holds the file's layout version in the meta bucket.
@@ -89,7 +90,7 @@ type Store struct {
 	// only writer, so they only keep the contract the engine relies on.
 	leaseMu sync.Mutex
 	leases  map[string]store.Lease
-	fences  map[string]uint64
+	fence   uint64 // one counter for all runs: it only has to grow
 }
 
 var _ store.Store = (*Store)(nil)
@@ -151,7 +152,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		db: db, log: opts.Logger, reqs: make(chan *commitReq, maxGroup), done: make(chan struct{}), seqs: map[string]uint64{},
-		leases: map[string]store.Lease{}, fences: map[string]uint64{},
+		leases: map[string]store.Lease{},
 	}
 	go s.writer()
 	return s, nil
@@ -708,8 +709,8 @@ func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.
 		s.leases[runID] = cur
 		return cur, nil
 	}
-	s.fences[runID]++
-	l := store.Lease{RunID: runID, Owner: owner, Fence: s.fences[runID], Expires: now.Add(ttl)}
+	s.fence++
+	l := store.Lease{RunID: runID, Owner: owner, Fence: s.fence, Expires: now.Add(ttl)}
 	s.leases[runID] = l
 	return l, nil
 }
@@ -756,19 +757,56 @@ func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Durati
 	}
 	var existing string
 	err := s.db.Update(func(tx *bbolt.Tx) error {
-		b := tx.Bucket(bucketKeys)
+		keys, expiry := tx.Bucket(bucketKeys), tx.Bucket(bucketKeyExpiry)
 		now := time.Now()
-		if v := b.Get([]byte(key)); len(v) > 8 {
+		if err := sweepKeys(keys, expiry, now); err != nil {
+			return err
+		}
+		if v := keys.Get([]byte(key)); len(v) > 8 {
 			if exp := time.Unix(0, int64(binary.BigEndian.Uint64(v[:8]))); now.Before(exp) {
-				existing = string(v[8:])
+				if bound := string(v[8:]); bound != runID {
+					existing = bound
+				}
 				return nil
 			}
 		}
-		v := binary.BigEndian.AppendUint64(nil, uint64(now.Add(ttl).UnixNano()))
-		return b.Put([]byte(key), append(v, runID...))
+		exp := binary.BigEndian.AppendUint64(nil, uint64(now.Add(ttl).UnixNano()))
+		if err := keys.Put([]byte(key), append(exp, runID...)); err != nil {
+			return err
+		}
+		return expiry.Put(append(exp, key...), nil)
 	})
 	if err != nil {
 		return "", fmt.Errorf("claiming idempotency key: %w", err)
 	}
 	return existing, nil
+}
+
+// sweepBatch bounds how many expired keys one claim removes, so a claim
+// after a long quiet spell stays quick; later claims remove the rest.
+const sweepBatch = 64
+
+// sweepKeys removes idempotency keys that have expired, oldest first.
+func sweepKeys(keys, expiry *bbolt.Bucket, now time.Time) error {
+	c := expiry.Cursor()
+	for range sweepBatch {
+		k, _ := c.First()
+		if len(k) <= 8 {
+			return nil
+		}
+		exp := k[:8]
+		if !now.After(time.Unix(0, int64(binary.BigEndian.Uint64(exp)))) {
+			return nil
+		}
+		// The key may have been claimed again since, with a later expiry.
+		if v := keys.Get(k[8:]); len(v) > 8 && bytes.Equal(v[:8], exp) {
+			if err := keys.Delete(k[8:]); err != nil {
+				return err
+			}
+		}
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -174,3 +174,37 @@ func TestRefusesAnotherFormat(t *testing.T) {
 	}
 	_ = s.Close()
 }
+
+// TestExpiredKeysAreSwept checks that idempotency keys past their TTL do
+// not stay in the file for ever: later claims remove them.
+func TestExpiredKeysAreSwept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gw.db")
+	s, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 10 {
+		if _, err := s.ClaimKey(ctx, fmt.Sprintf("old-%d", i), store.NewID(), time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(5 * time.Millisecond)
+	if _, err := s.ClaimKey(ctx, "new", store.NewID(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_ = db.View(func(tx *bbolt.Tx) error {
+		for _, name := range []string{"idempotency_keys", "idempotency_expiry"} {
+			if n := tx.Bucket([]byte(name)).Stats().KeyN; n != 1 {
+				t.Errorf("%s holds %d keys, want only the live one", name, n)
+			}
+		}
+		return nil
+	})
+}
