@@ -87,8 +87,10 @@ type Manager struct {
 
 	mu       sync.Mutex
 	closed   bool
+	done     chan struct{} // closed by Close; ends relaunch backoffs
 	handles  map[string]*handle
 	launches sync.WaitGroup // launches in flight; Close waits for them
+	kills    sync.WaitGroup // discarded processes being stopped; Close waits for them
 }
 
 // NewManager returns a Manager; it starts no process until a provider is used.
@@ -102,7 +104,7 @@ func NewManager(opts Options) *Manager {
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 10 * time.Second
 	}
-	return &Manager{opts: opts, handles: make(map[string]*handle)}
+	return &Manager{opts: opts, handles: make(map[string]*handle), done: make(chan struct{})}
 }
 
 // Provider returns the handle for spec.Name, creating it on the first request;
@@ -137,7 +139,10 @@ func (m *Manager) Restarts(name string) int {
 // flight fail; later calls fail with ErrClosed. Close is idempotent.
 func (m *Manager) Close() error {
 	m.mu.Lock()
-	m.closed = true
+	if !m.closed {
+		m.closed = true
+		close(m.done)
+	}
 	hs := make([]*handle, 0, len(m.handles))
 	for _, h := range m.handles {
 		hs = append(hs, h)
@@ -156,7 +161,25 @@ func (m *Manager) Close() error {
 		}
 	}
 	wg.Wait()
+	m.kills.Wait()
 	return nil
+}
+
+// retire kills a process given up on (it crashed, lost its connection or
+// stopped reading) without making its caller wait.
+func (m *Manager) retire(inst *instance) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		inst.stop(true)
+		return
+	}
+	m.kills.Add(1)
+	m.mu.Unlock()
+	go func() {
+		defer m.kills.Done()
+		inst.stop(true)
+	}()
 }
 
 // handle is the providers.Provider for one configured provider.
@@ -168,24 +191,68 @@ type handle struct {
 	cur      *instance // nil until started, after an exit, and after Close
 	starting *launch   // the launch in flight, shared by every caller waiting
 	launched int       // successful launches, for Restarts
+	// failures counts the launches in a row that failed or whose process
+	// was lost soon after; the next launch waits backoff(failures).
+	failures    int
+	lastFailure time.Time
+}
+
+// healthyAfter is how long a process must have served for its loss not
+// to count towards the relaunch backoff.
+const healthyAfter = 30 * time.Second
+
+// backoff is how long to wait before launching after n failures in a row:
+// nothing after the first, so a single crash costs one quick relaunch, then
+// doubling, so a plugin that crashes on every call is not restarted in a
+// tight loop.
+func backoff(n int) time.Duration {
+	if n < 2 {
+		return 0
+	}
+	return min(50*time.Millisecond<<min(n-2, 10), 5*time.Second)
 }
 
 // instance is one running plugin process.
 type instance struct {
-	client  *plugin.Client
-	cmd     *exec.Cmd
-	rpc     providerv1.ProviderClient
-	session *session        // nil when the plugin serves only unary Execute
-	exited  <-chan struct{} // closed once the process has exited and been reaped
+	client   *plugin.Client
+	cmd      *exec.Cmd
+	rpc      providerv1.ProviderClient
+	session  *session        // nil when the plugin serves only unary Execute
+	exited   <-chan struct{} // closed once the process has exited and been reaped
+	started  time.Time
+	killOnce sync.Once
 }
 
-// kill stops the process; it returns at once and releases go-plugin's
-// goroutines.
-func (i *instance) kill() {
-	if i.session != nil {
-		i.session.close()
-	}
-	i.client.Kill()
+// killGrace bounds go-plugin's graceful shutdown, which waits on an RPC
+// that a plugin that stopped reading never answers.
+const killGrace = 3 * time.Second
+
+// kill stops the process, letting it shut down gracefully for a while, and
+// releases go-plugin's goroutines; concurrent and later calls wait for the
+// first.
+func (i *instance) kill() { i.stop(false) }
+
+// stop is kill; force skips the graceful part, for a process given up on.
+func (i *instance) stop(force bool) {
+	i.killOnce.Do(func() {
+		if i.session != nil {
+			i.session.close()
+		}
+		if force {
+			_ = i.cmd.Process.Kill()
+		}
+		done := make(chan struct{})
+		go func() {
+			i.client.Kill()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(killGrace):
+			_ = i.cmd.Process.Kill()
+			<-done
+		}
+	})
 }
 
 func (i *instance) hasExited() bool {
@@ -195,6 +262,12 @@ func (i *instance) hasExited() bool {
 	default:
 		return false
 	}
+}
+
+// usable reports whether the process can take calls: it is running and,
+// if it has a session, the session still works.
+func (i *instance) usable() bool {
+	return !i.hasExited() && (i.session == nil || !i.session.isBroken())
 }
 
 type launch struct {
@@ -265,11 +338,27 @@ func (h *handle) Execute(ctx context.Context, req providers.Request) (providers.
 }
 
 // callError classifies a failed gRPC call: the caller gave up, the gateway is
-// shutting down, the process died, or the call itself was refused.
+// shutting down, the process died, the session broke, or the call itself was
+// refused.
 func (h *handle) callError(ctx context.Context, inst *instance, verb string, err error) error {
 	name := h.spec.Name
 	if err := ctxErr(ctx); err != nil {
 		return fmt.Errorf("%s provider %q: %w", verb, name, err)
+	}
+	var pe *protocolError
+	if errors.As(err, &pe) {
+		return &providers.Error{Code: "plugin_protocol", Message: fmt.Sprintf("%s provider %q: %s", verb, name, pe.msg), Err: err}
+	}
+	var be *brokenSessionError
+	if errors.As(err, &be) && status.Code(be.Err) != codes.Unavailable {
+		// Whatever broke the stream, every call on it is lost and none can
+		// be made on it again: the process is replaced and the call may be
+		// retried on the next one.
+		if h.m.isClosed() {
+			return h.closedError()
+		}
+		h.discard(inst)
+		return &providers.Error{Retryable: true, Code: "plugin_unavailable", Message: fmt.Sprintf("%s provider %q: %v", verb, name, be), Err: err}
 	}
 	switch status.Code(err) {
 	case codes.Unavailable: // the connection broke; see below
@@ -326,9 +415,20 @@ func (h *handle) discard(inst *instance) {
 	h.mu.Lock()
 	if h.cur == inst {
 		h.cur = nil
+		h.noteFailure(inst)
 	}
 	h.mu.Unlock()
-	inst.kill()
+	h.m.retire(inst)
+}
+
+// noteFailure counts the loss of inst towards the relaunch backoff, unless
+// it had served long enough to count as healthy. h.mu is held.
+func (h *handle) noteFailure(inst *instance) {
+	if inst != nil && time.Since(inst.started) > healthyAfter {
+		h.failures = 0
+	}
+	h.failures++
+	h.lastFailure = time.Now()
 }
 
 // instance returns the running process, launching one if there is none.
@@ -336,20 +436,20 @@ func (h *handle) discard(inst *instance) {
 func (h *handle) instance(ctx context.Context) (*instance, error) {
 	h.mu.Lock()
 	if inst := h.cur; inst != nil {
-		if !inst.hasExited() {
+		if inst.usable() {
 			h.mu.Unlock()
 			return inst, nil
 		}
-		h.m.opts.Logger.Warn("plugin process exited between calls; relaunching",
-			"provider", h.spec.Name, "status", inst.cmd.ProcessState.String())
+		if inst.hasExited() {
+			h.m.opts.Logger.Warn("plugin process exited between calls; relaunching",
+				"provider", h.spec.Name, "status", inst.cmd.ProcessState.String())
+		} else {
+			h.m.opts.Logger.Warn("plugin session broke; replacing the process",
+				"provider", h.spec.Name, "err", inst.session.err)
+		}
 		h.cur = nil
-		h.mu.Unlock()
-		inst.kill()
-		h.mu.Lock()
-		if inst := h.cur; inst != nil { // another caller relaunched meanwhile
-			h.mu.Unlock()
-			return inst, nil
-		}
+		h.noteFailure(inst)
+		h.m.retire(inst)
 	}
 	l := h.starting
 	if l == nil {
@@ -379,11 +479,30 @@ func (h *handle) instance(ctx context.Context) (*instance, error) {
 // bound to any one caller's ctx, since the others still want the process.
 func (h *handle) launch(l *launch) {
 	defer h.m.launches.Done()
-	inst, err := h.start()
+	h.mu.Lock()
+	wait := backoff(h.failures) - time.Since(h.lastFailure)
+	h.mu.Unlock()
+	var inst *instance
+	var err error
+	if wait > 0 {
+		h.m.opts.Logger.Warn("plugin keeps failing; waiting before launching it again",
+			"provider", h.spec.Name, "wait", wait.Round(time.Millisecond))
+		select {
+		case <-time.After(wait):
+		case <-h.m.done:
+			err = h.closedError()
+		}
+	}
+	if err == nil {
+		inst, err = h.start()
+	}
 	h.mu.Lock()
 	h.starting = nil
 	closed := err == nil && h.m.isClosed()
-	if err == nil && !closed {
+	switch {
+	case err != nil:
+		h.noteFailure(nil)
+	case !closed:
 		h.cur = inst
 		h.launched++
 	}
@@ -405,10 +524,29 @@ func (m *Manager) isClosed() bool {
 func (h *handle) start() (*instance, error) {
 	inst, err := h.m.start(h.spec)
 	if err != nil {
-		return nil, fmt.Errorf("starting plugin %q: %w", h.spec.Name, err)
+		return nil, &providers.Error{
+			Retryable: transientStartError(err),
+			Code:      "plugin_start",
+			Message:   fmt.Sprintf("starting plugin %q: %v", h.spec.Name, err),
+			Err:       err,
+		}
 	}
 	h.m.opts.Logger.Info("plugin ready", "provider", h.spec.Name, "pid", inst.cmd.Process.Pid)
 	return inst, nil
+}
+
+// transientStartError reports whether a launch that failed with err may
+// succeed if tried again: the plugin was too slow to start or to answer on
+// a loaded machine. A missing binary, a checksum mismatch or a plugin that
+// exits or speaks another protocol fails the same way every time.
+func transientStartError(err error) bool {
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.Unavailable:
+		return true
+	}
+	// go-plugin has no error value for it, only this text.
+	return strings.Contains(err.Error(), "timeout while waiting for plugin to start") ||
+		errors.Is(err, context.DeadlineExceeded)
 }
 
 func (m *Manager) command(spec Spec) (*exec.Cmd, error) {
@@ -497,7 +635,7 @@ func (m *Manager) start(spec Spec) (*instance, error) {
 		return nil, fmt.Errorf("dispensing the provider: %w", err)
 	}
 	d := raw.(*dispensed)
-	inst := &instance{client: client, cmd: cmd, rpc: d.rpc, exited: d.exited}
+	inst := &instance{client: client, cmd: cmd, rpc: d.rpc, exited: d.exited, started: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.StartTimeout)
 	defer cancel()
 	desc, err := d.rpc.Describe(ctx, &providerv1.DescribeRequest{})

@@ -16,8 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/proto/providerv1"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
 )
@@ -338,6 +341,8 @@ func TestCloseKillsPlugins(t *testing.T) {
 	}
 }
 
+// TestStartFailures checks that a plugin that cannot start says why, and
+// that these failures, which recur on every launch, are permanent.
 func TestStartFailures(t *testing.T) {
 	m, _ := newManager(t, plugins.Options{StartTimeout: 5 * time.Second})
 	for _, tc := range []struct {
@@ -355,12 +360,48 @@ func TestStartFailures(t *testing.T) {
 			if err == nil {
 				t.Fatal("call succeeded")
 			}
+			if pe := providerError(t, err); pe.Retryable || pe.Code != "plugin_start" {
+				t.Errorf("error %+v, want a permanent plugin_start error", pe)
+			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not mention %q", err, w)
 				}
 			}
 		})
+	}
+}
+
+// TestCrashLoopBacksOff has the plugin crash on every call: the first
+// relaunch is immediate, later ones wait longer each time.
+func TestCrashLoopBacksOff(t *testing.T) {
+	m, logs := newManager(t, plugins.Options{})
+	p := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	mustCall(t, p, `{}`)
+	start := time.Now()
+	for i := range 4 {
+		_, err := call(t, p, `{"crash":true}`)
+		if pe := providerError(t, err); !pe.Retryable || pe.Code != "plugin_crashed" {
+			t.Fatalf("crash %d gave %+v", i, pe)
+		}
+	}
+	mustCall(t, p, `{}`)
+	// Four crashes in a row: relaunches after 0, 50, 100 and 200 ms.
+	if took := time.Since(start); took < 350*time.Millisecond {
+		t.Errorf("four crashes and five launches took %v, want at least 350ms of backoff", took)
+	}
+	var waits []string
+	for line := range strings.Lines(logs.String()) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "plugin keeps failing; waiting before launching it again" {
+			waits = append(waits, fmt.Sprint(rec["wait"]))
+		}
+	}
+	if len(waits) != 3 {
+		t.Errorf("backoff waits logged: %v, want 3", waits)
+	}
+	if got := m.Restarts("faulty"); got != 4 {
+		t.Errorf("Restarts = %d, want 4", got)
 	}
 }
 
@@ -384,32 +425,188 @@ func TestStartFailureIsRetried(t *testing.T) {
 	}
 }
 
-func TestMaxMessageBytes(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{MaxMessageBytes: 64 << 10})
-	p := m.Provider(plugins.Spec{Name: "echo", Builtin: "echo"})
-	big := `"` + strings.Repeat("x", 100<<10) + `"`
-	_, err := call(t, p, big)
-	if pe := providerError(t, err); pe.Retryable || pe.Code != "message_too_large" {
-		t.Errorf("oversized call gave %+v, want permanent message_too_large", pe)
+const testMaxBytes = 64 << 10
+
+// wireSize is the size gRPC checks against the limit: the session's
+// wrapper around the call, or the call itself when unary.
+func wireSize(id uint64, req *providerv1.ExecuteRequest, resp *providerv1.ExecuteResponse) int {
+	switch {
+	case unaryTransport && req != nil:
+		return proto.Size(req)
+	case unaryTransport:
+		return proto.Size(resp)
+	case req != nil:
+		return proto.Size(&providerv1.SessionRequest{Id: id, Execute: req})
+	default:
+		return proto.Size(&providerv1.SessionResponse{Id: id, Result: resp})
 	}
-	fits := `"` + strings.Repeat("x", 60<<10) + `"`
-	assertJSON(t, mustCall(t, p, fits), fits)
+}
+
+// sizedString returns a JSON string whose message, as size measures it,
+// is exactly want bytes.
+func sizedString(t testing.TB, want int, size func(body []byte) int) string {
+	t.Helper()
+	for n := want - 32; n <= want; n++ {
+		body := []byte(`"` + strings.Repeat("x", n) + `"`)
+		if size(body) == want {
+			return string(body)
+		}
+	}
+	t.Fatalf("no string gives a message of %d bytes", want)
+	return ""
+}
+
+// TestMaxMessageBytes sends calls and answers right at the limit and just
+// over it: the one over fails alone, permanently, and the plugin serves on.
+func TestMaxMessageBytes(t *testing.T) {
+	m, _ := newManager(t, plugins.Options{MaxMessageBytes: testMaxBytes})
+	p := m.Provider(plugins.Spec{Name: "echo", Builtin: "echo"})
+	mustCall(t, p, `1`)
+	// Call ids stay below 128 here, so they take one byte as 100 does.
+	const id = 100
+	request := func(body []byte) int {
+		return wireSize(id, &providerv1.ExecuteRequest{ActionType: "test", Payload: body, DedupKey: "run-1/step", Attempt: 1}, nil)
+	}
+	innerAtLimit := sizedString(t, testMaxBytes, func(body []byte) int {
+		return proto.Size(&providerv1.ExecuteRequest{ActionType: "test", Payload: body, DedupKey: "run-1/step", Attempt: 1})
+	})
+	for _, tc := range []struct {
+		name    string
+		payload string
+		fits    bool
+	}{
+		{"at the limit", sizedString(t, testMaxBytes, request), true},
+		{"one byte over", sizedString(t, testMaxBytes+1, request), false},
+		{"call at the limit, wrapper over", innerAtLimit, unaryTransport},
+		{"far over", `"` + strings.Repeat("x", 100<<10) + `"`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body, err := call(t, p, tc.payload)
+			if tc.fits {
+				if err != nil {
+					t.Fatalf("call of %d bytes: %v", request([]byte(tc.payload)), err)
+				}
+				assertJSON(t, body, tc.payload)
+				return
+			}
+			if pe := providerError(t, err); pe.Retryable || pe.Code != "message_too_large" {
+				t.Errorf("call of %d bytes gave %+v, want permanent message_too_large", request([]byte(tc.payload)), pe)
+			}
+			assertJSON(t, mustCall(t, p, `{"after":"oversized"}`), `{"after":"oversized"}`)
+		})
+	}
 	if m.Restarts("echo") != 0 {
 		t.Errorf("an oversized message restarted the plugin")
+	}
+}
+
+// TestMaxMessageBytesAnswer does the same for the plugin's answers.
+func TestMaxMessageBytesAnswer(t *testing.T) {
+	bin := buildTestPlugin(t, "extplugin")
+	m, _ := newManager(t, plugins.Options{MaxMessageBytes: testMaxBytes})
+	p := m.Provider(plugins.Spec{Name: "ext", Path: bin})
+	answer := func(body []byte) int { return wireSize(100, nil, &providerv1.ExecuteResponse{Body: body}) }
+	innerAtLimit := sizedString(t, testMaxBytes, func(body []byte) int { return proto.Size(&providerv1.ExecuteResponse{Body: body}) })
+	for _, tc := range []struct {
+		name string
+		body string
+		fits bool
+	}{
+		{"at the limit", sizedString(t, testMaxBytes, answer), true},
+		{"one byte over", sizedString(t, testMaxBytes+1, answer), false},
+		{"answer at the limit, wrapper over", innerAtLimit, unaryTransport},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			payload := fmt.Sprintf(`{"size":%d}`, len(tc.body))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			resp, err := p.Execute(ctx, providers.Request{ActionType: "sized", Payload: json.RawMessage(payload)})
+			if tc.fits {
+				if err != nil || string(resp.Body) != tc.body {
+					t.Fatalf("answer of %d bytes: %v", answer([]byte(tc.body)), err)
+				}
+				return
+			}
+			if pe := providerError(t, err); pe.Retryable || pe.Code != "message_too_large" {
+				t.Errorf("answer of %d bytes gave %+v, want permanent message_too_large", answer([]byte(tc.body)), pe)
+			}
+			if _, err := p.Execute(ctx, providers.Request{ActionType: "sized", Payload: json.RawMessage(`{"size":10}`)}); err != nil {
+				t.Errorf("call after an oversized answer: %v", err)
+			}
+		})
+	}
+	if m.Restarts("ext") != 0 {
+		t.Errorf("an oversized message restarted the plugin")
+	}
+}
+
+// TestBrokenSessionIsReplaced has a plugin break its session by sending
+// more than the gateway takes: the call fails retryably, and the next one
+// gets a new process instead of the broken session.
+func TestBrokenSessionIsReplaced(t *testing.T) {
+	bin := buildTestPlugin(t, "badplugin")
+	m, _ := newManager(t, plugins.Options{MaxMessageBytes: testMaxBytes})
+	p := m.Provider(plugins.Spec{Name: "bad", Path: bin})
+	exec := func(action string) (json.RawMessage, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := p.Execute(ctx, providers.Request{ActionType: action, Payload: json.RawMessage(`{"n":1}`)})
+		return resp.Body, err
+	}
+	if _, err := exec("echo"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := exec("oversized")
+	if pe := providerError(t, err); !pe.Retryable || pe.Code != "plugin_unavailable" {
+		t.Errorf("a broken session gave %+v, want retryable plugin_unavailable", pe)
+	}
+	for i := range 3 {
+		if body, err := exec("echo"); err != nil || string(body) != `{"n":1}` {
+			t.Fatalf("call %d after the session broke: %s, %v", i, body, err)
+		}
+	}
+	if got := m.Restarts("bad"); got != 1 {
+		t.Errorf("Restarts = %d, want 1", got)
+	}
+}
+
+// TestAnswerWithoutResult checks that a plugin answering a call with no
+// result fails that call, not the gateway or the other calls.
+func TestAnswerWithoutResult(t *testing.T) {
+	bin := buildTestPlugin(t, "badplugin")
+	m, _ := newManager(t, plugins.Options{})
+	p := m.Provider(plugins.Spec{Name: "bad", Path: bin})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := p.Execute(ctx, providers.Request{ActionType: "no_result"})
+	if pe := providerError(t, err); pe.Retryable || pe.Code != "plugin_protocol" || !strings.Contains(pe.Message, "without a result") {
+		t.Errorf("an answer without a result gave %+v, want permanent plugin_protocol", pe)
+	}
+	if resp, err := p.Execute(ctx, providers.Request{ActionType: "echo", Payload: json.RawMessage(`2`)}); err != nil || string(resp.Body) != "2" {
+		t.Errorf("next call: %s, %v", resp.Body, err)
+	}
+	if got := m.Restarts("bad"); got != 0 {
+		t.Errorf("Restarts = %d, want 0", got)
 	}
 }
 
 // buildExtPlugin builds testdata/extplugin, a plugin with its own main.
 func buildExtPlugin(t testing.TB) string {
 	t.Helper()
+	return buildTestPlugin(t, "extplugin")
+}
+
+// buildTestPlugin builds the plugin in testdata/name.
+func buildTestPlugin(t testing.TB, name string) string {
+	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skipf("SKIPPING: no go toolchain on PATH to build the external test plugin: %v", err)
+		t.Skipf("SKIPPING: no go toolchain on PATH to build the test plugin %s: %v", name, err)
 	}
-	out := filepath.Join(t.TempDir(), "extplugin")
-	cmd := exec.Command(goBin, "build", "-o", out, "./testdata/extplugin")
+	out := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command(goBin, "build", "-o", out, "./testdata/"+name)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building testdata/extplugin: %v\n%s", err, b)
+		t.Fatalf("building testdata/%s: %v\n%s", name, err, b)
 	}
 	return out
 }
@@ -420,7 +617,7 @@ func TestExternalPlugin(t *testing.T) {
 	p := m.Provider(plugins.Spec{Name: "team-ext", Path: bin, Args: []string{"--flag", "v"}})
 
 	info, err := p.Describe(context.Background())
-	if err != nil || info.Name != "ext" || info.Version != "test" || len(info.ActionTypes) != 3 {
+	if err != nil || info.Name != "ext" || info.Version != "test" || len(info.ActionTypes) != 4 {
 		t.Fatalf("Describe = %+v, %v", info, err)
 	}
 
@@ -647,12 +844,13 @@ func TestUnaryTransport(t *testing.T) {
 	unaryTransport = true
 	defer func() { unaryTransport = false }()
 	for name, fn := range map[string]func(*testing.T){
-		"EchoRoundTrip":   TestEchoRoundTrip,
-		"InBandErrors":    TestInBandErrors,
-		"Cancellation":    TestCancellation,
-		"CrashRelaunches": TestCrashRelaunches,
-		"ConcurrentCalls": TestConcurrentCalls,
-		"MaxMessageBytes": TestMaxMessageBytes,
+		"EchoRoundTrip":         TestEchoRoundTrip,
+		"InBandErrors":          TestInBandErrors,
+		"Cancellation":          TestCancellation,
+		"CrashRelaunches":       TestCrashRelaunches,
+		"ConcurrentCalls":       TestConcurrentCalls,
+		"MaxMessageBytes":       TestMaxMessageBytes,
+		"MaxMessageBytesAnswer": TestMaxMessageBytesAnswer,
 	} {
 		t.Run(name, fn)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,20 +21,67 @@ import (
 // trailers per call; on a session a call is two small messages, and under
 // load gRPC writes many of them per syscall.
 
+// stuckSend is how long one message may take to send before the session is
+// given up: the plugin has stopped reading, so every call behind it would
+// wait on a stream whose flow-control window never reopens.
+const stuckSend = 2 * time.Second
+
+// brokenSessionError is what every call on a session gets once its stream
+// has failed: the plugin process needs replacing, though this call itself
+// may have been fine.
+type brokenSessionError struct {
+	Err error
+}
+
+func (e *brokenSessionError) Error() string {
+	return "the session with the plugin broke: " + e.Err.Error()
+}
+
+func (e *brokenSessionError) Unwrap() error { return e.Err }
+
+// errStuck breaks a session whose plugin stopped reading.
+var errStuck = fmt.Errorf("the plugin has read nothing for %v", stuckSend)
+
 // session is the gateway's end.
 type session struct {
 	stream   providerv1.Provider_SessionClient
 	maxBytes int
 	cancel   context.CancelFunc
+	nextID   atomic.Uint64
 
-	sendMu sync.Mutex
-	nextID atomic.Uint64
+	// Messages go out through one writer goroutine, so that a call whose
+	// message cannot be sent still ends with its own context.
+	qmu   sync.Mutex
+	queue []*outgoing
+	wake  chan struct{}
+	// sendingSince is when the message being sent started, in Unix
+	// nanoseconds; 0 while the writer waits for work.
+	sendingSince atomic.Int64
 
-	mu      sync.Mutex
-	pending map[uint64]chan *providerv1.ExecuteResponse
-	broken  chan struct{} // closed when the stream fails
-	err     error         // why, set before broken is closed
+	mu       sync.Mutex
+	pending  map[uint64]chan answer
+	broken   chan struct{} // closed when the stream fails
+	err      error         // why, set before broken is closed
+	failOnce sync.Once
 }
+
+type answer struct {
+	resp *providerv1.ExecuteResponse
+	err  error
+}
+
+// outgoing is a queued message; its call withdraws it when it gives up
+// before the writer took it.
+type outgoing struct {
+	msg   *providerv1.SessionRequest
+	state atomic.Int32
+}
+
+const (
+	outQueued int32 = iota
+	outTaken
+	outWithdrawn
+)
 
 func openSession(rpc providerv1.ProviderClient, maxBytes int) (*session, error) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -46,11 +94,35 @@ func openSession(rpc providerv1.ProviderClient, maxBytes int) (*session, error) 
 		stream:   stream,
 		maxBytes: maxBytes,
 		cancel:   cancel,
-		pending:  map[uint64]chan *providerv1.ExecuteResponse{},
+		wake:     make(chan struct{}, 1),
+		pending:  map[uint64]chan answer{},
 		broken:   make(chan struct{}),
 	}
 	go s.receive()
+	go s.write()
 	return s, nil
+}
+
+// fail ends the session for every call on it, once.
+func (s *session) fail(err error) {
+	s.failOnce.Do(func() {
+		s.mu.Lock()
+		s.err = &brokenSessionError{Err: err}
+		s.pending = nil
+		s.mu.Unlock()
+		close(s.broken)
+		s.cancel() // unblocks a Send stuck on flow control
+	})
+}
+
+// isBroken reports whether the session can take no more calls.
+func (s *session) isBroken() bool {
+	select {
+	case <-s.broken:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *session) receive() {
@@ -60,39 +132,112 @@ func (s *session) receive() {
 			if errors.Is(err, io.EOF) {
 				err = status.Error(codes.Unavailable, "the plugin ended the session")
 			}
-			s.mu.Lock()
-			s.err = err
-			s.pending = nil
-			s.mu.Unlock()
-			close(s.broken)
+			s.fail(err)
 			return
 		}
 		s.mu.Lock()
 		ch := s.pending[m.Id]
 		delete(s.pending, m.Id)
 		s.mu.Unlock()
-		if ch != nil {
-			ch <- m.Result
+		if ch == nil {
+			continue
+		}
+		if m.Result == nil {
+			ch <- answer{err: &protocolError{msg: fmt.Sprintf("the plugin answered call %d without a result", m.Id)}}
+			continue
+		}
+		ch <- answer{resp: m.Result}
+	}
+}
+
+// protocolError is a plugin answer that breaks the wire contract; it fails
+// the call it answers, not the session.
+type protocolError struct{ msg string }
+
+func (e *protocolError) Error() string { return e.msg }
+
+func (s *session) enqueue(m *providerv1.SessionRequest) *outgoing {
+	o := &outgoing{msg: m}
+	s.qmu.Lock()
+	s.queue = append(s.queue, o)
+	s.qmu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return o
+}
+
+// write sends queued messages in order until the session fails.
+func (s *session) write() {
+	var batch []*outgoing
+	for {
+		select {
+		case <-s.wake:
+		case <-s.broken:
+			return
+		}
+		for {
+			s.qmu.Lock()
+			batch, s.queue = s.queue, batch[:0]
+			s.qmu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			for i, o := range batch {
+				batch[i] = nil
+				if !o.state.CompareAndSwap(outQueued, outTaken) {
+					continue
+				}
+				s.sendingSince.Store(time.Now().UnixNano())
+				err := s.stream.Send(o.msg)
+				s.sendingSince.Store(0)
+				if errors.Is(err, io.EOF) {
+					// The stream has ended; Recv says why.
+					return
+				}
+				if err != nil {
+					s.fail(err)
+					return
+				}
+			}
 		}
 	}
 }
 
-func (s *session) send(m *providerv1.SessionRequest) error {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	return s.stream.Send(m)
+// watchWriter breaks the session if the message being sent now is still
+// not sent stuckSend after it started. It is called when a call gives up,
+// which is when a plugin that stopped reading shows.
+func (s *session) watchWriter() {
+	started := s.sendingSince.Load()
+	if started == 0 {
+		return
+	}
+	check := func() {
+		if s.sendingSince.Load() == started {
+			s.fail(errStuck)
+		}
+	}
+	if wait := stuckSend - time.Since(time.Unix(0, started)); wait > 0 {
+		time.AfterFunc(wait, check)
+		return
+	}
+	check()
 }
 
 // execute makes one call. Errors are gRPC status errors or ctx's, as for a
-// unary call, so the caller classifies them the same way.
+// unary call, so the caller classifies them the same way; once the stream
+// has failed, they are *brokenSessionError.
 func (s *session) execute(ctx context.Context, in *providerv1.ExecuteRequest) (*providerv1.ExecuteResponse, error) {
-	// An oversized message would break the stream for every call on it, so
-	// it is refused here, for this call alone.
-	if n := proto.Size(in); n > s.maxBytes {
+	id := s.nextID.Add(1)
+	msg := &providerv1.SessionRequest{Id: id, Execute: in}
+	// gRPC refuses an oversized message by ending the stream, for every
+	// call on it, so it is refused here, for this call alone. The size is
+	// the whole message on the wire, wrapper included.
+	if n := proto.Size(msg); n > s.maxBytes {
 		return nil, status.Errorf(codes.ResourceExhausted, "request of %d bytes exceeds the limit", n)
 	}
-	id := s.nextID.Add(1)
-	ch := make(chan *providerv1.ExecuteResponse, 1)
+	ch := make(chan answer, 1)
 	s.mu.Lock()
 	if s.pending == nil {
 		err := s.err
@@ -102,21 +247,20 @@ func (s *session) execute(ctx context.Context, in *providerv1.ExecuteRequest) (*
 	s.pending[id] = ch
 	s.mu.Unlock()
 
-	if err := s.send(&providerv1.SessionRequest{Id: id, Execute: in}); err != nil {
-		s.forget(id)
-		<-s.broken
-		return nil, s.err
-	}
+	out := s.enqueue(msg)
 	select {
-	case resp := <-ch:
-		return resp, nil
+	case a := <-ch:
+		return a.resp, a.err
 	case <-s.broken:
 		return nil, s.err
 	case <-ctx.Done():
 		s.forget(id)
-		// Tell the plugin, so its ctx ends too; the answer, if one still
-		// comes, is dropped.
-		_ = s.send(&providerv1.SessionRequest{Id: id, Cancel: true})
+		if !out.state.CompareAndSwap(outQueued, outWithdrawn) {
+			// The plugin has the call, or is being sent it: tell it, so
+			// its ctx ends too; the answer, if one still comes, is dropped.
+			s.enqueue(&providerv1.SessionRequest{Id: id, Cancel: true})
+		}
+		s.watchWriter()
 		return nil, ctx.Err()
 	}
 }
@@ -129,7 +273,7 @@ func (s *session) forget(id uint64) {
 	s.mu.Unlock()
 }
 
-func (s *session) close() { s.cancel() }
+func (s *session) close() { s.fail(errors.New("the session was closed")) }
 
 // Session is the plugin's end: each request runs in its own goroutine and
 // answers when it is done.
@@ -180,13 +324,16 @@ func (s *server) Session(stream providerv1.Provider_SessionServer) error {
 			delete(cancels, id)
 			mu.Unlock()
 			cancel()
-			if n := proto.Size(resp); n > maxBytes {
-				resp = &providerv1.ExecuteResponse{Error: &providerv1.Error{
+			out := &providerv1.SessionResponse{Id: id, Result: resp}
+			// Measured with its wrapper, as gRPC measures it: an answer
+			// gRPC refused would end the session for every call on it.
+			if n := proto.Size(out); n > maxBytes {
+				out.Result = &providerv1.ExecuteResponse{Error: &providerv1.Error{
 					Code: "message_too_large", Message: fmt.Sprintf("the provider's answer of %d bytes exceeds the limit of %d", n, maxBytes),
 				}}
 			}
 			sendMu.Lock()
-			err := stream.Send(&providerv1.SessionResponse{Id: id, Result: resp})
+			err := stream.Send(out)
 			sendMu.Unlock()
 			if err != nil {
 				s.logger.Warn("sending an answer on the session failed", "err", err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/providers"
@@ -18,7 +19,7 @@ type provider struct {
 }
 
 func (provider) Describe(context.Context) (providers.Info, error) {
-	return providers.Info{Name: "ext", Version: "test", ActionTypes: []string{"inspect", "panic", "wait"}}, nil
+	return providers.Info{Name: "ext", Version: "test", ActionTypes: []string{"inspect", "panic", "wait", "sized"}}, nil
 }
 
 func (p provider) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
@@ -46,6 +47,15 @@ func (p provider) Execute(ctx context.Context, req providers.Request) (providers
 		return providers.Response{Body: body}, err
 	case "panic":
 		panic("provider bug")
+	case "sized":
+		// Answers with a JSON string of exactly size bytes.
+		var pl struct {
+			Size int `json:"size"`
+		}
+		if err := json.Unmarshal(req.Payload, &pl); err != nil || pl.Size < 2 {
+			return providers.Response{}, providers.Permanent("bad_payload", "want {\"size\": N}, N ≥ 2")
+		}
+		return providers.Response{Body: json.RawMessage(`"` + strings.Repeat("x", pl.Size-2) + `"`)}, nil
 	case "wait":
 		// Records how the call's context ended, so a test can see that the
 		// gateway's cancellation reached this process.
