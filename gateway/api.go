@@ -6,8 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
-	"net/http/httptest"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -44,29 +45,52 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/dlq/purge", writeAccess, s.purgeDLQ)
 
 	route("POST /v1/admin/reload", writeAccess, s.reload)
-	return s.jsonFallback(mux)
-}
-
-// jsonFallback answers unknown paths and wrong methods in JSON too.
-func (s *Server) jsonFallback(mux *http.ServeMux) http.Handler {
+	mux.HandleFunc("/", s.noRoute(mux))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		if _, pattern := mux.Handler(r); pattern == "" {
-			rec := httptest.NewRecorder()
-			mux.ServeHTTP(rec, r)
-			if allow := rec.Header().Get("Allow"); allow != "" {
-				w.Header().Set("Allow", allow)
-			}
-			code := "not_found"
-			if rec.Code == http.StatusMethodNotAllowed {
-				code = "method_not_allowed"
-			}
-			s.writeError(w, r, &APIError{Status: rec.Code, Code: code, Message: fmt.Sprintf("%s %s: %s", r.Method, r.URL.Path, strings.ToLower(http.StatusText(rec.Code)))})
+		if !canonicalPath(r.URL.Path) {
+			// The mux would redirect, in HTML; an API answers what was asked.
+			s.writeError(w, r, &APIError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("%s %s: not found (paths hold no empty, . or .. segments)", r.Method, r.URL.Path)})
 			return
 		}
+		start := time.Now()
 		mux.ServeHTTP(w, r)
 		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "took", time.Since(start))
 	})
+}
+
+// canonicalPath reports whether p is a path the mux serves as it is,
+// without redirecting to a cleaned one.
+func canonicalPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	clean := path.Clean(p)
+	if p[len(p)-1] == '/' && clean != "/" {
+		clean += "/"
+	}
+	return clean == p
+}
+
+// allowProbe are the methods tried to tell a wrong method from a wrong path.
+var allowProbe = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// noRoute answers, in JSON, what no route matches: 405 with Allow when the
+// path exists with other methods, else 404.
+func (s *Server) noRoute(mux *http.ServeMux) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range allowProbe {
+			if _, pattern := mux.Handler(&http.Request{Method: m, Host: r.Host, URL: r.URL}); pattern != "/" {
+				allow = append(allow, m)
+			}
+		}
+		status, code := http.StatusNotFound, "not_found"
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			status, code = http.StatusMethodNotAllowed, "method_not_allowed"
+		}
+		s.writeError(w, r, &APIError{Status: status, Code: code, Message: fmt.Sprintf("%s %s: %s", r.Method, r.URL.Path, strings.ToLower(http.StatusText(status)))})
+	}
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
@@ -137,35 +161,40 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte(`{}`)
 	}
-	if err := checkJSON(body); err != nil {
-		s.writeError(w, r, badRequest("invalid_json", "the request body is the run's payload and must be JSON: %v", err))
+	if err := ParseJSON(body, nil); err != nil {
+		s.writeError(w, r, badRequest("invalid_json", "the request body is the run's payload and must be one JSON value: %v", err))
 		return
 	}
 	ctx := r.Context()
-	in := engine.Input{Payload: body, Metadata: requestMetadata(r)}
 	id := store.NewID()
+	status, replayed := store.RunRunning, false
 	if key := r.Header.Get("Idempotency-Key"); key != "" {
 		bound, err := s.gw.Store.ClaimKey(ctx, "run/"+name+"/"+key, id, idempotencyTTL)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}
+		// A key bound by a request whose start failed has no run yet: this
+		// request starts it, and it is no replay.
 		if bound != "" {
 			id = bound
+			if existing, err := s.gw.Store.Run(ctx, id); err == nil {
+				status, replayed = existing.Status, true
+			}
 		}
 	}
-	// A key bound by a request whose start failed has no run yet: this
-	// request starts it, and it is no replay.
-	status, replayed := store.RunRunning, false
-	if existing, err := s.gw.Store.Run(ctx, id); err == nil {
-		status, replayed = existing.Status, true
-	} else if _, err := s.gw.Engine.StartWithID(ctx, name, in, id); err != nil && !errors.Is(err, store.ErrExists) && !errors.Is(err, store.ErrLeaseHeld) {
-		s.writeError(w, r, err)
-		return
-	} else if err != nil {
-		// ErrExists and ErrLeaseHeld mean a concurrent retry with the same
-		// key started it first: the same run, as promised.
-		replayed = true
+	if !replayed {
+		in := engine.Input{Payload: body, Metadata: requestMetadata(r)}
+		_, err := s.gw.Engine.StartWithID(ctx, name, in, id)
+		switch {
+		case errors.Is(err, store.ErrExists), errors.Is(err, store.ErrLeaseHeld):
+			// A concurrent retry with the same key started it first: the
+			// same run, as promised.
+			replayed = true
+		case err != nil:
+			s.writeError(w, r, err)
+			return
+		}
 	}
 	resp := StartResponse{ID: id, Chain: name, Status: status, Replayed: replayed, Links: map[string]string{
 		"self": "/v1/runs/" + id, "events": "/v1/runs/" + id + "/events", "dag": "/v1/runs/" + id + "/dag",
@@ -203,14 +232,24 @@ func (s *Server) waitRun(ctx context.Context, id string) (*store.Run, error) {
 	return s.gw.Store.Run(ctx, id)
 }
 
-func checkJSON(b []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	var v any
-	if err := dec.Decode(&v); err != nil {
+// ParseJSON checks that data is exactly one JSON value, as a run's payload
+// and every request body must be, and decodes it into v unless v is nil,
+// refusing fields v does not have.
+func ParseJSON(data []byte, v any) error {
+	if v == nil {
+		// A payload is kept as sent: checking it is enough.
+		if json.Valid(data) {
+			return nil
+		}
+		v = new(json.RawMessage) // only to say what is wrong
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		return err
 	}
-	if dec.More() {
-		return errors.New("more than one JSON value")
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("more than one JSON value, or text after it")
 	}
 	return nil
 }
@@ -275,10 +314,8 @@ func (s *Server) getChain(w http.ResponseWriter, r *http.Request) {
 func runFilter(r *http.Request) (store.RunFilter, error) {
 	q := r.URL.Query()
 	f := store.RunFilter{Chain: q.Get("chain"), Status: store.RunStatus(q.Get("status")), Cursor: q.Get("cursor")}
-	switch f.Status {
-	case "", store.RunRunning, store.RunSucceeded, store.RunFailed, store.RunCancelled, store.RunTimedOut:
-	default:
-		return f, badRequest("invalid_parameter", "status %q is not one of running, succeeded, failed, cancelled, timed_out", f.Status)
+	if err := CheckRunStatus(f.Status); err != nil {
+		return f, err
 	}
 	var err error
 	if f.Since, err = ParseSince(q.Get("since")); err != nil {
@@ -288,6 +325,34 @@ func runFilter(r *http.Request) (store.RunFilter, error) {
 		return f, err
 	}
 	return f, nil
+}
+
+// Bounds of the parameters the API takes; the command line checks its
+// flags against them too.
+const (
+	// MaxPageLimit bounds a listing of runs or dead-letter entries.
+	MaxPageLimit = 1000
+	// MaxBulkLimit bounds a bulk replay or purge.
+	MaxBulkLimit = 100000
+	// MaxConcurrency bounds a bulk replay's replays at a time.
+	MaxConcurrency = 64
+)
+
+// CheckRunStatus refuses a status no run has; "" means any.
+func CheckRunStatus(status store.RunStatus) error {
+	switch status {
+	case "", store.RunRunning, store.RunSucceeded, store.RunFailed, store.RunCancelled, store.RunTimedOut:
+		return nil
+	}
+	return badRequest("invalid_parameter", "status %q is not one of running, succeeded, failed, cancelled, timed_out", status)
+}
+
+// CheckRange refuses a value of the named parameter outside 1 to max.
+func CheckRange(name string, n, max int) error {
+	if n < 1 || n > max {
+		return badRequest("invalid_parameter", "%s must be a number from 1 to %d", name, max)
+	}
+	return nil
 }
 
 // ParseSince reads an RFC 3339 time, or a duration meaning that long ago.
@@ -309,10 +374,10 @@ func parseLimit(v string) (int, error) {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > 1000 {
-		return 0, badRequest("invalid_parameter", "limit must be a number from 1 to 1000")
+	if err != nil {
+		return 0, badRequest("invalid_parameter", "limit must be a number from 1 to %d", MaxPageLimit)
 	}
-	return n, nil
+	return n, CheckRange("limit", n, MaxPageLimit)
 }
 
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
@@ -422,30 +487,8 @@ func (s *Server) runDAG(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, d)
 }
 
-// dlqQuery holds a DLQ filter from query parameters or a JSON body.
-type dlqQuery struct {
-	Chain       string `json:"chain"`
-	Step        string `json:"step"`
-	Since       string `json:"since"`
-	Limit       int    `json:"limit"`
-	Mode        string `json:"mode"`
-	Concurrency int    `json:"concurrency"`
-	// All must be set to replay or purge with no other filter.
-	All bool `json:"all"`
-}
-
-func (q dlqQuery) filter() (store.DLQFilter, error) {
-	since, err := ParseSince(q.Since)
-	if err != nil {
-		return store.DLQFilter{}, err
-	}
-	if q.Limit < 0 || q.Limit > 100000 {
-		return store.DLQFilter{}, badRequest("invalid_parameter", "limit must be from 1 to 100000")
-	}
-	return store.DLQFilter{Chain: q.Chain, Step: q.Step, Since: since, Limit: q.Limit}, nil
-}
-
-func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+// readJSON reads a request body into v; an empty body leaves v as it is.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	body, err := s.readBody(w, r)
 	if err != nil {
 		return err
@@ -453,9 +496,7 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := ParseJSON(body, v); err != nil {
 		return badRequest("invalid_json", "reading the request body: %v", err)
 	}
 	return nil
@@ -468,12 +509,12 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	f, err := dlqQuery{Chain: q.Get("chain"), Step: q.Get("step"), Since: q.Get("since"), Limit: limit}.filter()
+	since, err := ParseSince(q.Get("since"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	entries, err := s.ops.ListDLQ(r.Context(), f)
+	entries, err := s.ops.ListDLQ(r.Context(), store.DLQFilter{Chain: q.Get("chain"), Step: q.Get("step"), Since: since, Limit: limit})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -503,16 +544,21 @@ func replayMode(m string) (engine.ReplayMode, error) {
 	return "", badRequest("invalid_parameter", "mode %q is not resume or restart", m)
 }
 
+// replayBody is the body of a replay of one entry.
+type replayBody struct {
+	Mode string `json:"mode"`
+}
+
 func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
-	var q dlqQuery
-	if err := s.decodeBody(w, r, &q); err != nil {
+	var b replayBody
+	if err := s.readJSON(w, r, &b); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if m := r.URL.Query().Get("mode"); m != "" {
-		q.Mode = m
+		b.Mode = m
 	}
-	mode, err := replayMode(q.Mode)
+	mode, err := replayMode(b.Mode)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -525,36 +571,62 @@ func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, map[string]any{"entry": r.PathValue("id"), "mode": mode, "run": run.ID, "links": map[string]string{"run": "/v1/runs/" + run.ID}})
 }
 
-// bulkQuery reads the body of a bulk replay or purge: a filter that names
-// what it acts on, or says all, so an empty request cannot empty the queue.
-func (s *Server) bulkQuery(w http.ResponseWriter, r *http.Request, verb string) (dlqQuery, store.DLQFilter, error) {
-	var q dlqQuery
-	if err := s.decodeBody(w, r, &q); err != nil {
-		return q, store.DLQFilter{}, err
+// bulkBody selects the entries a bulk replay or purge acts on: a filter
+// that names them, or says all, so an empty request cannot empty the queue.
+type bulkBody struct {
+	Chain string `json:"chain"`
+	Step  string `json:"step"`
+	Since string `json:"since"`
+	Limit int    `json:"limit"`
+	All   bool   `json:"all"`
+}
+
+func (b bulkBody) filter(verb string) (store.DLQFilter, error) {
+	if b.Chain == "" && b.Step == "" && b.Since == "" && !b.All {
+		return store.DLQFilter{}, badRequest("filter_required", `give chain, step or since, or "all": true to %s every entry`, verb)
 	}
-	if q.Chain == "" && q.Step == "" && q.Since == "" && !q.All {
-		return q, store.DLQFilter{}, badRequest("filter_required", `give chain, step or since, or "all": true to %s every entry`, verb)
+	since, err := ParseSince(b.Since)
+	if err != nil {
+		return store.DLQFilter{}, err
 	}
-	f, err := q.filter()
-	return q, f, err
+	if b.Limit != 0 {
+		if err := CheckRange("limit", b.Limit, MaxBulkLimit); err != nil {
+			return store.DLQFilter{}, err
+		}
+	}
+	return store.DLQFilter{Chain: b.Chain, Step: b.Step, Since: since, Limit: b.Limit}, nil
+}
+
+// bulkReplayBody is the body of a bulk replay.
+type bulkReplayBody struct {
+	bulkBody
+	Mode        string `json:"mode"`
+	Concurrency int    `json:"concurrency"`
 }
 
 func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
-	q, f, err := s.bulkQuery(w, r, "replay")
+	var b bulkReplayBody
+	if err := s.readJSON(w, r, &b); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	f, err := b.filter("replay")
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	mode, err := replayMode(q.Mode)
+	mode, err := replayMode(b.Mode)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if q.Concurrency < 0 || q.Concurrency > 64 {
-		s.writeError(w, r, badRequest("invalid_parameter", "concurrency must be from 1 to 64"))
-		return
+	if b.Concurrency != 0 {
+		if err := CheckRange("concurrency", b.Concurrency, MaxConcurrency); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 	}
-	res, err := s.ops.ReplayMany(r.Context(), f, mode, q.Concurrency)
+	res, err := s.ops.ReplayMany(r.Context(), f, mode, b.Concurrency)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -571,7 +643,12 @@ func (s *Server) deleteDLQ(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) purgeDLQ(w http.ResponseWriter, r *http.Request) {
-	_, f, err := s.bulkQuery(w, r, "purge")
+	var b bulkBody
+	if err := s.readJSON(w, r, &b); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	f, err := b.filter("purge")
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -282,14 +283,30 @@ func TestErrors(t *testing.T) {
 		{"POST", "/v1/dlq/x/replay", `{"mode":"sideways"}`, 400, "invalid_parameter"},
 		{"GET", "/v1/chains/nope", "", 404, "unknown_chain"},
 		{"GET", "/v1/runs?cursor=not-a-cursor!", "", 400, "invalid_parameter"},
+		{"GET", "/v1/runs?cursor=zzzz", "", 400, "invalid_parameter"},
 		{"POST", "/v1/dlq/replay", ``, 400, "filter_required"},
 		{"POST", "/v1/dlq/replay", `{"mode":"restart"}`, 400, "filter_required"},
+		{"POST", "/v1/dlq/purge", `{"chain":"nope"} {"all":true}`, 400, "invalid_json"},
+		{"POST", "/v1/dlq/purge", `{"all":true,"mode":"restart"}`, 400, "invalid_json"},
+		{"POST", "/v1/dlq/purge", `{"all":true,"limit":-3}`, 400, "invalid_parameter"},
+		{"POST", "/v1/dlq/replay", `{"all":true,"concurrency":65}`, 400, "invalid_parameter"},
+		{"POST", "/v1/dlq/x/replay", `{"chain":"breaks"}`, 400, "invalid_json"},
+		{"POST", "/v1/dlq/x/replay", `{"mode":"resume","all":true,"concurrency":2,"limit":1}`, 400, "invalid_json"},
+		{"POST", "/v1/dlq/x/replay", `{"mode":"resume"} {}`, 400, "invalid_json"},
+		{"GET", "/v1/nope/../x", "", 404, "not_found"},
+		{"GET", "//v1/chains", "", 404, "not_found"},
+		{"GET", "/v1/./runs", "", 404, "not_found"},
+		{"GET", "/v1/runs/", "", 404, "not_found"},
+		{"POST", "/v1/runs", "", 405, "method_not_allowed"},
 	}
 	for _, tc := range tests {
 		var e apiErr
 		code, hdr, body := env.call(tc.method, tc.path, tc.body, nil, &e)
-		if code != tc.status || e.Error.Code != tc.code || e.Error.Message == "" || hdr.Get("Content-Type") != "application/json" {
+		if code != tc.status || e.Error.Code != tc.code || e.Error.Message == "" || hdr.Get("Content-Type") != "application/json" || hdr.Get("Location") != "" {
 			t.Errorf("%s %s: %d %s, want %d %s", tc.method, tc.path, code, body, tc.status, tc.code)
+		}
+		if code == 405 && hdr.Get("Allow") != "GET, HEAD" {
+			t.Errorf("%s %s: Allow %q", tc.method, tc.path, hdr.Get("Allow"))
 		}
 	}
 }
@@ -499,6 +516,12 @@ func TestShutdownEndsStreams(t *testing.T) {
 	var e apiErr
 	if code, _, _ := env.call("GET", "/readyz", "", nil, &e); code != 503 || e.Error.Code != "shutting_down" {
 		t.Errorf("readyz while draining: %d %+v", code, e)
+	}
+	// Probes during a drain are expected: no error in the log for them.
+	for _, line := range strings.Split(env.logs.String(), "\n") {
+		if strings.Contains(line, `"level":"ERROR"`) && strings.Contains(line, "/readyz") {
+			t.Errorf("a probe while draining logged an error: %s", line)
+		}
 	}
 	if code, _, _ := env.call("POST", "/v1/chains/hello/runs", `{}`, nil, &e); code != 503 {
 		t.Errorf("POST while draining: %d %+v", code, e)
@@ -778,5 +801,78 @@ func TestOriginMetadata(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestParseJSON(t *testing.T) {
+	type body struct {
+		Mode string `json:"mode"`
+	}
+	tests := []struct {
+		in         string
+		value, obj bool // valid as a payload; valid as a body
+	}{
+		{`{}`, true, true},
+		{` {"mode":"resume"} `, true, true},
+		{`[1, 2]`, true, false},
+		{`"text"`, true, false},
+		{`{"mode":`, false, false},
+		{`{} {}`, false, false},
+		{`{"mode":"x"} trailing`, false, false},
+		{`{"chain":"x"}`, true, false},
+		{``, false, false},
+	}
+	for _, tc := range tests {
+		if err := gateway.ParseJSON([]byte(tc.in), nil); (err == nil) != tc.value {
+			t.Errorf("ParseJSON(%q, nil) = %v", tc.in, err)
+		}
+		if err := gateway.ParseJSON([]byte(tc.in), &body{}); (err == nil) != tc.obj {
+			t.Errorf("ParseJSON(%q, &body) = %v", tc.in, err)
+		}
+	}
+	// A payload is checked, not built: its size must not cost allocations.
+	payload := []byte(`{"hosts":[` + strings.Repeat(`{"name":"db","tags":["a","b"],"n":1},`, 500) + `{}]}`)
+	if n := testing.AllocsPerRun(20, func() { _ = gateway.ParseJSON(payload, nil) }); n > 2 {
+		t.Errorf("checking a payload took %.0f allocations", n)
+	}
+}
+
+// countingStore counts run reads.
+type countingStore struct {
+	store.Store
+	runs atomic.Int64
+}
+
+func (c *countingStore) Run(ctx context.Context, id string) (*store.Run, error) {
+	c.runs.Add(1)
+	return c.Store.Run(ctx, id)
+}
+
+// TestStartReadsOnlyWhatItNeeds checks that starting a run reads no run
+// from the store unless an Idempotency-Key was seen before.
+func TestStartReadsOnlyWhatItNeeds(t *testing.T) {
+	env := newAPI(t, "")
+	cs := &countingStore{Store: env.gw.Store}
+	env.gw.Store = cs
+	tests := []struct {
+		key   string
+		reads int64
+	}{
+		{"", 0},
+		{"first-use", 0},
+		{"first-use", 1},
+	}
+	for _, tc := range tests {
+		before := cs.runs.Load()
+		var h map[string]string
+		if tc.key != "" {
+			h = map[string]string{"Idempotency-Key": tc.key}
+		}
+		if code, _, body := env.call("POST", "/v1/chains/hello/runs", `{}`, h, nil); code != 202 && code != 200 {
+			t.Fatalf("POST: %d %s", code, body)
+		}
+		if n := cs.runs.Load() - before; n != tc.reads {
+			t.Errorf("key %q: %d run reads, want %d", tc.key, n, tc.reads)
+		}
 	}
 }

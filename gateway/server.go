@@ -256,7 +256,12 @@ func apiError(err error) *APIError {
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae := apiError(err)
-	if ae.Status >= 500 {
+	switch {
+	case ae.Code == "shutting_down":
+		// Expected while draining: load balancers probe /readyz to see it.
+	case ae.Status == http.StatusServiceUnavailable:
+		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	case ae.Status >= 500:
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	out := *ae
