@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -99,10 +98,8 @@ func (l *Local) Run(ctx context.Context, id string, items bool) (*RunView, error
 		return nil, err
 	}
 	v := &RunView{Run: run, Steps: map[string]*store.StepRecord{}}
-	err = l.GW.Store.ForEachStep(ctx, id, "", func(rec *store.StepRecord) error {
-		if items || !strings.Contains(rec.Key, "[") {
-			v.Steps[rec.Key] = rec
-		}
+	err = l.GW.Store.ForEachStep(ctx, id, store.StepScan{SkipItems: !items}, func(rec *store.StepRecord) error {
+		v.Steps[rec.Key] = rec
 		return nil
 	})
 	return v, err
@@ -216,10 +213,8 @@ func (l *Local) DAG(ctx context.Context, id string) (*DAG, error) {
 		return nil, err
 	}
 	recs := map[string]*store.StepRecord{}
-	err = l.GW.Store.ForEachStep(ctx, id, "", func(rec *store.StepRecord) error {
-		if !strings.Contains(rec.Key, "[") {
-			recs[rec.Key] = rec
-		}
+	err = l.GW.Store.ForEachStep(ctx, id, store.StepScan{SkipItems: true}, func(rec *store.StepRecord) error {
+		recs[rec.Key] = rec
 		return nil
 	})
 	if err != nil {

@@ -94,8 +94,8 @@ type Engine struct {
 	// reserved holds runs being taken up, between the check that no
 	// runner here advances them and the runner's start.
 	reserved map[string]bool
-	closed  bool
-	wg      sync.WaitGroup
+	closed   bool
+	wg       sync.WaitGroup
 
 	stopKeeper chan struct{}
 	keeperDone chan struct{}
@@ -468,7 +468,7 @@ func (e *Engine) loadLive(ctx context.Context, id string) ([]*store.StepRecord, 
 		done = map[string]*bitset{}
 		skip string
 	)
-	err := e.store.ForEachStep(ctx, id, "", func(rec *store.StepRecord) error {
+	err := e.store.ForEachStep(ctx, id, store.StepScan{}, func(rec *store.StepRecord) error {
 		if skip != "" && strings.HasPrefix(rec.Key, skip) {
 			return nil
 		}
@@ -719,10 +719,7 @@ func (e *Engine) Result(ctx context.Context, id string, items bool) (*Result, er
 		return nil, fmt.Errorf("reading run: %w", err)
 	}
 	res := &Result{ID: run.ID, Chain: run.Chain, Status: run.Status, Error: run.Error, Path: run.Path, Steps: map[string]StepResult{}}
-	err = e.store.ForEachStep(ctx, id, "", func(rec *store.StepRecord) error {
-		if !items && strings.Contains(rec.Key, "[") {
-			return nil
-		}
+	err = e.store.ForEachStep(ctx, id, store.StepScan{SkipItems: !items}, func(rec *store.StepRecord) error {
 		body := rec.Body
 		if len(body) == 0 {
 			body = json.RawMessage("null")

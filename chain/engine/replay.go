@@ -113,7 +113,7 @@ func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry) (*store.
 		run.Deadline = now.Add(time.Duration(def.TimeoutSeconds) * time.Second)
 	}
 	b := &store.Batch{Run: run, Lease: &lease}
-	err = e.store.ForEachStep(ctx, run.ID, top, func(rec *store.StepRecord) error {
+	err = e.store.ForEachStep(ctx, run.ID, store.StepScan{Prefix: top}, func(rec *store.StepRecord) error {
 		switch {
 		case rec.Key == top:
 			switch s.Kind {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
@@ -147,7 +146,7 @@ func (e *Engine) newRunner(def *chain.Chain, cfg *chain.Config, run *store.Run, 
 		r.recs[rec.Key] = rec
 		// Records inside split items belong to the items, which rebuild
 		// their own namespaces as they replay.
-		if rec.Status.Final() && !strings.Contains(rec.Key, "[") {
+		if rec.Status.Final() && !store.IsItemKey(rec.Key) {
 			r.top.vars[rec.Name] = stepValue(rec, r.bodyValue(rec))
 		}
 		if rec.Status == store.StepPending && !rec.NotBefore.IsZero() {

@@ -6,6 +6,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"encoding/json"
 	"errors"
 	"time"
@@ -43,11 +44,11 @@ type Store interface {
 	// Steps returns a run's step records whose key starts with prefix
 	// ("" for all), ordered by key.
 	Steps(ctx context.Context, runID, prefix string) ([]*StepRecord, error)
-	// ForEachStep calls fn with each of a run's step records whose key
-	// starts with prefix, in key order, one at a time, so that a split of a
-	// million items can be read without holding it all. fn returning an
-	// error stops the walk with that error.
-	ForEachStep(ctx context.Context, runID, prefix string, fn func(*StepRecord) error) error
+	// ForEachStep calls fn with each of a run's step records that scan
+	// selects, in key order, one at a time, so that a split of a million
+	// items can be read without holding it all. fn returning an error stops
+	// the walk with that error.
+	ForEachStep(ctx context.Context, runID string, scan StepScan, fn func(*StepRecord) error) error
 	// Events returns up to limit events of a run with Seq > after, in order.
 	// limit <= 0 means no limit.
 	Events(ctx context.Context, runID string, after uint64, limit int) ([]Event, error)
@@ -86,6 +87,19 @@ type Store interface {
 	// Close releases the store; it waits for commits under way.
 	Close() error
 }
+
+// StepScan selects step records for ForEachStep.
+type StepScan struct {
+	// Prefix keeps the records whose key starts with it; "" keeps all.
+	Prefix string
+	// SkipItems leaves out the records of split items (keys holding '['),
+	// without reading them: a run's own steps, groups and splits' own
+	// records, however many items its splits have.
+	SkipItems bool
+}
+
+// IsItemKey reports whether a step record's key belongs to a split item.
+func IsItemKey(key string) bool { return strings.IndexByte(key, '[') >= 0 }
 
 // Lease is one gateway's claim on advancing a run. Commits carry it, and a
 // store rejects a commit whose lease is no longer current, so a gateway

@@ -481,7 +481,7 @@ func readOrigin(tx *bbolt.Tx, run *store.Run) error {
 // Steps implements store.Store.
 func (s *Store) Steps(ctx context.Context, runID, prefix string) ([]*store.StepRecord, error) {
 	var out []*store.StepRecord
-	err := s.ForEachStep(ctx, runID, prefix, func(st *store.StepRecord) error {
+	err := s.ForEachStep(ctx, runID, store.StepScan{Prefix: prefix}, func(st *store.StepRecord) error {
 		out = append(out, st)
 		return nil
 	})
@@ -489,13 +489,16 @@ func (s *Store) Steps(ctx context.Context, runID, prefix string) ([]*store.StepR
 }
 
 // ForEachStep implements store.Store.
-func (s *Store) ForEachStep(ctx context.Context, runID, prefix string, fn func(*store.StepRecord) error) error {
+func (s *Store) ForEachStep(ctx context.Context, runID string, scan store.StepScan, fn func(*store.StepRecord) error) error {
 	return s.view(func(tx *bbolt.Tx) error {
-		p := runKey(runID, kindStep, []byte(prefix))
+		p := runKey(runID, kindStep, []byte(scan.Prefix))
 		c := tx.Bucket(bucketRuns).Cursor()
 		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
 			if err := ctx.Err(); err != nil {
 				return err
+			}
+			if scan.SkipItems && bytes.IndexByte(k[len(p)-len(scan.Prefix):], '[') >= 0 { // store.IsItemKey without a copy
+				continue
 			}
 			var st store.StepRecord
 			if err := json.Unmarshal(v, &st); err != nil {

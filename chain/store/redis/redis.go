@@ -369,7 +369,7 @@ func (s *Store) decodeRun(id string, vals []any) (*store.Run, error) {
 // Steps implements store.Store.
 func (s *Store) Steps(ctx context.Context, runID, prefix string) ([]*store.StepRecord, error) {
 	var out []*store.StepRecord
-	err := s.ForEachStep(ctx, runID, prefix, func(st *store.StepRecord) error {
+	err := s.ForEachStep(ctx, runID, store.StepScan{Prefix: prefix}, func(st *store.StepRecord) error {
 		out = append(out, st)
 		return nil
 	})
@@ -378,27 +378,41 @@ func (s *Store) Steps(ctx context.Context, runID, prefix string) ([]*store.StepR
 
 // ForEachStep implements store.Store. It reads pageSize records at a time;
 // each page is consistent, the walk as a whole is not a snapshot.
-func (s *Store) ForEachStep(ctx context.Context, runID, prefix string, fn func(*store.StepRecord) error) error {
+func (s *Store) ForEachStep(ctx context.Context, runID string, scan store.StepScan, fn func(*store.StepRecord) error) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
 	defer s.end()
 	keys := []string{s.stepKeysKey(runID), s.stepsKey(runID)}
 	lo, hi := "-", "+"
-	if prefix != "" {
-		lo = "[" + prefix
-		if end, ok := prefixEnd(prefix); ok {
+	if scan.Prefix != "" {
+		lo = "[" + scan.Prefix
+		if end, ok := prefixEnd(scan.Prefix); ok {
 			hi = "(" + end
 		}
+	}
+	skip := "0"
+	if scan.SkipItems {
+		skip = "1"
 	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		page, err := stepPageScript.Run(ctx, s.client, keys, lo, hi, pageSize).Slice()
+		res, err := stepPageScript.Run(ctx, s.client, keys, lo, hi, pageSize, skip).Slice()
 		if err != nil {
 			return fmt.Errorf("reading steps of run %s: %w", runID, err)
 		}
+		if len(res) < 2 {
+			return fmt.Errorf("reading steps of run %s: a page of %d values", runID, len(res))
+		}
+		// The page starts with how many keys it went through and the last
+		// of them, which the next page starts after, skipped or not.
+		scanned, _ := res[0].(int64)
+		if last, _ := res[1].(string); last != "" {
+			lo = "(" + last
+		}
+		page := res[2:]
 		for i := 0; i+1 < len(page); i += 2 {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -415,9 +429,8 @@ func (s *Store) ForEachStep(ctx context.Context, runID, prefix string, fn func(*
 			if err := fn(&st); err != nil {
 				return err
 			}
-			lo = "(" + k
 		}
-		if len(page) < 2*pageSize {
+		if scanned < pageSize {
 			return nil
 		}
 	}

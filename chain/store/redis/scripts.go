@@ -106,21 +106,32 @@ end
 return {0}
 `)
 
-// stepPageScript reads up to ARGV[3] step records in the key range
-// ARGV[1]..ARGV[2] as key/value pairs; one script keeps a page's keys and
-// values consistent with each other.
+// stepPageScript goes through up to ARGV[3] step keys in the key range
+// ARGV[1]..ARGV[2] and returns how many it went through, the last of them,
+// then key/value pairs; with ARGV[4] = "1" split items' keys (holding '[')
+// are passed over without reading their records. One script keeps a
+// page's keys and values consistent with each other.
 //
 // KEYS: step keys, steps.
 var stepPageScript = goredis.NewScript(`
 local ks = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], ARGV[2], 'LIMIT', 0, ARGV[3])
+local out = {#ks, ks[#ks] or ''}
+if ARGV[4] == '1' then
+  local kept = {}
+  for _, k in ipairs(ks) do
+    if not string.find(k, '[', 1, true) then
+      kept[#kept + 1] = k
+    end
+  end
+  ks = kept
+end
 if #ks == 0 then
-  return ks
+  return out
 end
 local vs = redis.call('HMGET', KEYS[2], unpack(ks))
-local out = {}
 for i = 1, #ks do
-  out[2 * i - 1] = ks[i]
-  out[2 * i] = vs[i]
+  out[#out + 1] = ks[i]
+  out[#out + 1] = vs[i]
 end
 return out
 `)

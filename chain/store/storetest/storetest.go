@@ -196,7 +196,7 @@ func testStepsByPrefix(t *testing.T, f Factory) {
 		t.Errorf("all steps: got %v, want %s", stepKeys(all), want)
 	}
 	var walked []string
-	err = s.ForEachStep(ctx, run.ID, "notify", func(st *store.StepRecord) error {
+	err = s.ForEachStep(ctx, run.ID, store.StepScan{Prefix: "notify"}, func(st *store.StepRecord) error {
 		walked = append(walked, st.Key)
 		if st.Key == "notify/email" {
 			return errStop
@@ -205,6 +205,31 @@ func testStepsByPrefix(t *testing.T, f Factory) {
 	})
 	if !errors.Is(err, errStop) || fmt.Sprint(walked) != "[notify notify/email]" {
 		t.Errorf("ForEachStep: walked %v, err %v", walked, err)
+	}
+	// A split's items, more than a page of them, are passed over.
+	var items []*store.StepRecord
+	for i := range 2500 {
+		items = append(items, &store.StepRecord{Key: fmt.Sprintf("loop[%04d]", i), Name: "loop", Status: store.StepSucceeded},
+			&store.StepRecord{Key: fmt.Sprintf("loop[%04d]/work", i), Name: "work", Status: store.StepSucceeded})
+	}
+	items = append(items, &store.StepRecord{Key: "loop", Name: "loop", Status: store.StepRunning})
+	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: items}); err != nil {
+		t.Fatal(err)
+	}
+	walked, n := nil, 0
+	err = s.ForEachStep(ctx, run.ID, store.StepScan{SkipItems: true}, func(st *store.StepRecord) error {
+		walked = append(walked, st.Key)
+		return nil
+	})
+	if want := "[check loop notify notify/email notify/slack resolve]"; err != nil || fmt.Sprint(walked) != want {
+		t.Errorf("ForEachStep without items: walked %v (err %v), want %s", walked, err, want)
+	}
+	err = s.ForEachStep(ctx, run.ID, store.StepScan{Prefix: "loop["}, func(*store.StepRecord) error {
+		n++
+		return nil
+	})
+	if err != nil || n != 5000 {
+		t.Errorf("ForEachStep over the items: %d records, err %v", n, err)
 	}
 	// Replacing by key keeps one record.
 	steps[1].Status = store.StepSucceeded
