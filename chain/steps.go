@@ -328,6 +328,11 @@ func (b *chainBuild) split(t *table, owner *Step, sc *scope) *Split {
 	if t.has("items") {
 		if src := t.nonEmpty("items"); src != "" {
 			sp.Items = b.template(t.path.key("items"), src, sc)
+			// A string that reads nothing renders to itself, never to an array.
+			if sp.Items != nil && sp.Items.Static() {
+				t.d.errorf(t.path.key("items"), "reads nothing, so it cannot render to an array; write a placeholder, e.g. items = \"<<steps.inventory.body.hosts>>\"")
+				sp.Items = nil
+			}
 		}
 	} else {
 		t.d.errorf(t.path, "missing required key %q: the array to split, e.g. items = \"<<steps.inventory.body.hosts>>\"", "items")
