@@ -295,32 +295,26 @@ func (l *Local) ReplayMany(ctx context.Context, f store.DLQFilter, mode engine.R
 // allDLQ lists every entry a filter selects, past the store's page limit.
 func (l *Local) allDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEntry, error) {
 	limit := f.Limit
-	f.Limit = 0
 	var out []*store.DLQEntry
-	seen := map[string]bool{}
 	for {
-		f.Limit = 1000
+		f.Limit = dlqPage
+		if limit > 0 {
+			f.Limit = min(dlqPage, limit-len(out))
+		}
 		page, err := l.GW.Store.ListDLQ(ctx, f)
 		if err != nil {
 			return nil, err
 		}
-		added := 0
-		for _, e := range page {
-			if !seen[e.ID] {
-				seen[e.ID] = true
-				out = append(out, e)
-				added++
-			}
-			if limit > 0 && len(out) == limit {
-				return out, nil
-			}
-		}
-		if len(page) < f.Limit || added == 0 {
+		out = append(out, page...)
+		if len(page) < f.Limit || (limit > 0 && len(out) == limit) {
 			return out, nil
 		}
-		f.Since = page[len(page)-1].CreatedAt
+		f.After = page[len(page)-1].ID
 	}
 }
+
+// dlqPage is how many entries a bulk operation reads at a time.
+const dlqPage = 1000
 
 // DeleteDLQ implements Ops.
 func (l *Local) DeleteDLQ(ctx context.Context, id string) error {

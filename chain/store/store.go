@@ -314,10 +314,14 @@ type RunPage struct {
 	Next string
 }
 
-// DLQFilter selects dead-letter entries.
+// DLQFilter selects dead-letter entries. Entries are listed in id order,
+// which is the order they were parked in.
 type DLQFilter struct {
 	Chain string
 	Step  string
 	Since time.Time
 	Limit int
+	// After keeps the entries listed after the one with this id: the last
+	// entry of the previous page.
+	After string
 }

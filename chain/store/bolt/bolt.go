@@ -657,7 +657,13 @@ func (s *Store) ListDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEnt
 	var out []*store.DLQEntry
 	err := s.view(func(tx *bbolt.Tx) error {
 		c := tx.Bucket(bucketDLQ).Cursor()
-		for k, v := c.First(); k != nil && len(out) < limit; k, v = c.Next() {
+		k, v := c.First()
+		if f.After != "" {
+			if k, v = c.Seek([]byte(f.After)); k != nil && string(k) == f.After {
+				k, v = c.Next()
+			}
+		}
+		for ; k != nil && len(out) < limit; k, v = c.Next() {
 			var d store.DLQEntry
 			if err := json.Unmarshal(v, &d); err != nil {
 				return fmt.Errorf("decoding dead-letter entry %s: %w", k, err)

@@ -619,7 +619,7 @@ func (s *Store) UnfinishedRuns(ctx context.Context) ([]string, error) {
 	}
 	defer s.end()
 	var ids []string
-	err := s.scanIndex(ctx, s.unfinishedKey(), func(page []string) (bool, error) {
+	err := s.scanIndex(ctx, s.unfinishedKey(), "", func(page []string) (bool, error) {
 		ids = append(ids, page...)
 		return true, nil
 	})
@@ -631,8 +631,11 @@ func (s *Store) UnfinishedRuns(ctx context.Context) ([]string, error) {
 
 // scanIndex calls fn with the members of a score-0 sorted set in key
 // order, pageSize at a time, until fn returns false.
-func (s *Store) scanIndex(ctx context.Context, key string, fn func([]string) (bool, error)) error {
+func (s *Store) scanIndex(ctx context.Context, key, after string, fn func([]string) (bool, error)) error {
 	lo := "-"
+	if after != "" {
+		lo = "(" + after
+	}
 	for {
 		page, err := s.client.ZRangeByLex(ctx, key, &goredis.ZRangeBy{Min: lo, Max: "+", Count: pageSize}).Result()
 		if err != nil {
@@ -702,7 +705,7 @@ func (s *Store) ListDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEnt
 	}
 	defer s.end()
 	var out []*store.DLQEntry
-	err := s.scanIndex(ctx, s.dlqIDsKey(), func(ids []string) (bool, error) {
+	err := s.scanIndex(ctx, s.dlqIDsKey(), f.After, func(ids []string) (bool, error) {
 		vals, err := s.client.HMGet(ctx, s.dlqKey(), ids...).Result()
 		if err != nil {
 			return false, err

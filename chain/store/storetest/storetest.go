@@ -424,6 +424,13 @@ func testDLQ(t *testing.T, f Factory) {
 	if l, _ := s.ListDLQ(ctx, store.DLQFilter{Since: old.Add(time.Minute)}); len(l) != 1 {
 		t.Errorf("since: got %d entries, want 1", len(l))
 	}
+	first, _ := s.ListDLQ(ctx, store.DLQFilter{Limit: 1})
+	if next, _ := s.ListDLQ(ctx, store.DLQFilter{Limit: 1, After: first[0].ID}); len(next) != 1 || next[0].ID != entries[1].ID {
+		t.Errorf("page after %s: got %+v", first[0].ID, next)
+	}
+	if l, _ := s.ListDLQ(ctx, store.DLQFilter{After: entries[1].ID}); len(l) != 0 {
+		t.Errorf("after the last entry: got %d entries", len(l))
+	}
 	if err := s.DeleteDLQ(ctx, entries[0].ID); err != nil {
 		t.Fatal(err)
 	}
