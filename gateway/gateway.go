@@ -8,7 +8,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +54,9 @@ type Options struct {
 	OnEvent func(store.Event)
 	// Observer is told about every provider call.
 	Observer engine.Observer
+	// Existing refuses to create an embedded store: commands that inspect
+	// runs must not leave an empty store behind a mistyped path.
+	Existing bool
 }
 
 // Gateway is a running gateway.
@@ -86,6 +91,11 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	}
 	if state == "" {
 		state = DefaultState
+	}
+	if file := StateFile(state); opts.Existing && file != "" {
+		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("opening store %s: %w; check --state (only serve, run and resume create a store)", file, fs.ErrNotExist)
+		}
 	}
 	st, file, err := OpenStore(ctx, state, log)
 	if err != nil {

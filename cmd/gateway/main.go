@@ -407,7 +407,7 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		*state = gateway.DefaultState
 	}
 	logger, _ := newLogger(stderr, "warn")
-	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: *state, Logger: logger})
+	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: *state, Logger: logger, Existing: true})
 	switch {
 	case errors.Is(err, store.ErrInUse):
 		file := gateway.StateFile(*state)
@@ -438,8 +438,8 @@ func readPayload(arg string) (json.RawMessage, error) {
 			return nil, fmt.Errorf("reading payload: %w", err)
 		}
 	}
-	if !json.Valid(data) {
-		return nil, fmt.Errorf("--payload is not valid JSON: %.80s", data)
+	if err := gateway.ParseJSON(data, nil); err != nil {
+		return nil, fmt.Errorf("--payload must be one JSON value: %w", err)
 	}
 	return data, nil
 }

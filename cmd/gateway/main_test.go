@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins"
@@ -350,5 +351,68 @@ func TestProgressLines(t *testing.T) {
 	}
 	if n == 0 || !strings.Contains(errOut, "done                     skipped: when condition is false") {
 		t.Errorf("progress:\n%s", errOut)
+	}
+}
+
+// TestInspectionNeedsAStore checks that commands which read or cancel runs
+// refuse a store that is not there, naming it, instead of creating an
+// empty one behind a mistyped path.
+func TestInspectionNeedsAStore(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	missing := filepath.Join(dir, "nowhere", "x.db")
+	tests := []struct {
+		args []string
+		path string // named in the error, and not created
+	}{
+		{[]string{"runs", "list", "--state", missing}, missing},
+		{[]string{"runs", "show", "01x", "--state", "bolt://" + missing}, missing},
+		{[]string{"dlq", "list", "--state", missing}, missing},
+		{[]string{"dlq", "purge", "--all", "--state", missing}, missing},
+		{[]string{"cancel", "01x", "--state", missing}, missing},
+		{[]string{"cancel", "01x"}, "data/gateway.db"},
+	}
+	for _, tc := range tests {
+		code, out, errOut := runCLI(t, tc.args...)
+		if code == exitOK || !strings.Contains(errOut, tc.path) {
+			t.Errorf("%v: exit %d\n%s%s", tc.args, code, out, errOut)
+		}
+		if _, err := os.Stat(filepath.Dir(tc.path)); err == nil {
+			t.Errorf("%v created %s", tc.args, filepath.Dir(tc.path))
+		}
+	}
+}
+
+// TestOperatorFlagChecks checks flags against the bounds the API enforces,
+// so working on a store refuses what a server would.
+func TestOperatorFlagChecks(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "gw.db")
+	st, err := bolt.Open(state, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"runs", "list", "--status", "bogus"}, `status "bogus"`},
+		{[]string{"runs", "list", "--limit", "-3"}, "limit must be a number from 1 to 1000"},
+		{[]string{"runs", "list", "--limit", "1001"}, "limit must be a number from 1 to 1000"},
+		{[]string{"dlq", "list", "--limit", "0"}, "limit must be a number from 1 to 1000"},
+		{[]string{"dlq", "purge", "--all", "--limit", "-1"}, "limit must be a number from 1 to 100000"},
+		{[]string{"dlq", "replay", "--all", "--concurrency", "0"}, "concurrency must be a number from 1 to 64"},
+		{[]string{"dlq", "replay", "--all", "--concurrency", "65"}, "concurrency must be a number from 1 to 64"},
+	}
+	for _, tc := range tests {
+		code, out, errOut := runCLI(t, append(tc.args, "--state", state)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d\n%s%s", tc.args, code, out, errOut)
+		}
+	}
+	for _, args := range [][]string{{"runs", "list", "--status", "failed", "--limit", "1000"}, {"dlq", "list", "--limit", "5"}, {"dlq", "purge", "--all", "--limit", "0"}} {
+		if code, out, errOut := runCLI(t, append(args, "--state", state)...); code != exitOK {
+			t.Errorf("%v: exit %d\n%s%s", args, code, out, errOut)
+		}
 	}
 }

@@ -54,7 +54,7 @@ func (t *target) open(ctx context.Context, stderr io.Writer) (gateway.Ops, *gate
 		}
 	}
 	logger, _ := newLogger(stderr, "warn")
-	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: *t.state, Logger: logger})
+	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: *t.state, Logger: logger, Existing: true})
 	if errors.Is(err, store.ErrInUse) {
 		return nil, nil, nil, fmt.Errorf("%w; a gateway is running on it: reach it with --server", err)
 	}
@@ -65,6 +65,13 @@ func (t *target) open(ctx context.Context, stderr io.Writer) (gateway.Ops, *gate
 }
 
 var errUsage = errors.New("usage")
+
+// isSet reports whether the named flag was given.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
 
 // fail prints err and returns the exit status it calls for.
 func fail(stderr io.Writer, cmd string, err error) int {
@@ -123,6 +130,13 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if needID != (len(pos) == 1) || len(pos) > 1 {
 		fmt.Fprint(stderr, runsHelp)
 		return exitUsage
+	}
+	if sub == "list" {
+		// The API's own checks, so a store and a server refuse alike.
+		if err := errors.Join(gateway.CheckRunStatus(store.RunStatus(*status)), gateway.CheckRange("limit", *limit, gateway.MaxPageLimit)); err != nil {
+			fmt.Fprintf(stderr, "gateway runs list: %v\n", err)
+			return exitUsage
+		}
 	}
 	ops, _, done, err := t.open(ctx, stderr)
 	if err != nil {
@@ -274,9 +288,9 @@ const dlqHelp = `Usage:
   gateway dlq list [--chain C] [--step S] [--since T] [--limit N]
   gateway dlq show ENTRY_ID
   gateway dlq replay ENTRY_ID [--mode resume|restart]
-  gateway dlq replay --chain C [--step S] [--since T] [--mode M] [--concurrency N]   (or --all)
+  gateway dlq replay --chain C [--step S] [--since T] [--limit N] [--mode M] [--concurrency N]   (or --all)
   gateway dlq delete ENTRY_ID
-  gateway dlq purge --chain C [--step S] [--since T]                                  (or --all)
+  gateway dlq purge --chain C [--step S] [--since T] [--limit N]                                  (or --all)
 
 replay resume (the default) runs the failed run again from the step that
 failed, keeping what succeeded; restart starts a new run with the same
@@ -321,6 +335,22 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *mode != string(engine.ReplayResume) && *mode != string(engine.ReplayRestart) {
 		fmt.Fprintf(stderr, "gateway dlq: --mode %q is not resume or restart\n", *mode)
+		return exitUsage
+	}
+	// The API's own checks, so a store and a server refuse alike.
+	var checks []error
+	switch {
+	case sub == "list" && isSet(fs, "limit"):
+		checks = append(checks, gateway.CheckRange("limit", *limit, gateway.MaxPageLimit))
+	case (sub == "replay" || sub == "purge") && *limit != 0:
+		// 0 means every entry the filter selects, as in the API.
+		checks = append(checks, gateway.CheckRange("limit", *limit, gateway.MaxBulkLimit))
+	}
+	if sub == "replay" && len(pos) == 0 {
+		checks = append(checks, gateway.CheckRange("concurrency", *concurrency, gateway.MaxConcurrency))
+	}
+	if err := errors.Join(checks...); err != nil {
+		fmt.Fprintf(stderr, "gateway dlq %s: %v\n", sub, err)
 		return exitUsage
 	}
 	ops, gw, done, err := t.open(ctx, stderr)
