@@ -613,3 +613,26 @@ provider = "echo"
 		t.Fatal("started a run with invalid JSON")
 	}
 }
+
+// TestBadProviderBody checks that a body that is not one JSON value fails
+// the step with a reason, rather than be stored or read as something else.
+func TestBadProviderBody(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { raw = "<<origin.payload.raw>>" }
+`)
+	for _, raw := range []string{`{"a":1} {"b":2}`, `{"a":`, `not json`} {
+		res := h.run("c", fmt.Sprintf(`{"raw":%q}`, raw))
+		st := res.Steps["call"]
+		if res.Status != store.RunFailed || st.Error == nil || st.Error.Code != "bad_response" {
+			t.Errorf("body %s: run %s, step %+v", raw, res.Status, st)
+		}
+	}
+	if res := h.run("c", `{"raw":"[1, 2]"}`); res.Status != store.RunSucceeded || strings.ReplaceAll(string(res.Steps["call"].Body), " ", "") != "[1,2]" {
+		t.Errorf("a JSON body: %s %s", res.Status, res.Steps["call"].Body)
+	}
+}

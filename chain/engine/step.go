@@ -214,14 +214,15 @@ func (r *runner) handle(o outcome) {
 		if len(body) == 0 {
 			body = json.RawMessage("null")
 		}
-		switch {
-		case !json.Valid(body):
-			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{Message: "provider returned a body that is not valid JSON", Code: "bad_response"})
-			return
-		case len(body) > r.e.limits.MaxBodyBytes:
+		if len(body) > r.e.limits.MaxBodyBytes {
 			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{
 				Message: fmt.Sprintf("provider returned a body of %d bytes, above max_body_bytes (%d)", len(body), r.e.limits.MaxBodyBytes), Code: "body_too_large",
 			})
+			return
+		}
+		value, err := parseJSON(body)
+		if err != nil {
+			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{Message: fmt.Sprintf("provider returned a body that is not valid JSON: %v", err), Code: "bad_response"})
 			return
 		}
 		rec.Status = store.StepSucceeded
@@ -229,7 +230,7 @@ func (r *runner) handle(o outcome) {
 		rec.Error = nil
 		rec.FinishedAt = now
 		r.put(rec)
-		r.setStepVar(q, rec, decodeJSON(body))
+		r.setStepVar(q, rec, value)
 		if !q.inItem() {
 			r.event(store.EventStepSucceeded, rec.Key, rec.Attempts, "")
 		}

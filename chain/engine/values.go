@@ -3,7 +3,9 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -20,13 +22,26 @@ func decodeJSON(raw json.RawMessage) any {
 	if len(raw) == 0 {
 		return nil
 	}
+	v, err := parseJSON(raw)
+	if err != nil {
+		return string(raw)
+	}
+	return v
+}
+
+// parseJSON decodes one JSON value, numbers kept exact, and refuses
+// anything after it.
+func parseJSON(raw []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return string(raw)
+		return nil, err
 	}
-	return normalizeNumbers(v)
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("more than one JSON value")
+	}
+	return normalizeNumbers(v), nil
 }
 
 func normalizeNumbers(v any) any {

@@ -12,6 +12,7 @@
 //	fail           permanent error with this message
 //	fail_retryable retryable error with this message
 //	fail_times     fail retryably while the attempt is at most this number
+//	raw            answer this text as the body, verbatim, JSON or not
 //
 // On success the body is the payload object plus "attempt". A payload that
 // is not an object has no controls and gives {"payload": <it>, "attempt": n}.
@@ -44,6 +45,8 @@ type controls struct {
 	Fail          string `json:"fail"`
 	FailRetryable string `json:"fail_retryable"`
 	FailTimes     int    `json:"fail_times"`
+	// Raw is answered as the body verbatim, JSON or not.
+	Raw string `json:"raw"`
 }
 
 func (Provider) Describe(context.Context) (providers.Info, error) {
@@ -81,6 +84,8 @@ func (Provider) Execute(ctx context.Context, req providers.Request) (providers.R
 		return providers.Response{}, c.cancelled(req, payload, fmt.Errorf("hanging: %w", ctx.Err()))
 	}
 	switch {
+	case c.Raw != "":
+		return providers.Response{Body: []byte(c.Raw)}, nil
 	case c.Fail != "":
 		return providers.Response{}, &providers.Error{Code: "faulty", Message: c.Fail}
 	case c.FailRetryable != "":
