@@ -157,9 +157,12 @@ on_failure = "dlq"
 [[chains.steps.parallel.steps]]
 name = "good"
 provider = "faulty"
-payload_template = { sleep_ms = 100 }
+payload_template = { sleep_ms = 1500 }
 `)
 	ctx := context.Background()
+	// "good" answers well after "bad" has failed, even on a loaded machine:
+	// answering first would end the group and cancel "bad" before its
+	// failure is parked.
 	res := h.run("any", `{}`)
 	entries, _ := h.store.ListDLQ(ctx, store.DLQFilter{})
 	if res.Status != store.RunSucceeded || len(entries) != 1 {
