@@ -41,6 +41,9 @@ type Server struct {
 	// clients reconnect elsewhere instead of holding the drain.
 	stopping context.Context
 	stop     context.CancelFunc
+	// aborting ends a drain before its grace is up.
+	aborting context.Context
+	abort    context.CancelFunc
 	reloadMu sync.Mutex
 }
 
@@ -55,6 +58,7 @@ const (
 func NewServer(gw *Gateway, hub *Hub, metrics *Metrics, paths []string) *Server {
 	s := &Server{gw: gw, ops: &Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths}
 	s.stopping, s.stop = context.WithCancel(context.Background())
+	s.aborting, s.abort = context.WithCancel(context.Background())
 	metrics.register(gw)
 	s.setConfig(gw.Config)
 	return s
@@ -91,6 +95,13 @@ func (s *Server) config() *chain.Config {
 	return s.cfg
 }
 
+// AuthConfigured reports whether cfg and the environment give the API any
+// token, so an open API can be refused before anything is opened.
+func AuthConfigured(cfg *chain.Config) bool {
+	write, read := apiTokens(cfg)
+	return len(write)+len(read) > 0
+}
+
 // AuthEnabled reports whether requests need a token.
 func (s *Server) AuthEnabled() bool {
 	s.mu.RLock()
@@ -122,7 +133,7 @@ func (s *Server) Reload() (*chain.Config, error) {
 // tokens open to anyone: a slip in one edit must not do that unnoticed.
 // Serving without tokens takes a restart, which checks the listen address.
 func (s *Server) checkAuthKept(cfg *chain.Config) error {
-	if write, read := apiTokens(cfg); !s.AuthEnabled() || len(write)+len(read) > 0 {
+	if !s.AuthEnabled() || AuthConfigured(cfg) {
 		return nil
 	}
 	return &chain.ConfigError{Diagnostics: []chain.Diagnostic{{
@@ -155,21 +166,26 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	s.draining.Store(true)
 	s.stop()
 	deadline := time.Now().Add(grace)
-	engCtx, cancel := context.WithDeadline(context.Background(), deadline)
+	engCtx, cancel := context.WithDeadline(s.aborting, deadline)
 	defer cancel()
 	// The API keeps answering while the engine drains: /readyz says 503 so
 	// load balancers move on, new runs get 503, reads still work.
 	s.gw.Engine.Shutdown(engCtx)
 	// Requests still in flight get what is left of the grace, and at least
 	// a moment to finish writing.
-	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), max(time.Until(deadline), httpShutdownMin))
+	httpCtx, cancelHTTP := context.WithTimeout(s.aborting, max(time.Until(deadline), httpShutdownMin))
 	defer cancelHTTP()
 	err := srv.Shutdown(httpCtx)
-	if errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		err = srv.Close()
 	}
 	return err
 }
+
+// Abort cuts a shutdown short: calls still in flight are cancelled instead
+// of awaited, and Run returns. Their runs stay as persisted and resume on
+// the next start, or on another gateway sharing the store.
+func (s *Server) Abort() { s.abort() }
 
 // httpShutdownMin is the least time requests get to finish once the
 // engine has stopped.

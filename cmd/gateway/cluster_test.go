@@ -62,21 +62,31 @@ type gatewayProc struct {
 	cmd  *exec.Cmd
 	url  string
 	logs *testutil.Buffer
+	out  *bufio.Scanner
 }
 
+// startServe starts a gateway and returns once it serves.
 func startServe(t testing.TB, cfg, state string) *gatewayProc {
+	t.Helper()
+	p := launchServe(t, cfg, state)
+	p.waitServing(t)
+	return p
+}
+
+// launchServe starts a gateway process without waiting for it.
+func launchServe(t testing.TB, cfg, state string) *gatewayProc {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "serve", "--config", cfg, "--state", state, "--listen", "127.0.0.1:0", "--log-level", "warn")
+	cmd := exec.Command(exe, "serve", "--config", cfg, "--state", state, "--listen", "127.0.0.1:0", "--log-level", "info")
 	cmd.Env = append(os.Environ(), mainEnv+"=1")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &gatewayProc{cmd: cmd, logs: &testutil.Buffer{}}
+	p := &gatewayProc{cmd: cmd, logs: &testutil.Buffer{}, out: bufio.NewScanner(out)}
 	cmd.Stderr = p.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -91,17 +101,35 @@ func startServe(t testing.TB, cfg, state string) *gatewayProc {
 			_ = cmd.Process.Kill()
 		}
 	})
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() {
+	return p
+}
+
+// waitServing reads the line that says where the gateway serves.
+func (p *gatewayProc) waitServing(t testing.TB) {
+	t.Helper()
+	if !p.out.Scan() {
 		t.Fatalf("gateway serve did not start:\n%s", p.logs)
 	}
-	addr, ok := strings.CutPrefix(sc.Text(), "gateway: serving on ")
+	addr, ok := strings.CutPrefix(p.out.Text(), "gateway: serving on ")
 	if !ok {
-		t.Fatalf("gateway serve said %q", sc.Text())
+		t.Fatalf("gateway serve said %q", p.out.Text())
 	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
+	// Nothing else comes on stdout; keep the pipe drained all the same.
+	go func() {
+		for p.out.Scan() {
+		}
+	}()
 	p.url = addr
-	return p
+}
+
+// waitLog waits for the gateway to log text.
+func (p *gatewayProc) waitLog(t testing.TB, text string) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(p.logs.String(), text); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway never logged %q:\n%s", text, p.logs)
+		}
+	}
 }
 
 func postRun(url, chain, body string) (string, error) {
@@ -110,14 +138,17 @@ func postRun(url, chain, body string) (string, error) {
 		return "", err
 	}
 	defer resp.Body.Close()
-	var out struct {
-		ID string `json:"id"`
-	}
 	if resp.StatusCode != http.StatusAccepted {
 		b, _ := io.ReadAll(resp.Body)
 		return "", fmt.Errorf("POST: %d %s", resp.StatusCode, b)
 	}
-	return out.ID, json.NewDecoder(resp.Body).Decode(&out)
+	var out struct {
+		ID string `json:"id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", fmt.Errorf("reading the answer: %w", err)
+	}
+	return out.ID, nil
 }
 
 // callCounts reads the record file: calls per dedup key.
@@ -324,15 +355,19 @@ payload_template = { record = %q, sleep_ms = 60000 }
 				b.Fatal(err)
 			}
 		}
-		for len(callCounts(b, calls)) < runs {
-			time.Sleep(5 * time.Millisecond)
+		for deadline := time.Now().Add(60 * time.Second); len(callCounts(b, calls)) < runs; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Fatalf("only %d of %d runs called the provider", len(callCounts(b, calls)), runs)
+			}
 		}
 		b.StartTimer()
 		killed := time.Now()
 		_ = victim.cmd.Process.Signal(syscall.SIGKILL)
 		// Every run was called once; the first second call is a takeover.
-		for total(callCounts(b, calls)) == runs {
-			time.Sleep(2 * time.Millisecond)
+		for deadline := killed.Add(10 * clusterLeaseTTL * time.Second); total(callCounts(b, calls)) == runs; time.Sleep(2 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Fatalf("no run was taken over within %s of the kill", time.Since(killed).Round(time.Millisecond))
+			}
 		}
 		took := time.Since(killed)
 		b.StopTimer()

@@ -56,6 +56,10 @@ func main() {
 	plugins.ServeBuiltinIfRequested(builtin.New)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// Once the first signal has asked for a clean stop, a second one ends
+	// the process at once, as by default: runs stay as persisted. "gateway
+	// serve" catches it itself, to cancel its calls in flight first.
+	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

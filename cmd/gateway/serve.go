@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,8 +21,11 @@ const serveHelp = `Usage: gateway serve --config PATH... [--listen ADDR] [--stat
 Serves the HTTP API (see docs/api.md), resumes every unfinished run in the
 store, and takes over runs other gateways sharing the store left behind.
 SIGHUP reloads the config (a config with errors is refused and the running
-one stays); SIGTERM stops intake, lets calls in flight finish for up to
-[gateway].shutdown_grace_seconds (default 30), and exits 0.
+one stays); one sent during startup reloads once the gateway serves.
+SIGTERM or Ctrl-C stops intake, lets calls in flight finish for up to
+[gateway].shutdown_grace_seconds (default 30), and exits 0; a second one
+cancels the calls still in flight and exits 130 at once (their runs stay
+persisted and resume on the next start).
 
 `
 
@@ -29,6 +33,18 @@ one stays); SIGTERM stops intake, lets calls in flight finish for up to
 const defaultGrace = 30 * time.Second
 
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// Caught before anything else: SIGHUP's default action ends the process,
+	// and a supervisor may send one as soon as the process exists. A reload
+	// asked for during startup waits until the gateway serves.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	// The first SIGTERM or SIGINT ends ctx and starts the drain; this
+	// channel sees it too, and the second one ends the drain.
+	term := make(chan os.Signal, 2)
+	signal.Notify(term, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(term)
+
 	fs := newFlagSet("serve", stderr, serveHelp)
 	var configs stringList
 	fs.Var(&configs, "config", "config file or directory (repeatable)")
@@ -65,6 +81,18 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if addr == "" {
 		addr = "127.0.0.1:8080"
 	}
+	// Everything that can be refused is, before the store is opened.
+	if err := checkListen(addr); err != nil {
+		fmt.Fprintln(stderr, "gateway serve:", err)
+		return exitUsage
+	}
+	if !gateway.AuthConfigured(cfg) {
+		if !loopback(addr) {
+			fmt.Fprintf(stderr, "gateway serve: refusing to serve %s without API tokens; set [gateway.auth] tokens or %s, or listen on a loopback address\n", addr, gateway.EnvTokens)
+			return exitUsage
+		}
+		logger.Warn("no API tokens configured: the API is open to anyone who can reach " + addr)
+	}
 
 	hub := gateway.NewHub()
 	metrics := gateway.NewMetrics()
@@ -82,13 +110,6 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}()
 	srv := gateway.NewServer(gw, hub, metrics, configs)
-	if !srv.AuthEnabled() {
-		if !loopback(addr) {
-			fmt.Fprintf(stderr, "gateway serve: refusing to serve %s without API tokens; set [gateway.auth] tokens or %s, or listen on a loopback address\n", addr, gateway.EnvTokens)
-			return exitUsage
-		}
-		logger.Warn("no API tokens configured: the API is open to anyone who can reach " + addr)
-	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway serve:", err)
@@ -99,16 +120,32 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			logger.Warn("gateway cancel will not reach this process", "err", err)
 		}
 	}
-	// SIGHUP's default is to end the process, so it is caught before anyone
-	// is told where to send it.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	fmt.Fprintf(stdout, "gateway: serving on http://%s\n", l.Addr())
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
-		for range hup {
-			_, _ = srv.Reload()
+		for {
+			select {
+			case <-hup:
+				_, _ = srv.Reload()
+			case <-done:
+				return
+			}
 		}
+	}()
+	var aborted atomic.Bool
+	go func() {
+		for n := 0; n < 2; {
+			select {
+			case <-term:
+				n++
+			case <-done:
+				return
+			}
+		}
+		aborted.Store(true)
+		logger.Warn("second signal: cancelling the calls in flight instead of waiting; their runs stay persisted")
+		srv.Abort()
 	}()
 	grace := time.Duration(cfg.Gateway.ShutdownGraceSeconds) * time.Second
 	if grace <= 0 {
@@ -118,8 +155,24 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		logger.Error("serving failed", "err", err)
 		return exitFailed
 	}
+	if aborted.Load() {
+		logger.Warn("stopped before the calls in flight finished; their runs resume on the next start")
+		return exitInterrupt
+	}
 	logger.Info("stopped")
 	return exitOK
+}
+
+// checkListen refuses an address no listener could take.
+func checkListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("bad listen address %q, want HOST:PORT such as 127.0.0.1:8080: %w", addr, err)
+	}
+	return nil
 }
 
 // loopback reports whether addr only listens on this machine.
