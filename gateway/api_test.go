@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/testutil"
@@ -874,5 +876,99 @@ func TestStartReadsOnlyWhatItNeeds(t *testing.T) {
 		if n := cs.runs.Load() - before; n != tc.reads {
 			t.Errorf("key %q: %d run reads, want %d", tc.key, n, tc.reads)
 		}
+	}
+}
+
+// TestReloadSecrets checks that a reload reads the secrets again and
+// refuses a config whose secrets the gateway cannot give its runs, naming
+// where they are read; the running config goes on serving.
+func TestReloadSecrets(t *testing.T) {
+	const rotated = "rotated-7c1e2a9b"
+	base := "[gateway]\nsecrets_file = \"secrets.env\"\n" + apiConfig
+	tests := []struct {
+		name, config, secrets string
+		status                int
+		want                  []string // in the details
+	}{
+		{"a missing secret in a payload", base + `
+[[chains]]
+name = "uses-new"
+[[chains.steps]]
+name = "call"
+provider = "echo"
+payload_template = { key = "<<secrets.NEW_TOKEN>>" }
+`, "API_TOKEN=" + testSecret + "\n", 400, []string{"gateway.toml:", "chains[uses-new].steps[call].payload_template: <<secrets.NEW_TOKEN>>: no secret NEW_TOKEN"}},
+		{"a missing secret in a provider's config", base + `
+[[providers]]
+name = "hooks"
+type = "http"
+[providers.config]
+headers = { Authorization = "Bearer <<secrets.HOOK_TOKEN>>" }
+`, "API_TOKEN=" + testSecret + "\n", 400, []string{"gateway.toml:", "providers[hooks].config: <<secrets.HOOK_TOKEN>>"}},
+		{"a rotated value", base, "API_TOKEN=" + rotated + "\n", 400, []string{"new or changed secret values (API_TOKEN)", "restart"}},
+		{"a secret added to the file", base, "API_TOKEN=" + testSecret + "\nNEW_TOKEN=" + rotated + "\n", 400, []string{"new or changed secret values (NEW_TOKEN)"}},
+		{"a secrets file that is gone", strings.Replace(base, "secrets.env", "gone.env", 1), "API_TOKEN=" + testSecret + "\n", 400, []string{"gateway.secrets_file: reading secrets file"}},
+		{"the same secrets, read by a new chain", base + `
+[[chains]]
+name = "uses-token"
+[[chains.steps]]
+name = "call"
+provider = "echo"
+payload_template = { key = "<<secrets.API_TOKEN>>" }
+`, "API_TOKEN=" + testSecret + "\n", 200, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newAPI(t, "")
+			env.write(tc.config)
+			if err := os.WriteFile(filepath.Join(env.dir, "secrets.env"), []byte(tc.secrets), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var e apiErr
+			code, _, body := env.call("POST", "/v1/admin/reload", "", nil, &e)
+			if code != tc.status {
+				t.Errorf("reload: %d %s", code, body)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(strings.Join(e.Error.Details, "\n"), want) {
+					t.Errorf("reload details lack %q: %s", want, body)
+				}
+			}
+			if strings.Contains(body, testSecret) || strings.Contains(body, rotated) {
+				t.Errorf("the answer holds a secret value: %s", body)
+			}
+			if code, _, body := env.call("POST", "/v1/chains/hello/runs", `{}`, nil, nil); code != 202 {
+				t.Errorf("after the reload: %d %s", code, body)
+			}
+		})
+	}
+}
+
+// TestOpenRefusesMissingSecret checks that a gateway does not start on a
+// config whose templates read a secret it does not have.
+func TestOpenRefusesMissingSecret(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gateway.toml")
+	if err := os.WriteFile(path, []byte(`
+[[providers]]
+name = "echo"
+type = "echo"
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "call"
+provider = "echo"
+payload_template = { key = "<<secrets.NOT_SET_ANYWHERE>>", other = "<<secrets.ALSO_NOT ?? \"fine\">>" }
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := gateway.LoadConfig([]string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = gateway.Open(context.Background(), gateway.Options{Config: cfg, State: filepath.Join(dir, "gw.db")})
+	var ce *chain.ConfigError
+	if !errors.As(err, &ce) || len(ce.Diagnostics) != 1 || !strings.Contains(ce.Error(), path+":7:1: chains[c].steps[call].payload_template: <<secrets.NOT_SET_ANYWHERE>>") {
+		t.Fatalf("Open: %v", err)
 	}
 }

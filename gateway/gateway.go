@@ -70,6 +70,8 @@ type Gateway struct {
 	// StoreFile is the embedded store's file, whose control socket sits
 	// beside it; empty for a shared store.
 	StoreFile string
+	// secrets are the values the engine renders <<secrets.NAME>> with.
+	secrets map[string]string
 }
 
 // Open opens the store and prepares the engine. Plugin processes start when
@@ -79,9 +81,9 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg := opts.Config
-	secretVals, err := secrets.Load(cfg.Gateway.SecretsFile)
+	secretVals, err := loadSecrets(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("opening gateway: %w", err)
+		return nil, err
 	}
 	red := secrets.NewRedactor(secretVals)
 	log := slog.New(red.Handler(opts.Logger.Handler()))
@@ -119,7 +121,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	return &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file}, nil
+	return &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, secrets: secretVals}, nil
 }
 
 // OpenStore opens the store a state URL names, and returns its file when it

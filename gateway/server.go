@@ -109,15 +109,18 @@ func (s *Server) AuthEnabled() bool {
 	return len(s.writeTok)+len(s.readTok) > 0
 }
 
-// Reload loads the config again. A config with errors is refused, with a
-// *chain.ConfigError, and the running one stays; running runs keep the
-// definitions they started with either way.
+// Reload loads the config, and the secrets it reads, again. A config with
+// errors is refused, with a *chain.ConfigError, and the running one stays;
+// running runs keep the definitions they started with either way.
 func (s *Server) Reload() (*chain.Config, error) {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	cfg, err := LoadConfig(s.paths)
 	if err == nil {
 		err = s.checkAuthKept(cfg)
+	}
+	if err == nil {
+		err = s.gw.checkReloadSecrets(cfg)
 	}
 	if err != nil {
 		s.log.Error("config reload refused; the running config stays", "err", err)
