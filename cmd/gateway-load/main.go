@@ -8,70 +8,129 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
+// Exit codes.
+const (
+	exitOK     = 0
+	exitFailed = 1 // no run succeeded
+	exitUsage  = 2
+)
+
 func main() {
-	server := flag.String("server", "http://127.0.0.1:8080", "gateway API")
-	token := flag.String("token", os.Getenv("CHAINGATE_TOKEN"), "API bearer token")
-	chain := flag.String("chain", "", "chain to start")
-	payload := flag.String("payload", `{"alert_name":"load","severity":"critical"}`, "run payload")
-	concurrency := flag.Int("concurrency", 64, "requests in flight")
-	duration := flag.Duration("duration", 20*time.Second, "how long to drive load")
-	warmup := flag.Duration("warmup", 2*time.Second, "load driven before measuring")
-	flag.Parse()
-	if *chain == "" {
-		fmt.Fprintln(os.Stderr, "gateway-load: --chain is required")
-		os.Exit(2)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Backoff after a request that failed, so a gateway that is down or refuses
+// the token is not hammered; it doubles up to backoffMax.
+const (
+	backoffMin = 10 * time.Millisecond
+	backoffMax = time.Second
+)
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gateway-load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	server := fs.String("server", "http://127.0.0.1:8080", "gateway API")
+	token := fs.String("token", os.Getenv("CHAINGATE_TOKEN"), "API bearer token")
+	chain := fs.String("chain", "", "chain to start")
+	payload := fs.String("payload", `{"alert_name":"load","severity":"critical"}`, "run payload")
+	concurrency := fs.Int("concurrency", 64, "requests in flight")
+	duration := fs.Duration("duration", 20*time.Second, "how long to measure")
+	warmup := fs.Duration("warmup", 2*time.Second, "load driven before measuring")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	var problems []string
+	if *chain == "" {
+		problems = append(problems, "--chain is required")
+	}
+	if *concurrency < 1 {
+		problems = append(problems, "--concurrency must be at least 1")
+	}
+	if *duration <= 0 {
+		problems = append(problems, "--duration must be positive")
+	}
+	if *warmup < 0 {
+		problems = append(problems, "--warmup must not be negative")
+	}
+	if !json.Valid([]byte(*payload)) {
+		problems = append(problems, "--payload must be JSON")
+	}
+	if u, err := url.Parse(*server); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		problems = append(problems, fmt.Sprintf("--server %q is not an http:// or https:// URL", *server))
+	}
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintln(stderr, "gateway-load:", p)
+		}
+		return exitUsage
+	}
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *concurrency}}
-	url := strings.TrimRight(*server, "/") + "/v1/chains/" + *chain + "/runs?wait=60s"
+	target := strings.TrimRight(*server, "/") + "/v1/chains/" + url.PathEscape(*chain) + "/runs?wait=60s"
 	var (
 		mu        sync.Mutex
 		latencies []time.Duration
-		failed    atomic.Int64
+		outcomes  = map[string]int{}
+		firstErr  error
 		measuring atomic.Bool
 	)
-	start := time.Now()
-	end := start.Add(*warmup + *duration)
+	end := time.Now().Add(*warmup + *duration)
 	var wg sync.WaitGroup
 	for range *concurrency {
 		wg.Go(func() {
+			delay := backoffMin
 			for ctx.Err() == nil && time.Now().Before(end) {
 				t0 := time.Now()
-				ok := post(ctx, client, url, *token, *payload)
+				outcome, err := post(ctx, client, target, *token, *payload)
 				took := time.Since(t0)
-				if !measuring.Load() {
-					continue
-				}
-				if !ok {
-					failed.Add(1)
-					continue
+				if ctx.Err() != nil {
+					return
 				}
 				mu.Lock()
-				latencies = append(latencies, took)
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				if measuring.Load() {
+					outcomes[outcome]++
+					if outcome == "succeeded" {
+						latencies = append(latencies, took)
+					}
+				}
 				mu.Unlock()
+				if err == nil {
+					delay = backoffMin
+					continue
+				}
+				sleep(ctx, min(delay, time.Until(end)))
+				delay = min(2*delay, backoffMax)
 			}
 		})
 	}
-	time.Sleep(*warmup)
+	sleep(ctx, *warmup)
 	measuring.Store(true)
 	measured := time.Now()
 	wg.Wait()
 	elapsed := time.Since(measured)
+
 	slices.Sort(latencies)
 	pct := func(p float64) time.Duration {
 		if len(latencies) == 0 {
@@ -79,16 +138,57 @@ func main() {
 		}
 		return latencies[int(float64(len(latencies)-1)*p)]
 	}
-	fmt.Printf("runs finished: %d in %s (%.0f runs/s), failed or unfinished: %d\n", len(latencies), elapsed.Round(time.Millisecond), float64(len(latencies))/elapsed.Seconds(), failed.Load())
-	fmt.Printf("POST to run end: p50 %s  p90 %s  p99 %s  max %s\n", pct(0.5), pct(0.9), pct(0.99), pct(1))
+	fmt.Fprintf(stdout, "runs succeeded: %d in %s (%.0f runs/s)\n", len(latencies), elapsed.Round(time.Millisecond), float64(len(latencies))/elapsed.Seconds())
+	fmt.Fprintf(stdout, "POST to run end: p50 %s  p90 %s  p99 %s  max %s\n", pct(0.5), pct(0.9), pct(0.99), pct(1))
+	fmt.Fprintf(stdout, "outcomes: %s\n", summary(outcomes))
+	if firstErr != nil {
+		fmt.Fprintln(stderr, "gateway-load: first error:", firstErr)
+	}
+	if len(latencies) == 0 {
+		fmt.Fprintln(stderr, "gateway-load: no run succeeded")
+		return exitFailed
+	}
+	return exitOK
 }
 
-// post starts a run and waits for it to end; it reports whether it ended
-// successfully within the wait.
-func post(ctx context.Context, c *http.Client, url, token, payload string) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(payload))
+// summary lists outcomes by count, most frequent first.
+func summary(outcomes map[string]int) string {
+	if len(outcomes) == 0 {
+		return "none"
+	}
+	names := make([]string, 0, len(outcomes))
+	for k := range outcomes {
+		names = append(names, k)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if d := outcomes[b] - outcomes[a]; d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = fmt.Sprintf("%s %d", k, outcomes[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// post starts a run and waits for it to end. The outcome is the run's
+// final status, "unfinished" when the wait ran out, or what went wrong
+// ("error", "http_401", …), with an error saying why.
+func post(ctx context.Context, c *http.Client, target, token, payload string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, strings.NewReader(payload))
 	if err != nil {
-		return false
+		return "error", fmt.Errorf("building the request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
@@ -96,15 +196,24 @@ func post(ctx context.Context, c *http.Client, url, token, payload string) bool 
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return false
+		return "error", err
 	}
 	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "error", fmt.Errorf("reading the answer: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		return fmt.Sprintf("http_%d", resp.StatusCode), fmt.Errorf("POST answered %s: %.200s", resp.Status, strings.TrimSpace(string(body)))
+	}
 	var out struct {
 		Status string `json:"status"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return false
+	if err := json.Unmarshal(body, &out); err != nil || out.Status == "" {
+		return "bad_answer", errors.Join(errors.New("the answer is not a run"), err)
 	}
-	return resp.StatusCode == http.StatusOK && out.Status == "succeeded"
+	if out.Status == "running" {
+		return "unfinished", nil
+	}
+	return out.Status, nil
 }
