@@ -14,11 +14,11 @@ type Hub struct {
 	watchers map[string]map[*Watch]struct{}
 }
 
-// Watch is one subscription to a run's events. C holds at most one event:
-// a wake-up, standing for every event published since it was last read.
+// Watch is one subscription to a run's events. C holds at most one
+// wake-up, standing for every event published since it was last read.
 type Watch struct {
-	C     <-chan store.Event
-	c     chan store.Event
+	C     <-chan struct{}
+	c     chan struct{}
 	hub   *Hub
 	runID string
 }
@@ -32,7 +32,7 @@ func (h *Hub) Publish(ev store.Event) {
 	defer h.mu.Unlock()
 	for w := range h.watchers[ev.RunID] {
 		select {
-		case w.c <- ev:
+		case w.c <- struct{}{}:
 		default: // already woken
 		}
 	}
@@ -40,7 +40,7 @@ func (h *Hub) Publish(ev store.Event) {
 
 // Watch subscribes to a run's events; Close ends the subscription.
 func (h *Hub) Watch(runID string) *Watch {
-	c := make(chan store.Event, 1)
+	c := make(chan struct{}, 1)
 	w := &Watch{C: c, c: c, hub: h, runID: runID}
 	h.mu.Lock()
 	if h.watchers[runID] == nil {

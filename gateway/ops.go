@@ -170,28 +170,17 @@ func (l *Local) events(ctx context.Context, id string, after uint64, follow bool
 			}
 		case <-watchC(w):
 			wait.Stop()
-			drain(w)
 		}
 	}
 }
 
-func watchC(w *Watch) <-chan store.Event {
+// watchC is the watch's wake-ups, or none without a watch. The events
+// themselves are read from the store, which has them in order.
+func watchC(w *Watch) <-chan struct{} {
 	if w == nil {
 		return nil
 	}
 	return w.C
-}
-
-// drain empties a watch's buffer: the events themselves are read from the
-// store, which has them in order with none missed.
-func drain(w *Watch) {
-	for {
-		select {
-		case <-w.C:
-		default:
-			return
-		}
-	}
 }
 
 func runEnded(t store.EventType) bool {
