@@ -6,9 +6,9 @@ package store
 
 import (
 	"context"
-	"strings"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 )
 
