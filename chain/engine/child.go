@@ -43,6 +43,7 @@ func (r *runner) progressChild(now time.Time, q *seq, s *chain.Step, rec *store.
 		r.put(rec)
 		r.event(store.EventStepStarted, rec.Key, 1, fmt.Sprintf("sub-chain %q as run %s", s.SubChain, rec.Child))
 		l.batch = r.launchBatch(q)
+		r.track(l, 1)
 		return []launch{*l}, false
 	case store.StepRunning:
 		if _, waiting := r.calls[rec.Key]; waiting {
@@ -60,6 +61,8 @@ func (r *runner) progressChild(now time.Time, q *seq, s *chain.Step, rec *store.
 				return nil, true
 			}
 			l.child.id = rec.Child
+			l.batch = r.launchBatch(q)
+			r.track(l, rec.Attempts)
 			return []launch{*l}, false
 		case err != nil:
 			// The store may answer next time; the child's step stays as it is.
@@ -71,7 +74,7 @@ func (r *runner) progressChild(now time.Time, q *seq, s *chain.Step, rec *store.
 			return nil, true
 		}
 		// Still running: it is resumed on its own and reports back here.
-		r.calls[rec.Key] = &inflight{attempt: rec.Attempts, cancel: func() {}}
+		r.calls[rec.Key] = &inflight{attempt: rec.Attempts}
 		r.pollChild(now, rec)
 		return nil, false
 	}
@@ -99,7 +102,6 @@ func (r *runner) prepareChild(now time.Time, q *seq, s *chain.Step, rec *store.S
 
 // startChild creates and starts the child run.
 func (r *runner) startChild(ctx context.Context, l launch) {
-	r.calls[l.key] = &inflight{attempt: 1, cancel: func() {}}
 	parent := ParentRef{Run: r.run.ID, Step: l.key}
 	go func() {
 		_, err := r.e.startRun(ctx, r.cfg, l.child.chain, Input{Payload: l.child.input}, l.child.id, &parent, l.child.deadline)

@@ -309,3 +309,102 @@ func readRecords(t *testing.T, path string) map[string]int {
 	}
 	return out
 }
+
+// TestOneCallPerIntentWhileCommitsQueue holds back the commit of one
+// sub-step's result until the other sub-step has answered, so that the group
+// joins, and the next step's intent is written, while an earlier commit is
+// still under way. That earlier commit's acknowledgement must not make the
+// engine take the next step, whose call waits for its own intent, for one
+// left unanswered by a crash: the step is called once, and not before its
+// intent is durable.
+func TestOneCallPerIntentWhileCommitsQueue(t *testing.T) {
+	tests := []struct{ name, next string }{
+		{"provider step", `
+[[chains.steps]]
+name = "after"
+provider = "faulty"
+payload_template = { record = "REC/after.jsonl" }
+`},
+		{"sub-chain", `
+[[chains.steps]]
+name = "after"
+sub_chain = "child"
+
+[[chains]]
+name = "child"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { record = "REC/after.jsonl" }
+`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var hs *heldStore
+			cfg := strings.ReplaceAll(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "both"
+[chains.steps.parallel]
+[[chains.steps.parallel.steps]]
+name = "a"
+provider = "faulty"
+payload_template = { record = "REC/subs.jsonl" }
+[[chains.steps.parallel.steps]]
+name = "b"
+provider = "faulty"
+payload_template = { record = "REC/subs.jsonl", sleep_ms = 100 }
+`+tc.next, "REC", dir)
+			h := newHarnessWrapped(t, cfg, filepath.Join(dir, "gw.db"), harnessOpts{wrap: func(st store.Store) store.Store {
+				hs = &heldStore{Store: st}
+				return hs
+			}})
+			heldA, releaseA := hs.holdUntil(holdsStep("both/a", store.StepSucceeded))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			run, err := h.eng.Start(ctx, "c", engine.Input{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-heldA:
+			case <-ctx.Done():
+				t.Fatal("the commit of a's result never came")
+			}
+			waitLines(t, filepath.Join(dir, "subs.jsonl"), 2)
+			// Let b's answer reach the run, so the group joins while a's
+			// result is still being committed.
+			time.Sleep(400 * time.Millisecond)
+			heldIntent, releaseIntent := hs.holdUntil(holdsStep("after", store.StepRunning))
+			releaseA()
+			select {
+			case <-heldIntent:
+			case <-ctx.Done():
+				t.Fatal("the commit of after's intent never came")
+			}
+			time.Sleep(300 * time.Millisecond)
+			if n := countLines(t, filepath.Join(dir, "after.jsonl")); n != 0 {
+				t.Errorf("%d calls went out while the intent that led to them was held", n)
+			}
+			releaseIntent()
+			final, err := h.eng.Wait(ctx, run.ID)
+			if err != nil || final.Status != store.RunSucceeded {
+				t.Fatalf("run: %+v %v", final, err)
+			}
+			if n := countLines(t, filepath.Join(dir, "after.jsonl")); n != 1 {
+				t.Errorf("the step after the group was called %d times, want once", n)
+			}
+			started := 0
+			for _, ev := range h.eventTypes(run.ID) {
+				if ev == string(store.EventStepStarted)+" after" {
+					started++
+				}
+			}
+			if started != 1 {
+				t.Errorf("the step after the group started %d times: %v", started, h.eventTypes(run.ID))
+			}
+		})
+	}
+}

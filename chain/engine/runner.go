@@ -80,9 +80,22 @@ type commit struct {
 	err   error
 }
 
+// inflight is a call the run has decided to make: from the moment its
+// intent is put in a batch, not only once it has gone out. A step whose call
+// waits for its intent to be committed is in flight all the same; were it
+// not, the next pass over the run would take its running record for one a
+// crash left unanswered and make the call a second time.
 type inflight struct {
 	attempt int
-	cancel  context.CancelFunc
+	// cancel is nil until the call goes out.
+	cancel context.CancelFunc
+}
+
+// stop cancels the call if it has gone out.
+func (c *inflight) stop() {
+	if c.cancel != nil {
+		c.cancel()
+	}
 }
 
 // outcome is a finished provider call, or a finished sub-chain run.
@@ -106,6 +119,7 @@ type launch struct {
 	// again, so the call need not wait for any commit.
 	batch    uint64
 	key      string
+	fl       *inflight // the run's record of this call, set by track
 	child    *childStart // set for a sub_chain step: the run to create
 	provider string      // the configured provider's name, for metrics
 	prov     providers.Provider
@@ -237,7 +251,11 @@ func (r *runner) loop() {
 			r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled", Code: "cancelled"})
 		case <-drainReq:
 			r.draining = true
-			r.waiting = nil // their intent is written; they go out on resume
+			// Their intent is written; they go out on resume.
+			for _, l := range r.waiting {
+				r.untrack(l)
+			}
+			r.waiting = nil
 			drainReq = nil
 		case <-r.stopReq:
 			// The engine is closing: in-flight calls are abandoned and will
@@ -366,10 +384,23 @@ func (r *runner) drainInbox() {
 	}
 }
 
+// track notes a call as in flight from the moment it is decided.
+func (r *runner) track(l *launch, attempt int) {
+	l.fl = &inflight{attempt: attempt}
+	r.calls[l.key] = l.fl
+}
+
+// untrack forgets a call that will not go out.
+func (r *runner) untrack(l launch) {
+	if r.calls[l.key] == l.fl {
+		delete(r.calls, l.key)
+	}
+}
+
 func (r *runner) start(ctx context.Context, l launch) {
-	// The step may have been cancelled while the call waited for its
-	// intent to be written.
-	if rec := r.recs[l.key]; rec == nil || rec.Status != store.StepRunning {
+	// The step may have been cancelled, or its item dropped, while the
+	// call waited for its intent to be written.
+	if rec := r.recs[l.key]; rec == nil || rec.Status != store.StepRunning || r.calls[l.key] != l.fl {
 		return
 	}
 	if l.child != nil {
@@ -377,7 +408,7 @@ func (r *runner) start(ctx context.Context, l launch) {
 		return
 	}
 	cctx, cancel := context.WithDeadline(ctx, l.deadline)
-	r.calls[l.key] = &inflight{attempt: l.req.Attempt, cancel: cancel}
+	l.fl.cancel = cancel
 	obs := r.e.observer
 	go func() {
 		defer cancel()

@@ -351,7 +351,7 @@ func (r *runner) endItem(q *seq, status store.StepStatus, result json.RawMessage
 func (r *runner) forgetItem(q *seq) {
 	for _, k := range q.keys {
 		if c := r.calls[k]; c != nil {
-			c.cancel()
+			c.stop()
 			delete(r.calls, k)
 		}
 		delete(r.recs, k)

@@ -110,13 +110,15 @@ func (r *runner) dispatch(now time.Time, q *seq, s *chain.Step, rec *store.StepR
 			r.event(store.EventStepStarted, rec.Key, rec.Attempts, "")
 		}
 		l.batch = r.launchBatch(q)
+		r.track(l, rec.Attempts)
 		return l, false
 	case store.StepRunning:
 		if _, ok := r.calls[rec.Key]; ok {
 			return nil, false
 		}
-		// Persisted as running with no call in flight: the gateway stopped
-		// mid-call. Dispatch again with the same dedup key and attempt.
+		// Running with no call in flight here: read back from the store,
+		// the gateway that wrote it stopped mid-call. Dispatch again with
+		// the same dedup key and attempt.
 		l, errInfo := r.prepare(now, s, rec, rec.Attempts, sc, bound)
 		if errInfo != nil {
 			r.finishStep(q, rec, store.StepFailed, errInfo)
@@ -124,6 +126,7 @@ func (r *runner) dispatch(now time.Time, q *seq, s *chain.Step, rec *store.StepR
 		}
 		r.event(store.EventStepStarted, rec.Key, rec.Attempts, "dispatched again after a restart")
 		l.batch = r.launchBatch(q)
+		r.track(l, rec.Attempts)
 		return l, false
 	}
 	return nil, rec.Status.Final()
@@ -291,7 +294,7 @@ func (r *runner) finishStep(q *seq, rec *store.StepRecord, status store.StepStat
 // gave up on it; an in-flight call is cancelled and its answer ignored.
 func (r *runner) abandon(rec *store.StepRecord, status store.StepStatus, msg string) {
 	if c := r.calls[rec.Key]; c != nil {
-		c.cancel()
+		c.stop()
 		delete(r.calls, rec.Key)
 	}
 	if rec.Child != "" {
