@@ -119,7 +119,7 @@ type launch struct {
 	// again, so the call need not wait for any commit.
 	batch    uint64
 	key      string
-	fl       *inflight // the run's record of this call, set by track
+	fl       *inflight   // the run's record of this call, set by track
 	child    *childStart // set for a sub_chain step: the run to create
 	provider string      // the configured provider's name, for metrics
 	prov     providers.Provider
