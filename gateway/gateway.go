@@ -20,6 +20,7 @@ import (
 	"github.com/chaingate/gateway/chain/secrets"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
+	"github.com/chaingate/gateway/chain/store/crashpoint"
 	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
@@ -103,6 +104,12 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Tests of crash safety name the commit at which this process dies.
+	armed, err := crashpoint.FromEnv(st)
+	if err != nil {
+		return nil, errors.Join(err, st.Close())
+	}
+	st = armed
 	pm := plugins.NewManager(plugins.Options{Executable: opts.Executable, Logger: log.With("component", "plugins")})
 	eng, err := engine.New(engine.Options{
 		Store:       st,
