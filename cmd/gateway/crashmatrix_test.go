@@ -583,3 +583,27 @@ func matrixReference(t *testing.T) *matrixOutcome {
 	}
 	return want
 }
+
+// TestResumeNamesRunsLeasedElsewhere resumes on Redis before a dead
+// gateway's lease has lapsed: the run is left to its lease, and the command
+// says so rather than report nothing to do.
+func TestResumeNamesRunsLeasedElsewhere(t *testing.T) {
+	m := newMatrixEnv(t, "redis")
+	// A lease that outlasts the test, however slow the machine.
+	writeFile(t, m.config, strings.Replace(matrixConfig(m.dir), "lease_ttl_seconds = 1", "lease_ttl_seconds = 60", 1))
+	cmd, out := m.command([]string{crashpoint.Env + "=after first running"}, "run", "matrix", "--payload", "@"+filepath.Join(m.dir, "payload.json"))
+	if err := m.runToEnd(cmd, out); err == nil {
+		t.Fatalf("the gateway was to die:\n%s", out)
+	}
+	runID, _ := m.recorded()
+	cmd, out = m.command(nil, "resume")
+	if err := m.runToEnd(cmd, out); err != nil {
+		t.Fatalf("resume: %v\n%s", err, out)
+	}
+	if !strings.Contains(out.String(), "resuming 0 runs") || !strings.Contains(out.String(), "leased by another gateway: "+runID+".") {
+		t.Errorf("resume before the lease lapsed said:\n%s", out)
+	}
+	if n := len(callsByAttempt(t, filepath.Join(m.dir, "calls.jsonl"))); n != 0 {
+		t.Errorf("%d calls went out under another gateway's lease", n)
+	}
+}

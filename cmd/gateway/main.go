@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -355,12 +356,18 @@ func resumeAll(ctx context.Context, configs []string, state, logLevel string, st
 		return code
 	}
 	defer s.close()
+	unfinished, _ := s.gw.Store.UnfinishedRuns(ctx)
 	ids, err := s.gw.Engine.Resume(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway resume:", err)
 		code = exitFailed
 	}
 	fmt.Fprintf(stderr, "resuming %d runs\n", len(ids))
+	if elsewhere := leasedElsewhere(ctx, s.gw.Store, unfinished, ids); len(elsewhere) > 0 && err == nil {
+		fmt.Fprintf(stderr, "note: not resumed here, leased by another gateway: %s. A live gateway is advancing them; "+
+			"a dead one's lease lapses within [gateway].lease_ttl_seconds, after which run resume again or let gateway serve take them over\n",
+			strings.Join(elsewhere, ", "))
+	}
 	for _, id := range ids {
 		switch c := s.finish(ctx, id, false); c {
 		case exitOK:
@@ -371,6 +378,21 @@ func resumeAll(ctx context.Context, configs []string, state, logLevel string, st
 		}
 	}
 	return code
+}
+
+// leasedElsewhere lists the runs that were unfinished before a resume,
+// were not resumed, and are still unfinished: another gateway holds them.
+func leasedElsewhere(ctx context.Context, st store.Store, unfinished, resumed []string) []string {
+	var out []string
+	for _, id := range unfinished {
+		if slices.Contains(resumed, id) {
+			continue
+		}
+		if run, err := st.Run(ctx, id); err == nil && !run.Status.Final() {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 const cancelHelp = `Usage: gateway cancel RUN_ID [--state PATH] [--config PATH...]
