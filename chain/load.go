@@ -21,6 +21,10 @@ import (
 type LoadOptions struct {
 	// ProviderTypes are the built-in types a [[providers]] entry may name.
 	ProviderTypes []string
+	// Stored says the document is a definition a run stored when it
+	// started: it has no [gateway] table, so what depends on the gateway
+	// (a distributed split's broker) is checked when the run gets there.
+	Stored bool
 }
 
 // DefaultProviderTimeoutSeconds bounds a provider call when neither the step

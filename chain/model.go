@@ -42,7 +42,51 @@ type Gateway struct {
 	LeaseTTLSeconds int
 	// ShutdownGraceSeconds is how long SIGTERM waits for calls in flight.
 	ShutdownGraceSeconds int
+	// Fanout is the [gateway.fanout] table; nil when the config has none,
+	// and every split runs in the gateway that runs its chain.
+	Fanout *Fanout
 }
+
+// Fanout is the [gateway.fanout] table: where distributed splits hand their
+// items to workers (RabbitMQ) and collect their results (Redis).
+type Fanout struct {
+	// RabbitMQURL is the broker, amqp://USER:PASS@HOST:PORT/VHOST.
+	RabbitMQURL string
+	// RedisURL is where item results meet, redis://HOST:PORT/DB.
+	RedisURL string
+	// Prefix names this deployment's queues and keys, so several share a
+	// broker and a Redis.
+	Prefix string
+	// Threshold is the item count at and above which a split in auto mode
+	// is distributed.
+	Threshold int
+	// BatchSize is how many items one message carries.
+	BatchSize int
+	// MaxInFlight bounds the items of one split published and not yet done.
+	MaxInFlight int
+	// ItemTimeoutSeconds is how long one item may hold a worker before it
+	// counts as timed out.
+	ItemTimeoutSeconds int
+	// MaxRedeliveries is how often a message may be delivered again after
+	// its worker went away before its items are parked as poison.
+	MaxRedeliveries int
+	// Prefetch is how many messages a worker holds unacknowledged.
+	Prefetch int
+	// WorkerConcurrency is how many items a worker runs at once.
+	WorkerConcurrency int
+}
+
+// Defaults for [gateway.fanout].
+const (
+	DefaultFanoutPrefix             = "chaingate."
+	DefaultFanoutThreshold          = 1000
+	DefaultFanoutBatchSize          = 100
+	DefaultFanoutMaxInFlight        = 20_000
+	DefaultFanoutItemTimeoutSeconds = 300
+	DefaultFanoutMaxRedeliveries    = 5
+	DefaultFanoutPrefetch           = 8
+	DefaultFanoutWorkerConcurrency  = 256
+)
 
 // Auth is the [gateway.auth] table. Tokens may also come from the
 // environment (CHAINGATE_API_TOKENS, CHAINGATE_API_READ_TOKENS, comma
@@ -241,9 +285,24 @@ type Parallel struct {
 	Steps          []*Step
 }
 
+// SplitMode says where a split's items run.
+type SplitMode string
+
+const (
+	// SplitAuto distributes a split of at least [gateway.fanout].threshold
+	// items when the gateway has a broker, and runs it locally otherwise.
+	SplitAuto SplitMode = "auto"
+	// SplitLocal runs every item in the gateway that runs the chain.
+	SplitLocal SplitMode = "local"
+	// SplitDistributed hands the items to workers over RabbitMQ.
+	SplitDistributed SplitMode = "distributed"
+)
+
 // Split runs its per-item steps once for every element of Items.
 type Split struct {
-	Items          *templates.Template
+	Items *templates.Template
+	// Mode is where the items run; default auto.
+	Mode           SplitMode
 	MaxConcurrency int
 	// ToleratedFailures is a count, or a percentage of the items when
 	// ToleratedPercent is set.
