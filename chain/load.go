@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -187,22 +188,14 @@ func (l *loader) gateway(t *table) {
 	l.cfg.Gateway.Listen = t.str("listen")
 	l.cfg.Gateway.State = t.str("state")
 	if lt, ok := t.sub("limits"); ok {
-		limit := func(key, unit string, least int, dst *int) {
-			if !lt.has(key) {
-				return
-			}
-			if n, isInt := lt.m[key].(int64); isInt && n < int64(least) {
-				lt.d.errorf(lt.path.key(key), "must be at least %d, got %d", least, n)
-				return
-			}
-			if n := lt.count(key, unit); n >= least {
-				*dst = n
-			}
-		}
-		limit("max_split_items", "items", 1, &l.cfg.Gateway.Limits.MaxSplitItems)
-		limit("max_body_bytes", "bytes", 1024, &l.cfg.Gateway.Limits.MaxBodyBytes)
-		limit("max_request_bytes", "bytes", 1024, &l.cfg.Gateway.Limits.MaxRequestBytes)
+		lim := &l.cfg.Gateway.Limits
+		lim.MaxSplitItems, _ = lt.bounded("max_split_items", "items", 1, 0, lim.MaxSplitItems)
+		lim.MaxBodyBytes, _ = lt.bounded("max_body_bytes", "bytes", 1024, 0, lim.MaxBodyBytes)
+		lim.MaxRequestBytes, _ = lt.bounded("max_request_bytes", "bytes", 1024, 0, lim.MaxRequestBytes)
 		lt.finish([]string{"max_split_items", "max_body_bytes", "max_request_bytes"})
+	}
+	if ft, ok := t.sub("fanout"); ok {
+		l.cfg.Gateway.Fanout = decodeFanout(ft)
 	}
 	if at, ok := t.sub("auth"); ok {
 		l.cfg.Gateway.Auth.Tokens = at.strings("tokens")
@@ -217,7 +210,110 @@ func (l *loader) gateway(t *table) {
 	}
 	l.cfg.Gateway.LeaseTTLSeconds = t.count("lease_ttl_seconds", "seconds")
 	l.cfg.Gateway.ShutdownGraceSeconds = t.count("shutdown_grace_seconds", "seconds")
-	t.finish([]string{"listen", "state", "limits", "auth", "secrets_file", "lease_ttl_seconds", "shutdown_grace_seconds"})
+	t.finish([]string{"listen", "state", "limits", "fanout", "auth", "secrets_file", "lease_ttl_seconds", "shutdown_grace_seconds"})
+}
+
+var (
+	fanoutKeys = []string{
+		"rabbitmq_url", "redis_url", "prefix", "threshold", "batch_size", "max_in_flight", "item_timeout_seconds",
+		"max_redeliveries", "prefetch", "worker_concurrency",
+	}
+	fanoutPrefixRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+)
+
+// decodeFanout decodes [gateway.fanout]. It returns a Fanout even when the
+// table has errors, so that a distributed split is not also reported as
+// having no broker.
+func decodeFanout(t *table) *Fanout {
+	f := &Fanout{
+		RabbitMQURL: t.brokerURL("rabbitmq_url", "the broker that hands split items to workers",
+			[]string{"amqp", "amqps"}, "amqp://guest:guest@127.0.0.1:5672/"),
+		RedisURL: t.brokerURL("redis_url", "where workers commit item results",
+			[]string{"redis", "rediss"}, "redis://127.0.0.1:6379/0"),
+		Prefix: DefaultFanoutPrefix,
+	}
+	if t.has("prefix") {
+		if p := t.str("prefix"); fanoutPrefixRE.MatchString(p) {
+			f.Prefix = p
+		} else if t.isString("prefix") {
+			t.d.errorf(t.path.key("prefix"), "must be 1 to 64 letters, digits, '.', '_', ':' or '-', got %q", p)
+		}
+	}
+	f.Threshold, _ = t.bounded("threshold", "items", 1, 0, DefaultFanoutThreshold)
+	var batchOK, inFlightOK bool
+	f.BatchSize, batchOK = t.bounded("batch_size", "items", 1, 10_000, DefaultFanoutBatchSize)
+	f.MaxInFlight, inFlightOK = t.bounded("max_in_flight", "items", 1, 0, DefaultFanoutMaxInFlight)
+	// Items are published a whole batch at a time, so a smaller window
+	// would never let one out.
+	if batchOK && inFlightOK && f.MaxInFlight < f.BatchSize {
+		t.d.errorf(t.path.key("max_in_flight"), "is smaller than batch_size (%d < %d); a split must be able to publish one whole batch", f.MaxInFlight, f.BatchSize)
+	}
+	f.ItemTimeoutSeconds, _ = t.bounded("item_timeout_seconds", "seconds", 1, 0, DefaultFanoutItemTimeoutSeconds)
+	f.MaxRedeliveries, _ = t.bounded("max_redeliveries", "redeliveries", 1, 0, DefaultFanoutMaxRedeliveries)
+	f.Prefetch, _ = t.bounded("prefetch", "messages", 1, 1000, DefaultFanoutPrefetch)
+	f.WorkerConcurrency, _ = t.bounded("worker_concurrency", "items", 1, 10_000, DefaultFanoutWorkerConcurrency)
+	t.finish(fanoutKeys)
+	return f
+}
+
+// bounded reads a count from least to most (no upper bound when most is 0).
+// It returns def when the key is absent, and def and false when it is wrong.
+func (t *table) bounded(k, unit string, least, most, def int) (int, bool) {
+	if !t.has(k) {
+		return def, true
+	}
+	if n, isInt := t.m[k].(int64); isInt {
+		switch {
+		case n < int64(least):
+			t.d.errorf(t.path.key(k), "must be at least %d, got %d", least, n)
+			return def, false
+		case most > 0 && n > int64(most):
+			t.d.errorf(t.path.key(k), "must be at most %d, got %d", most, n)
+			return def, false
+		}
+	}
+	if n := t.count(k, unit); n >= least {
+		return n, true
+	}
+	return def, false
+}
+
+// brokerURL reads a required URL that names a host and has one of schemes.
+// Messages show the URL only as url.URL.Redacted writes it, without its
+// query, which may carry a password too. A password that was not
+// percent-encoded would show through url.Parse's error, or land past the
+// host; then the URL is not shown at all.
+func (t *table) brokerURL(k, what string, schemes []string, example string) string {
+	if !t.has(k) {
+		t.d.errorf(t.path, "missing required key %q: %s, e.g. %s = %q", k, what, k, example)
+		return ""
+	}
+	raw := t.nonEmpty(k)
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.d.errorf(t.path.key(k), "is not a valid URL (percent-encode reserved characters in the user name and password), e.g. %s", example)
+		return ""
+	}
+	if strings.Contains(u.Opaque+u.EscapedPath()+u.RawQuery+u.EscapedFragment(), "@") {
+		t.d.errorf(t.path.key(k), "holds an '@' past its host; percent-encode reserved characters in the user name and password ('/' as %%2F, '@' as %%40), e.g. %s", example)
+		return ""
+	}
+	if !contains(schemes, u.Scheme) || u.Host == "" {
+		t.d.errorf(t.path.key(k), "%q is not a URL with a host and scheme %s, e.g. %s", withoutQuery(u.Redacted()), strings.Join(schemes, " or "), example)
+		return ""
+	}
+	return raw
+}
+
+// withoutQuery cuts a URL before its query string or fragment.
+func withoutQuery(u string) string {
+	if i := strings.IndexAny(u, "?#"); i >= 0 {
+		return u[:i]
+	}
+	return u
 }
 
 func (s Source) where() string {

@@ -15,6 +15,9 @@ var update = flag.Bool("update", false, "rewrite golden files")
 
 var loadOpts = chain.LoadOptions{ProviderTypes: []string{"echo", "faulty", "http"}}
 
+// storedOpts load a definition a run stored, which has no [gateway] table.
+var storedOpts = chain.LoadOptions{ProviderTypes: loadOpts.ProviderTypes, Stored: true}
+
 // render formats what loading paths produced, one diagnostic per line.
 func render(cfg *chain.Config, err error) string {
 	var b strings.Builder

@@ -57,7 +57,7 @@ func dump(cfg *chain.Config) string {
 					"max_concurrency": p.MaxConcurrency, "steps": steps(p.Steps)}
 			}
 			if sp := s.Split; sp != nil {
-				o.Split = map[string]any{"items": sp.Items.Refs()[0].Text, "max_concurrency": sp.MaxConcurrency,
+				o.Split = map[string]any{"items": sp.Items.Refs()[0].Text, "mode": sp.Mode, "max_concurrency": sp.MaxConcurrency,
 					"tolerated": sp.ToleratedFailures, "percent": sp.ToleratedPercent, "tolerated_of_50": sp.Tolerated(50),
 					"timeout_seconds": sp.TimeoutSeconds, "steps": steps(sp.Steps)}
 			}
@@ -245,7 +245,7 @@ func FuzzLoad(f *testing.F) {
 			if err != nil {
 				t.Fatalf("chain %s: %v", name, err)
 			}
-			again, err := chain.LoadBytes("definition.toml", def, loadOpts)
+			again, err := chain.LoadBytes("definition.toml", def, storedOpts)
 			if err != nil {
 				t.Fatalf("chain %s: its definition does not load:\n%v\n%s", name, err, def)
 			}
@@ -267,7 +267,7 @@ func TestDefinitionRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := chain.LoadBytes("definition.toml", src, loadOpts)
+	again, err := chain.LoadBytes("definition.toml", src, storedOpts)
 	if err != nil {
 		t.Fatalf("stored definition does not load:\n%v\n%s", err, src)
 	}

@@ -316,14 +316,24 @@ func (b *chainBuild) parallel(t *table, owner *Step, sc *scope) *Parallel {
 	return p
 }
 
-var splitKeys = []string{"items", "max_concurrency", "tolerated_failures", "timeout_seconds", "steps"}
+var splitKeys = []string{"items", "mode", "max_concurrency", "tolerated_failures", "timeout_seconds", "steps"}
 
 var percentRE = regexp.MustCompile(`^(\d{1,3})%$`)
 
 func (b *chainBuild) split(t *table, owner *Step, sc *scope) *Split {
 	sp := &Split{
+		Mode:           SplitMode(t.enum("mode", []string{string(SplitAuto), string(SplitLocal), string(SplitDistributed)}, string(SplitAuto))),
 		MaxConcurrency: t.count("max_concurrency", "items"),
 		TimeoutSeconds: t.count("timeout_seconds", "seconds"),
+	}
+	// [gateway] may be in a file read after this one. A stored definition
+	// has none; its broker is checked when the run gets here.
+	if sp.Mode == SplitDistributed && !b.l.opts.Stored {
+		b.l.later = append(b.l.later, func() {
+			if b.l.cfg.Gateway.Fanout == nil {
+				t.d.errorf(t.path.key("mode"), "mode %q needs a broker: add [gateway.fanout] with rabbitmq_url and redis_url (or use mode = %q, which runs locally without one)", SplitDistributed, SplitAuto)
+			}
+		})
 	}
 	if t.has("items") {
 		if src := t.nonEmpty("items"); src != "" {
