@@ -56,6 +56,8 @@ type Options struct {
 	OnEvent func(store.Event)
 	// Observer is told about every provider call, for metrics.
 	Observer Observer
+	// Fanout, when set, is where distributed splits hand their items.
+	Fanout Fanout
 }
 
 // Observer watches provider calls. Its methods run on the calls'
@@ -94,6 +96,9 @@ type Engine struct {
 	// reserved holds runs being taken up, between the check that no
 	// runner here advances them and the runner's start.
 	reserved map[string]bool
+	// workers are the runners running items handed to this gateway.
+	workers map[*runner]bool
+	fanout  Fanout
 	closed   bool
 	wg       sync.WaitGroup
 
@@ -160,6 +165,8 @@ func New(opts Options) (*Engine, error) {
 		observer:   opts.Observer,
 		runners:    map[string]*runner{},
 		reserved:   map[string]bool{},
+		workers:    map[*runner]bool{},
+		fanout:     opts.Fanout,
 		sources:    map[string][]byte{},
 		defs:       map[string]*chain.Config{},
 	}
@@ -347,12 +354,9 @@ func (e *Engine) definition(ctx context.Context, name, hash string) (*chain.Chai
 	if err != nil {
 		return nil, nil, fmt.Errorf("loading the definition of chain %q the run started with: %w", name, err)
 	}
-	cfg, err := chain.LoadBytes("stored definition of "+name, src, e.loadOpts)
+	cfg, err := e.loadStored(name, src)
 	if err != nil {
-		return nil, nil, fmt.Errorf("loading the definition of chain %q the run started with: %w: %w", name, errNoDefinition, err)
-	}
-	if cfg.Chains[name] == nil {
-		return nil, nil, fmt.Errorf("the stored definition %s does not hold chain %q: %w", hash, name, errNoDefinition)
+		return nil, nil, err
 	}
 	e.defs[hash] = cfg
 	return cfg.Chains[name], cfg, nil
@@ -590,14 +594,16 @@ func (e *Engine) launch(r *runner) {
 // that the child has ended. A parent that is not active reads the child's
 // record when it resumes.
 func (e *Engine) notifyParent(child *store.Run) {
-	p := e.active(child.ParentRun)
-	if p == nil {
-		return
+	parents := e.workersOf(child.ParentRun)
+	if p := e.active(child.ParentRun); p != nil {
+		parents = append(parents, p)
 	}
-	snapshot := *child
-	select {
-	case p.inbox <- outcome{key: child.ParentStep, attempt: -1, child: &snapshot}:
-	case <-p.done:
+	for _, p := range parents {
+		snapshot := *child
+		select {
+		case p.inbox <- outcome{key: child.ParentStep, attempt: -1, child: &snapshot}:
+		case <-p.done:
+		}
 	}
 }
 
@@ -667,8 +673,11 @@ func (e *Engine) closeIntake() []*runner {
 		e.closed = true
 		close(e.stopKeeper)
 	}
-	rs := make([]*runner, 0, len(e.runners))
+	rs := make([]*runner, 0, len(e.runners)+len(e.workers))
 	for _, r := range e.runners {
+		rs = append(rs, r)
+	}
+	for r := range e.workers {
 		rs = append(rs, r)
 	}
 	return rs

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
@@ -66,6 +67,13 @@ type runner struct {
 	// doneItems holds, on resume, the items each split had finished.
 	doneItems map[string]*bitset
 
+	// fanEnds are hand-offs of ended splits to end once durable.
+	fanEnds []fanEnd
+	// work is set when the runner is a worker's, running items handed to
+	// it (work.go); workHeld counts them for other goroutines.
+	work     *workSplit
+	workHeld atomic.Int64
+
 	inbox     chan outcome
 	cancelReq chan struct{}
 	stopReq   chan struct{}
@@ -106,6 +114,8 @@ type outcome struct {
 	err     error
 	// child is the sub-chain run that ended, for a sub_chain step.
 	child *store.Run
+	// news is what the workers of a distributed split did.
+	news *FanoutNews
 	// timedOut is set when the call hit its own deadline.
 	timedOut bool
 	timeout  time.Duration
@@ -218,6 +228,13 @@ func (r *runner) loop() {
 	defer timer.Stop()
 
 	drainReq := r.drainReq
+	var workIn chan []WorkItem
+	var workDrop chan []int
+	var workCancel chan struct{}
+	if r.work != nil {
+		workIn, workDrop, workCancel = r.work.in, r.work.drop, r.work.cancel
+	}
+	defer r.detachFans()
 	for {
 		if !r.draining {
 			for _, l := range r.advance(time.Now()) {
@@ -249,6 +266,12 @@ func (r *runner) loop() {
 		case <-wake:
 		case <-r.cancelReq:
 			r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled", Code: "cancelled"})
+		case items := <-workIn:
+			r.take(items)
+		case indexes := <-workDrop:
+			r.dropItems(indexes, false)
+		case <-workCancel:
+			r.dropItems(heldItems(r.work), true)
 		case <-drainReq:
 			r.draining = true
 			// Their intent is written; they go out on resume.
@@ -281,6 +304,13 @@ func (r *runner) loop() {
 func (r *runner) contain() {
 	p := recover()
 	if p == nil {
+		return
+	}
+	if r.work != nil {
+		// Nothing is recorded: the items are delivered again, and parked as
+		// poison if they keep hitting it.
+		r.err = fmt.Errorf("running split items hit a bug: %v", p)
+		r.log.Error("running split items hit a bug; leaving them to be delivered again", "panic", p, "stack", string(debug.Stack()))
 		return
 	}
 	r.log.Error("advancing the run hit a bug; failing the run", "panic", p, "stack", string(debug.Stack()))
@@ -327,6 +357,10 @@ func (r *runner) acked(ctx context.Context, c *commit) bool {
 	}
 	r.ackedSeq = c.seq
 	r.published(c.batch.Events)
+	r.fanAcked(c.seq)
+	if r.work != nil {
+		r.workAcked(c)
+	}
 	for _, sp := range r.splits {
 		if sp.joining && sp.joinAfter <= c.seq {
 			r.markDirty(sp.owner) // its results can be read back now
@@ -364,6 +398,10 @@ func (r *runner) hasCalls() bool {
 }
 
 func (r *runner) receive(o outcome) {
+	if o.news != nil {
+		r.fanNews(o.key, o.news)
+		return
+	}
 	if o.child != nil || o.attempt < 0 {
 		r.childEnded(o)
 		return
@@ -569,7 +607,7 @@ func (r *runner) flush(ctx context.Context) error {
 func (r *runner) commitWithRetry(ctx context.Context, b *store.Batch) error {
 	var err error
 	for attempt, delay := 0, 50*time.Millisecond; attempt < 5; attempt, delay = attempt+1, delay*2 {
-		if err = r.e.store.Commit(ctx, b); err == nil {
+		if err = r.commit(ctx, b); err == nil {
 			return nil
 		}
 		if errors.Is(err, store.ErrClosed) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) || ctx.Err() != nil {
@@ -609,6 +647,9 @@ func (r *runner) finishRun(status store.RunStatus, errInfo *store.ErrorInfo) {
 		if !rec.Status.Final() {
 			r.abandon(rec, stepStatus, msg)
 		}
+	}
+	for _, sp := range r.splits {
+		r.endFan(sp, stepStatus)
 	}
 	clear(r.groups)
 	clear(r.owner)

@@ -31,7 +31,9 @@ type seq struct {
 	// the split's cursor covering it, if later): its next call goes out
 	// once that batch is durable.
 	ack  uint64
-	keys []string // records this item holds in memory, dropped when it ends
+	// deadline bounds the item on a worker (item_timeout_seconds).
+	deadline time.Time
+	keys     []string // records this item holds in memory, dropped when it ends
 	// written holds the item's records handed to the store before they
 	// were final (a delay, a retry); the others may never need writing.
 	written map[string]bool
@@ -57,6 +59,9 @@ type Frame struct {
 
 // advanceTop moves the run's own steps along and returns the calls to start.
 func (r *runner) advance(now time.Time) []launch {
+	if r.work != nil {
+		return r.advanceWork(now)
+	}
 	if r.run.Status.Final() {
 		return nil
 	}
@@ -172,12 +177,16 @@ func (r *runner) progressStep(now time.Time, q *seq, s *chain.Step) ([]launch, b
 	return nil, true
 }
 
-// bound is the deadline every call in q must keep: its split's.
+// bound is the deadline every call in q must keep: its split's, or on a
+// worker the item's own if that comes first.
 func (q *seq) bound() time.Time {
-	if q.split != nil {
-		return q.split.deadline
+	if q.split == nil {
+		return time.Time{}
 	}
-	return time.Time{}
+	if !q.deadline.IsZero() && (q.split.deadline.IsZero() || q.deadline.Before(q.split.deadline)) {
+		return q.deadline
+	}
+	return q.split.deadline
 }
 
 // settle applies a final step's failure policy and routing. It reports

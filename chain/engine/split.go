@@ -26,7 +26,8 @@ type split struct {
 	key      string
 	rec      *store.StepRecord // the split's own record, with its progress
 	owner    *seq              // the list holding the split step
-	items    []any
+	items    []any             // the rendered items; nil on a worker
+	total    int
 	width    int // digits of the item index in keys, so they sort in order
 	deadline time.Time
 
@@ -40,6 +41,11 @@ type split struct {
 	joinAfter  uint64
 	reportedAt time.Time
 	reported   int
+
+	// Set when the items are handed to workers (fanout.go), or when this
+	// runner is a worker's (work.go).
+	fan  *fanSplit
+	work *workSplit
 }
 
 // advance records that items below next may start once batch is durable.
@@ -58,6 +64,14 @@ func (sp *split) limit() int {
 func (sp *split) processed() int {
 	st := sp.rec.Split
 	return st.Succeeded + st.Failed + st.Skipped
+}
+
+// item is item i's value.
+func (sp *split) item(i int) any {
+	if sp.work != nil {
+		return sp.work.items[i]
+	}
+	return sp.items[i]
 }
 
 func (sp *split) itemKey(i int) string {
@@ -154,6 +168,9 @@ func (r *runner) progressSplit(now time.Time, q *seq, s *chain.Step, rec *store.
 		r.joinSplit(sp)
 		return nil, true
 	}
+	if sp.fan != nil {
+		return r.progressFanout(now, sp)
+	}
 
 	var out []launch
 	for len(sp.dirty) > 0 {
@@ -180,17 +197,24 @@ func (r *runner) progressSplit(now time.Time, q *seq, s *chain.Step, rec *store.
 		return nil, true
 	}
 	r.reportProgress(sp, now)
-	if sp.processed() == len(sp.items) {
-		// Every item's record is written before the results are read back.
-		sp.joining = true
-		sp.joinAfter = r.nextBatch - 1
-		if r.hasChanges() {
-			sp.joinAfter = r.nextBatch
-		}
-		if r.ackedSeq >= sp.joinAfter {
-			r.joinSplit(sp)
-			return out, true
-		}
+	return r.joinWhenDone(sp, out)
+}
+
+// joinWhenDone joins the split once every item has its record, and that
+// record is durable.
+func (r *runner) joinWhenDone(sp *split, out []launch) ([]launch, bool) {
+	if sp.processed() != sp.total {
+		return out, false
+	}
+	// Every item's record is written before the results are read back.
+	sp.joining = true
+	sp.joinAfter = r.nextBatch - 1
+	if r.hasChanges() {
+		sp.joinAfter = r.nextBatch
+	}
+	if r.ackedSeq >= sp.joinAfter {
+		r.joinSplit(sp)
+		return out, true
 	}
 	return out, false
 }
@@ -202,13 +226,22 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 		r.finishStep(q, rec, store.StepFailed, errInfo)
 		return nil
 	}
-	sp := &split{step: s, key: rec.Key, rec: rec, owner: q, items: items, width: indexWidth(len(items)), active: map[int]*seq{}}
+	sp := &split{step: s, key: rec.Key, rec: rec, owner: q, items: items, total: len(items), width: indexWidth(len(items)), active: map[int]*seq{}}
 	if rec.Status == store.StepPending {
+		distributed, errInfo := r.distribute(s, len(items))
+		if errInfo != nil {
+			r.finishStep(q, rec, store.StepFailed, errInfo)
+			return nil
+		}
 		rec.Status = store.StepRunning
 		rec.Attempts = 1
 		rec.StartedAt = now
 		rec.NotBefore = time.Time{}
 		rec.Split = &store.SplitState{Total: len(items)}
+		if distributed {
+			rec.Split.Distributed, rec.Split.Gen = true, 1
+			sp.fan = &fanSplit{fresh: true}
+		}
 		if t := s.Split.TimeoutSeconds; t > 0 {
 			rec.Deadline = now.Add(time.Duration(t) * time.Second)
 		}
@@ -218,6 +251,9 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 			}
 		}
 		r.put(rec)
+		if sp.fan != nil {
+			sp.fan.attachAfter = r.nextBatch
+		}
 		if !q.inItem() {
 			r.event(store.EventStepStarted, rec.Key, 1, fmt.Sprintf("split over %d items", len(items)))
 		}
@@ -236,14 +272,20 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 			})
 			return nil
 		}
-		done := r.doneItems[rec.Key]
-		for i := 0; i < rec.Split.Next; i++ {
-			if !done.has(i) {
-				sp.ready = append(sp.ready, i)
+		if rec.Split.Distributed {
+			// What the workers did is taken up where the store says; the
+			// items finished in an earlier hand-off are not handed out.
+			sp.fan = &fanSplit{}
+		} else {
+			done := r.doneItems[rec.Key]
+			for i := 0; i < rec.Split.Next; i++ {
+				if !done.has(i) {
+					sp.ready = append(sp.ready, i)
+				}
 			}
+			sp.cursor = rec.Split.Next
+			delete(r.doneItems, rec.Key)
 		}
-		sp.cursor = rec.Split.Next
-		delete(r.doneItems, rec.Key)
 	}
 	sp.deadline = rec.Deadline
 	if !sp.deadline.IsZero() {
@@ -261,7 +303,7 @@ func (sp *split) nextItem() (int, bool) {
 		sp.ready = sp.ready[1:]
 		return i, true
 	}
-	if sp.cursor < len(sp.items) {
+	if sp.cursor < sp.total {
 		sp.cursor++
 		return sp.cursor - 1, true
 	}
@@ -273,12 +315,12 @@ func (sp *split) nextItem() (int, bool) {
 // raised a chunk at a time so that this costs one small write per chunk.
 func (r *runner) startItem(sp *split, i int) *seq {
 	st := sp.rec.Split
-	if i >= st.Next {
-		st.Next = min(len(sp.items), i+max(sp.limit(), 64))
+	if sp.work == nil && i >= st.Next {
+		st.Next = min(sp.total, i+max(sp.limit(), 64))
 		r.put(sp.rec)
 		sp.advances = append(sp.advances, advance{next: st.Next, batch: r.nextBatch})
 	}
-	lineage := append(append([]Frame(nil), sp.owner.lineage...), Frame{Split: sp.step.Name, Index: i, Total: len(sp.items)})
+	lineage := append(append([]Frame(nil), sp.owner.lineage...), Frame{Split: sp.step.Name, Index: i, Total: sp.total})
 	q := &seq{
 		steps:   sp.step.Split.Steps,
 		prefix:  keyPrefix(lineage),
@@ -286,7 +328,7 @@ func (r *runner) startItem(sp *split, i int) *seq {
 		vars:    make(map[string]any, len(sp.owner.vars)+len(sp.step.Split.Steps)),
 		split:   sp,
 		index:   i,
-		item:    sp.items[i],
+		item:    sp.item(i),
 		lineage: lineage,
 	}
 	for k, v := range sp.owner.vars {
@@ -339,7 +381,11 @@ func (r *runner) endItem(q *seq, status store.StepStatus, result json.RawMessage
 		rec.Body = json.RawMessage("null")
 	}
 	r.put(rec)
-	r.put(sp.rec)
+	if sp.work == nil {
+		// A worker's runner writes items' slots; the split's record is the
+		// run's to write.
+		r.put(sp.rec)
+	}
 	r.forgetItem(q)
 	delete(r.recs, rec.Key)
 	delete(sp.active, q.index)
@@ -354,6 +400,9 @@ func (r *runner) forgetItem(q *seq) {
 			c.stop()
 			delete(r.calls, k)
 		}
+		if sp := r.splits[k]; sp != nil {
+			r.endFan(sp, store.StepCancelled)
+		}
 		delete(r.recs, k)
 		delete(r.seqOf, k)
 		delete(r.payloads, k)
@@ -366,7 +415,7 @@ func (r *runner) forgetItem(q *seq) {
 
 // tooManyFailures ends the split once more items failed than it tolerates.
 func (r *runner) tooManyFailures(sp *split) bool {
-	tolerated := sp.step.Split.Tolerated(len(sp.items))
+	tolerated := sp.step.Split.Tolerated(sp.total)
 	if sp.rec.Split.Failed <= tolerated {
 		return false
 	}
@@ -377,7 +426,7 @@ func (r *runner) tooManyFailures(sp *split) bool {
 // reportProgress appends a progress event at most twice a second.
 func (r *runner) reportProgress(sp *split, now time.Time) {
 	n := sp.processed()
-	if n == sp.reported || (now.Sub(sp.reportedAt) < 500*time.Millisecond && n < len(sp.items)) {
+	if n == sp.reported || (now.Sub(sp.reportedAt) < 500*time.Millisecond && n < sp.total) {
 		return
 	}
 	sp.reported, sp.reportedAt = n, now
@@ -420,8 +469,8 @@ func (r *runner) joinSplit(sp *split) {
 	case err != nil:
 		r.finishSplit(sp, store.StepFailed, fmt.Sprintf("reading the results of split %q: %v", sp.step.Name, err))
 		return
-	case n != len(sp.items):
-		r.finishSplit(sp, store.StepFailed, fmt.Sprintf("split %q has results for %d of %d items", sp.step.Name, n, len(sp.items)))
+	case n != sp.total:
+		r.finishSplit(sp, store.StepFailed, fmt.Sprintf("split %q has results for %d of %d items", sp.step.Name, n, sp.total))
 		return
 	}
 	buf.WriteByte(']')
@@ -435,6 +484,10 @@ func (r *runner) joinSplit(sp *split) {
 	rec.FinishedAt = time.Now().UTC()
 	r.put(rec)
 	delete(r.splits, sp.key)
+	if sp.fan != nil && !sp.owner.inItem() {
+		r.event(store.EventSplitFaninCompleted, sp.key, 0, fmt.Sprintf("every result is back from the workers: %d succeeded, %d failed, %d skipped", st.Succeeded, st.Failed, st.Skipped))
+	}
+	r.endFan(sp, store.StepSucceeded)
 	// Counts read cheaply; results are decoded only if something reads them.
 	sp.owner.vars[sp.step.Name] = stepValue(rec, map[string]any{
 		"results": &lazyJSON{raw: results}, "succeeded": int64(st.Succeeded), "failed": int64(st.Failed),
@@ -452,6 +505,7 @@ func (r *runner) finishSplit(sp *split, status store.StepStatus, msg string) {
 		r.abandonItem(item, msg)
 	}
 	delete(r.splits, sp.key)
+	r.endFan(sp, status)
 	st := sp.rec.Split
 	rec := sp.rec
 	rec.Status = status

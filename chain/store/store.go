@@ -246,6 +246,12 @@ type SplitState struct {
 	Succeeded int `json:"succeeded"`
 	Failed    int `json:"failed"`
 	Skipped   int `json:"skipped"`
+	// Distributed is set once the items are handed to workers. Gen numbers
+	// the hand-off (a replay hands the unfinished items over again under
+	// a new one), and Imported counts the results taken in from it.
+	Distributed bool `json:"distributed,omitempty"`
+	Gen         int  `json:"gen,omitempty"`
+	Imported    int  `json:"imported,omitempty"`
 }
 
 // EventType names a state change.
@@ -268,6 +274,11 @@ const (
 	EventStepCancelled EventType = "step_cancelled"
 	EventStepProgress  EventType = "step_progress"
 	EventDeadLettered  EventType = "dead_lettered"
+	// A distributed split's hand-off: its items are being published to
+	// workers, how many are out, and the moment every result is in.
+	EventSplitFanoutStarted  EventType = "split_fanout_started"
+	EventSplitItemsEnqueued  EventType = "split_items_enqueued"
+	EventSplitFaninCompleted EventType = "split_fanin_completed"
 )
 
 // Event is one entry of a run's log.

@@ -1,0 +1,359 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// A distributed split hands its items to workers instead of running them
+// here. The run's record of the split says so before a single item goes
+// out; the items then travel over a broker and their results come back
+// through a barrier (package fanout implements both). The run parks on the
+// split: it holds no item in memory, only takes in the workers' results as
+// they are reported, writes each as the same slot record a local item
+// ends with, and joins exactly as a local split does once every item has
+// one. A restart takes the hand-off up again where the store says it was.
+
+// Fanout hands the items of distributed splits to workers.
+type Fanout interface {
+	// Threshold is how many items make a split in auto mode distributed.
+	Threshold() int
+	// Attach hands a split's items to workers, or takes up a hand-off
+	// begun before a restart, and reports what the workers did to news,
+	// one report at a time: the next comes after Imported. news must not
+	// block for long.
+	Attach(job *FanoutJob, news func(*FanoutNews)) FanoutHandle
+}
+
+// FanoutJob is a split handed to workers.
+type FanoutJob struct {
+	// Work is what a worker needs to run an item.
+	Work *WorkSplit
+	// Items are the rendered items, in order.
+	Items []any
+	// Gen numbers the hand-off: a replay hands what is left over again
+	// under a new one.
+	Gen int
+	// Imported counts the results of this hand-off the run holds already.
+	Imported int
+	// Tolerated is how many items may fail before the split does.
+	Tolerated int
+	// MaxInFlight bounds the items out at once, when the split sets
+	// max_concurrency; 0 leaves it to the fan-out's own bound.
+	MaxInFlight int
+	// Done reports the items whose results the run holds from an earlier
+	// hand-off; they are not handed out again. Nil when there are none.
+	Done func(i int) bool
+}
+
+// FanoutState is where a hand-off stands.
+type FanoutState string
+
+const (
+	// FanoutOpen: items are out.
+	FanoutOpen FanoutState = "open"
+	// FanoutComplete: every item has a result.
+	FanoutComplete FanoutState = "complete"
+	// FanoutFailed: more items failed than the split tolerates.
+	FanoutFailed FanoutState = "failed"
+	// FanoutGone: the hand-off's state vanished (Redis was flushed, or it
+	// expired), so the results still out can never come back.
+	FanoutGone FanoutState = "gone"
+)
+
+// FanoutNews is what the workers did since the last report.
+type FanoutNews struct {
+	// Records are item slot records, in the order the items finished.
+	Records []*store.StepRecord
+	// DLQ and Events are what the items parked and logged on the workers.
+	DLQ    []*store.DLQEntry
+	Events []store.Event
+	// Imported is how many results the run holds once these are in.
+	Imported int
+	// Published is how many items are out.
+	Published int
+	State     FanoutState
+	// Message says why the state is failed or gone.
+	Message string
+}
+
+// FanoutHandle is a run's side of one hand-off.
+type FanoutHandle interface {
+	// Imported says the news up to n is durable in the run's store.
+	Imported(n int)
+	// End says the split is over for the run, with the status its record
+	// has now durably: workers drop what is left of it, and the
+	// hand-off's state is removed.
+	End(status store.StepStatus)
+	// Detach stops the reports and leaves the hand-off as it is, for this
+	// gateway after a restart, or another one, to take up.
+	Detach()
+}
+
+// fanSplit is the run's side of a split whose items workers run.
+type fanSplit struct {
+	h FanoutHandle
+	// attachAfter is the batch recording that the split is distributed;
+	// nothing goes out before it is durable.
+	attachAfter uint64
+	state       FanoutState
+	message     string
+	published   int
+	enqReported int
+	enqAt       time.Time
+	// imports are news taken in and not yet durable.
+	imports []importAck
+	// fresh is set when this runner made the decision to hand out.
+	fresh bool
+}
+
+type importAck struct {
+	batch uint64
+	n     int
+}
+
+// fanEnd is a hand-off to end once the batch with the split's final
+// record is durable.
+type fanEnd struct {
+	h      FanoutHandle
+	status store.StepStatus
+	batch  uint64
+}
+
+// distribute decides where a new split's items run.
+func (r *runner) distribute(s *chain.Step, n int) (bool, *store.ErrorInfo) {
+	// An item a worker runs runs its nested splits itself; an empty split
+	// has nothing to hand out.
+	if r.work != nil || n == 0 {
+		return false, nil
+	}
+	switch s.Split.Mode {
+	case chain.SplitLocal:
+		return false, nil
+	case chain.SplitDistributed:
+		if r.e.fanout == nil {
+			return false, &store.ErrorInfo{
+				Message: fmt.Sprintf("split %q is distributed, but this gateway has no [gateway.fanout] to hand its items to", s.Name), Code: "no_broker",
+			}
+		}
+		return true, nil
+	}
+	return r.e.fanout != nil && n >= r.e.fanout.Threshold(), nil
+}
+
+// progressFanout follows a distributed split: it hands the items out once
+// that decision is durable, and joins once every item has a result.
+func (r *runner) progressFanout(now time.Time, sp *split) ([]launch, bool) {
+	f := sp.fan
+	if f.h == nil {
+		if r.ackedSeq < f.attachAfter {
+			return nil, false
+		}
+		if r.e.fanout == nil {
+			r.finishSplit(sp, store.StepFailed, fmt.Sprintf("split %q was handed to workers, but this gateway has no [gateway.fanout] to follow it", sp.step.Name))
+			return nil, true
+		}
+		r.attach(sp)
+	}
+	switch {
+	case f.state == FanoutGone:
+		r.finishSplit(sp, store.StepFailed, f.message)
+		return nil, true
+	case r.tooManyFailures(sp):
+		return nil, true
+	case f.state == FanoutFailed:
+		r.finishSplit(sp, store.StepFailed, f.message)
+		return nil, true
+	}
+	r.reportEnqueued(sp, now)
+	r.reportProgress(sp, now)
+	return r.joinWhenDone(sp, nil)
+}
+
+// attach hands the split's items out, or takes the hand-off up again.
+func (r *runner) attach(sp *split) {
+	st := sp.rec.Split
+	job := &FanoutJob{
+		Work:      r.workSplit(sp),
+		Items:     sp.items,
+		Gen:       st.Gen,
+		Imported:  st.Imported,
+		Tolerated: sp.step.Split.Tolerated(sp.total),
+	}
+	if n := sp.step.Split.MaxConcurrency; n > 0 {
+		job.MaxInFlight = n
+	}
+	if done := r.doneItems[sp.key]; done != nil {
+		job.Done = done.has
+		delete(r.doneItems, sp.key)
+	}
+	if sp.fan.fresh {
+		r.event(store.EventSplitFanoutStarted, sp.key, 0, fmt.Sprintf("handing %d items to workers", sp.total))
+	}
+	key := sp.key
+	sp.fan.h = r.e.fanout.Attach(job, func(n *FanoutNews) {
+		select {
+		case r.inbox <- outcome{key: key, attempt: -1, news: n}:
+		case <-r.done:
+		}
+	})
+	sp.fan.state = FanoutOpen
+}
+
+// fanNews takes in what the workers of a split did.
+func (r *runner) fanNews(key string, n *FanoutNews) {
+	sp := r.splits[key]
+	if sp == nil || sp.fan == nil || sp.fan.h == nil {
+		return // the split ended meanwhile
+	}
+	f, st := sp.fan, sp.rec.Split
+	for _, rec := range n.Records {
+		switch rec.Status {
+		case store.StepSucceeded:
+			st.Succeeded++
+		case store.StepFailed:
+			st.Failed++
+		default:
+			st.Skipped++
+		}
+		r.put(rec)
+		// Like a local item's, the slot is written and not kept.
+		delete(r.recs, rec.Key)
+	}
+	r.dlq = append(r.dlq, n.DLQ...)
+	for _, ev := range n.Events {
+		r.run.Seq++
+		ev.RunID, ev.Chain, ev.Seq = r.run.ID, r.run.Chain, r.run.Seq
+		r.events = append(r.events, ev)
+	}
+	st.Imported = max(st.Imported, n.Imported)
+	r.put(sp.rec)
+	f.imports = append(f.imports, importAck{batch: r.nextBatch, n: n.Imported})
+	f.state, f.message = n.State, n.Message
+	f.published = max(f.published, n.Published)
+	r.markDirty(sp.owner)
+}
+
+// fanAcked passes on which news and which ends are durable now.
+func (r *runner) fanAcked(seq uint64) {
+	for _, sp := range r.splits {
+		f := sp.fan
+		if f == nil || f.h == nil {
+			continue
+		}
+		for len(f.imports) > 0 && f.imports[0].batch <= seq {
+			f.h.Imported(f.imports[0].n)
+			f.imports = f.imports[1:]
+		}
+	}
+	for len(r.fanEnds) > 0 && r.fanEnds[0].batch <= seq {
+		r.fanEnds[0].h.End(r.fanEnds[0].status)
+		r.fanEnds = r.fanEnds[1:]
+	}
+}
+
+// endFan schedules the end of a split's hand-off, if it has one, for when
+// its final record is durable.
+func (r *runner) endFan(sp *split, status store.StepStatus) {
+	if sp.fan == nil || sp.fan.h == nil {
+		return
+	}
+	r.fanEnds = append(r.fanEnds, fanEnd{h: sp.fan.h, status: status, batch: r.nextBatch})
+	sp.fan.h = nil
+}
+
+// detachFans lets go of every hand-off still followed, as the runner stops.
+func (r *runner) detachFans() {
+	for _, sp := range r.splits {
+		if sp.fan != nil && sp.fan.h != nil {
+			sp.fan.h.Detach()
+			sp.fan.h = nil
+		}
+	}
+	for _, e := range r.fanEnds {
+		e.h.Detach()
+	}
+	r.fanEnds = nil
+}
+
+// reportEnqueued appends an event on how many items are out, at most
+// twice a second.
+func (r *runner) reportEnqueued(sp *split, now time.Time) {
+	f := sp.fan
+	if f.published == f.enqReported || (now.Sub(f.enqAt) < 500*time.Millisecond && f.published < sp.total) {
+		return
+	}
+	f.enqReported, f.enqAt = f.published, now
+	r.event(store.EventSplitItemsEnqueued, sp.key, 0, fmt.Sprintf("%d/%d items handed to workers", f.published, sp.total))
+	r.events[len(r.events)-1].Data, _ = json.Marshal(map[string]int{"published": f.published, "total": sp.total})
+}
+
+// WorkSplit is what a worker needs to run the items of a split: the run's
+// identity and origin, the definition, and the results of the steps the
+// items may read.
+type WorkSplit struct {
+	Run        *store.Run `json:"run"`
+	Definition []byte     `json:"definition"`
+	// Key is the split step's record key, Step its name.
+	Key  string `json:"key"`
+	Step string `json:"step"`
+	// Lineage is where the split sits: the items enclosing it, outermost
+	// first; empty at the run's top level.
+	Lineage []Frame `json:"lineage,omitempty"`
+	// Prev names the step prev reads for an item's first step.
+	Prev string `json:"prev,omitempty"`
+	// Records are the finished steps the items may read.
+	Records  []*store.StepRecord `json:"records,omitempty"`
+	Total    int                 `json:"total"`
+	Deadline time.Time           `json:"deadline,omitzero"`
+}
+
+// workSplit describes sp for the workers its items go to.
+func (r *runner) workSplit(sp *split) *WorkSplit {
+	run := &store.Run{
+		ID: r.run.ID, Chain: r.run.Chain, ChainHash: r.run.ChainHash, Status: store.RunRunning,
+		Origin: r.run.Origin, Deadline: r.run.Deadline, CreatedAt: r.run.CreatedAt,
+	}
+	src, err := r.e.source(r.cfg, r.run.Chain)
+	if err != nil {
+		// The config the run holds made this document once already.
+		r.log.Error("encoding the definition for workers", "err", err)
+	}
+	ws := &WorkSplit{Run: run, Definition: src, Key: sp.key, Step: sp.step.Name, Lineage: sp.owner.lineage, Total: sp.total, Deadline: sp.deadline}
+	for q := sp.owner; q != nil; {
+		if n := len(q.path); n > 0 {
+			ws.Prev = q.path[n-1]
+			break
+		}
+		if q.split == nil {
+			break
+		}
+		q = q.split.owner
+	}
+	prefixes := []string{""}
+	for i := range sp.owner.lineage {
+		prefixes = append(prefixes, keyPrefix(sp.owner.lineage[:i+1]))
+	}
+	for _, rec := range r.recs {
+		if rec.Status.Final() && visibleFrom(rec.Key, prefixes) {
+			ws.Records = append(ws.Records, rec)
+		}
+	}
+	return ws
+}
+
+// visibleFrom reports whether a record belongs to one of the lists whose
+// key prefixes are given: it is directly in one, not inside a deeper item.
+func visibleFrom(key string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if rest, ok := strings.CutPrefix(key, p); ok && !store.IsItemKey(rest) {
+			return true
+		}
+	}
+	return false
+}
