@@ -99,8 +99,8 @@ type Engine struct {
 	// workers are the runners running items handed to this gateway.
 	workers map[*runner]bool
 	fanout  Fanout
-	closed   bool
-	wg       sync.WaitGroup
+	closed  bool
+	wg      sync.WaitGroup
 
 	stopKeeper chan struct{}
 	keeperDone chan struct{}

@@ -30,7 +30,7 @@ type seq struct {
 	// ack is the batch holding this list's latest write (in an item, or
 	// the split's cursor covering it, if later): its next call goes out
 	// once that batch is durable.
-	ack  uint64
+	ack uint64
 	// deadline bounds the item on a worker (item_timeout_seconds).
 	deadline time.Time
 	keys     []string // records this item holds in memory, dropped when it ends

@@ -58,17 +58,16 @@ type ItemRunner struct {
 
 // workSplit is a worker runner's split and what it was handed.
 type workSplit struct {
-	sp       *split
-	items    map[int]any
-	queue    []int
-	sink     WorkSink
-	opts     WorkOptions
-	in       chan []WorkItem
-	drop     chan []int
-	cancel   chan struct{}
-	over     atomic.Bool
+	sp     *split
+	items  map[int]any
+	queue  []int
+	sink   WorkSink
+	opts   WorkOptions
+	in     chan []WorkItem
+	drop   chan []int
+	cancel chan struct{}
+	over   atomic.Bool
 }
-
 
 // Work starts a runner for the items of a split handed to this worker.
 func (e *Engine) Work(ws *WorkSplit, sink WorkSink, opts WorkOptions) (*ItemRunner, error) {
