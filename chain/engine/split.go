@@ -78,6 +78,12 @@ func (sp *split) itemKey(i int) string {
 	return sp.key + "[" + pad(i, sp.width) + "]"
 }
 
+// ItemKey is the key of item i's slot record in a split of total items
+// whose own record is splitKey.
+func ItemKey(splitKey string, i, total int) string {
+	return splitKey + "[" + pad(i, indexWidth(total)) + "]"
+}
+
 // keyPrefix is where an item's records live: each level of its lineage as
 // SPLIT[INDEX], outermost first.
 func keyPrefix(lineage []Frame) string {

@@ -32,6 +32,15 @@ func Addr() string {
 // cannot pass without running the tests.
 func Open(tb testing.TB) string {
 	tb.Helper()
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	return OpenPrefix(tb, "cgtest:"+hex.EncodeToString(r[:])+":")
+}
+
+// OpenPrefix is Open with the key prefix chosen by the caller, for a test
+// that shares one prefix between Redis and another server.
+func OpenPrefix(tb testing.TB, prefix string) string {
+	tb.Helper()
 	addr := Addr()
 	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 2 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -43,9 +52,6 @@ func Open(tb testing.TB) string {
 		}
 		tb.Skipf("SKIPPING: Redis not reachable at %s: %v — start redis-server (or set %s=host:port) to run these tests", addr, err, AddrEnv)
 	}
-	var r [8]byte
-	_, _ = rand.Read(r[:])
-	prefix := "cgtest:" + hex.EncodeToString(r[:]) + ":"
 	tb.Cleanup(func() {
 		defer c.Close()
 		if err := clean(context.Background(), c, prefix); err != nil {

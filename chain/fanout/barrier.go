@@ -1,0 +1,545 @@
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// The barrier is one hand-off's state in Redis. Every key of a hand-off
+// shares the run's id as a hash tag, so a Redis Cluster keeps them on one
+// node and a script may touch them together:
+//
+//	P{RUN}:SPLIT#GEN:meta      hash: total, tolerated, done, succeeded, failed, skipped,
+//	                           state, message, published, trimmed, notified
+//	P{RUN}:SPLIT#GEN:ctx       what a worker needs to run an item (engine.WorkSplit, JSON)
+//	P{RUN}:SPLIT#GEN:done      bitmap: bit i is set once item i has a result
+//	P{RUN}:SPLIT#GEN:log       list: results, DLQ entries and events, in the order they came
+//	P{RUN}:SPLIT#GEN:item:I    hash: item I's step records, until it has a result
+//
+// An item's result counts once, however often it is committed: the first
+// commit sets its bit, later ones find it set and change nothing. So the
+// done count is the number of distinct items, and the barrier opens (state
+// complete) exactly once. The owning gateway reads the log from where its
+// store says it stopped and trims what it has made durable.
+
+// Hand-off states beyond engine.FanoutState: set when the run ended the
+// split before every item was done, so workers drop what is left.
+const (
+	stateCancelled = "cancelled"
+	stateTimedOut  = "timed_out"
+)
+
+// ref names one hand-off.
+type ref struct {
+	Run   string `json:"run"`
+	Split string `json:"split"`
+	Gen   int    `json:"gen"`
+}
+
+func (r ref) String() string { return fmt.Sprintf("%s/%s#%d", r.Run, r.Split, r.Gen) }
+
+// keys are a hand-off's Redis keys.
+type keys struct {
+	base, meta, ctx, done, log string
+}
+
+func (r ref) keys(prefix string) keys {
+	b := prefix + "{" + r.Run + "}:" + r.Split + "#" + strconv.Itoa(r.Gen)
+	return keys{base: b, meta: b + ":meta", ctx: b + ":ctx", done: b + ":done", log: b + ":log"}
+}
+
+func (k keys) item(i int) string { return k.base + ":item:" + strconv.Itoa(i) }
+
+// logEntry is one entry of a hand-off's log: an item's result, a DLQ entry
+// or an event.
+type logEntry struct {
+	Index  int               `json:"i,omitempty"`
+	Result *store.StepRecord `json:"r,omitempty"`
+	DLQ    *store.DLQEntry   `json:"d,omitempty"`
+	Event  *store.Event      `json:"e,omitempty"`
+}
+
+// initScript creates a hand-off unless it exists, and returns its state
+// and how far publishing got.
+//
+// KEYS: meta, ctx, done. ARGV: total, tolerated, ctx JSON, done bitmap,
+// done count, ttl ms.
+var initScript = goredis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local state = 'open'
+  if tonumber(ARGV[5]) >= tonumber(ARGV[1]) then state = 'complete' end
+  redis.call('HSET', KEYS[1], 'total', ARGV[1], 'tolerated', ARGV[2], 'done', ARGV[5],
+    'succeeded', 0, 'failed', 0, 'skipped', 0, 'state', state, 'message', '',
+    'published', 0, 'trimmed', 0, 'notified', 0)
+  redis.call('SET', KEYS[2], ARGV[3])
+  if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[4]) end
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+  redis.call('PEXPIRE', KEYS[2], ARGV[6])
+  if ARGV[4] ~= '' then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
+end
+return redis.call('HMGET', KEYS[1], 'state', 'published')
+`)
+
+// commitScript commits what a worker did: item step records, items'
+// results, DLQ entries and events. It returns the hand-off's state; a
+// hand-off that is gone or over takes nothing.
+//
+// KEYS: meta, done, log, then the item keys the records name.
+// ARGV: channel, ref, then
+//
+//	n records: (KEYS index of the item key, item index, field, JSON) * n
+//	n results: (item index, entry JSON, status field, KEYS index of the item key) * n
+//	n other log entries: JSON * n
+var commitScript = goredis.NewScript(`
+local meta = KEYS[1]
+local state = redis.call('HGET', meta, 'state')
+if not state then return 'gone' end
+if state ~= 'open' then return state end
+local ttl = redis.call('PTTL', meta)
+local a = 3
+local n = tonumber(ARGV[a]); a = a + 1
+for _ = 1, n do
+  local k, idx = KEYS[tonumber(ARGV[a])], tonumber(ARGV[a+1])
+  if redis.call('GETBIT', KEYS[2], idx) == 0 then
+    redis.call('HSET', k, ARGV[a+2], ARGV[a+3])
+    if ttl > 0 then redis.call('PEXPIRE', k, ttl) end
+  end
+  a = a + 4
+end
+local news = false
+n = tonumber(ARGV[a]); a = a + 1
+for _ = 1, n do
+  local idx = tonumber(ARGV[a])
+  if redis.call('SETBIT', KEYS[2], idx, 1) == 0 then
+    redis.call('RPUSH', KEYS[3], ARGV[a+1])
+    redis.call('HINCRBY', meta, ARGV[a+2], 1)
+    redis.call('HINCRBY', meta, 'done', 1)
+    redis.call('DEL', KEYS[tonumber(ARGV[a+3])])
+    news = true
+  end
+  a = a + 4
+end
+n = tonumber(ARGV[a]); a = a + 1
+for _ = 1, n do
+  redis.call('RPUSH', KEYS[3], ARGV[a]); a = a + 1
+  news = true
+end
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+local m = redis.call('HMGET', meta, 'done', 'total', 'failed', 'tolerated', 'notified')
+if tonumber(m[3]) > tonumber(m[4]) then
+  redis.call('HSET', meta, 'state', 'failed', 'message', m[3] .. ' items failed, more than the ' .. m[4] .. ' tolerated')
+  redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' failed')
+  return 'failed'
+end
+if tonumber(m[1]) >= tonumber(m[2]) then
+  redis.call('HSET', meta, 'state', 'complete')
+  redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' complete')
+  return 'complete'
+end
+if news and m[5] ~= '1' then
+  redis.call('HSET', meta, 'notified', 1)
+  redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' open')
+end
+return 'open'
+`)
+
+// claimScript reads, for a worker about to run items, the hand-off's state
+// and, per item, whether it is done and what it recorded so far.
+//
+// KEYS: meta, done, then one item key per index. ARGV: the indexes.
+var claimScript = goredis.NewScript(`
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {'gone'} end
+local out = {state}
+for i = 1, #ARGV do
+  local idx = tonumber(ARGV[i])
+  if redis.call('GETBIT', KEYS[2], idx) == 1 then
+    table.insert(out, {idx, 1, {}})
+  else
+    table.insert(out, {idx, 0, redis.call('HVALS', KEYS[i+2])})
+  end
+end
+return out
+`)
+
+// newsScript reads what the log holds from position pos on, and the
+// hand-off's state, for the owning gateway; it clears the flag that keeps
+// workers from notifying it more than once between two reads.
+//
+// KEYS: meta, log. ARGV: pos, max entries.
+var newsScript = goredis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'gone'} end
+redis.call('HSET', KEYS[1], 'notified', 0)
+local m = redis.call('HMGET', KEYS[1], 'state', 'message', 'published', 'done', 'trimmed')
+local from = tonumber(ARGV[1]) - tonumber(m[5])
+if from < 0 then from = 0 end
+local entries = redis.call('LRANGE', KEYS[2], from, from + tonumber(ARGV[2]) - 1)
+return {m[1], m[2], m[3], m[4], entries}
+`)
+
+// trimScript drops the log entries before pos, which the owning gateway
+// has made durable.
+//
+// KEYS: meta, log. ARGV: pos.
+var trimScript = goredis.NewScript(`
+local trimmed = tonumber(redis.call('HGET', KEYS[1], 'trimmed') or '-1')
+if trimmed < 0 then return 0 end
+local k = tonumber(ARGV[1]) - trimmed
+if k > 0 then
+  redis.call('LTRIM', KEYS[2], k, -1)
+  redis.call('HSET', KEYS[1], 'trimmed', ARGV[1])
+end
+return k
+`)
+
+// publishedScript raises the publish cursor, never lowering it.
+//
+// KEYS: meta. ARGV: cursor.
+var publishedScript = goredis.NewScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], 'published') or '-1')
+if cur < 0 then return 0 end
+if tonumber(ARGV[1]) > cur then redis.call('HSET', KEYS[1], 'published', ARGV[1]) end
+return 1
+`)
+
+// endScript ends an open hand-off the run gave up on, telling workers.
+//
+// KEYS: meta. ARGV: channel, ref, state.
+var endScript = goredis.NewScript(`
+local state = redis.call('HGET', KEYS[1], 'state')
+if state == 'open' then
+  redis.call('HSET', KEYS[1], 'state', ARGV[3])
+  redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' ' .. ARGV[3])
+end
+return 1
+`)
+
+// barrier is a hand-off's state as one gateway sees it.
+type barrier struct {
+	rdb     goredis.UniversalClient
+	prefix  string
+	channel string
+	ref     ref
+	k       keys
+}
+
+func newBarrier(rdb goredis.UniversalClient, prefix string, r ref) *barrier {
+	return &barrier{rdb: rdb, prefix: prefix, channel: prefix + "fanout", ref: r, k: r.keys(prefix)}
+}
+
+// notice is how a hand-off's state change travels on the channel:
+// "REF STATE".
+func (b *barrier) notice() string { return b.ref.String() }
+
+func parseNotice(s string) (string, string) {
+	i := strings.LastIndexByte(s, ' ')
+	if i < 0 {
+		return s, ""
+	}
+	return s[:i], s[i+1:]
+}
+
+// init creates the hand-off unless it exists; it returns its state and
+// publish cursor.
+func (b *barrier) init(ctx context.Context, ws *engine.WorkSplit, tolerated int, done []byte, doneCount int, ttl time.Duration) (string, int, error) {
+	wsJSON, err := json.Marshal(ws)
+	if err != nil {
+		return "", 0, fmt.Errorf("encoding split context: %w", err)
+	}
+	res, err := initScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.ctx, b.k.done},
+		ws.Total, tolerated, wsJSON, done, doneCount, ttl.Milliseconds()).Slice()
+	if err != nil {
+		return "", 0, fmt.Errorf("creating split %s in Redis: %w", b.ref, err)
+	}
+	state, _ := res[0].(string)
+	published, _ := strconv.Atoi(fmt.Sprint(res[1]))
+	return state, published, nil
+}
+
+// work reads the context workers run the items with.
+func (b *barrier) work(ctx context.Context) (*engine.WorkSplit, error) {
+	data, err := b.rdb.Get(ctx, b.k.ctx).Bytes()
+	if errors.Is(err, goredis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading split %s from Redis: %w", b.ref, err)
+	}
+	var ws engine.WorkSplit
+	if err := json.Unmarshal(data, &ws); err != nil {
+		return nil, fmt.Errorf("decoding split %s: %w", b.ref, err)
+	}
+	return &ws, nil
+}
+
+// doneBits reads the bitmap of finished items.
+func (b *barrier) doneBits(ctx context.Context) ([]byte, error) {
+	data, err := b.rdb.Get(ctx, b.k.done).Bytes()
+	if errors.Is(err, goredis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading split %s's finished items: %w", b.ref, err)
+	}
+	return data, nil
+}
+
+// bitSet reports bit i of a Redis bitmap (most significant bit first).
+func bitSet(bits []byte, i int) bool {
+	return i/8 < len(bits) && bits[i/8]&(0x80>>(i%8)) != 0
+}
+
+func setBit(bits []byte, i int) { bits[i/8] |= 0x80 >> (i % 8) }
+
+// claimed is one item as claimScript found it.
+type claimed struct {
+	index   int
+	done    bool
+	records []*store.StepRecord
+}
+
+func (b *barrier) claim(ctx context.Context, indexes []int) (string, []claimed, error) {
+	ks := make([]string, 0, len(indexes)+2)
+	ks = append(ks, b.k.meta, b.k.done)
+	args := make([]any, len(indexes))
+	for i, idx := range indexes {
+		ks = append(ks, b.k.item(idx))
+		args[i] = idx
+	}
+	res, err := claimScript.Run(ctx, b.rdb, ks, args...).Slice()
+	if err != nil {
+		return "", nil, fmt.Errorf("reading items of split %s from Redis: %w", b.ref, err)
+	}
+	state, _ := res[0].(string)
+	var out []claimed
+	for _, e := range res[1:] {
+		row, _ := e.([]any)
+		if len(row) != 3 {
+			continue
+		}
+		c := claimed{index: int(asInt(row[0])), done: asInt(row[1]) == 1}
+		vals, _ := row[2].([]any)
+		for _, v := range vals {
+			var rec store.StepRecord
+			if s, ok := v.(string); ok && json.Unmarshal([]byte(s), &rec) == nil {
+				c.records = append(c.records, &rec)
+			}
+		}
+		out = append(out, c)
+	}
+	return state, out, nil
+}
+
+func asInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+// commit writes a worker's batch; it returns the hand-off's state.
+func (b *barrier) commit(ctx context.Context, batch *store.Batch) (string, error) {
+	ks := []string{b.k.meta, b.k.done, b.k.log}
+	keyIndex := map[int]int{} // item index → position of its key in ks (1-based)
+	itemKey := func(i int) int {
+		if p, ok := keyIndex[i]; ok {
+			return p
+		}
+		ks = append(ks, b.k.item(i))
+		keyIndex[i] = len(ks)
+		return len(ks)
+	}
+	var recArgs, slotArgs []any
+	nRecs, nSlots := 0, 0
+	for _, rec := range batch.Steps {
+		split, i, ok := slotOf(rec.Key, b.ref.Split)
+		if !ok {
+			continue // the split's own record, which is the run's to write
+		}
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return "", fmt.Errorf("encoding step record %s: %w", rec.Key, err)
+		}
+		if split {
+			entry, err := json.Marshal(logEntry{Index: i, Result: rec})
+			if err != nil {
+				return "", fmt.Errorf("encoding the result of item %d: %w", i, err)
+			}
+			slotArgs = append(slotArgs, i, entry, statusField(rec.Status), itemKey(i))
+			nSlots++
+			continue
+		}
+		recArgs = append(recArgs, itemKey(i), i, rec.Key, data)
+		nRecs++
+	}
+	var other []any
+	for _, d := range batch.DLQ {
+		entry, err := json.Marshal(logEntry{DLQ: d})
+		if err != nil {
+			return "", fmt.Errorf("encoding a dead-letter entry: %w", err)
+		}
+		other = append(other, entry)
+	}
+	for i := range batch.Events {
+		ev := batch.Events[i]
+		entry, err := json.Marshal(logEntry{Event: &ev})
+		if err != nil {
+			return "", fmt.Errorf("encoding an event: %w", err)
+		}
+		other = append(other, entry)
+	}
+	args := make([]any, 0, 5+len(recArgs)+len(slotArgs)+len(other))
+	args = append(args, b.channel, b.notice(), nRecs)
+	args = append(args, recArgs...)
+	args = append(args, nSlots)
+	args = append(args, slotArgs...)
+	args = append(args, len(other))
+	args = append(args, other...)
+	state, err := commitScript.Run(ctx, b.rdb, ks, args...).Text()
+	if err != nil {
+		return "", fmt.Errorf("committing results of split %s to Redis: %w", b.ref, err)
+	}
+	return state, nil
+}
+
+// slotOf places a step record key within the split: an item's slot
+// ("SPLIT[I]", slot set) or a record inside item I ("SPLIT[I]/...").
+func slotOf(key, splitKey string) (slot bool, index int, ok bool) {
+	rest, found := strings.CutPrefix(key, splitKey+"[")
+	if !found {
+		return false, 0, false
+	}
+	end := strings.IndexByte(rest, ']')
+	if end < 0 {
+		return false, 0, false
+	}
+	i, err := strconv.Atoi(rest[:end])
+	if err != nil {
+		return false, 0, false
+	}
+	switch {
+	case end == len(rest)-1:
+		return true, i, true
+	case rest[end+1] == '/':
+		return false, i, true
+	}
+	return false, 0, false
+}
+
+func statusField(s store.StepStatus) string {
+	switch s {
+	case store.StepSucceeded:
+		return "succeeded"
+	case store.StepFailed:
+		return "failed"
+	}
+	return "skipped"
+}
+
+// newsBatch is what newsScript read.
+type newsBatch struct {
+	state     string
+	message   string
+	published int
+	done      int
+	entries   []logEntry
+	gone      bool
+}
+
+func (b *barrier) news(ctx context.Context, pos, max int) (*newsBatch, error) {
+	res, err := newsScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.log}, pos, max).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("reading results of split %s from Redis: %w", b.ref, err)
+	}
+	if len(res) == 1 {
+		return &newsBatch{gone: true}, nil
+	}
+	n := &newsBatch{}
+	n.state, _ = res[0].(string)
+	n.message, _ = res[1].(string)
+	n.published = int(asInt(res[2]))
+	n.done = int(asInt(res[3]))
+	raw, _ := res[4].([]any)
+	n.entries = make([]logEntry, 0, len(raw))
+	for _, e := range raw {
+		s, _ := e.(string)
+		var le logEntry
+		if err := json.Unmarshal([]byte(s), &le); err != nil {
+			return nil, fmt.Errorf("decoding a result of split %s: %w", b.ref, err)
+		}
+		n.entries = append(n.entries, le)
+	}
+	return n, nil
+}
+
+func (b *barrier) trim(ctx context.Context, pos int) error {
+	if err := trimScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.log}, pos).Err(); err != nil {
+		return fmt.Errorf("trimming results of split %s in Redis: %w", b.ref, err)
+	}
+	return nil
+}
+
+func (b *barrier) setPublished(ctx context.Context, cursor int) error {
+	if err := publishedScript.Run(ctx, b.rdb, []string{b.k.meta}, cursor).Err(); err != nil {
+		return fmt.Errorf("recording published items of split %s in Redis: %w", b.ref, err)
+	}
+	return nil
+}
+
+// end marks an open hand-off over, so workers drop its items.
+func (b *barrier) end(ctx context.Context, state string) error {
+	if err := endScript.Run(ctx, b.rdb, []string{b.k.meta}, b.channel, b.notice(), state).Err(); err != nil {
+		return fmt.Errorf("ending split %s in Redis: %w", b.ref, err)
+	}
+	return nil
+}
+
+// remove deletes every key of the hand-off.
+func (b *barrier) remove(ctx context.Context) error {
+	ks := []string{b.k.meta, b.k.ctx, b.k.done, b.k.log}
+	iter := b.rdb.Scan(ctx, 0, escapeGlob(b.k.base)+":item:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		ks = append(ks, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return fmt.Errorf("listing item keys of split %s in Redis: %w", b.ref, err)
+	}
+	for len(ks) > 0 {
+		n := min(len(ks), 500)
+		if err := b.rdb.Del(ctx, ks[:n]...).Err(); err != nil {
+			return fmt.Errorf("deleting split %s from Redis: %w", b.ref, err)
+		}
+		ks = ks[n:]
+	}
+	return nil
+}
+
+// escapeGlob keeps the glob characters of a key literal in a SCAN pattern.
+func escapeGlob(s string) string {
+	var sb strings.Builder
+	for _, c := range s {
+		switch c {
+		case '*', '?', '[', ']', '\\':
+			sb.WriteByte('\\')
+		}
+		sb.WriteRune(c)
+	}
+	return sb.String()
+}

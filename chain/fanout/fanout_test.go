@@ -1,0 +1,282 @@
+package fanout_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/fanout"
+	"github.com/chaingate/gateway/chain/fanout/broker/brokertest"
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/chain/store/bolt"
+	"github.com/chaingate/gateway/chain/store/redis/redistest"
+	"github.com/chaingate/gateway/internal/testutil"
+	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/providers"
+	"github.com/chaingate/gateway/providers/builtin"
+)
+
+// These tests run distributed splits for real: an owning engine and worker
+// engines in this process, each with its own store and plugin processes,
+// over the RabbitMQ and Redis of the machine.
+
+func TestMain(m *testing.M) {
+	plugins.ServeBuiltinIfRequested(builtin.New)
+	testutil.QuickRaceExit()
+	os.Exit(m.Run())
+}
+
+// servers returns the [gateway.fanout] table of a test: its own queues and
+// keys, removed when it ends.
+func servers(t *testing.T, extra string) string {
+	t.Helper()
+	amqpURL, prefix := brokertest.Open(t)
+	redisURL := redistest.OpenPrefix(t, prefix)
+	redisURL, _, _ = strings.Cut(redisURL, "?")
+	return fmt.Sprintf(`
+[gateway.fanout]
+rabbitmq_url = %q
+redis_url = %q
+prefix = %q
+%s
+`, amqpURL, redisURL, prefix, extra)
+}
+
+const providersTOML = `
+[[providers]]
+name = "echo"
+type = "echo"
+[[providers]]
+name = "faulty"
+type = "faulty"
+`
+
+type node struct {
+	t   *testing.T
+	cfg *chain.Config
+	eng *engine.Engine
+	st  store.Store
+	pm  *plugins.Manager
+	f   *fanout.Fanout
+
+	mu     sync.Mutex
+	events []store.Event
+}
+
+type resolver struct{ m *plugins.Manager }
+
+func (r resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
+	return r.m.Provider(plugins.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}), nil
+}
+
+// newNode starts an engine with its own store, and the fan-out when the
+// config has one.
+func newNode(t *testing.T, config string) *node {
+	t.Helper()
+	opts := chain.LoadOptions{ProviderTypes: builtin.Types()}
+	cfg, err := chain.LoadBytes("test.toml", []byte(providersTOML+config), opts)
+	if err != nil {
+		t.Fatalf("loading config:\n%v", err)
+	}
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "gw.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{t: t, cfg: cfg, st: st, pm: plugins.NewManager(plugins.Options{Executable: exe})}
+	eopts := engine.Options{Store: st, Config: cfg, Providers: resolver{n.pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: n.record}
+	if cfg.Gateway.Fanout != nil {
+		if n.f, err = fanout.Open(context.Background(), fanout.Options{Config: cfg.Gateway.Fanout}); err != nil {
+			t.Fatal(err)
+		}
+		eopts.Fanout = n.f
+	}
+	if n.eng, err = engine.New(eopts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.close)
+	return n
+}
+
+func (n *node) record(ev store.Event) {
+	n.mu.Lock()
+	n.events = append(n.events, ev)
+	n.mu.Unlock()
+}
+
+func (n *node) close() {
+	n.eng.Close()
+	if n.f != nil {
+		_ = n.f.Close()
+	}
+	_ = n.pm.Close()
+	_ = n.st.Close()
+}
+
+// work runs a worker on the node until the returned func is called.
+func (n *node) work() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	w := n.f.Worker(n.eng)
+	go func() { done <- w.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			n.t.Errorf("worker: %v", err)
+		}
+	}
+}
+
+// run starts a run and waits for it.
+func (n *node) run(chainName, payload string) *engine.Result {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	run, err := n.eng.Start(ctx, chainName, engine.Input{Payload: json.RawMessage(payload)})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if _, err := n.eng.Wait(ctx, run.ID); err != nil {
+		n.t.Fatalf("waiting for run: %v", err)
+	}
+	res, err := n.eng.Result(ctx, run.ID, false)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return res
+}
+
+func (n *node) eventTypes(runID string) map[store.EventType]int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := map[store.EventType]int{}
+	for _, ev := range n.events {
+		if ev.RunID == runID {
+			out[ev.Type]++
+		}
+	}
+	return out
+}
+
+// splitChain is a split over origin.payload.items in the given mode:
+// items with keep false are filtered out, items with a fail message fail,
+// the others are checked and confirmed.
+func splitChain(name, mode, rec, extra string) string {
+	return fmt.Sprintf(`
+[[chains]]
+name = %[1]q
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+mode = %[2]q
+items = "<<origin.payload.items>>"
+%[4]s
+[[chains.steps.split.steps]]
+name = "check"
+provider = "faulty"
+when = 'item.keep'
+payload_template = { record = %[3]q, n = "<<item.n>>", fail = "<<item.fail ?? \"\">>" }
+[[chains.steps.split.steps]]
+name = "confirm"
+provider = "echo"
+payload_template = { checked = "<<steps.check.body.n>>", index = "<<item_index>>", host = "<<origin.payload.host>>" }
+[[chains.steps]]
+name = "after"
+provider = "echo"
+payload_template = { ok = "<<steps.loop.body.succeeded>>", failed = "<<steps.loop.body.failed>>" }
+`, name, mode, rec, extra)
+}
+
+func itemsPayload(n int, fail func(i int) bool) string {
+	var items []string
+	for i := range n {
+		f := ""
+		if fail(i) {
+			f = fmt.Sprintf(`, "fail": "item %d is broken"`, i)
+		}
+		items = append(items, fmt.Sprintf(`{"n": %d, "keep": %t%s}`, i, i%11 != 5, f))
+	}
+	return `{"host": "db-1", "items": [` + strings.Join(items, ",") + `]}`
+}
+
+func calls(t *testing.T, path string) map[string]int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if l == "" {
+			continue
+		}
+		var r struct {
+			DedupKey string `json:"dedup_key"`
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("record line %q: %v", l, err)
+		}
+		out[r.DedupKey]++
+	}
+	return out
+}
+
+func TestDistributedSplitMatchesLocal(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	cfg := servers(t, "batch_size = 7\nmax_in_flight = 40") +
+		splitChain("distributed", "distributed", rec, "tolerated_failures = 5") +
+		splitChain("local", "local", filepath.Join(dir, "local.jsonl"), "tolerated_failures = 5")
+	owner := newNode(t, cfg)
+	stop1 := newNode(t, cfg).work()
+	defer stop1()
+	stop2 := newNode(t, cfg).work()
+	defer stop2()
+
+	const items = 300
+	payload := itemsPayload(items, func(i int) bool { return i%97 == 3 })
+	dist := owner.run("distributed", payload)
+	local := owner.run("local", payload)
+	if dist.Status != store.RunSucceeded || local.Status != store.RunSucceeded {
+		t.Fatalf("distributed %s %+v; local %s %+v", dist.Status, dist.Error, local.Status, local.Error)
+	}
+	if d, l := string(dist.Steps["loop"].Body), string(local.Steps["loop"].Body); d != l {
+		t.Errorf("split bodies differ:\ndistributed %.400s\nlocal       %.400s", d, l)
+	}
+	if d, l := string(dist.Steps["after"].Body), string(local.Steps["after"].Body); d != l {
+		t.Errorf("the step after differs: %s vs %s", d, l)
+	}
+	for key, n := range calls(t, rec) {
+		if n != 1 {
+			t.Errorf("%s was called %d times", key, n)
+		}
+	}
+	if n := len(calls(t, rec)); n != len(calls(t, filepath.Join(dir, "local.jsonl"))) {
+		t.Errorf("%d item calls distributed, %d local", n, len(calls(t, filepath.Join(dir, "local.jsonl"))))
+	}
+	evs := owner.eventTypes(dist.ID)
+	for _, typ := range []store.EventType{store.EventSplitFanoutStarted, store.EventSplitItemsEnqueued, store.EventStepProgress, store.EventSplitFaninCompleted} {
+		if evs[typ] == 0 {
+			t.Errorf("no %s event: %v", typ, evs)
+		}
+	}
+	// The slots are in the owner's store, as a local split's are.
+	all, err := owner.eng.Result(context.Background(), dist.ID, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := all.Steps["loop[003]"]; !ok || r.Status != store.StepFailed {
+		t.Errorf("slot of the failing item: %+v", r)
+	}
+}
