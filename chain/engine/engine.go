@@ -467,29 +467,48 @@ func (e *Engine) resumeLeased(ctx context.Context, id string, lease store.Lease)
 // A finished item's slot record sorts just before its steps' records, so
 // one pass in key order can skip them.
 func (e *Engine) loadLive(ctx context.Context, id string) ([]*store.StepRecord, map[string]*bitset, error) {
-	var (
-		recs []*store.StepRecord
-		done = map[string]*bitset{}
-		skip string
-	)
+	l := newLiveScan()
 	err := e.store.ForEachStep(ctx, id, store.StepScan{}, func(rec *store.StepRecord) error {
-		if skip != "" && strings.HasPrefix(rec.Key, skip) {
-			return nil
-		}
-		if splitKey, index, ok := itemSlot(rec.Key); ok && rec.Status.Final() {
-			b := done[splitKey]
-			if b == nil {
-				b = &bitset{}
-				done[splitKey] = b
-			}
-			b.set(index)
-			skip = rec.Key + "/"
-			return nil
-		}
-		recs = append(recs, rec)
+		l.add(rec)
 		return nil
 	})
-	return recs, done, err
+	return l.recs, l.done, err
+}
+
+// splitLive is loadLive over records already read, in key order.
+func splitLive(recs []*store.StepRecord) ([]*store.StepRecord, map[string]*bitset) {
+	l := newLiveScan()
+	for _, rec := range recs {
+		l.add(rec)
+	}
+	return l.recs, l.done
+}
+
+// liveScan sorts records, met in key order, into those a runner holds and
+// the finished items it only counts.
+type liveScan struct {
+	recs []*store.StepRecord
+	done map[string]*bitset
+	skip string
+}
+
+func newLiveScan() *liveScan { return &liveScan{done: map[string]*bitset{}} }
+
+func (l *liveScan) add(rec *store.StepRecord) {
+	if l.skip != "" && strings.HasPrefix(rec.Key, l.skip) {
+		return
+	}
+	if splitKey, index, ok := itemSlot(rec.Key); ok && rec.Status.Final() {
+		b := l.done[splitKey]
+		if b == nil {
+			b = &bitset{}
+			l.done[splitKey] = b
+		}
+		b.set(index)
+		l.skip = rec.Key + "/"
+		return
+	}
+	l.recs = append(l.recs, rec)
 }
 
 // itemSlot parses an item's slot key, "STEP[INDEX]".

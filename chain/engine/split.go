@@ -454,7 +454,7 @@ func (r *runner) joinSplit(sp *split) {
 	start := buf.Len() - 1
 	n := 0
 	prefix := sp.key + "["
-	err := r.e.store.ForEachStep(context.Background(), r.run.ID, store.StepScan{Prefix: prefix}, func(rec *store.StepRecord) error {
+	err := r.forEachStep(context.Background(), prefix, func(rec *store.StepRecord) error {
 		if strings.Contains(rec.Key[len(prefix):], "/") {
 			return nil // a step inside an item, not an item's slot
 		}

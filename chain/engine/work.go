@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +28,9 @@ import (
 // events those items produced; its Run is only the run's identity.
 type WorkSink interface {
 	Commit(ctx context.Context, b *store.Batch) error
+	// ForEachStep calls fn with the committed item step records whose key
+	// starts with prefix, in key order: a nested split joins from them.
+	ForEachStep(ctx context.Context, prefix string, fn func(*store.StepRecord) error) error
 }
 
 // WorkItem is one item handed to a worker.
@@ -200,7 +205,14 @@ func (r *runner) take(items []WorkItem) {
 			v = string(it.Value)
 		}
 		w.items[it.Index] = v
-		for _, rec := range it.Records {
+		// As on a resume: nested splits count their finished items, whose
+		// own records stay out of memory.
+		recs := slices.SortedFunc(slices.Values(it.Records), func(a, b *store.StepRecord) int { return strings.Compare(a.Key, b.Key) })
+		live, done := splitLive(recs)
+		for k, b := range done {
+			r.doneItems[k] = b
+		}
+		for _, rec := range live {
 			r.recs[rec.Key] = rec
 			if rec.Status == store.StepPending && !rec.NotBefore.IsZero() {
 				r.addTimer(rec.NotBefore, rec.Key)
@@ -323,6 +335,14 @@ func (r *runner) commit(ctx context.Context, b *store.Batch) error {
 		return r.work.sink.Commit(ctx, b)
 	}
 	return r.e.store.Commit(ctx, b)
+}
+
+// forEachStep reads back committed step records, where this runner writes.
+func (r *runner) forEachStep(ctx context.Context, prefix string, fn func(*store.StepRecord) error) error {
+	if r.work != nil {
+		return r.work.sink.ForEachStep(ctx, prefix, fn)
+	}
+	return r.e.store.ForEachStep(ctx, r.run.ID, store.StepScan{Prefix: prefix}, fn)
 }
 
 // definitionFrom returns a chain from a definition document a worker was

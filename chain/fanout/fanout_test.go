@@ -280,3 +280,143 @@ func TestDistributedSplitMatchesLocal(t *testing.T) {
 		t.Errorf("slot of the failing item: %+v", r)
 	}
 }
+
+// TestNestedSplitsMatchLocal runs 5 hosts × 3 checks, with a filtered host,
+// a failing check and a failing host, distributed over two workers (the
+// inner splits run on the worker that has the host) and locally.
+func TestNestedSplitsMatchLocal(t *testing.T) {
+	dir := t.TempDir()
+	nested := func(name, mode, rec string) string {
+		return fmt.Sprintf(`
+[[chains]]
+name = %[1]q
+[[chains.steps]]
+name = "hosts"
+[chains.steps.split]
+mode = %[2]q
+items = "<<origin.payload.hosts>>"
+tolerated_failures = 2
+[[chains.steps.split.steps]]
+name = "skip-down"
+provider = "echo"
+when = 'item.up'
+payload_template = { host = "<<item.name>>" }
+[[chains.steps.split.steps]]
+name = "checks"
+[chains.steps.split.steps.split]
+items = "<<item.checks>>"
+tolerated_failures = 1
+[[chains.steps.split.steps.split.steps]]
+name = "probe"
+provider = "faulty"
+payload_template = { record = %[3]q, host = "<<steps.skip-down.body.host>>", check = "<<item.c>>", fail = "<<item.fail ?? \"\">>" }
+`, name, mode, rec)
+	}
+	cfg := servers(t, "batch_size = 2") + nested("d", "distributed", filepath.Join(dir, "d.jsonl")) + nested("l", "local", filepath.Join(dir, "l.jsonl"))
+	owner := newNode(t, cfg)
+	defer newNode(t, cfg).work()()
+	defer newNode(t, cfg).work()()
+	var hosts []string
+	for h := range 5 {
+		var checks []string
+		for c := range 3 {
+			fail := ""
+			if (h == 1 && c == 2) || (h == 3 && c < 2) {
+				fail = `, "fail": "down"`
+			}
+			checks = append(checks, fmt.Sprintf(`{"c": "c%d"%s}`, c, fail))
+		}
+		hosts = append(hosts, fmt.Sprintf(`{"name": "h%d", "up": %t, "checks": [%s]}`, h, h != 4, strings.Join(checks, ",")))
+	}
+	payload := `{"hosts": [` + strings.Join(hosts, ",") + `]}`
+	d, l := owner.run("d", payload), owner.run("l", payload)
+	if all, _ := owner.eng.Result(context.Background(), d.ID, true); d.Status != store.RunSucceeded {
+		for k, v := range all.Steps {
+			t.Logf("%s %s %s %+v", k, v.Status, v.Body, v.Error)
+		}
+	}
+	same := strings.ReplaceAll(string(d.Steps["hosts"].Body), "d.jsonl", "l.jsonl") == string(l.Steps["hosts"].Body)
+	if d.Status != l.Status || !same {
+		t.Fatalf("distributed %s %s\nlocal       %s %s", d.Status, d.Steps["hosts"].Body, l.Status, l.Steps["hosts"].Body)
+	}
+	if d.Status != store.RunSucceeded {
+		t.Fatalf("run %s: %+v", d.Status, d.Error)
+	}
+	for key, n := range calls(t, filepath.Join(dir, "d.jsonl")) {
+		if n != 1 {
+			t.Errorf("%s called %d times", key, n)
+		}
+	}
+}
+
+// TestToleranceHoldsAcrossWorkers fails the split once more items failed
+// than tolerated, wherever they ran, and the items still out are dropped.
+func TestToleranceHoldsAcrossWorkers(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	cfg := servers(t, "batch_size = 5\nmax_in_flight = 20") + fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+mode = "distributed"
+items = "<<origin.payload.items>>"
+tolerated_failures = 3
+[[chains.steps.split.steps]]
+name = "check"
+provider = "faulty"
+payload_template = { record = %q, fail = "<<item.fail ?? \"\">>", sleep_ms = 20 }
+`, rec)
+	owner := newNode(t, cfg)
+	defer newNode(t, cfg).work()()
+	defer newNode(t, cfg).work()()
+	const items = 400
+	res := owner.run("c", itemsPayload(items, func(i int) bool { return i >= 30 && i%3 == 0 }))
+	if res.Status != store.RunFailed || !strings.Contains(res.Error.Message, "more than the 3 tolerated") {
+		t.Fatalf("run %s: %+v", res.Status, res.Error)
+	}
+	// The split stopped handing items out: most never ran.
+	time.Sleep(500 * time.Millisecond)
+	if n := len(calls(t, rec)); n > items/2 {
+		t.Errorf("%d of %d items ran after the split failed", n, items)
+	}
+}
+
+// TestEmptySplitCompletesAtOnce needs no worker.
+func TestEmptySplitCompletesAtOnce(t *testing.T) {
+	owner := newNode(t, servers(t, "")+splitChain("c", "distributed", filepath.Join(t.TempDir(), "r.jsonl"), ""))
+	res := owner.run("c", `{"items": []}`)
+	if res.Status != store.RunSucceeded || !strings.Contains(string(res.Steps["loop"].Body), `"total":0`) {
+		t.Fatalf("run %s %+v: %s", res.Status, res.Error, res.Steps["loop"].Body)
+	}
+}
+
+// TestTimeoutWithNoWorker ends a split whose items nobody takes.
+func TestTimeoutWithNoWorker(t *testing.T) {
+	owner := newNode(t, servers(t, "")+splitChain("c", "distributed", filepath.Join(t.TempDir(), "r.jsonl"), "timeout_seconds = 1"))
+	start := time.Now()
+	res := owner.run("c", itemsPayload(10, func(int) bool { return false }))
+	if res.Status != store.RunFailed || res.Steps["loop"].Status != store.StepTimedOut {
+		t.Fatalf("run %s %+v, split %+v", res.Status, res.Error, res.Steps["loop"])
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the timeout took %v", took)
+	}
+}
+
+// TestAutoMode distributes only at the threshold.
+func TestAutoMode(t *testing.T) {
+	dir := t.TempDir()
+	cfg := servers(t, "threshold = 10") + splitChain("c", "auto", filepath.Join(dir, "r.jsonl"), "")
+	owner := newNode(t, cfg)
+	defer newNode(t, cfg).work()()
+	small := owner.run("c", itemsPayload(9, func(int) bool { return false }))
+	big := owner.run("c", itemsPayload(10, func(int) bool { return false }))
+	if small.Status != store.RunSucceeded || big.Status != store.RunSucceeded {
+		t.Fatalf("small %s, big %s", small.Status, big.Status)
+	}
+	if owner.eventTypes(small.ID)[store.EventSplitFanoutStarted] != 0 || owner.eventTypes(big.ID)[store.EventSplitFanoutStarted] != 1 {
+		t.Errorf("small %v, big %v", owner.eventTypes(small.ID), owner.eventTypes(big.ID))
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -555,4 +557,34 @@ func (w *Worker) park(ctx context.Context, ws *worked, d *broker.Delivery, index
 		w.log.Warn("parked items as poison", "split", ws.r.String(), "items", len(b.Steps), "why", why)
 	}
 	w.ack(d)
+}
+
+// ForEachStep reads back what an item committed: a nested split joins from
+// its items' slots.
+func (s sink) ForEachStep(ctx context.Context, prefix string, fn func(*store.StepRecord) error) error {
+	_, i, ok := slotOf(prefix, s.ws.b.ref.Split)
+	if !ok {
+		return fmt.Errorf("reading step records %q: not inside an item of split %s", prefix, s.ws.b.ref)
+	}
+	vals, err := s.ws.w.f.rdb.HGetAll(ctx, s.ws.b.k.item(i)).Result()
+	if err != nil {
+		return fmt.Errorf("reading item %d of split %s from Redis: %w", i, s.ws.b.ref, err)
+	}
+	keys := make([]string, 0, len(vals))
+	for k := range vals {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		var rec store.StepRecord
+		if err := json.Unmarshal([]byte(vals[k]), &rec); err != nil {
+			return fmt.Errorf("decoding step record %s of split %s: %w", k, s.ws.b.ref, err)
+		}
+		if err := fn(&rec); err != nil {
+			return err
+		}
+	}
+	return nil
 }
