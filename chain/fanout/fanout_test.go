@@ -67,8 +67,9 @@ type node struct {
 	pm  *plugins.Manager
 	f   *fanout.Fanout
 
-	mu     sync.Mutex
-	events []store.Event
+	mu        sync.Mutex
+	events    []store.Event
+	closeOnce sync.Once
 }
 
 type resolver struct{ m *plugins.Manager }
@@ -81,12 +82,19 @@ func (r resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
 // config has one.
 func newNode(t *testing.T, config string) *node {
 	t.Helper()
+	return newNodeAt(t, config, filepath.Join(t.TempDir(), "gw.db"), nil)
+}
+
+// newNodeAt starts an engine on the store file db, counting fan-out
+// metrics in m when set.
+func newNodeAt(t *testing.T, config, db string, m fanout.Metrics) *node {
+	t.Helper()
 	opts := chain.LoadOptions{ProviderTypes: builtin.Types()}
 	cfg, err := chain.LoadBytes("test.toml", []byte(providersTOML+config), opts)
 	if err != nil {
 		t.Fatalf("loading config:\n%v", err)
 	}
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "gw.db"), bolt.Options{})
+	st, err := bolt.Open(db, bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +105,7 @@ func newNode(t *testing.T, config string) *node {
 	n := &node{t: t, cfg: cfg, st: st, pm: plugins.NewManager(plugins.Options{Executable: exe})}
 	eopts := engine.Options{Store: st, Config: cfg, Providers: resolver{n.pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: n.record}
 	if cfg.Gateway.Fanout != nil {
-		if n.f, err = fanout.Open(context.Background(), fanout.Options{Config: cfg.Gateway.Fanout}); err != nil {
+		if n.f, err = fanout.Open(context.Background(), fanout.Options{Config: cfg.Gateway.Fanout, Metrics: m}); err != nil {
 			t.Fatal(err)
 		}
 		eopts.Fanout = n.f
@@ -109,6 +117,31 @@ func newNode(t *testing.T, config string) *node {
 	return n
 }
 
+// start starts a run without waiting for it.
+func (n *node) start(chainName, payload string) string {
+	n.t.Helper()
+	run, err := n.eng.Start(context.Background(), chainName, engine.Input{Payload: json.RawMessage(payload)})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return run.ID
+}
+
+// wait waits for a run and returns its result.
+func (n *node) wait(id string) *engine.Result {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := n.eng.Wait(ctx, id); err != nil {
+		n.t.Fatalf("waiting for run: %v", err)
+	}
+	res, err := n.eng.Result(ctx, id, false)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return res
+}
+
 func (n *node) record(ev store.Event) {
 	n.mu.Lock()
 	n.events = append(n.events, ev)
@@ -116,6 +149,10 @@ func (n *node) record(ev store.Event) {
 }
 
 func (n *node) close() {
+	n.closeOnce.Do(n.shut)
+}
+
+func (n *node) shut() {
 	n.eng.Close()
 	if n.f != nil {
 		_ = n.f.Close()
@@ -141,20 +178,7 @@ func (n *node) work() (stop func()) {
 // run starts a run and waits for it.
 func (n *node) run(chainName, payload string) *engine.Result {
 	n.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	run, err := n.eng.Start(ctx, chainName, engine.Input{Payload: json.RawMessage(payload)})
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	if _, err := n.eng.Wait(ctx, run.ID); err != nil {
-		n.t.Fatalf("waiting for run: %v", err)
-	}
-	res, err := n.eng.Result(ctx, run.ID, false)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	return res
+	return n.wait(n.start(chainName, payload))
 }
 
 func (n *node) eventTypes(runID string) map[store.EventType]int {
@@ -418,5 +442,199 @@ func TestAutoMode(t *testing.T) {
 	}
 	if owner.eventTypes(small.ID)[store.EventSplitFanoutStarted] != 0 || owner.eventTypes(big.ID)[store.EventSplitFanoutStarted] != 1 {
 		t.Errorf("small %v, big %v", owner.eventTypes(small.ID), owner.eventTypes(big.ID))
+	}
+}
+
+// counter counts fan-out metrics.
+type counter struct {
+	mu                                         sync.Mutex
+	published, redelivered, poisoned, inFlight int
+	done                                       map[string]int
+}
+
+func (c *counter) ItemsPublished(n int) { c.mu.Lock(); c.published += n; c.mu.Unlock() }
+func (c *counter) ItemsDone(s string, n int) {
+	c.mu.Lock()
+	if c.done == nil {
+		c.done = map[string]int{}
+	}
+	c.done[s] += n
+	c.mu.Unlock()
+}
+func (c *counter) ItemsRedelivered(n int) { c.mu.Lock(); c.redelivered += n; c.mu.Unlock() }
+func (c *counter) ItemsInFlight(d int)    { c.mu.Lock(); c.inFlight += d; c.mu.Unlock() }
+func (c *counter) ItemsPoisoned(n int)    { c.mu.Lock(); c.poisoned += n; c.mu.Unlock() }
+
+func (c *counter) get(f func(*counter) int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return f(c)
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// twoSteps is a distributed split whose items make two calls, the first
+// recorded before the second.
+func twoSteps(rec string, sleep int) string {
+	return fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+mode = "distributed"
+items = "<<origin.payload.items>>"
+[[chains.steps.split.steps]]
+name = "first"
+provider = "faulty"
+payload_template = { record = %[1]q, n = "<<item.n>>", step = "first" }
+[[chains.steps.split.steps]]
+name = "second"
+provider = "faulty"
+payload_template = { record = %[1]q, n = "<<steps.first.body.n>>", step = "second", sleep_ms = %[2]d }
+`, rec, sleep)
+}
+
+// TestOwnerRestartReattaches stops the owning gateway mid-split and starts
+// another on its store: it takes the hand-off up where it was, publishing
+// no finished item again, and every item runs once.
+func TestOwnerRestartReattaches(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	db := filepath.Join(dir, "owner.db")
+	cfg := servers(t, "batch_size = 5\nmax_in_flight = 30") + twoSteps(rec, 20)
+	defer newNode(t, cfg).work()()
+	m := &counter{}
+	a := newNodeAt(t, cfg, db, m)
+	const items = 200
+	id := a.start("c", itemsPayload(items, func(int) bool { return false }))
+	waitUntil(t, "a third of the items", func() bool { return m.get(func(c *counter) int { return c.done["succeeded"] }) >= items/3 })
+	a.close()
+	b := newNodeAt(t, cfg, db, m)
+	if ids, err := b.eng.Resume(context.Background()); err != nil || len(ids) != 1 {
+		t.Fatalf("resume: %v %v", ids, err)
+	}
+	res := b.wait(id)
+	if res.Status != store.RunSucceeded || !strings.Contains(string(res.Steps["loop"].Body), fmt.Sprintf(`"succeeded":%d`, items)) {
+		t.Fatalf("run %s %+v: %.300s", res.Status, res.Error, res.Steps["loop"].Body)
+	}
+	for key, n := range calls(t, rec) {
+		if n != 1 {
+			t.Errorf("%s called %d times", key, n)
+		}
+	}
+	// At most one publishing round may go out twice: what was confirmed
+	// but not yet recorded when the owner stopped.
+	if p := m.get(func(c *counter) int { return c.published }); p > items+16*5 {
+		t.Errorf("%d items published for %d", p, items)
+	}
+	if f := m.get(func(c *counter) int { return c.inFlight }); f != 0 {
+		t.Errorf("in-flight gauge at %d after the split", f)
+	}
+}
+
+// TestWorkerStopsMidItem stops a worker while its items wait on their
+// second call: they are delivered again to another worker, which does not
+// call again what has a recorded result, and nothing counts twice.
+func TestWorkerStopsMidItem(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	cfg := servers(t, "batch_size = 4\nmax_in_flight = 40") + twoSteps(rec, 400)
+	owner := newNode(t, cfg)
+	m := &counter{}
+	first := newNodeAt(t, cfg, filepath.Join(dir, "w1.db"), m)
+	stop := first.work()
+	const items = 60
+	id := owner.start("c", itemsPayload(items, func(int) bool { return false }))
+	waitUntil(t, "second calls to be in flight", func() bool {
+		for k := range calls(t, rec) {
+			if strings.HasSuffix(k, "/second") {
+				return true
+			}
+		}
+		return false
+	})
+	stop()
+	// Its plugins go too, so no call of it lands after the count.
+	first.close()
+	before := calls(t, rec)
+	defer newNodeAt(t, cfg, filepath.Join(dir, "w2.db"), m).work()()
+	res := owner.wait(id)
+	if res.Status != store.RunSucceeded || !strings.Contains(string(res.Steps["loop"].Body), fmt.Sprintf(`"succeeded":%d`, items)) {
+		t.Fatalf("run %s %+v: %.300s", res.Status, res.Error, res.Steps["loop"].Body)
+	}
+	after := calls(t, rec)
+	for key, n := range after {
+		// An item's second call goes out once its first one's result is
+		// committed.
+		if first, ok := strings.CutSuffix(key, "/first"); ok && before[first+"/second"] > 0 && n != 1 {
+			t.Errorf("%s had its result recorded before the worker stopped, and was called %d times", key, n)
+		}
+		if n > before[key]+1 {
+			t.Errorf("%s was called %d times after the stop (%d before)", key, n-before[key], before[key])
+		}
+	}
+	if m.get(func(c *counter) int { return c.redelivered }) == 0 {
+		t.Error("no item was counted as redelivered")
+	}
+}
+
+// TestPoisonItemParked makes one item's message outlive max_redeliveries
+// (every worker that takes it stops before it finishes): it fails with a
+// dead-letter entry naming its run, split and index, and the split ends.
+func TestPoisonItemParked(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	cfg := servers(t, "batch_size = 1\nmax_redeliveries = 1") + fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+mode = "distributed"
+items = "<<origin.payload.items>>"
+tolerated_failures = 1
+[[chains.steps.split.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { record = %q, n = "<<item.n>>", hang = "<<item.hang ?? false>>" }
+`, rec)
+	owner := newNode(t, cfg)
+	id := owner.start("c", `{"items": [{"n": 0}, {"n": 1, "hang": true}, {"n": 2}]}`)
+	m := &counter{}
+	for round := 1; round <= 2; round++ {
+		w := newNodeAt(t, cfg, filepath.Join(dir, fmt.Sprintf("w%d.db", round)), m)
+		stop := w.work()
+		waitUntil(t, fmt.Sprintf("delivery %d of the hanging item", round), func() bool { return calls(t, rec)[id+"/loop[1]/call"] >= round })
+		stop()
+		w.close()
+	}
+	defer newNodeAt(t, cfg, filepath.Join(dir, "w3.db"), m).work()()
+	res := owner.wait(id)
+	if res.Status != store.RunSucceeded {
+		t.Fatalf("run %s %+v", res.Status, res.Error)
+	}
+	all, _ := owner.eng.Result(context.Background(), id, true)
+	if slot := all.Steps["loop[1]"]; slot.Status != store.StepFailed || slot.Error == nil || slot.Error.Code != "poison" {
+		t.Fatalf("the hanging item's slot: %+v", slot)
+	}
+	entries, err := owner.st.ListDLQ(context.Background(), store.DLQFilter{})
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("dead-letter entries %v: %d", err, len(entries))
+	}
+	if e := entries[0]; e.RunID != id || e.Step != "loop[1]" || !strings.Contains(e.Error.Message, "delivered 2 times") || string(e.Payload) != `{"hang":true,"n":1}` {
+		t.Fatalf("dead-letter entry: %+v %s", e, e.Payload)
+	}
+	if m.get(func(c *counter) int { return c.poisoned }) != 1 {
+		t.Errorf("poisoned items: %d", m.get(func(c *counter) int { return c.poisoned }))
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -493,24 +492,7 @@ func (w *Worker) poison(ctx context.Context, d *broker.Delivery) {
 	}
 	var body message
 	_ = json.Unmarshal(d.Body, &body)
-	w.park(ctx, ws, d, indexes, body.Items, fmt.Sprintf("its message was delivered %s times and never finished (max_redeliveries = %d): each worker that took it stopped first", deaths(d), w.f.cfg.MaxRedeliveries))
-}
-
-// deaths says how often a parked message was delivered, from the broker's
-// x-death header.
-func deaths(d *broker.Delivery) string {
-	if list, ok := d.Headers["x-death"].([]any); ok {
-		for _, e := range list {
-			if t, ok := e.(map[string]any); ok {
-				if reason, _ := t["reason"].(string); reason == "delivery_limit" {
-					if n, ok := t["count"].(int64); ok {
-						return strconv.FormatInt(n, 10)
-					}
-				}
-			}
-		}
-	}
-	return "too many"
+	w.park(ctx, ws, d, indexes, body.Items, fmt.Sprintf("its message was delivered %d times and never finished (max_redeliveries = %d): each worker that took it stopped first", w.f.cfg.MaxRedeliveries+1, w.f.cfg.MaxRedeliveries))
 }
 
 // park fails the items of a message that cannot be run, with a DLQ entry

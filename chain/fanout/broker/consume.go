@@ -115,7 +115,7 @@ func (b *Broker) consume(ctx context.Context, c *amqp.Connection, q Queue, prefe
 			}
 			handle(&Delivery{
 				Body:          d.Body,
-				Headers:       d.Headers,
+				Headers:       plain(d.Headers),
 				Redelivered:   d.Redelivered,
 				DeliveryCount: deliveryCount(d.Headers),
 				ch:            ch,
@@ -155,4 +155,28 @@ func deliveryCount(h amqp.Table) int {
 		return n
 	}
 	return 0
+}
+
+// plain turns AMQP tables, at any depth, into plain maps, so that callers
+// read headers such as x-death without knowing the AMQP library's types.
+func plain(t amqp.Table) map[string]any {
+	out := make(map[string]any, len(t))
+	for k, v := range t {
+		out[k] = plainValue(v)
+	}
+	return out
+}
+
+func plainValue(v any) any {
+	switch x := v.(type) {
+	case amqp.Table:
+		return plain(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = plainValue(e)
+		}
+		return out
+	}
+	return v
 }
