@@ -17,6 +17,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/fanout"
 	"github.com/chaingate/gateway/chain/secrets"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
@@ -55,6 +56,8 @@ type Options struct {
 	OnEvent func(store.Event)
 	// Observer is told about every provider call.
 	Observer engine.Observer
+	// FanoutMetrics is told what distributed splits do.
+	FanoutMetrics fanout.Metrics
 	// Existing refuses to create an embedded store: commands that inspect
 	// runs must not leave an empty store behind a mistyped path.
 	Existing bool
@@ -71,6 +74,9 @@ type Gateway struct {
 	// StoreFile is the embedded store's file, whose control socket sits
 	// beside it; empty for a shared store.
 	StoreFile string
+	// Fanout hands distributed splits to workers; nil without
+	// [gateway.fanout].
+	Fanout *fanout.Fanout
 	// secrets are the values the engine renders <<secrets.NAME>> with.
 	secrets map[string]string
 }
@@ -110,8 +116,14 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		return nil, errors.Join(err, st.Close())
 	}
 	st = armed
+	var fo *fanout.Fanout
+	if cfg.Gateway.Fanout != nil {
+		if fo, err = fanout.Open(ctx, fanout.Options{Config: cfg.Gateway.Fanout, Logger: log.With("component", "fanout"), Metrics: opts.FanoutMetrics}); err != nil {
+			return nil, errors.Join(err, st.Close())
+		}
+	}
 	pm := plugins.NewManager(plugins.Options{Executable: opts.Executable, Logger: log.With("component", "plugins")})
-	eng, err := engine.New(engine.Options{
+	eopts := engine.Options{
 		Store:       st,
 		Config:      cfg,
 		Providers:   &resolver{m: pm, first: map[string]plugins.Spec{}},
@@ -122,13 +134,20 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		Logger:      log.With("component", "engine"),
 		OnEvent:     opts.OnEvent,
 		Observer:    opts.Observer,
-	})
+	}
+	if fo != nil {
+		eopts.Fanout = fo
+	}
+	eng, err := engine.New(eopts)
 	if err != nil {
 		_ = pm.Close()
+		if fo != nil {
+			_ = fo.Close()
+		}
 		_ = st.Close()
 		return nil, err
 	}
-	return &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, secrets: secretVals}, nil
+	return &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, secrets: secretVals}, nil
 }
 
 // OpenStore opens the store a state URL names, and returns its file when it
@@ -164,11 +183,24 @@ func StateFile(state string) string {
 	return state
 }
 
+// Worker returns a worker for the items of distributed splits, run with
+// this gateway's engine and plugins; nil without [gateway.fanout].
+func (g *Gateway) Worker() *fanout.Worker {
+	if g.Fanout == nil {
+		return nil
+	}
+	return g.Fanout.Worker(g.Engine)
+}
+
 // Close stops the engine (runs stay persisted), stops every plugin process
 // and closes the store.
 func (g *Gateway) Close() error {
 	g.Engine.Close()
-	return errors.Join(g.Plugins.Close(), g.Store.Close())
+	var ferr error
+	if g.Fanout != nil {
+		ferr = g.Fanout.Close()
+	}
+	return errors.Join(ferr, g.Plugins.Close(), g.Store.Close())
 }
 
 // resolver hands the engine plugin-backed providers. A provider whose

@@ -19,14 +19,21 @@ import (
 // depth and plugin restarts are read when scraped.
 type Metrics struct {
 	mu          sync.Mutex
-	runsStarted map[string]float64         // chain
-	runsEnded   map[[2]string]float64      // chain, status
-	calls       map[[2]string]float64      // provider, result
-	inFlight    map[string]float64         // provider
-	latency     map[string]*histogram      // provider
+	runsStarted map[string]float64    // chain
+	runsEnded   map[[2]string]float64 // chain, status
+	calls       map[[2]string]float64 // provider, result
+	inFlight    map[string]float64    // provider
+	latency     map[string]*histogram // provider
+	fanout      fanoutCounts
 	gauges      map[string]func() []sample // read at scrape
 	gaugeHelp   map[string][2]string       // name → type, help
 	gaugeOrder  []string
+}
+
+// fanoutCounts are what distributed splits did here.
+type fanoutCounts struct {
+	published, redelivered, poisoned, inFlight float64
+	done                                       map[string]float64 // result
 }
 
 type sample struct {
@@ -51,6 +58,7 @@ func NewMetrics() *Metrics {
 		calls:       map[[2]string]float64{},
 		inFlight:    map[string]float64{},
 		latency:     map[string]*histogram{},
+		fanout:      fanoutCounts{done: map[string]float64{}},
 		gauges:      map[string]func() []sample{},
 		gaugeHelp:   map[string][2]string{},
 	}
@@ -97,6 +105,37 @@ func (m *Metrics) CallEnded(provider string, took time.Duration, err error) {
 	h.n++
 }
 
+// ItemsPublished implements fanout.Metrics.
+func (m *Metrics) ItemsPublished(n int) {
+	m.addFanout(func(c *fanoutCounts) { c.published += float64(n) })
+}
+
+// ItemsDone implements fanout.Metrics.
+func (m *Metrics) ItemsDone(result string, n int) {
+	m.addFanout(func(c *fanoutCounts) { c.done[result] += float64(n) })
+}
+
+// ItemsRedelivered implements fanout.Metrics.
+func (m *Metrics) ItemsRedelivered(n int) {
+	m.addFanout(func(c *fanoutCounts) { c.redelivered += float64(n) })
+}
+
+// ItemsInFlight implements fanout.Metrics.
+func (m *Metrics) ItemsInFlight(delta int) {
+	m.addFanout(func(c *fanoutCounts) { c.inFlight += float64(delta) })
+}
+
+// ItemsPoisoned implements fanout.Metrics.
+func (m *Metrics) ItemsPoisoned(n int) {
+	m.addFanout(func(c *fanoutCounts) { c.poisoned += float64(n) })
+}
+
+func (m *Metrics) addFanout(f func(*fanoutCounts)) {
+	m.mu.Lock()
+	f(&m.fanout)
+	m.mu.Unlock()
+}
+
 // Gauge registers a gauge read when scraped.
 func (m *Metrics) gauge(name, typ, help string, read func() []sample) {
 	m.mu.Lock()
@@ -141,6 +180,19 @@ func (m *Metrics) Write(w io.Writer) error {
 		fmt.Fprintf(&b, "chaingate_step_duration_seconds_sum{provider=%s} %s\n", quote(p), num(h.sum))
 		fmt.Fprintf(&b, "chaingate_step_duration_seconds_count{provider=%s} %s\n", quote(p), num(h.n))
 	}
+	f := &m.fanout
+	header(&b, "chaingate_fanout_items_published_total", "counter", "Items of distributed splits this gateway handed to the broker.")
+	fmt.Fprintf(&b, "chaingate_fanout_items_published_total %s\n", num(f.published))
+	header(&b, "chaingate_fanout_items_done_total", "counter", "Results of distributed splits' items this gateway took in, by result.")
+	for _, k := range sortedKeys(f.done) {
+		fmt.Fprintf(&b, "chaingate_fanout_items_done_total{result=%s} %s\n", quote(k), num(f.done[k]))
+	}
+	header(&b, "chaingate_fanout_items_in_flight", "gauge", "Items of this gateway's distributed splits handed out and not yet done.")
+	fmt.Fprintf(&b, "chaingate_fanout_items_in_flight %s\n", num(f.inFlight))
+	header(&b, "chaingate_fanout_items_redelivered_total", "counter", "Items a worker here was handed again after another delivery of them went unacknowledged.")
+	fmt.Fprintf(&b, "chaingate_fanout_items_redelivered_total %s\n", num(f.redelivered))
+	header(&b, "chaingate_fanout_items_poisoned_total", "counter", "Items a worker here parked as poison: their message outlived max_redeliveries.")
+	fmt.Fprintf(&b, "chaingate_fanout_items_poisoned_total %s\n", num(f.poisoned))
 	order := append([]string(nil), m.gaugeOrder...)
 	reads := make([]func() []sample, len(order))
 	helps := make([][2]string, len(order))
@@ -159,8 +211,8 @@ func (m *Metrics) Write(w io.Writer) error {
 	return err
 }
 
-// register adds the gauges the gateway reads when scraped.
-func (m *Metrics) register(gw *Gateway) {
+// Register adds the gauges the gateway reads when scraped.
+func (m *Metrics) Register(gw *Gateway) {
 	m.gauge("chaingate_dlq_depth", "gauge", "Entries in the dead-letter queue.", func() []sample {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -179,6 +231,9 @@ func (m *Metrics) register(gw *Gateway) {
 	})
 	m.gauge("chaingate_runs_active", "gauge", "Runs this gateway is advancing.", func() []sample {
 		return []sample{{value: float64(gw.Engine.Active())}}
+	})
+	m.gauge("chaingate_fanout_worker_items", "gauge", "Items of distributed splits this process holds as a worker, running or queued.", func() []sample {
+		return []sample{{value: float64(gw.Engine.WorkHeld())}}
 	})
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/fanout"
 	"github.com/chaingate/gateway/chain/store"
 )
 
@@ -45,6 +46,8 @@ type Server struct {
 	aborting context.Context
 	abort    context.CancelFunc
 	reloadMu sync.Mutex
+	// worker, when set, works the items of distributed splits here too.
+	worker *fanout.Worker
 }
 
 // Token environment variables, comma separated; they add to [gateway.auth].
@@ -59,9 +62,18 @@ func NewServer(gw *Gateway, hub *Hub, metrics *Metrics, paths []string) *Server 
 	s := &Server{gw: gw, ops: &Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.aborting, s.abort = context.WithCancel(context.Background())
-	metrics.register(gw)
+	metrics.Register(gw)
 	s.setConfig(gw.Config)
 	return s
+}
+
+// WorkItems makes the gateway work the items of distributed splits as
+// well as handing them out, so one machine needs no other process. It does
+// nothing without [gateway.fanout].
+func (s *Server) WorkItems() {
+	if s.gw.Fanout != nil {
+		s.worker = s.gw.Worker()
+	}
 }
 
 func (s *Server) setConfig(cfg *chain.Config) {
@@ -158,6 +170,19 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	go s.adopt(ctx)
+	workerCtx, stopWorker := context.WithCancel(context.Background())
+	defer stopWorker()
+	workerDone := make(chan struct{})
+	if s.worker != nil {
+		go func() {
+			defer close(workerDone)
+			if err := s.worker.Run(workerCtx); err != nil {
+				s.log.Error("working split items stopped", "err", err)
+			}
+		}()
+	} else {
+		close(workerDone)
+	}
 	s.log.Info("serving", "addr", l.Addr().String(), "owner", s.gw.Engine.Owner())
 
 	select {
@@ -174,6 +199,10 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	// The API keeps answering while the engine drains: /readyz says 503 so
 	// load balancers move on, new runs get 503, reads still work.
 	s.gw.Engine.Shutdown(engCtx)
+	// Items the engine drained are acknowledged by now; the rest go back to
+	// the queue with the worker's channel.
+	stopWorker()
+	<-workerDone
 	// Requests still in flight get what is left of the grace, and at least
 	// a moment to finish writing.
 	httpCtx, cancelHTTP := context.WithTimeout(s.aborting, max(time.Until(deadline), httpShutdownMin))

@@ -229,10 +229,9 @@ func (r *runner) loop() {
 
 	drainReq := r.drainReq
 	var workIn chan []WorkItem
-	var workDrop chan []int
 	var workCancel chan struct{}
 	if r.work != nil {
-		workIn, workDrop, workCancel = r.work.in, r.work.drop, r.work.cancel
+		workIn, workCancel = r.work.in, r.work.cancel
 	}
 	defer r.detachFans()
 	for {
@@ -268,10 +267,8 @@ func (r *runner) loop() {
 			r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled", Code: "cancelled"})
 		case items := <-workIn:
 			r.take(items)
-		case indexes := <-workDrop:
-			r.dropItems(indexes, false)
 		case <-workCancel:
-			r.dropItems(heldItems(r.work), true)
+			r.dropItems(heldItems(r.work))
 		case <-drainReq:
 			r.draining = true
 			// Their intent is written; they go out on resume.

@@ -69,7 +69,6 @@ type workSplit struct {
 	sink   WorkSink
 	opts   WorkOptions
 	in     chan []WorkItem
-	drop   chan []int
 	cancel chan struct{}
 	over   atomic.Bool
 }
@@ -118,7 +117,6 @@ func (e *Engine) Work(ws *WorkSplit, sink WorkSink, opts WorkOptions) (*ItemRunn
 		sink:   sink,
 		opts:   opts,
 		in:     make(chan []WorkItem, 16),
-		drop:   make(chan []int, 16),
 		cancel: make(chan struct{}, 1),
 	}
 	w.sp = &split{
@@ -147,15 +145,6 @@ func (w *ItemRunner) Add(items []WorkItem) error {
 		return nil
 	case <-w.r.done:
 		return w.Err()
-	}
-}
-
-// Drop stops items without recording anything: their delivery went stale
-// and they will be run again, by whichever worker gets them next.
-func (w *ItemRunner) Drop(indexes []int) {
-	select {
-	case w.r.work.drop <- indexes:
-	case <-w.r.done:
 	}
 }
 
@@ -188,11 +177,6 @@ func (w *ItemRunner) Err() error {
 	}
 }
 
-// Active reports how many items the runner holds, running or queued.
-func (w *ItemRunner) Active() int {
-	return int(w.r.workHeld.Load())
-}
-
 // take adds items handed over.
 func (r *runner) take(items []WorkItem) {
 	w := r.work
@@ -223,8 +207,9 @@ func (r *runner) take(items []WorkItem) {
 	r.workHeld.Store(int64(len(w.items)))
 }
 
-// dropItems forgets items without writing anything about them.
-func (r *runner) dropItems(indexes []int, report bool) {
+// dropItems forgets items without writing anything about them, and
+// reports them finished: the split is over.
+func (r *runner) dropItems(indexes []int) {
 	w := r.work
 	for _, i := range indexes {
 		if _, held := w.items[i]; !held {
@@ -239,9 +224,7 @@ func (r *runner) dropItems(indexes []int, report bool) {
 			delete(w.sp.active, i)
 		}
 		delete(w.items, i)
-		if report {
-			w.opts.Finished(i, true)
-		}
+		w.opts.Finished(i, true)
 	}
 	kept := w.queue[:0]
 	for _, i := range w.queue {
@@ -264,7 +247,7 @@ func (r *runner) advanceWork(now time.Time) []launch {
 	if w.over.Load() || (!sp.deadline.IsZero() && !now.Before(sp.deadline)) || (!r.run.Deadline.IsZero() && !now.Before(r.run.Deadline)) {
 		// The split is over, or its time is: the run that owns it records
 		// that; what is left here is dropped.
-		r.dropItems(heldItems(w), true)
+		r.dropItems(heldItems(w))
 		return nil
 	}
 	if len(due) > 0 {
@@ -393,6 +376,17 @@ func (e *Engine) removeWorker(r *runner) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.workers, r)
+}
+
+// WorkHeld reports how many handed items this engine's worker runners hold.
+func (e *Engine) WorkHeld() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for r := range e.workers {
+		n += int(r.workHeld.Load())
+	}
+	return n
 }
 
 // workersOf returns the worker runners running items of a run.

@@ -92,17 +92,6 @@ func (w *Worker) runCtx() context.Context {
 	return w.ctx
 }
 
-// Held reports how many items this worker holds, running or queued.
-func (w *Worker) Held() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for _, ws := range w.splits {
-		n += ws.held()
-	}
-	return n
-}
-
 // worked is a split this worker runs items of.
 type worked struct {
 	w  *Worker

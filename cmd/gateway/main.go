@@ -41,6 +41,7 @@ Usage:
   gateway resume --config PATH... [flags]       resume every unfinished run in a store
   gateway cancel RUN_ID [--state PATH]          cancel a run
   gateway serve --config PATH... [flags]        serve the HTTP API and advance runs
+  gateway worker --config PATH... [flags]       run the items of distributed splits
   gateway runs list|show|cancel|events|dag      inspect and cancel runs
   gateway dlq list|show|replay|delete|purge     work the dead-letter queue
   gateway graph CHAIN                           draw a chain as a Mermaid flowchart
@@ -82,6 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdCancel(ctx, args[1:], stdout, stderr)
 	case "serve":
 		return cmdServe(ctx, args[1:], stdout, stderr)
+	case "worker":
+		return cmdWorker(ctx, args[1:], stdout, stderr)
 	case "runs":
 		return cmdRuns(ctx, args[1:], stdout, stderr)
 	case "dlq":
@@ -200,11 +203,13 @@ type session struct {
 	log    *slog.Logger
 	stdout io.Writer
 	stderr io.Writer
+	// stopWorker ends the worker that runs distributed splits' items here.
+	stopWorker func()
 }
 
 // openSession loads the config, opens the store and plugins, and listens on
 // the store's control socket so "gateway cancel" can reach this process.
-func openSession(ctx context.Context, configs []string, state, logLevel string, stdout, stderr io.Writer) (*session, int) {
+func openSession(ctx context.Context, configs []string, state, logLevel string, work bool, stdout, stderr io.Writer) (*session, int) {
 	logger, err := newLogger(stderr, logLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway:", err)
@@ -229,10 +234,24 @@ func openSession(ctx context.Context, configs []string, state, logLevel string, 
 			logger.Warn("gateway cancel will not reach this process", "err", err)
 		}
 	}
-	return &session{gw: gw, log: logger, stdout: stdout, stderr: stderr}, exitOK
+	s := &session{gw: gw, log: logger, stdout: stdout, stderr: stderr, stopWorker: func() {}}
+	if w := gw.Worker(); w != nil && work {
+		// One process is enough: the items it hands out, it runs too.
+		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := w.Run(wctx); err != nil {
+				logger.Error("working split items stopped", "err", err)
+			}
+		}()
+		s.stopWorker = func() { cancel(); <-done }
+	}
+	return s, exitOK
 }
 
 func (s *session) close() {
+	s.stopWorker()
 	if err := s.gw.Close(); err != nil {
 		s.log.Error("closing gateway", "err", err)
 	}
@@ -280,6 +299,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	state := stateFlag(fs)
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn or error")
 	resume := fs.Bool("resume", false, "resume every unfinished run in the store instead of starting one")
+	noWorker := fs.Bool("no-worker", false, "with [gateway.fanout], leave distributed splits' items to gateway worker processes")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitUsage
@@ -289,7 +309,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "gateway run --resume: takes no CHAIN and needs at least one --config")
 			return exitUsage
 		}
-		return resumeAll(ctx, configs, *state, *logLevel, stdout, stderr)
+		return resumeAll(ctx, configs, *state, *logLevel, !*noWorker, stdout, stderr)
 	}
 	if len(pos) != 1 || len(configs) == 0 {
 		fmt.Fprintln(stderr, "gateway run: need exactly one CHAIN and at least one --config")
@@ -302,7 +322,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gateway run:", err)
 		return exitUsage
 	}
-	s, code := openSession(ctx, configs, *state, *logLevel, stdout, stderr)
+	s, code := openSession(ctx, configs, *state, *logLevel, !*noWorker, stdout, stderr)
 	if s == nil {
 		return code
 	}
@@ -338,6 +358,7 @@ func cmdResume(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var(&configs, "config", "config file or directory (repeatable)")
 	state := stateFlag(fs)
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn or error")
+	noWorker := fs.Bool("no-worker", false, "with [gateway.fanout], leave distributed splits' items to gateway worker processes")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitUsage
@@ -347,11 +368,11 @@ func cmdResume(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fs.Usage()
 		return exitUsage
 	}
-	return resumeAll(ctx, configs, *state, *logLevel, stdout, stderr)
+	return resumeAll(ctx, configs, *state, *logLevel, !*noWorker, stdout, stderr)
 }
 
-func resumeAll(ctx context.Context, configs []string, state, logLevel string, stdout, stderr io.Writer) int {
-	s, code := openSession(ctx, configs, state, logLevel, stdout, stderr)
+func resumeAll(ctx context.Context, configs []string, state, logLevel string, work bool, stdout, stderr io.Writer) int {
+	s, code := openSession(ctx, configs, state, logLevel, work, stdout, stderr)
 	if s == nil {
 		return code
 	}

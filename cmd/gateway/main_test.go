@@ -64,9 +64,11 @@ func TestExampleConfigsValidate(t *testing.T) {
 			t.Errorf("%s: warnings %v", f, cfg.Warnings)
 		}
 	}
-	code, out, _ := runCLI(t, "validate", "../../configs")
-	if code != exitOK || !strings.HasPrefix(out, "ok: ") {
-		t.Errorf("validate configs/: exit %d, %q", code, out)
+	for _, dir := range []string{"../../configs", "../../configs/distributed"} {
+		code, out, _ := runCLI(t, "validate", dir)
+		if code != exitOK || !strings.HasPrefix(out, "ok: ") {
+			t.Errorf("validate %s: exit %d, %q", dir, code, out)
+		}
 	}
 }
 

@@ -20,6 +20,8 @@ const serveHelp = `Usage: gateway serve --config PATH... [--listen ADDR] [--stat
 
 Serves the HTTP API (see docs/api.md), resumes every unfinished run in the
 store, and takes over runs other gateways sharing the store left behind.
+With [gateway.fanout] it also runs the items of distributed splits, as
+"gateway worker" does, unless --no-worker is given.
 SIGHUP reloads the config (a config with errors is refused and the running
 one stays); one sent during startup reloads once the gateway serves.
 SIGTERM or Ctrl-C stops intake, lets calls in flight finish for up to
@@ -51,6 +53,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	listen := fs.String("listen", "", "address to serve on (default [gateway].listen, else 127.0.0.1:8080)")
 	state := stateFlag(fs)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	noWorker := fs.Bool("no-worker", false, "with [gateway.fanout], only hand distributed splits' items out; leave running them to gateway worker processes")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitUsage
@@ -97,7 +100,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	hub := gateway.NewHub()
 	metrics := gateway.NewMetrics()
 	gw, err := gateway.Open(ctx, gateway.Options{
-		Config: cfg, State: *state, Logger: logger, Observer: metrics,
+		Config: cfg, State: *state, Logger: logger, Observer: metrics, FanoutMetrics: metrics,
 		OnEvent: func(ev store.Event) { hub.Publish(ev); metrics.Event(ev) },
 	})
 	if err != nil {
@@ -110,6 +113,9 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}()
 	srv := gateway.NewServer(gw, hub, metrics, configs)
+	if !*noWorker {
+		srv.WorkItems()
+	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway serve:", err)
