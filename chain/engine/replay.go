@@ -126,6 +126,12 @@ func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry) (*store.
 				rec.Deadline = replayDeadline(s, now, run)
 				if rec.Split != nil {
 					rec.Split.Failed = 0
+					if rec.Split.Distributed {
+						// What is left goes to the workers under a hand-off
+						// of its own; the finished items' slots stay.
+						rec.Split.Gen++
+						rec.Split.Imported = 0
+					}
 				}
 				b.Steps = append(b.Steps, rec)
 			default:

@@ -638,3 +638,56 @@ payload_template = { record = %q, n = "<<item.n>>", hang = "<<item.hang ?? false
 		t.Errorf("poisoned items: %d", m.get(func(c *counter) int { return c.poisoned }))
 	}
 }
+
+// TestReplayPoisonedItem replays the dead-letter entry of a poisoned item
+// once its split has failed: the split is handed out again under a new
+// hand-off with only that item, which now runs, and the run succeeds
+// without calling the other items again.
+func TestReplayPoisonedItem(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	cfg := servers(t, "batch_size = 1\nmax_redeliveries = 1") + fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+mode = "distributed"
+items = "<<origin.payload.items>>"
+[[chains.steps.split.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { record = %q, n = "<<item.n>>", sleep_ms = "<<item.sleep ?? 0>>" }
+`, rec)
+	owner := newNode(t, cfg)
+	id := owner.start("c", `{"items": [{"n": 0}, {"n": 1, "sleep": 1500}, {"n": 2}]}`)
+	for round := 1; round <= 2; round++ {
+		w := newNodeAt(t, cfg, filepath.Join(dir, fmt.Sprintf("w%d.db", round)), nil)
+		stop := w.work()
+		waitUntil(t, fmt.Sprintf("delivery %d of the slow item", round), func() bool { return calls(t, rec)[id+"/loop[1]/call"] >= round })
+		stop()
+		w.close()
+	}
+	defer newNodeAt(t, cfg, filepath.Join(dir, "w3.db"), nil).work()()
+	if res := owner.wait(id); res.Status != store.RunFailed {
+		t.Fatalf("run %s %+v", res.Status, res.Error)
+	}
+	entries, err := owner.st.ListDLQ(context.Background(), store.DLQFilter{})
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("dead-letter entries %v: %d", err, len(entries))
+	}
+	if _, err := owner.eng.Replay(context.Background(), entries[0].ID, engine.ReplayResume); err != nil {
+		t.Fatal(err)
+	}
+	res := owner.wait(id)
+	if res.Status != store.RunSucceeded || !strings.Contains(string(res.Steps["loop"].Body), `"succeeded":3`) {
+		t.Fatalf("after the replay: %s %+v %s", res.Status, res.Error, res.Steps["loop"].Body)
+	}
+	c := calls(t, rec)
+	if c[id+"/loop[0]/call"] != 1 || c[id+"/loop[2]/call"] != 1 || c[id+"/loop[1]/call"] != 3 {
+		t.Errorf("calls: %v", c)
+	}
+	if owner.eventTypes(id)[store.EventSplitFanoutStarted] != 1 {
+		t.Errorf("events: %v", owner.eventTypes(id))
+	}
+}
