@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -12,12 +13,15 @@ import (
 
 // A distributed split hands its items to workers instead of running them
 // here. The run's record of the split says so before a single item goes
-// out; the items then travel over a broker and their results come back
-// through a barrier (package fanout implements both). The run parks on the
-// split: it holds no item in memory, only takes in the workers' results as
-// they are reported, writes each as the same slot record a local item
-// ends with, and joins exactly as a local split does once every item has
-// one. A restart takes the hand-off up again where the store says it was.
+// out; the items then travel over a broker and their results meet in a
+// barrier (package fanout implements both). The run parks on the split: it
+// holds no item in memory, follows the counts as they are reported, takes
+// in the dead-letter entries and events the items produce, and once every
+// item has a result joins as a local split does, reading the results in
+// item order from the barrier. A split that does not succeed first takes
+// the results that are in into its store, as the slot records a local
+// split keeps, so that a replay runs only the rest. A restart takes the
+// hand-off up again where the store says it was.
 
 // Fanout hands the items of distributed splits to workers.
 type Fanout interface {
@@ -46,9 +50,10 @@ type FanoutJob struct {
 	// MaxInFlight bounds the items out at once, when the split sets
 	// max_concurrency; 0 leaves it to the fan-out's own bound.
 	MaxInFlight int
-	// Done reports the items whose results the run holds from an earlier
-	// hand-off; they are not handed out again. Nil when there are none.
-	Done func(i int) bool
+	// Seed reads the slot records the run holds from an earlier hand-off
+	// (a replay's): those items are not handed out again. Nil when there
+	// are none.
+	Seed func(fn func(*store.StepRecord) error) error
 }
 
 // FanoutState is where a hand-off stands.
@@ -68,24 +73,35 @@ const (
 
 // FanoutNews is what the workers did since the last report.
 type FanoutNews struct {
-	// Records are item slot records, in the order the items finished.
-	Records []*store.StepRecord
+	// Succeeded, Failed and Skipped count the items with a result.
+	Succeeded, Failed, Skipped int
 	// DLQ and Events are what the items parked and logged on the workers.
 	DLQ    []*store.DLQEntry
 	Events []store.Event
-	// Imported is how many results the run holds once these are in.
+	// Imported is how far into the log of DLQ entries and events the run
+	// is once these are in.
 	Imported int
 	// Published is how many items are out.
 	Published int
 	State     FanoutState
 	// Message says why the state is failed or gone.
 	Message string
+	// Records are slot records of finished items, sent after Salvage;
+	// Salvaged marks the last of them.
+	Records  []*store.StepRecord
+	Salvaged bool
 }
 
 // FanoutHandle is a run's side of one hand-off.
 type FanoutHandle interface {
 	// Imported says the news up to n is durable in the run's store.
 	Imported(n int)
+	// Results calls fn with every item's slot record, in item order, once
+	// every item has one.
+	Results(ctx context.Context, fn func(*store.StepRecord) error) error
+	// Salvage sends the slot records of the items with a result as news,
+	// the last with Salvaged set, for a split that will not succeed.
+	Salvage()
 	// End says the split is over for the run, with the status its record
 	// has now durably: workers drop what is left of it, and the
 	// hand-off's state is removed.
@@ -110,6 +126,12 @@ type fanSplit struct {
 	imports []importAck
 	// fresh is set when this runner made the decision to hand out.
 	fresh bool
+	// A split that will not succeed salvages its results first: why it
+	// ends, and until when it waits for them.
+	ending      store.StepStatus
+	endMessage  string
+	salvageBy   time.Time
+	salvaged    bool
 }
 
 type importAck struct {
@@ -160,20 +182,44 @@ func (r *runner) progressFanout(now time.Time, sp *split) ([]launch, bool) {
 		}
 		r.attach(sp)
 	}
-	switch {
-	case f.state == FanoutGone:
+	if f.state == FanoutGone {
 		r.finishSplit(sp, store.StepFailed, f.message)
 		return nil, true
-	case r.tooManyFailures(sp):
-		return nil, true
-	case f.state == FanoutFailed:
-		r.finishSplit(sp, store.StepFailed, f.message)
+	}
+	if f.ending == "" {
+		tolerated := sp.step.Split.Tolerated(sp.total)
+		switch {
+		case !sp.deadline.IsZero() && !now.Before(sp.deadline):
+			f.ending, f.endMessage = store.StepTimedOut, fmt.Sprintf("split timed out after %s", sp.deadline.Sub(sp.rec.StartedAt).Round(time.Second))
+		case sp.rec.Split.Failed > tolerated:
+			f.ending, f.endMessage = store.StepFailed, fmt.Sprintf("%d items failed, more than the %d tolerated", sp.rec.Split.Failed, tolerated)
+		case f.state == FanoutFailed:
+			f.ending, f.endMessage = store.StepFailed, f.message
+		}
+		if f.ending != "" {
+			f.salvageBy = now.Add(salvageWait)
+			r.addTimer(f.salvageBy, sp.key)
+			f.h.Salvage()
+		}
+	}
+	if f.ending != "" {
+		if !f.salvaged && now.Before(f.salvageBy) {
+			return nil, false
+		}
+		if !f.salvaged {
+			r.log.Warn("the results of a split that did not succeed could not all be kept; a replay runs its items again", "split", sp.key)
+		}
+		r.finishSplit(sp, f.ending, f.endMessage)
 		return nil, true
 	}
 	r.reportEnqueued(sp, now)
 	r.reportProgress(sp, now)
 	return r.joinWhenDone(sp, nil)
 }
+
+// salvageWait bounds how long a split that will not succeed waits for its
+// results to be taken into the store.
+const salvageWait = 30 * time.Second
 
 // attach hands the split's items out, or takes the hand-off up again.
 func (r *runner) attach(sp *split) {
@@ -188,9 +234,17 @@ func (r *runner) attach(sp *split) {
 	if n := sp.step.Split.MaxConcurrency; n > 0 {
 		job.MaxInFlight = n
 	}
-	if done := r.doneItems[sp.key]; done != nil {
-		job.Done = done.has
+	if r.doneItems[sp.key] != nil {
 		delete(r.doneItems, sp.key)
+		st, id, prefix := r.e.store, r.run.ID, sp.key+"["
+		job.Seed = func(fn func(*store.StepRecord) error) error {
+			return st.ForEachStep(context.Background(), id, store.StepScan{Prefix: prefix}, func(rec *store.StepRecord) error {
+				if _, _, ok := itemSlot(rec.Key); !ok {
+					return nil
+				}
+				return fn(rec)
+			})
+		}
 	}
 	if sp.fan.fresh {
 		r.event(store.EventSplitFanoutStarted, sp.key, 0, fmt.Sprintf("handing %d items to workers", sp.total))
@@ -212,19 +266,13 @@ func (r *runner) fanNews(key string, n *FanoutNews) {
 		return // the split ended meanwhile
 	}
 	f, st := sp.fan, sp.rec.Split
+	st.Succeeded, st.Failed, st.Skipped = n.Succeeded, n.Failed, n.Skipped
 	for _, rec := range n.Records {
-		switch rec.Status {
-		case store.StepSucceeded:
-			st.Succeeded++
-		case store.StepFailed:
-			st.Failed++
-		default:
-			st.Skipped++
-		}
 		r.put(rec)
 		// Like a local item's, the slot is written and not kept.
 		delete(r.recs, rec.Key)
 	}
+	f.salvaged = f.salvaged || n.Salvaged
 	r.dlq = append(r.dlq, n.DLQ...)
 	for _, ev := range n.Events {
 		r.run.Seq++

@@ -454,7 +454,15 @@ func (r *runner) joinSplit(sp *split) {
 	start := buf.Len() - 1
 	n := 0
 	prefix := sp.key + "["
-	err := r.forEachStep(context.Background(), prefix, func(rec *store.StepRecord) error {
+	// A distributed split's results are in its barrier, in item order; a
+	// local one's are its slot records.
+	read := func(fn func(*store.StepRecord) error) error {
+		return r.forEachStep(context.Background(), prefix, fn)
+	}
+	if sp.fan != nil {
+		read = func(fn func(*store.StepRecord) error) error { return sp.fan.h.Results(context.Background(), fn) }
+	}
+	err := read(func(rec *store.StepRecord) error {
 		if strings.Contains(rec.Key[len(prefix):], "/") {
 			return nil // a step inside an item, not an item's slot
 		}

@@ -23,20 +23,25 @@ import (
 //	                           state, message, published, trimmed, notified
 //	P{RUN}:SPLIT#GEN:ctx       what a worker needs to run an item (engine.WorkSplit, JSON)
 //	P{RUN}:SPLIT#GEN:done      bitmap: bit i is set once item i has a result
-//	P{RUN}:SPLIT#GEN:log       list: results, DLQ entries and events, in the order they came
+//	P{RUN}:SPLIT#GEN:res       hash: item i's result, by i
+//	P{RUN}:SPLIT#GEN:log       list: the DLQ entries and events items produced, in order
 //	P{RUN}:SPLIT#GEN:item:I    hash: item I's step records, until it has a result
 //
 // An item's result counts once, however often it is committed: the first
 // commit sets its bit, later ones find it set and change nothing. So the
 // done count is the number of distinct items, and the barrier opens (state
-// complete) exactly once. The owning gateway reads the log from where its
-// store says it stopped and trims what it has made durable.
+// complete) exactly once. The owning gateway follows the counts, takes the
+// log into its store from where its store says it stopped and trims what
+// it has made durable, and reads the results in item order once all are in.
 
 // Hand-off states beyond engine.FanoutState: set when the run ended the
 // split before every item was done, so workers drop what is left.
 const (
 	stateCancelled = "cancelled"
 	stateTimedOut  = "timed_out"
+	// stateSeeding: a replay's earlier results are going in; nothing is
+	// out yet.
+	stateSeeding = "seeding"
 )
 
 // ref names one hand-off.
@@ -50,56 +55,91 @@ func (r ref) String() string { return fmt.Sprintf("%s/%s#%d", r.Run, r.Split, r.
 
 // keys are a hand-off's Redis keys.
 type keys struct {
-	base, meta, ctx, done, log string
+	base, meta, ctx, done, res, log string
 }
 
 func (r ref) keys(prefix string) keys {
 	b := prefix + "{" + r.Run + "}:" + r.Split + "#" + strconv.Itoa(r.Gen)
-	return keys{base: b, meta: b + ":meta", ctx: b + ":ctx", done: b + ":done", log: b + ":log"}
+	return keys{base: b, meta: b + ":meta", ctx: b + ":ctx", done: b + ":done", res: b + ":res", log: b + ":log"}
 }
 
 func (k keys) item(i int) string { return k.base + ":item:" + strconv.Itoa(i) }
 
-// logEntry is one entry of a hand-off's log: an item's result, a DLQ entry
-// or an event.
+// logEntry is one entry of a hand-off's log: a DLQ entry or an event.
 type logEntry struct {
-	Index  int               `json:"i,omitempty"`
-	Result *store.StepRecord `json:"r,omitempty"`
-	DLQ    *store.DLQEntry   `json:"d,omitempty"`
-	Event  *store.Event      `json:"e,omitempty"`
+	DLQ   *store.DLQEntry `json:"d,omitempty"`
+	Event *store.Event    `json:"e,omitempty"`
+}
+
+// result is an item's result as the barrier keeps it: what its slot
+// record holds, in few bytes, since a split may have a million.
+type result struct {
+	Status store.StepStatus `json:"s"`
+	Body   json.RawMessage  `json:"b,omitempty"`
+	Error  *store.ErrorInfo `json:"e,omitempty"`
+}
+
+// record is the slot record of item i of the split a work context names.
+func (res *result) record(ws *engine.WorkSplit, i int) *store.StepRecord {
+	return &store.StepRecord{Key: engine.ItemKey(ws.Key, i, ws.Total), Name: ws.Step, Status: res.Status, Body: res.Body, Error: res.Error}
 }
 
 // initScript creates a hand-off unless it exists, and returns its state
-// and how far publishing got.
+// and how far publishing got. One that takes over results from an earlier
+// hand-off starts "seeding", and opens once they are in (seededScript).
 //
-// KEYS: meta, ctx, done. ARGV: total, tolerated, ctx JSON, done bitmap,
-// done count, ttl ms.
+// KEYS: meta, ctx. ARGV: total, tolerated, ctx JSON, ttl ms, seeding flag.
 var initScript = goredis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then
   local state = 'open'
-  if tonumber(ARGV[5]) >= tonumber(ARGV[1]) then state = 'complete' end
-  redis.call('HSET', KEYS[1], 'total', ARGV[1], 'tolerated', ARGV[2], 'done', ARGV[5],
+  if ARGV[5] == '1' then state = 'seeding' elseif tonumber(ARGV[1]) == 0 then state = 'complete' end
+  redis.call('HSET', KEYS[1], 'total', ARGV[1], 'tolerated', ARGV[2], 'done', 0,
     'succeeded', 0, 'failed', 0, 'skipped', 0, 'state', state, 'message', '',
     'published', 0, 'trimmed', 0, 'notified', 0)
   redis.call('SET', KEYS[2], ARGV[3])
-  if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[4]) end
-  redis.call('PEXPIRE', KEYS[1], ARGV[6])
-  redis.call('PEXPIRE', KEYS[2], ARGV[6])
-  if ARGV[4] ~= '' then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
 return redis.call('HMGET', KEYS[1], 'state', 'published')
+`)
+
+// seedScript takes in results from an earlier hand-off.
+//
+// KEYS: meta, done, res. ARGV: (index, result JSON) * n.
+var seedScript = goredis.NewScript(`
+local ttl = redis.call('PTTL', KEYS[1])
+for a = 1, #ARGV, 2 do
+  redis.call('SETBIT', KEYS[2], ARGV[a], 1)
+  redis.call('HSET', KEYS[3], ARGV[a], ARGV[a+1])
+end
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+return 1
+`)
+
+// seededScript opens a hand-off once its seed is in, with its counts.
+//
+// KEYS: meta. ARGV: done, succeeded, skipped.
+var seededScript = goredis.NewScript(`
+if redis.call('HGET', KEYS[1], 'state') ~= 'seeding' then return 0 end
+local state = 'open'
+if tonumber(ARGV[1]) >= tonumber(redis.call('HGET', KEYS[1], 'total')) then state = 'complete' end
+redis.call('HSET', KEYS[1], 'done', ARGV[1], 'succeeded', ARGV[2], 'skipped', ARGV[3], 'state', state)
+return 1
 `)
 
 // commitScript commits what a worker did: item step records, items'
 // results, DLQ entries and events. It returns the hand-off's state; a
 // hand-off that is gone or over takes nothing.
 //
-// KEYS: meta, done, log, then the item keys the records name.
+// KEYS: meta, done, res, log, then the item keys the records name.
 // ARGV: channel, ref, then
 //
 //	n records: (KEYS index of the item key, item index, field, JSON) * n
-//	n results: (item index, entry JSON, status field, KEYS index of the item key) * n
-//	n other log entries: JSON * n
+//	n results: (item index, result JSON, status field, KEYS index of the item key) * n
+//	n log entries: JSON * n
 var commitScript = goredis.NewScript(`
 local meta = KEYS[1]
 local state = redis.call('HGET', meta, 'state')
@@ -121,7 +161,7 @@ n = tonumber(ARGV[a]); a = a + 1
 for _ = 1, n do
   local idx = tonumber(ARGV[a])
   if redis.call('SETBIT', KEYS[2], idx, 1) == 0 then
-    redis.call('RPUSH', KEYS[3], ARGV[a+1])
+    redis.call('HSET', KEYS[3], idx, ARGV[a+1])
     redis.call('HINCRBY', meta, ARGV[a+2], 1)
     redis.call('HINCRBY', meta, 'done', 1)
     redis.call('DEL', KEYS[tonumber(ARGV[a+3])])
@@ -131,12 +171,11 @@ for _ = 1, n do
 end
 n = tonumber(ARGV[a]); a = a + 1
 for _ = 1, n do
-  redis.call('RPUSH', KEYS[3], ARGV[a]); a = a + 1
+  redis.call('RPUSH', KEYS[4], ARGV[a]); a = a + 1
   news = true
 end
 if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('PEXPIRE', KEYS[3], ttl)
+  for k = 2, 4 do redis.call('PEXPIRE', KEYS[k], ttl) end
 end
 local m = redis.call('HMGET', meta, 'done', 'total', 'failed', 'tolerated', 'notified')
 if tonumber(m[3]) > tonumber(m[4]) then
@@ -183,11 +222,11 @@ return out
 var newsScript = goredis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'gone'} end
 redis.call('HSET', KEYS[1], 'notified', 0)
-local m = redis.call('HMGET', KEYS[1], 'state', 'message', 'published', 'done', 'trimmed')
+local m = redis.call('HMGET', KEYS[1], 'state', 'message', 'published', 'done', 'trimmed', 'succeeded', 'failed', 'skipped')
 local from = tonumber(ARGV[1]) - tonumber(m[5])
 if from < 0 then from = 0 end
 local entries = redis.call('LRANGE', KEYS[2], from, from + tonumber(ARGV[2]) - 1)
-return {m[1], m[2], m[3], m[4], entries}
+return {m[1], m[2], m[3], m[4], m[6], m[7], m[8], entries}
 `)
 
 // trimScript drops the log entries before pos, which the owning gateway
@@ -253,20 +292,73 @@ func parseNotice(s string) (string, string) {
 }
 
 // init creates the hand-off unless it exists; it returns its state and
-// publish cursor.
-func (b *barrier) init(ctx context.Context, ws *engine.WorkSplit, tolerated int, done []byte, doneCount int, ttl time.Duration) (string, int, error) {
+// publish cursor. seeding says results of an earlier hand-off come first.
+func (b *barrier) init(ctx context.Context, ws *engine.WorkSplit, tolerated int, seeding bool, ttl time.Duration) (string, int, error) {
 	wsJSON, err := json.Marshal(ws)
 	if err != nil {
 		return "", 0, fmt.Errorf("encoding split context: %w", err)
 	}
-	res, err := initScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.ctx, b.k.done},
-		ws.Total, tolerated, wsJSON, done, doneCount, ttl.Milliseconds()).Slice()
+	flag := "0"
+	if seeding {
+		flag = "1"
+	}
+	res, err := initScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.ctx}, ws.Total, tolerated, wsJSON, ttl.Milliseconds(), flag).Slice()
 	if err != nil {
 		return "", 0, fmt.Errorf("creating split %s in Redis: %w", b.ref, err)
 	}
 	state, _ := res[0].(string)
 	published, _ := strconv.Atoi(fmt.Sprint(res[1]))
 	return state, published, nil
+}
+
+// seedChunk is how many results go to Redis in one script.
+const seedChunk = 1000
+
+// seed takes in the results an earlier hand-off left in the run's store,
+// then opens the hand-off. Seeding again after a restart writes the same.
+func (b *barrier) seed(ctx context.Context, scan func(fn func(*store.StepRecord) error) error) error {
+	var args []any
+	done, succeeded, skipped := 0, 0, 0
+	flush := func() error {
+		if len(args) == 0 {
+			return nil
+		}
+		err := seedScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.done, b.k.res}, args...).Err()
+		args = args[:0]
+		return err
+	}
+	err := scan(func(rec *store.StepRecord) error {
+		_, i, ok := slotOf(rec.Key, b.ref.Split)
+		if !ok {
+			return nil
+		}
+		data, err := json.Marshal(result{Status: rec.Status, Body: rec.Body, Error: rec.Error})
+		if err != nil {
+			return err
+		}
+		done++
+		switch rec.Status {
+		case store.StepSucceeded:
+			succeeded++
+		case store.StepSkipped:
+			skipped++
+		}
+		args = append(args, i, data)
+		if len(args) >= 2*seedChunk {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err == nil {
+		err = seededScript.Run(ctx, b.rdb, []string{b.k.meta}, done, succeeded, skipped).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("taking earlier results into split %s in Redis: %w", b.ref, err)
+	}
+	return nil
 }
 
 // work reads the context workers run the items with.
@@ -356,7 +448,7 @@ func asInt(v any) int64 {
 
 // commit writes a worker's batch; it returns the hand-off's state.
 func (b *barrier) commit(ctx context.Context, batch *store.Batch) (string, error) {
-	ks := []string{b.k.meta, b.k.done, b.k.log}
+	ks := []string{b.k.meta, b.k.done, b.k.res, b.k.log}
 	keyIndex := map[int]int{} // item index → position of its key in ks (1-based)
 	itemKey := func(i int) int {
 		if p, ok := keyIndex[i]; ok {
@@ -378,7 +470,7 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch) (string, error
 			return "", fmt.Errorf("encoding step record %s: %w", rec.Key, err)
 		}
 		if split {
-			entry, err := json.Marshal(logEntry{Index: i, Result: rec})
+			entry, err := json.Marshal(result{Status: rec.Status, Body: rec.Body, Error: rec.Error})
 			if err != nil {
 				return "", fmt.Errorf("encoding the result of item %d: %w", i, err)
 			}
@@ -455,18 +547,19 @@ func statusField(s store.StepStatus) string {
 
 // newsBatch is what newsScript read.
 type newsBatch struct {
-	state     string
-	message   string
-	published int
-	done      int
-	entries   []logEntry
-	gone      bool
+	state                      string
+	message                    string
+	published                  int
+	done                       int
+	succeeded, failed, skipped int
+	entries                    []logEntry
+	gone                       bool
 }
 
 func (b *barrier) news(ctx context.Context, pos, max int) (*newsBatch, error) {
 	res, err := newsScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.log}, pos, max).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("reading results of split %s from Redis: %w", b.ref, err)
+		return nil, fmt.Errorf("reading news of split %s from Redis: %w", b.ref, err)
 	}
 	if len(res) == 1 {
 		return &newsBatch{gone: true}, nil
@@ -476,17 +569,72 @@ func (b *barrier) news(ctx context.Context, pos, max int) (*newsBatch, error) {
 	n.message, _ = res[1].(string)
 	n.published = int(asInt(res[2]))
 	n.done = int(asInt(res[3]))
-	raw, _ := res[4].([]any)
+	n.succeeded, n.failed, n.skipped = int(asInt(res[4])), int(asInt(res[5])), int(asInt(res[6]))
+	raw, _ := res[7].([]any)
 	n.entries = make([]logEntry, 0, len(raw))
 	for _, e := range raw {
 		s, _ := e.(string)
 		var le logEntry
 		if err := json.Unmarshal([]byte(s), &le); err != nil {
-			return nil, fmt.Errorf("decoding a result of split %s: %w", b.ref, err)
+			return nil, fmt.Errorf("decoding the log of split %s: %w", b.ref, err)
 		}
 		n.entries = append(n.entries, le)
 	}
 	return n, nil
+}
+
+// results reads the results of items from to to-1, in order; a missing one
+// is nil.
+func (b *barrier) results(ctx context.Context, from, to int) ([]*result, error) {
+	fields := make([]string, 0, to-from)
+	for i := from; i < to; i++ {
+		fields = append(fields, strconv.Itoa(i))
+	}
+	vals, err := b.rdb.HMGet(ctx, b.k.res, fields...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reading results of split %s from Redis: %w", b.ref, err)
+	}
+	out := make([]*result, len(vals))
+	for j, v := range vals {
+		s, ok := v.(string)
+		if !ok {
+			continue
+		}
+		var r result
+		if err := json.Unmarshal([]byte(s), &r); err != nil {
+			return nil, fmt.Errorf("decoding the result of item %d of split %s: %w", from+j, b.ref, err)
+		}
+		out[j] = &r
+	}
+	return out, nil
+}
+
+// scanResults calls fn with every result in, in no order, a page at a time.
+func (b *barrier) scanResults(ctx context.Context, fn func(i int, r *result) error) error {
+	var cursor uint64
+	for {
+		kvs, next, err := b.rdb.HScan(ctx, b.k.res, cursor, "", 1000).Result()
+		if err != nil {
+			return fmt.Errorf("reading results of split %s from Redis: %w", b.ref, err)
+		}
+		for j := 0; j+1 < len(kvs); j += 2 {
+			i, err := strconv.Atoi(kvs[j])
+			if err != nil {
+				continue
+			}
+			var r result
+			if err := json.Unmarshal([]byte(kvs[j+1]), &r); err != nil {
+				return fmt.Errorf("decoding the result of item %d of split %s: %w", i, b.ref, err)
+			}
+			if err := fn(i, &r); err != nil {
+				return err
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
 }
 
 func (b *barrier) trim(ctx context.Context, pos int) error {
@@ -513,7 +661,7 @@ func (b *barrier) end(ctx context.Context, state string) error {
 
 // remove deletes every key of the hand-off.
 func (b *barrier) remove(ctx context.Context) error {
-	ks := []string{b.k.meta, b.k.ctx, b.k.done, b.k.log}
+	ks := []string{b.k.meta, b.k.ctx, b.k.done, b.k.res, b.k.log}
 	iter := b.rdb.Scan(ctx, 0, escapeGlob(b.k.base)+":item:*", 1000).Iterator()
 	for iter.Next(ctx) {
 		ks = append(ks, iter.Val())

@@ -34,7 +34,7 @@ func (f *Fanout) Attach(job *engine.FanoutJob, news func(*engine.FanoutNews)) en
 	o := &owned{
 		f: f, b: newBarrier(f.rdb, f.cfg.Prefix, r), job: job, news: news,
 		log:  f.log.With("run", r.Run, "split", r.Split, "gen", r.Gen),
-		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), acked: make(chan struct{}, 1),
+		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), acked: make(chan struct{}, 1), salvageReq: make(chan struct{}, 1),
 		ctx: ctx, cancel: cancel,
 	}
 	o.imported.Store(int64(job.Imported))
@@ -53,6 +53,9 @@ type owned struct {
 	log  *slog.Logger
 
 	wake  chan struct{} // a notice came
+	// salvageReq asks for the results that are in, for a split that will
+	// not succeed.
+	salvageReq chan struct{}
 	room  chan struct{} // results came, so more may go out
 	acked chan struct{} // the run made news durable
 	// imported is how far the run holds the log durably.
@@ -179,24 +182,17 @@ func (o *owned) run() {
 	defer o.wg.Done()
 	var state string
 	var published int
-	ok := o.retry("creating a distributed split in Redis", func() error {
-		var done []byte
-		count := 0
-		if o.job.Done != nil {
-			done = make([]byte, (o.job.Work.Total+7)/8)
-			for i := range o.job.Work.Total {
-				if o.job.Done(i) {
-					setBit(done, i)
-					count++
-				}
-			}
-		}
-		var err error
-		state, published, err = o.b.init(o.ctx, o.job.Work, o.job.Tolerated, done, count, o.ttl())
+	if !o.retry("creating a distributed split in Redis", func() (err error) {
+		state, published, err = o.b.init(o.ctx, o.job.Work, o.job.Tolerated, o.job.Seed != nil, o.ttl())
 		return err
-	})
-	if !ok {
+	}) {
 		return
+	}
+	if state == stateSeeding {
+		if !o.retry("taking a replayed split's earlier results into Redis", func() error { return o.b.seed(o.ctx, o.job.Seed) }) {
+			return
+		}
+		state = string(engine.FanoutOpen)
 	}
 	o.cursor.Store(int64(published))
 	if state == string(engine.FanoutOpen) {
@@ -206,15 +202,27 @@ func (o *owned) run() {
 	o.follow()
 }
 
-// follow takes the barrier's news to the run, a chunk at a time, each once
-// the run has made the one before durable.
+// countsEvery bounds how often news that only moves the counts goes to
+// the run, each report being a write of the split's record.
+const countsEvery = 250 * time.Millisecond
+
+// follow takes the barrier's news to the run, a chunk of the log at a
+// time, each once the run has made the one before durable.
 func (o *owned) follow() {
 	pos := int(o.imported.Load())
-	lastState, lastPublished := "", -1
+	var last engine.FanoutNews
 	var lastSent time.Time
+	first := true
 	for {
+		select {
+		case <-o.salvageReq:
+			if !o.salvage(last) {
+				return
+			}
+		default:
+		}
 		var n *newsBatch
-		if !o.retry("reading a distributed split's results from Redis", func() (err error) {
+		if !o.retry("reading a distributed split's news from Redis", func() (err error) {
 			n, err = o.b.news(o.ctx, pos, importChunk)
 			return err
 		}) {
@@ -222,7 +230,7 @@ func (o *owned) follow() {
 		}
 		if n.gone {
 			o.send(&engine.FanoutNews{Imported: pos, State: engine.FanoutGone,
-				Message: fmt.Sprintf("split %s's results are gone from Redis (flushed, or expired); the items still out cannot come back", o.b.ref)})
+				Message: fmt.Sprintf("split %s's state is gone from Redis (flushed, or expired); the items still out cannot come back", o.b.ref)})
 			<-o.ctx.Done()
 			return
 		}
@@ -232,27 +240,32 @@ func (o *owned) follow() {
 		default:
 		}
 		o.gauge()
-		published := max(n.published, int(o.cursor.Load()))
+		news := o.decode(n, pos)
 		now := time.Now()
-		throttled := published != lastPublished && now.Sub(lastSent) < 500*time.Millisecond && published < o.job.Work.Total
-		if len(n.entries) == 0 && n.state == lastState && (published == lastPublished || throttled) {
+		moved := news.Succeeded != last.Succeeded || news.Failed != last.Failed || news.Skipped != last.Skipped || news.Published != last.Published
+		urgent := first || len(n.entries) > 0 || news.State != last.State || n.done == o.job.Work.Total
+		if !urgent && (!moved || now.Sub(lastSent) < countsEvery) {
 			wait := lookAgain
-			if throttled {
-				wait = 500*time.Millisecond - now.Sub(lastSent)
+			if moved {
+				wait = countsEvery - now.Sub(lastSent)
 			}
 			select {
 			case <-o.wake:
+			case <-o.salvageReq:
+				if !o.salvage(last) {
+					return
+				}
 			case <-time.After(wait):
 			case <-o.ctx.Done():
 				return
 			}
 			continue
 		}
-		news := o.decode(n, pos, published)
+		o.counted(&last, news)
 		if !o.send(news) {
 			return
 		}
-		lastState, lastPublished, lastSent = n.state, published, now
+		first, last, lastSent = false, *news, now
 		if len(n.entries) == 0 {
 			continue
 		}
@@ -266,7 +279,19 @@ func (o *owned) follow() {
 		}
 		pos = news.Imported
 		if err := o.b.trim(o.ctx, pos); err != nil && o.ctx.Err() == nil {
-			o.log.Debug("trimming a distributed split's results; later", "err", err)
+			o.log.Debug("trimming a distributed split's log; later", "err", err)
+		}
+	}
+}
+
+// counted tells the metrics what results came in since the last news.
+func (o *owned) counted(last, now *engine.FanoutNews) {
+	for _, c := range []struct {
+		result   string
+		was, now int
+	}{{"succeeded", last.Succeeded, now.Succeeded}, {"failed", last.Failed, now.Failed}, {"skipped", last.Skipped, now.Skipped}} {
+		if c.now > c.was {
+			o.f.metrics.ItemsDone(c.result, c.now-c.was)
 		}
 	}
 }
@@ -281,30 +306,94 @@ func (o *owned) send(n *engine.FanoutNews) bool {
 	return true
 }
 
-// decode turns log entries into news for the run.
-func (o *owned) decode(n *newsBatch, pos, published int) *engine.FanoutNews {
-	news := &engine.FanoutNews{Imported: pos + len(n.entries), Published: published, State: engine.FanoutState(n.state), Message: n.message}
+// decode turns what the barrier holds into news for the run.
+func (o *owned) decode(n *newsBatch, pos int) *engine.FanoutNews {
+	news := &engine.FanoutNews{
+		Imported: pos + len(n.entries), Published: max(n.published, int(o.cursor.Load())),
+		Succeeded: n.succeeded, Failed: n.failed, Skipped: n.skipped,
+		State: engine.FanoutState(n.state), Message: n.message,
+	}
 	switch n.state {
-	case stateCancelled, stateTimedOut:
-		// The run ended the split itself; only it sets these.
+	case stateCancelled, stateTimedOut, stateSeeding:
+		// The run ended the split itself; only it sets these. Or the seed
+		// is still going in.
 		news.State = engine.FanoutOpen
 	}
-	counts := map[string]int{}
 	for _, e := range n.entries {
 		switch {
-		case e.Result != nil:
-			news.Records = append(news.Records, e.Result)
-			counts[statusField(e.Result.Status)]++
 		case e.DLQ != nil:
 			news.DLQ = append(news.DLQ, e.DLQ)
 		case e.Event != nil:
 			news.Events = append(news.Events, *e.Event)
 		}
 	}
-	for status, c := range counts {
-		o.f.metrics.ItemsDone(status, c)
-	}
 	return news
+}
+
+// Salvage implements engine.FanoutHandle.
+func (o *owned) Salvage() {
+	select {
+	case o.salvageReq <- struct{}{}:
+	default:
+	}
+}
+
+// salvage sends the run the slot record of every item with a result, a
+// chunk at a time, the last marked.
+func (o *owned) salvage(counts engine.FanoutNews) bool {
+	var recs []*store.StepRecord
+	flush := func(last bool) bool {
+		n := counts
+		n.DLQ, n.Events, n.Records, n.Salvaged = nil, nil, recs, last
+		ok := o.send(&n)
+		recs = nil
+		return ok
+	}
+	if !o.retry("reading a distributed split's results from Redis", func() error {
+		recs = nil
+		return o.b.scanResults(o.ctx, func(i int, r *result) error {
+			recs = append(recs, r.record(o.job.Work, i))
+			if len(recs) == importChunk && !flush(false) {
+				return o.ctx.Err()
+			}
+			return nil
+		})
+	}) {
+		return false
+	}
+	return flush(true)
+}
+
+// Results implements engine.FanoutHandle. It is called from the run's own
+// goroutine once every item has a result; a Redis that does not answer is
+// waited for a while.
+func (o *owned) Results(ctx context.Context, fn func(*store.StepRecord) error) error {
+	const chunk = 1000
+	total := o.job.Work.Total
+	for from := 0; from < total; from += chunk {
+		to := min(from+chunk, total)
+		var rs []*result
+		var err error
+		for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+			if rs, err = o.b.results(ctx, from, to); err == nil || wait >= 5*time.Second {
+				break
+			}
+			o.log.Warn("reading a distributed split's results; retrying", "err", err)
+			time.Sleep(wait)
+		}
+		if err != nil {
+			return err
+		}
+		for j, r := range rs {
+			if r == nil {
+				return fmt.Errorf("split %s has no result for item %d in Redis", o.b.ref, from+j)
+			}
+			if err := fn(r.record(o.job.Work, from+j)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // gauge keeps the in-flight gauge at what this hand-off has out.

@@ -3,6 +3,11 @@
 // end.
 //
 //	gateway-load --server http://127.0.0.1:8080 --chain three-echo --concurrency 64 --duration 20s
+//
+// gateway-load split runs one large split distributed over workers, and
+// locally, and reports items/s, peak RSS and CPU per process (split.go).
+//
+//	gateway-load split --gateway /tmp/gateway --items 100000 --workers 2
 package main
 
 import (
@@ -46,6 +51,9 @@ const (
 )
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "split" {
+		return runSplit(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("gateway-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	server := fs.String("server", "http://127.0.0.1:8080", "gateway API")

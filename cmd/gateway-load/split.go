@@ -1,0 +1,452 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+const splitUsage = `Usage: gateway-load split --gateway PATH [flags]
+
+Runs one split of --items items through the echo provider, distributed from
+one "gateway serve --no-worker" to --workers "gateway worker" processes over
+RabbitMQ and Redis, then the same split in local mode in the same gateway,
+and prints items/s end to end (POST to the run's end), the peak RSS of each
+process, and the CPU time each process and the servers used.
+
+`
+
+// splitConfig is the config the gateway and its workers run; DIR is the
+// load's directory.
+const splitConfig = `
+[gateway]
+state = "bolt://DIR/gateway.db"
+shutdown_grace_seconds = 5
+[gateway.limits]
+max_request_bytes = 268435456
+max_split_items = 10000000
+max_body_bytes = 268435456
+
+[gateway.fanout]
+rabbitmq_url = %q
+redis_url = %q
+prefix = %q
+batch_size = %d
+max_in_flight = %d
+prefetch = %d
+worker_concurrency = %d
+
+[[providers]]
+name = "echo"
+type = "echo"
+
+[[chains]]
+name = "distributed"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+mode = "distributed"
+items = "<<origin.payload.items>>"
+[[chains.steps.split.steps]]
+name = "echo"
+provider = "echo"
+payload_template = { i = "<<item>>" }
+
+[[chains]]
+name = "local"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+mode = "local"
+max_concurrency = 256
+items = "<<origin.payload.items>>"
+[[chains.steps.split.steps]]
+name = "echo"
+provider = "echo"
+payload_template = { i = "<<item>>" }
+`
+
+func runSplit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gateway-load split", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, splitUsage)
+		fs.PrintDefaults()
+	}
+	gatewayBin := fs.String("gateway", "", "the gateway binary (go build -o /tmp/gateway ./cmd/gateway)")
+	items := fs.Int("items", 100_000, "items in the split")
+	workers := fs.Int("workers", 2, "gateway worker processes")
+	rabbit := fs.String("rabbitmq", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
+	redisURL := fs.String("redis", "redis://127.0.0.1:6379/0", "Redis URL")
+	batch := fs.Int("batch-size", 100, "items per message")
+	inFlight := fs.Int("max-in-flight", 20_000, "items out and not yet done")
+	prefetch := fs.Int("prefetch", 8, "messages a worker holds")
+	concurrency := fs.Int("worker-concurrency", 256, "items a worker runs at once")
+	local := fs.Bool("local", true, "run the same split in local mode too, for the ratio")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	var problems []string
+	if *gatewayBin == "" {
+		problems = append(problems, "--gateway is required")
+	} else if _, err := os.Stat(*gatewayBin); err != nil {
+		problems = append(problems, fmt.Sprintf("--gateway: %v", err))
+	}
+	if *items < 1 || *workers < 1 || *batch < 1 || *inFlight < *batch || *prefetch < 1 || *concurrency < 1 {
+		problems = append(problems, "--items, --workers, --batch-size, --prefetch and --worker-concurrency must be at least 1, --max-in-flight at least --batch-size")
+	}
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintln(stderr, "gateway-load split:", p)
+		}
+		return exitUsage
+	}
+	dir, err := os.MkdirTemp("", "gateway-load-split-")
+	if err != nil {
+		fmt.Fprintln(stderr, "gateway-load split:", err)
+		return exitFailed
+	}
+	defer os.RemoveAll(dir)
+	var r [6]byte
+	_, _ = rand.Read(r[:])
+	prefix := "chaingate.load." + hex.EncodeToString(r[:]) + "."
+	defer deleteQueues(*rabbit, prefix)
+	cfg := filepath.Join(dir, "load.toml")
+	text := strings.ReplaceAll(fmt.Sprintf(splitConfig, *rabbit, *redisURL, prefix, *batch, *inFlight, *prefetch, *concurrency), "DIR", dir)
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		fmt.Fprintln(stderr, "gateway-load split:", err)
+		return exitFailed
+	}
+
+	gw, err := startProc(ctx, *gatewayBin, dir, "gateway", "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--no-worker", "--log-level", "warn")
+	if err != nil {
+		fmt.Fprintln(stderr, "gateway-load split:", err)
+		return exitFailed
+	}
+	defer gw.stop()
+	procs := []*proc{gw}
+	for i := range *workers {
+		w, err := startProc(ctx, *gatewayBin, dir, fmt.Sprintf("worker-%d", i+1), "worker", "--config", cfg, "--state", filepath.Join(dir, fmt.Sprintf("worker-%d.db", i+1)), "--log-level", "warn")
+		if err != nil {
+			fmt.Fprintln(stderr, "gateway-load split:", err)
+			return exitFailed
+		}
+		defer w.stop()
+		procs = append(procs, w)
+	}
+
+	var payload bytes.Buffer
+	payload.WriteString(`{"items":[`)
+	for i := range *items {
+		if i > 0 {
+			payload.WriteByte(',')
+		}
+		payload.WriteString(strconv.Itoa(i))
+	}
+	payload.WriteString(`]}`)
+
+	fmt.Fprintf(stdout, "split of %d items, echo provider; 1 gateway and %d workers; batch %d, max in flight %d, prefetch %d, worker concurrency %d\n",
+		*items, *workers, *batch, *inFlight, *prefetch, *concurrency)
+	for _, p := range procs {
+		p.resetPeak()
+	}
+	servers := serverPIDs()
+	cpu0 := cpuOf(procs, servers)
+	stopSampling := sampleAnon(procs)
+	took, err := runOnce(ctx, gw.url, "distributed", payload.Bytes())
+	stopSampling()
+	if err != nil {
+		fmt.Fprintln(stderr, "gateway-load split:", err)
+		fmt.Fprintf(stderr, "gateway log:\n%s\n", gw.logs.String())
+		return exitFailed
+	}
+	cpu1 := cpuOf(procs, servers)
+	fmt.Fprintf(stdout, "distributed: %s, %.0f items/s end to end\n", took.Round(time.Millisecond), float64(*items)/took.Seconds())
+	for _, p := range procs {
+		fmt.Fprintf(stdout, "  %-10s peak RSS %4d MiB, of it anonymous %4d MiB (plugins %d MiB)\n", p.name, p.peak()>>20, p.anonPeak>>20, p.pluginPeak()>>20)
+	}
+	fmt.Fprintf(stdout, "  CPU during the split (of %s wall, 2 cores = %s):\n", took.Round(time.Millisecond), (2 * took).Round(time.Millisecond))
+	for _, k := range cpuOrder(cpu1) {
+		fmt.Fprintf(stdout, "    %-22s %8s\n", k, (cpu1[k] - cpu0[k]).Round(time.Millisecond))
+	}
+	if *local {
+		gw.resetPeak()
+		gw.anonPeak = 0
+		stopSampling := sampleAnon([]*proc{gw})
+		lt, err := runOnce(ctx, gw.url, "local", payload.Bytes())
+		stopSampling()
+		if err != nil {
+			fmt.Fprintln(stderr, "gateway-load split:", err)
+			return exitFailed
+		}
+		fmt.Fprintf(stdout, "local:       %s, %.0f items/s end to end; gateway peak RSS %d MiB, of it anonymous %d MiB (plugins %d MiB)\n",
+			lt.Round(time.Millisecond), float64(*items)/lt.Seconds(), gw.peak()>>20, gw.anonPeak>>20, gw.pluginPeak()>>20)
+		fmt.Fprintf(stdout, "distributed / local: %.2f\n", lt.Seconds()/took.Seconds())
+	}
+	return exitOK
+}
+
+// runOnce starts a run and waits for it to end; it returns how long that
+// took, or why the run did not succeed.
+func runOnce(ctx context.Context, server, chain string, payload []byte) (time.Duration, error) {
+	start := time.Now()
+	resp, err := http.Post(server+"/v1/chains/"+chain+"/runs", "application/json", bytes.NewReader(payload))
+	if err != nil {
+		return 0, fmt.Errorf("starting the run: %w", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var started struct {
+		ID string `json:"id"`
+	}
+	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(body, &started) != nil {
+		return 0, fmt.Errorf("starting the run: %s %.300s", resp.Status, body)
+	}
+	for {
+		var run struct {
+			Status string         `json:"status"`
+			Error  map[string]any `json:"error"`
+		}
+		r, err := http.Get(server + "/v1/runs/" + url.PathEscape(started.ID))
+		if err == nil {
+			err = json.NewDecoder(r.Body).Decode(&run)
+			r.Body.Close()
+		}
+		switch {
+		case err != nil:
+			return 0, fmt.Errorf("reading the run: %w", err)
+		case run.Status == "succeeded":
+			return time.Since(start), nil
+		case run.Status != "running":
+			return 0, fmt.Errorf("run %s ended %s: %v", started.ID, run.Status, run.Error)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// proc is a gateway or worker process of the load.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	url  string
+	logs *bytes.Buffer
+	// anonPeak is the most anonymous memory seen: RSS less the pages of
+	// mapped files, such as the store's.
+	anonPeak int64
+}
+
+// sampleAnon follows the anonymous memory of procs until the returned func
+// is called.
+func sampleAnon(procs []*proc) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			for _, p := range procs {
+				p.anonPeak = max(p.anonPeak, statusBytes(p.cmd.Process.Pid, "RssAnon:"))
+				if os.Getenv("LOAD_TRACE") != "" {
+					fmt.Fprintf(os.Stderr, "%s %s anon %d file %d\n", time.Now().Format("05.000"), p.name, statusBytes(p.cmd.Process.Pid, "RssAnon:")>>20, statusBytes(p.cmd.Process.Pid, "RssFile:")>>20)
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+func startProc(ctx context.Context, bin, dir, name string, args ...string) (*proc, error) {
+	p := &proc{name: name, cmd: exec.CommandContext(ctx, bin, args...), logs: &bytes.Buffer{}}
+	p.cmd.Dir = dir
+	p.cmd.Stderr = p.logs
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	sc := bufio.NewScanner(out)
+	if args[0] == "serve" {
+		if !sc.Scan() {
+			_ = p.cmd.Wait()
+			return nil, fmt.Errorf("%s did not start: %s", name, p.logs)
+		}
+		p.url, _ = strings.CutPrefix(sc.Text(), "gateway: serving on ")
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	return p, nil
+}
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (p *proc) pids() []int { return append([]int{p.cmd.Process.Pid}, children(p.cmd.Process.Pid)...) }
+
+// resetPeak restarts the peak RSS of the process and its plugins.
+func (p *proc) resetPeak() {
+	for _, pid := range p.pids() {
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+	}
+}
+
+func (p *proc) peak() int64 { return statusBytes(p.cmd.Process.Pid, "VmHWM:") }
+
+func (p *proc) pluginPeak() int64 {
+	var n int64
+	for _, pid := range children(p.cmd.Process.Pid) {
+		n += statusBytes(pid, "VmHWM:")
+	}
+	return n
+}
+
+func statusBytes(pid int, field string) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, field); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// children lists the processes whose parent is pid.
+func children(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if stat := procStat(c); len(stat) > 1 && stat[1] == strconv.Itoa(pid) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// procStat returns the fields of /proc/PID/stat after the command name.
+func procStat(pid int) []string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(data)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+}
+
+// cpuTime is the user and system time a process used so far.
+func cpuTime(pid int) time.Duration {
+	f := procStat(pid)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+s) * time.Second / 100 // clock ticks at USER_HZ = 100
+}
+
+// serverPIDs finds Redis and RabbitMQ on this machine, by command name.
+func serverPIDs() map[string][]int {
+	out := map[string][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		switch name := strings.TrimSpace(string(comm)); {
+		case name == "redis-server":
+			out["redis-server"] = append(out["redis-server"], pid)
+		case name == "beam.smp":
+			out["rabbitmq (beam.smp)"] = append(out["rabbitmq (beam.smp)"], pid)
+		}
+	}
+	return out
+}
+
+func cpuOf(procs []*proc, servers map[string][]int) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, p := range procs {
+		out[p.name] += cpuTime(p.cmd.Process.Pid)
+		for _, c := range children(p.cmd.Process.Pid) {
+			out[p.name+" plugins"] += cpuTime(c)
+		}
+	}
+	for name, pids := range servers {
+		for _, pid := range pids {
+			out[name] += cpuTime(pid)
+		}
+	}
+	return out
+}
+
+func cpuOrder(m map[string]time.Duration) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// deleteQueues removes the load's queues from RabbitMQ.
+func deleteQueues(rabbit, prefix string) {
+	conn, err := amqp.Dial(rabbit)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	for _, q := range []string{prefix + "items", prefix + "items.dead"} {
+		ch, err := conn.Channel()
+		if err != nil {
+			return
+		}
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil && !errors.Is(err, amqp.ErrClosed) {
+			continue
+		}
+		_ = ch.Close()
+	}
+}
