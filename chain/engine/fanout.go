@@ -128,10 +128,10 @@ type fanSplit struct {
 	fresh bool
 	// A split that will not succeed salvages its results first: why it
 	// ends, and until when it waits for them.
-	ending      store.StepStatus
-	endMessage  string
-	salvageBy   time.Time
-	salvaged    bool
+	ending     store.StepStatus
+	endMessage string
+	salvageBy  time.Time
+	salvaged   bool
 }
 
 type importAck struct {

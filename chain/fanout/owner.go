@@ -52,12 +52,12 @@ type owned struct {
 	news func(*engine.FanoutNews)
 	log  *slog.Logger
 
-	wake  chan struct{} // a notice came
+	wake chan struct{} // a notice came
 	// salvageReq asks for the results that are in, for a split that will
 	// not succeed.
 	salvageReq chan struct{}
-	room  chan struct{} // results came, so more may go out
-	acked chan struct{} // the run made news durable
+	room       chan struct{} // results came, so more may go out
+	acked      chan struct{} // the run made news durable
 	// imported is how far the run holds the log durably.
 	imported atomic.Int64
 	// cursor is the publish cursor: every item below it is out or done.
