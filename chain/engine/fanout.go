@@ -97,7 +97,7 @@ type FanoutHandle interface {
 	// Imported says the news up to n is durable in the run's store.
 	Imported(n int)
 	// Results calls fn with every item's slot record, in item order, once
-	// every item has one.
+	// every item has one. fn must not keep the record.
 	Results(ctx context.Context, fn func(*store.StepRecord) error) error
 	// Salvage sends the slot records of the items with a result as news,
 	// the last with Salvaged set, for a split that will not succeed.
@@ -284,6 +284,11 @@ func (r *runner) fanNews(key string, n *FanoutNews) {
 	f.imports = append(f.imports, importAck{batch: r.nextBatch, n: n.Imported})
 	f.state, f.message = n.State, n.Message
 	f.published = max(f.published, n.Published)
+	if f.published == sp.total {
+		// Every item is out: only a restart, which renders them again,
+		// would hand one out again.
+		sp.items = nil
+	}
 	r.markDirty(sp.owner)
 }
 

@@ -95,10 +95,12 @@ type vars struct {
 func newVars(run *store.Run, secrets map[string]any) *vars {
 	return &vars{
 		secrets: secrets,
+		// The payload is decoded when something reads it: a worker running
+		// the items of a split over a large payload may never need it.
 		origin: map[string]any{
 			"id":          run.Origin.ID,
-			"payload":     decodeJSON(run.Origin.Payload),
-			"metadata":    decodeJSON(run.Origin.Metadata),
+			"payload":     &lazyJSON{raw: run.Origin.Payload},
+			"metadata":    &lazyJSON{raw: run.Origin.Metadata},
 			"received_at": run.Origin.ReceivedAt.Format("2006-01-02T15:04:05.999999999Z07:00"),
 		},
 		run:   map[string]any{"id": run.ID},
@@ -147,14 +149,17 @@ func (s *scope) Lookup(root string) (any, bool) {
 // env is what a condition reads. Conditions cannot look inside lazy values,
 // so a condition that names results gets them decoded.
 func (s *scope) env(cond fmt.Stringer, result map[string]any) map[string]any {
-	steps, prev := s.steps, s.prev
+	steps, prev, origin := s.steps, s.prev, s.v.origin
 	if cond != nil && strings.Contains(cond.String(), "results") {
 		steps, _ = materialize(steps, 0).(map[string]any)
 		prev, _ = materialize(prev, 0).(map[string]any)
 		result, _ = materialize(result, 0).(map[string]any)
 	}
+	if cond != nil && strings.Contains(cond.String(), "origin") {
+		origin, _ = materialize(origin, 0).(map[string]any)
+	}
 	env := map[string]any{
-		"origin": s.v.origin,
+		"origin": origin,
 		"steps":  steps,
 		"run":    s.v.run,
 		"chain":  s.v.chain,

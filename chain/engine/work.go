@@ -63,14 +63,16 @@ type ItemRunner struct {
 
 // workSplit is a worker runner's split and what it was handed.
 type workSplit struct {
-	sp     *split
-	items  map[int]any
-	queue  []int
-	sink   WorkSink
-	opts   WorkOptions
-	in     chan []WorkItem
-	cancel chan struct{}
-	over   atomic.Bool
+	sp    *split
+	items map[int]any
+	queue []int
+	sink  WorkSink
+	opts  WorkOptions
+	// checkAt is when the items' deadlines are next looked at.
+	checkAt time.Time
+	in      chan []WorkItem
+	cancel  chan struct{}
+	over    atomic.Bool
 }
 
 // Work starts a runner for the items of a split handed to this worker.
@@ -250,7 +252,10 @@ func (r *runner) advanceWork(now time.Time) []launch {
 		r.dropItems(heldItems(w))
 		return nil
 	}
-	if len(due) > 0 {
+	if !w.checkAt.IsZero() && !now.Before(w.checkAt) {
+		// One timer at a time watches the items' deadlines, however many
+		// items go through: the earliest is set again after each check.
+		w.checkAt = time.Time{}
 		for _, q := range sp.active {
 			if !q.deadline.IsZero() && !now.Before(q.deadline) {
 				r.abandonItem(q, "item timed out")
@@ -258,6 +263,14 @@ func (r *runner) advanceWork(now time.Time) []launch {
 					Message: fmt.Sprintf("item %d of split %q took longer than %s (item_timeout_seconds)", q.index, sp.step.Name, r.work.opts.ItemTimeout), Code: "timeout",
 				})
 			}
+		}
+		for _, q := range sp.active {
+			if !q.deadline.IsZero() && (w.checkAt.IsZero() || q.deadline.Before(w.checkAt)) {
+				w.checkAt = q.deadline
+			}
+		}
+		if !w.checkAt.IsZero() {
+			r.addTimer(w.checkAt, sp.key)
 		}
 	}
 	var out []launch
@@ -278,7 +291,10 @@ func (r *runner) advanceWork(now time.Time) []launch {
 			if !sp.deadline.IsZero() && sp.deadline.Before(q.deadline) {
 				q.deadline = sp.deadline
 			}
-			r.addTimer(q.deadline, sp.itemKey(i))
+			if w.checkAt.IsZero() {
+				w.checkAt = q.deadline
+				r.addTimer(w.checkAt, sp.key)
+			}
 		}
 		ls, _ := r.advanceSeq(now, q)
 		out = append(out, ls...)

@@ -384,11 +384,15 @@ func (o *owned) Results(ctx context.Context, fn func(*store.StepRecord) error) e
 		if err != nil {
 			return err
 		}
+		// One record serves every item: a million would be a million
+		// allocations.
+		var rec store.StepRecord
 		for j, r := range rs {
 			if r == nil {
 				return fmt.Errorf("split %s has no result for item %d in Redis", o.b.ref, from+j)
 			}
-			if err := fn(r.record(o.job.Work, from+j)); err != nil {
+			rec = store.StepRecord{Key: engine.ItemKey(o.job.Work.Key, from+j, total), Name: o.job.Work.Step, Status: r.Status, Body: r.Body, Error: r.Error}
+			if err := fn(&rec); err != nil {
 				return err
 			}
 		}
@@ -426,6 +430,12 @@ func (o *owned) publish(cursor int) {
 	}) {
 		return
 	}
+	// Once every item is out, the items are no longer this owner's to keep.
+	defer func() {
+		if cursor >= total {
+			o.job.Items = nil
+		}
+	}()
 	for cursor < total {
 		for cursor-int(o.done.Load()) >= limit {
 			select {

@@ -221,30 +221,32 @@ func runOnce(ctx context.Context, server, chain string, payload []byte) (time.Du
 	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(body, &started) != nil {
 		return 0, fmt.Errorf("starting the run: %s %.300s", resp.Status, body)
 	}
-	for {
-		var run struct {
-			Status string         `json:"status"`
-			Error  map[string]any `json:"error"`
+	// The run's event stream says when it ends, without reading the run,
+	// whose record holds the large origin, again and again.
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+"/v1/runs/"+url.PathEscape(started.ID)+"/events", nil)
+	if err != nil {
+		return 0, err
+	}
+	ev, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("following the run: %w", err)
+	}
+	defer ev.Body.Close()
+	sc := bufio.NewScanner(ev.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		typ, ok := strings.CutPrefix(sc.Text(), "event: ")
+		if !ok {
+			continue
 		}
-		r, err := http.Get(server + "/v1/runs/" + url.PathEscape(started.ID))
-		if err == nil {
-			err = json.NewDecoder(r.Body).Decode(&run)
-			r.Body.Close()
-		}
-		switch {
-		case err != nil:
-			return 0, fmt.Errorf("reading the run: %w", err)
-		case run.Status == "succeeded":
+		switch typ {
+		case "run_succeeded":
 			return time.Since(start), nil
-		case run.Status != "running":
-			return 0, fmt.Errorf("run %s ended %s: %v", started.ID, run.Status, run.Error)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case "run_failed", "run_cancelled", "run_timed_out":
+			return 0, fmt.Errorf("run %s ended: %s", started.ID, typ)
 		}
 	}
+	return 0, fmt.Errorf("the event stream of run %s ended before the run: %v", started.ID, sc.Err())
 }
 
 // proc is a gateway or worker process of the load.
@@ -288,6 +290,9 @@ func startProc(ctx context.Context, bin, dir, name string, args ...string) (*pro
 	p := &proc{name: name, cmd: exec.CommandContext(ctx, bin, args...), logs: &bytes.Buffer{}}
 	p.cmd.Dir = dir
 	p.cmd.Stderr = p.logs
+	if os.Getenv("LOAD_TRACE") != "" {
+		p.cmd.Stderr = io.MultiWriter(p.logs, prefixed(name))
+	}
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -449,4 +454,15 @@ func deleteQueues(rabbit, prefix string) {
 		}
 		_ = ch.Close()
 	}
+}
+
+func prefixed(name string) io.Writer {
+	pr, pw := io.Pipe()
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			fmt.Fprintf(os.Stderr, "%s: %s\n", name, sc.Text())
+		}
+	}()
+	return pw
 }
