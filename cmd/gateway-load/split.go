@@ -102,6 +102,7 @@ func runSplit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	prefetch := fs.Int("prefetch", 8, "messages a worker holds")
 	concurrency := fs.Int("worker-concurrency", 256, "items a worker runs at once")
 	local := fs.Bool("local", true, "run the same split in local mode too, for the ratio")
+	profiles := fs.String("profile", "", "write a CPU profile of each process to this directory (the gateway's covers the local run too)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -137,7 +138,13 @@ func runSplit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailed
 	}
 
-	gw, err := startProc(ctx, *gatewayBin, dir, "gateway", "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--no-worker", "--log-level", "warn")
+	profile := func(name string) []string {
+		if *profiles == "" {
+			return nil
+		}
+		return []string{"--cpuprofile", filepath.Join(*profiles, name+".pprof")}
+	}
+	gw, err := startProc(ctx, *gatewayBin, dir, "gateway", append([]string{"serve", "--config", cfg, "--listen", "127.0.0.1:0", "--no-worker", "--log-level", "warn"}, profile("gateway")...)...)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway-load split:", err)
 		return exitFailed
@@ -145,7 +152,8 @@ func runSplit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer gw.stop()
 	procs := []*proc{gw}
 	for i := range *workers {
-		w, err := startProc(ctx, *gatewayBin, dir, fmt.Sprintf("worker-%d", i+1), "worker", "--config", cfg, "--state", filepath.Join(dir, fmt.Sprintf("worker-%d.db", i+1)), "--log-level", "warn")
+		name := fmt.Sprintf("worker-%d", i+1)
+		w, err := startProc(ctx, *gatewayBin, dir, name, append([]string{"worker", "--config", cfg, "--state", filepath.Join(dir, name+".db"), "--log-level", "warn"}, profile(name)...)...)
 		if err != nil {
 			fmt.Fprintln(stderr, "gateway-load split:", err)
 			return exitFailed

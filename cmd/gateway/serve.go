@@ -53,6 +53,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	listen := fs.String("listen", "", "address to serve on (default [gateway].listen, else 127.0.0.1:8080)")
 	state := stateFlag(fs)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the process to this file until it stops (for go tool pprof)")
 	noWorker := fs.Bool("no-worker", false, "with [gateway.fanout], only hand distributed splits' items out; leave running them to gateway worker processes")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -63,6 +64,12 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.Usage()
 		return exitUsage
 	}
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		fmt.Fprintf(stderr, "gateway serve: %v\n", err)
+		return exitUsage
+	}
+	defer stopProfile()
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		fmt.Fprintf(stderr, "gateway serve: bad --log-level %q\n", *logLevel)

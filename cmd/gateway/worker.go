@@ -33,6 +33,7 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	state := fs.String("state", "", "store for sub-chain runs items start (default [gateway].state if redis://, else bolt://./data/worker.db)")
 	listen := fs.String("listen", "", "address to serve /healthz and /metrics on (default: none)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the process to this file until it stops (for go tool pprof)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitUsage
@@ -42,6 +43,12 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fs.Usage()
 		return exitUsage
 	}
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		fmt.Fprintf(stderr, "gateway worker: %v\n", err)
+		return exitUsage
+	}
+	defer stopProfile()
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		fmt.Fprintf(stderr, "gateway worker: bad --log-level %q\n", *logLevel)
