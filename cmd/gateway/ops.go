@@ -276,6 +276,9 @@ func showDAG(w io.Writer, nodes []*gateway.DAGNode, indent string) {
 		switch {
 		case n.Split != nil:
 			extra = fmt.Sprintf(" %d/%d items (%d ok, %d failed, %d skipped)", n.Split.Succeeded+n.Split.Failed+n.Split.Skipped, n.Split.Total, n.Split.Succeeded, n.Split.Failed, n.Split.Skipped)
+			if n.Split.Distributed {
+				extra += ", on workers"
+			}
 		case n.ChildRun != "":
 			extra = " run " + n.ChildRun
 		}
