@@ -26,6 +26,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/fanout/broker"
 )
 
@@ -172,15 +173,27 @@ type messageItem struct {
 	Value json.RawMessage `json:"v"`
 }
 
+// Message headers. The split's key already holds its lineage, as
+// SPLIT[INDEX]/ levels; lineage and definition say the same for people
+// reading a queue.
 const (
-	headerRun     = "run"
-	headerSplit   = "split"
-	headerGen     = "gen"
-	headerIndexes = "indexes"
+	headerRun        = "run"
+	headerSplit      = "split"
+	headerGen        = "gen"
+	headerIndexes    = "indexes"
+	headerLineage    = "lineage"
+	headerDefinition = "definition"
 )
 
-func headers(r ref, indexes []int) map[string]any {
-	return map[string]any{headerRun: r.Run, headerSplit: r.Split, headerGen: int64(r.Gen), headerIndexes: formatIndexes(indexes)}
+func headers(r ref, ws *engine.WorkSplit, indexes []int) map[string]any {
+	lineage := []byte("[]")
+	if len(ws.Lineage) > 0 {
+		lineage, _ = json.Marshal(ws.Lineage)
+	}
+	return map[string]any{
+		headerRun: r.Run, headerSplit: r.Split, headerGen: int64(r.Gen), headerIndexes: formatIndexes(indexes),
+		headerLineage: string(lineage), headerDefinition: ws.Run.ChainHash,
+	}
 }
 
 // refOf reads a message's hand-off and indexes from its headers.

@@ -468,7 +468,7 @@ func (o *owned) publish(cursor int) {
 			room -= len(indexes)
 			count += len(indexes)
 			data, _ := json.Marshal(body)
-			msgs = append(msgs, broker.Message{Headers: headers(o.b.ref, indexes), Body: data})
+			msgs = append(msgs, broker.Message{Headers: headers(o.b.ref, o.job.Work, indexes), Body: data})
 		}
 		if len(msgs) > 0 {
 			if err := o.f.broker.Publish(o.ctx, msgs); err != nil {
