@@ -27,7 +27,9 @@ import (
 
 const clusterLeaseTTL = 2
 
-func clusterConfig(dir string, subs int) string {
+// clusterConfig is a chain of one parallel group of subs staggered
+// sub-steps; lastSleep, when set, is the last one's sleep in ms.
+func clusterConfig(dir string, subs, lastSleep int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `
 [gateway]
@@ -45,8 +47,12 @@ name = "notify"
 [chains.steps.parallel]
 `, clusterLeaseTTL)
 	for i := range subs {
+		sleep := 50 + i*600
+		if i == subs-1 && lastSleep > 0 {
+			sleep = lastSleep
+		}
 		fmt.Fprintf(&b, "[[chains.steps.parallel.steps]]\nname = \"s%d\"\nprovider = \"faulty\"\npayload_template = { record = %q, sleep_ms = %d }\n",
-			i, filepath.Join(dir, "calls.jsonl"), 50+i*600)
+			i, filepath.Join(dir, "calls.jsonl"), sleep)
 	}
 	b.WriteString(`
 [[chains.steps]]
@@ -170,7 +176,9 @@ func TestThreeGatewaysShareRedis(t *testing.T) {
 	url := redistest.Open(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
-	writeFile(t, cfg, clusterConfig(dir, subs))
+	// The last sub-step is still in flight at the kill, however loaded the
+	// machine is.
+	writeFile(t, cfg, clusterConfig(dir, subs, 8000))
 	gws := []*gatewayProc{startServe(t, cfg, url), startServe(t, cfg, url), startServe(t, cfg, url)}
 
 	owner := map[string]int{}
@@ -294,7 +302,7 @@ func TestWaitFollowsRunOnAnotherGateway(t *testing.T) {
 	url := redistest.Open(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
-	writeFile(t, cfg, clusterConfig(dir, 2))
+	writeFile(t, cfg, clusterConfig(dir, 2, 0))
 	a, b := startServe(t, cfg, url), startServe(t, cfg, url)
 	post := func(gw *gatewayProc, query string) (int, map[string]any) {
 		req, _ := http.NewRequest("POST", gw.url+"/v1/chains/fanout/runs"+query, strings.NewReader(`{}`))
