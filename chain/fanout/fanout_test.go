@@ -698,3 +698,42 @@ payload_template = { record = %q, n = "<<item.n>>", sleep_ms = "<<item.sleep ?? 
 		t.Errorf("events: %v", owner.eventTypes(id))
 	}
 }
+
+// TestSubChainInDistributedItem runs a sub-chain inside each item on the
+// workers, as a local split would.
+func TestSubChainInDistributedItem(t *testing.T) {
+	chains := func(name, mode string) string {
+		return fmt.Sprintf(`
+[[chains]]
+name = %[1]q
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+mode = %[2]q
+items = "<<origin.payload.items>>"
+[[chains.steps.split.steps]]
+name = "escalate"
+sub_chain = "page-%[1]s"
+input = { host = "<<item>>" }
+[[chains.steps.split.steps]]
+name = "confirm"
+provider = "echo"
+payload_template = { paged = "<<steps.escalate.body.host>>" }
+
+[[chains]]
+name = "page-%[1]s"
+[[chains.steps]]
+name = "page"
+provider = "echo"
+payload_template = { host = "<<origin.payload.host>>" }
+`, name, mode)
+	}
+	cfg := servers(t, "batch_size = 3") + chains("d", "distributed") + chains("l", "local")
+	owner := newNode(t, cfg)
+	defer newNode(t, cfg).work()()
+	payload := `{"items": ["db-1", "db-2", "db-3", "web-1", "web-2"]}`
+	d, l := owner.run("d", payload), owner.run("l", payload)
+	if d.Status != store.RunSucceeded || string(d.Steps["loop"].Body) != string(l.Steps["loop"].Body) {
+		t.Fatalf("distributed %s %+v %s\nlocal %s %s", d.Status, d.Error, d.Steps["loop"].Body, l.Status, l.Steps["loop"].Body)
+	}
+}
