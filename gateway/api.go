@@ -15,6 +15,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // Handler returns the API's routes. Everything answers JSON, errors
@@ -277,7 +278,7 @@ func requestMetadata(r *http.Request) json.RawMessage {
 	if k := r.Header.Get("Idempotency-Key"); k != "" {
 		m["idempotency_key"] = k
 	}
-	b, _ := json.Marshal(m)
+	b, _ := jsonx.Marshal(m)
 	return b
 }
 
@@ -465,7 +466,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			return err
 		}
-		data, _ := json.Marshal(ev)
+		data, _ := jsonx.Marshal(ev)
 		_, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data)
 		lastWrite = time.Now()
 		if flusher != nil {

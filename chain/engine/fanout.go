@@ -2,13 +2,13 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // A distributed split hands its items to workers instead of running them
@@ -343,7 +343,7 @@ func (r *runner) reportEnqueued(sp *split, now time.Time) {
 	}
 	f.enqReported, f.enqAt = f.published, now
 	r.event(store.EventSplitItemsEnqueued, sp.key, 0, fmt.Sprintf("%d/%d items handed to workers", f.published, sp.total))
-	r.events[len(r.events)-1].Data, _ = json.Marshal(map[string]int{"published": f.published, "total": sp.total})
+	r.events[len(r.events)-1].Data, _ = jsonx.Marshal(map[string]int{"published": f.published, "total": sp.total})
 }
 
 // WorkSplit is what a worker needs to run the items of a split: the run's

@@ -2,13 +2,13 @@ package engine
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // group is a running parallel step's live state. It is rebuilt from the
@@ -253,7 +253,7 @@ func (r *runner) finishGroup(g *group, status store.StepStatus, msg string) {
 		if i > 0 {
 			body.WriteByte(',')
 		}
-		name, _ := json.Marshal(sub.Name)
+		name, _ := jsonx.Marshal(sub.Name)
 		body.Write(name)
 		body.WriteByte(':')
 		rec := r.recs[g.keys[i]]

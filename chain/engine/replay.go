@@ -11,6 +11,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // ReplayMode says how a dead-lettered failure runs again.
@@ -64,7 +65,7 @@ func (e *Engine) restart(ctx context.Context, entry *store.DLQEntry) (*store.Run
 	}
 	meta["replay_of"] = old.ID
 	meta["dead_letter_entry"] = entry.ID
-	mb, _ := json.Marshal(meta)
+	mb, _ := jsonx.Marshal(meta)
 	return e.Start(ctx, old.Chain, Input{Payload: old.Origin.Payload, Metadata: mb, OriginID: old.Origin.ID})
 }
 

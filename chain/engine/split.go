@@ -12,6 +12,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // DefaultSplitConcurrency is how many items a split runs at once when it
@@ -381,7 +382,7 @@ func (r *runner) endItem(q *seq, status store.StepStatus, result json.RawMessage
 	case store.StepFailed:
 		st.Failed++
 		rec.Error = info
-		rec.Body, _ = json.Marshal(map[string]any{"error": info})
+		rec.Body, _ = jsonx.Marshal(map[string]any{"error": info})
 	default:
 		st.Skipped++
 		rec.Body = json.RawMessage("null")
@@ -438,7 +439,7 @@ func (r *runner) reportProgress(sp *split, now time.Time) {
 	sp.reported, sp.reportedAt = n, now
 	st := sp.rec.Split
 	r.event(store.EventStepProgress, sp.key, 0, fmt.Sprintf("%d/%d items (%d succeeded, %d failed, %d skipped)", n, st.Total, st.Succeeded, st.Failed, st.Skipped))
-	r.events[len(r.events)-1].Data, _ = json.Marshal(map[string]int{
+	r.events[len(r.events)-1].Data, _ = jsonx.Marshal(map[string]int{
 		"processed": n, "total": st.Total, "succeeded": st.Succeeded, "failed": st.Failed, "skipped": st.Skipped,
 	})
 }
@@ -523,7 +524,7 @@ func (r *runner) finishSplit(sp *split, status store.StepStatus, msg string) {
 	st := sp.rec.Split
 	rec := sp.rec
 	rec.Status = status
-	rec.Body, _ = json.Marshal(map[string]int{"succeeded": st.Succeeded, "failed": st.Failed, "skipped": st.Skipped, "total": st.Total})
+	rec.Body, _ = jsonx.Marshal(map[string]int{"succeeded": st.Succeeded, "failed": st.Failed, "skipped": st.Skipped, "total": st.Total})
 	code, typ := "split_failed", store.EventStepFailed
 	if status == store.StepTimedOut {
 		code, typ = "timeout", store.EventStepTimedOut

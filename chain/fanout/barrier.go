@@ -13,6 +13,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // The barrier is one hand-off's state in Redis. Every key of a hand-off
@@ -294,7 +295,7 @@ func parseNotice(s string) (string, string) {
 // init creates the hand-off unless it exists; it returns its state and
 // publish cursor. seeding says results of an earlier hand-off come first.
 func (b *barrier) init(ctx context.Context, ws *engine.WorkSplit, tolerated int, seeding bool, ttl time.Duration) (string, int, error) {
-	wsJSON, err := json.Marshal(ws)
+	wsJSON, err := jsonx.Marshal(ws)
 	if err != nil {
 		return "", 0, fmt.Errorf("encoding split context: %w", err)
 	}
@@ -332,7 +333,7 @@ func (b *barrier) seed(ctx context.Context, scan func(fn func(*store.StepRecord)
 		if !ok {
 			return nil
 		}
-		data, err := json.Marshal(result{Status: rec.Status, Body: rec.Body, Error: rec.Error})
+		data, err := jsonx.Marshal(result{Status: rec.Status, Body: rec.Body, Error: rec.Error})
 		if err != nil {
 			return err
 		}
@@ -465,12 +466,12 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch) (string, error
 		if !ok {
 			continue // the split's own record, which is the run's to write
 		}
-		data, err := json.Marshal(rec)
+		data, err := jsonx.Marshal(rec)
 		if err != nil {
 			return "", fmt.Errorf("encoding step record %s: %w", rec.Key, err)
 		}
 		if split {
-			entry, err := json.Marshal(result{Status: rec.Status, Body: rec.Body, Error: rec.Error})
+			entry, err := jsonx.Marshal(result{Status: rec.Status, Body: rec.Body, Error: rec.Error})
 			if err != nil {
 				return "", fmt.Errorf("encoding the result of item %d: %w", i, err)
 			}
@@ -483,7 +484,7 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch) (string, error
 	}
 	var other []any
 	for _, d := range batch.DLQ {
-		entry, err := json.Marshal(logEntry{DLQ: d})
+		entry, err := jsonx.Marshal(logEntry{DLQ: d})
 		if err != nil {
 			return "", fmt.Errorf("encoding a dead-letter entry: %w", err)
 		}
@@ -491,7 +492,7 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch) (string, error
 	}
 	for i := range batch.Events {
 		ev := batch.Events[i]
-		entry, err := json.Marshal(logEntry{Event: &ev})
+		entry, err := jsonx.Marshal(logEntry{Event: &ev})
 		if err != nil {
 			return "", fmt.Errorf("encoding an event: %w", err)
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/fanout/broker"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // Metrics is told what distributed splits do. Its methods must not block.
@@ -188,7 +189,7 @@ const (
 func headers(r ref, ws *engine.WorkSplit, indexes []int) map[string]any {
 	lineage := []byte("[]")
 	if len(ws.Lineage) > 0 {
-		lineage, _ = json.Marshal(ws.Lineage)
+		lineage, _ = jsonx.Marshal(ws.Lineage)
 	}
 	return map[string]any{
 		headerRun: r.Run, headerSplit: r.Split, headerGen: int64(r.Gen), headerIndexes: formatIndexes(indexes),

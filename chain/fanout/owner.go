@@ -2,7 +2,6 @@ package fanout
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/fanout/broker"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // importChunk bounds the results taken in at once, so a split of a million
@@ -453,9 +453,9 @@ func (o *owned) publish(cursor int) {
 			var body message
 			for next < total && len(indexes) < min(size, room) {
 				if !bitSet(done, next) {
-					v, err := json.Marshal(o.job.Items[next])
+					v, err := jsonx.Marshal(o.job.Items[next])
 					if err != nil {
-						v, _ = json.Marshal(fmt.Sprint(o.job.Items[next]))
+						v, _ = jsonx.Marshal(fmt.Sprint(o.job.Items[next]))
 					}
 					indexes = append(indexes, next)
 					body.Items = append(body.Items, messageItem{Index: next, Value: v})
@@ -467,7 +467,7 @@ func (o *owned) publish(cursor int) {
 			}
 			room -= len(indexes)
 			count += len(indexes)
-			data, _ := json.Marshal(body)
+			data, _ := jsonx.Marshal(body)
 			msgs = append(msgs, broker.Message{Headers: headers(o.b.ref, o.job.Work, indexes), Body: data})
 		}
 		if len(msgs) > 0 {

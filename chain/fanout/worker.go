@@ -16,6 +16,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/fanout/broker"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // idleAfter is how long a worker keeps the runner of a split it has no
@@ -511,7 +512,7 @@ func (w *Worker) park(ctx context.Context, ws *worked, d *broker.Delivery, index
 		}
 		key := engine.ItemKey(ws.ws.Key, c.index, ws.ws.Total)
 		info := &store.ErrorInfo{Message: fmt.Sprintf("item %d of split %q was parked as poison: %s", c.index, ws.ws.Step, why), Code: "poison"}
-		body, _ := json.Marshal(map[string]any{"error": info})
+		body, _ := jsonx.Marshal(map[string]any{"error": info})
 		b.Steps = append(b.Steps, &store.StepRecord{Key: key, Name: ws.ws.Step, Status: store.StepFailed, Error: info, Body: body, FinishedAt: now})
 		entry := &store.DLQEntry{
 			ID: store.NewID(), RunID: ws.ws.Run.ID, Chain: ws.ws.Run.Chain, Step: key, Error: *info,

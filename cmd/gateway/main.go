@@ -274,6 +274,7 @@ func (s *session) finish(ctx context.Context, id string, indent bool) int {
 		return exitFailed
 	}
 	enc := json.NewEncoder(s.stdout)
+	enc.SetEscapeHTML(false)
 	if indent {
 		enc.SetIndent("", "  ")
 	}

@@ -145,6 +145,18 @@ func TestRunExampleChain(t *testing.T) {
 	}
 }
 
+func TestRunPrintsHTMLCharactersAsThemselves(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "gw.db")
+	code, out, errOut := runCLI(t, "run", "incident-response", "--config", "../../configs",
+		"--payload", `{"alert_name":"<disk> & <full>","host":"db-1"}`, "--state", state)
+	if code != exitOK {
+		t.Fatalf("exit %d\nstderr:\n%s", code, errOut)
+	}
+	if !strings.Contains(out, "<disk> & <full>") || strings.Contains(out, `\u003c`) || strings.Contains(out, `\u0026`) {
+		t.Errorf("stdout escapes HTML characters:\n%s", out)
+	}
+}
+
 func TestRunExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "c.toml")

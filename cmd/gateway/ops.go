@@ -17,6 +17,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // target is where an operator command acts: a server's API, or a store.
@@ -185,7 +186,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		p := &progressPrinter{w: stdout}
 		err := ops.Events(ctx, pos[0], 0, *follow, func(ev store.Event) error {
 			if t.json() {
-				b, _ := json.Marshal(ev)
+				b, _ := jsonx.Marshal(ev)
 				_, err := fmt.Fprintln(stdout, string(b))
 				return err
 			}

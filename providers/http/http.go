@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/providers"
 )
 
@@ -172,7 +173,7 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 	for k, v := range resp.Header {
 		res.Headers[strings.ToLower(k)] = strings.Join(v, ", ")
 	}
-	out, err := json.Marshal(res)
+	out, err := jsonx.Marshal(res)
 	if err != nil {
 		return providers.Response{}, providers.Permanent("bad_response", "%s: encoding the result: %v", where, err)
 	}

@@ -21,6 +21,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // A run's step records and events sit under one bucket, keyed by the run
@@ -227,16 +228,16 @@ func encode(b *store.Batch) (encodedBatch, error) {
 	// header that every commit rewrites.
 	header := *b.Run
 	header.Origin = store.Origin{}
-	if e.header, err = json.Marshal(&header); err != nil {
+	if e.header, err = jsonx.Marshal(&header); err != nil {
 		return e, fmt.Errorf("encoding run: %w", err)
 	}
 	if b.Create {
-		if e.origin, err = json.Marshal(&b.Run.Origin); err != nil {
+		if e.origin, err = jsonx.Marshal(&b.Run.Origin); err != nil {
 			return e, fmt.Errorf("encoding origin: %w", err)
 		}
 	}
 	for _, st := range b.Steps {
-		v, err := json.Marshal(st)
+		v, err := jsonx.Marshal(st)
 		if err != nil {
 			return e, fmt.Errorf("encoding step %s: %w", st.Key, err)
 		}
@@ -245,14 +246,14 @@ func encode(b *store.Batch) (encodedBatch, error) {
 	for i := range b.Events {
 		ev := &b.Events[i]
 		ev.RunID = b.Run.ID
-		v, err := json.Marshal(ev)
+		v, err := jsonx.Marshal(ev)
 		if err != nil {
 			return e, fmt.Errorf("encoding event %d: %w", ev.Seq, err)
 		}
 		e.events = append(e.events, [2][]byte{eventKey(b.Run.ID, ev.Seq), v})
 	}
 	for _, d := range b.DLQ {
-		v, err := json.Marshal(d)
+		v, err := jsonx.Marshal(d)
 		if err != nil {
 			return e, fmt.Errorf("encoding dead-letter entry: %w", err)
 		}

@@ -42,6 +42,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 const (
@@ -271,13 +272,13 @@ func (s *Store) commitArgs(b *store.Batch) ([]string, []any, error) {
 	// header that every commit rewrites.
 	header := *run
 	header.Origin = store.Origin{}
-	h, err := json.Marshal(&header)
+	h, err := jsonx.Marshal(&header)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding run: %w", err)
 	}
 	var origin []byte
 	if b.Create {
-		if origin, err = json.Marshal(&run.Origin); err != nil {
+		if origin, err = jsonx.Marshal(&run.Origin); err != nil {
 			return nil, nil, fmt.Errorf("encoding origin: %w", err)
 		}
 	}
@@ -293,7 +294,7 @@ func (s *Store) commitArgs(b *store.Batch) ([]string, []any, error) {
 		args = append(args, k)
 	}
 	for _, st := range b.Steps {
-		v, err := json.Marshal(st)
+		v, err := jsonx.Marshal(st)
 		if err != nil {
 			return nil, nil, fmt.Errorf("encoding step %s: %w", st.Key, err)
 		}
@@ -301,14 +302,14 @@ func (s *Store) commitArgs(b *store.Batch) ([]string, []any, error) {
 	}
 	for _, ev := range b.Events {
 		ev.RunID = run.ID
-		v, err := json.Marshal(&ev)
+		v, err := jsonx.Marshal(&ev)
 		if err != nil {
 			return nil, nil, fmt.Errorf("encoding event %d: %w", ev.Seq, err)
 		}
 		args = append(args, strconv.FormatUint(ev.Seq, 10), v)
 	}
 	for _, d := range b.DLQ {
-		v, err := json.Marshal(d)
+		v, err := jsonx.Marshal(d)
 		if err != nil {
 			return nil, nil, fmt.Errorf("encoding dead-letter entry %s: %w", d.ID, err)
 		}
