@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Error is a provider failure together with whether retrying may help.
@@ -16,6 +17,11 @@ type Error struct {
 	Code string
 	// Message is the human-readable reason.
 	Message string
+	// RetryAfter, when positive on a retryable error, is the earliest the
+	// service will take the request again (a 429's Retry-After); the gateway
+	// waits at least this long before the next attempt, whatever the step's
+	// backoff says.
+	RetryAfter time.Duration
 	// Err is the underlying error, if any; it does not cross the plugin wire.
 	Err error
 }
