@@ -110,7 +110,7 @@ func (d *fileDecoder) at(p keyPath) (int, int) {
 
 func (d *fileDecoder) source(p keyPath) Source {
 	line, col := d.at(p)
-	return Source{File: d.file, Line: line, Col: col, Path: p.disp}
+	return Source{File: d.file, Line: line, Col: col, Path: p.disp, d: d, kp: p}
 }
 
 func (d *fileDecoder) report(sev Severity, p keyPath, format string, args ...any) {

@@ -24,6 +24,11 @@ type Diagnostic struct {
 	Severity Severity
 }
 
+// Errorf is an error diagnostic placed at s.
+func (s Source) Errorf(format string, args ...any) Diagnostic {
+	return Diagnostic{File: s.File, Line: s.Line, Col: s.Col, Path: s.Path, Message: fmt.Sprintf(format, args...)}
+}
+
 // String formats the diagnostic as FILE:LINE:COL: KEY.PATH: message,
 // leaving out the parts that are unknown.
 func (d Diagnostic) String() string {

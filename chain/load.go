@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -366,6 +367,9 @@ func (l *loader) provider(t *table, dir string) {
 			t.d.errorf(t.path.key("sha256"), "only an external plugin can be pinned by sha256")
 		} else if !sha256RE.MatchString(p.SHA256) {
 			t.d.errorf(t.path.key("sha256"), "must be 64 hexadecimal digits")
+		} else if sum, err := fileSHA256(p.Plugin); err == nil && sum != p.SHA256 {
+			// Caught here rather than when the first run reaches the provider.
+			t.d.errorf(t.path.key("sha256"), "plugin binary %s has sha256 %s, not the pinned %s; rebuild the plugin or update the pin (sha256sum %s)", p.Plugin, sum, p.SHA256, p.Plugin)
 		}
 	}
 	if v, ok := t.value("config"); ok {
@@ -476,8 +480,7 @@ func (l *loader) checkSubChainCycles() {
 			case active:
 				i := indexOf(stack, s.SubChain)
 				cycle := append(append([]string(nil), stack[i:]...), s.SubChain)
-				l.diags.add(Diagnostic{File: s.Source.File, Line: s.Source.Line, Col: s.Source.Col, Path: s.Source.Path + ".sub_chain",
-					Message: "sub-chain cycle: " + strings.Join(cycle, " → ")})
+				l.diags.add(s.Source.Key("sub_chain").Errorf("sub-chain cycle: %s", strings.Join(cycle, " → ")))
 			case unvisited:
 				visit(s.SubChain)
 			}
@@ -510,4 +513,18 @@ func walkSteps(steps []*Step, fn func(*Step)) {
 			walkSteps(s.Split.Steps, fn)
 		}
 	}
+}
+
+// fileSHA256 is the hex SHA-256 of the file at path.
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -26,6 +26,21 @@ type Source struct {
 	Col  int
 	// Path is the key path, e.g. chains[incident-response].steps[notify].
 	Path string
+
+	// Kept so that Key can place a diagnostic on a key inside the table.
+	d  *fileDecoder
+	kp keyPath
+}
+
+// Key is the source of the key below s's table that rel names, written as
+// template errors write keys ("config.headers.Authorization", "blocks[0]"),
+// so a problem found after loading points at the key itself; where that key
+// was not written out, at the nearest enclosing one that was.
+func (s Source) Key(rel string) Source {
+	if s.d == nil {
+		return Source{File: s.File, Line: s.Line, Col: s.Col, Path: s.Path + "." + rel}
+	}
+	return s.d.source(s.kp.sub(rel))
 }
 
 // Gateway is the [gateway] table.

@@ -398,17 +398,18 @@ func (b *chainBuild) template(p keyPath, v any, sc *scope) *templates.Template {
 		return nil
 	}
 	for _, r := range tpl.Refs() {
+		at := p.sub(r.Key)
 		switch r.Root {
 		case "steps":
 			if len(r.Path) > 0 {
-				b.checkStepRef(p, sc, r.Path[0], "<<"+r.Text+">>")
+				b.checkStepRef(at, sc, r.Path[0], "<<"+r.Text+">>")
 			}
 		case "item", "item_index":
 			if sc.split == "" {
-				b.d.errorf(p, "<<%s>> is only set inside a split's per-item steps", r.Text)
+				b.d.errorf(at, "<<%s>> is only set inside a split's per-item steps", r.Text)
 			}
 		case "result":
-			b.d.errorf(p, "<<%s>>: result is only available in branch conditions; use prev or steps.NAME", r.Text)
+			b.d.errorf(at, "<<%s>>: result is only available in branch conditions; use prev or steps.NAME", r.Text)
 		}
 	}
 	b.warnCurlyPlaceholders(p, v)

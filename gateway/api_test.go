@@ -898,14 +898,14 @@ name = "uses-new"
 name = "call"
 provider = "echo"
 payload_template = { key = "<<secrets.NEW_TOKEN>>" }
-`, "API_TOKEN=" + testSecret + "\n", 400, []string{"gateway.toml:", "chains[uses-new].steps[call].payload_template: <<secrets.NEW_TOKEN>>: no secret NEW_TOKEN"}},
+`, "API_TOKEN=" + testSecret + "\n", 400, []string{"gateway.toml:", "chains[uses-new].steps[call].payload_template.key: <<secrets.NEW_TOKEN>>: no secret NEW_TOKEN"}},
 		{"a missing secret in a provider's config", base + `
 [[providers]]
 name = "hooks"
 type = "http"
 [providers.config]
 headers = { Authorization = "Bearer <<secrets.HOOK_TOKEN>>" }
-`, "API_TOKEN=" + testSecret + "\n", 400, []string{"gateway.toml:", "providers[hooks].config: <<secrets.HOOK_TOKEN>>"}},
+`, "API_TOKEN=" + testSecret + "\n", 400, []string{"gateway.toml:", "providers[hooks].config.headers.Authorization: <<secrets.HOOK_TOKEN>>"}},
 		{"a rotated value", base, "API_TOKEN=" + rotated + "\n", 400, []string{"new or changed secret values (API_TOKEN)", "restart"}},
 		{"a secret added to the file", base, "API_TOKEN=" + testSecret + "\nNEW_TOKEN=" + rotated + "\n", 400, []string{"new or changed secret values (NEW_TOKEN)"}},
 		{"a secrets file that is gone", strings.Replace(base, "secrets.env", "gone.env", 1), "API_TOKEN=" + testSecret + "\n", 400, []string{"gateway.secrets_file: reading secrets file"}},
@@ -969,7 +969,7 @@ payload_template = { key = "<<secrets.NOT_SET_ANYWHERE>>", other = "<<secrets.AL
 	}
 	_, err = gateway.Open(context.Background(), gateway.Options{Config: cfg, State: filepath.Join(dir, "gw.db")})
 	var ce *chain.ConfigError
-	if !errors.As(err, &ce) || len(ce.Diagnostics) != 1 || !strings.Contains(ce.Error(), path+":7:1: chains[c].steps[call].payload_template: <<secrets.NOT_SET_ANYWHERE>>") {
+	if !errors.As(err, &ce) || len(ce.Diagnostics) != 1 || !strings.Contains(ce.Error(), path+":10:22: chains[c].steps[call].payload_template.key: <<secrets.NOT_SET_ANYWHERE>>") {
 		t.Fatalf("Open: %v", err)
 	}
 }

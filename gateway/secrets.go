@@ -36,10 +36,7 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 			if f := cfg.Gateway.SecretsFile; f != "" {
 				fix = "add " + r.Path[0] + "=VALUE to " + f + " or " + fix
 			}
-			diags = append(diags, chain.Diagnostic{
-				File: src.File, Line: src.Line, Col: src.Col, Path: src.Path + "." + key,
-				Message: fmt.Sprintf("<<%s>>: no secret %s: %s, or give a default with ??", r.Text, r.Path[0], fix),
-			})
+			diags = append(diags, src.Key(joinKey(key, r.Key)).Errorf("<<%s>>: no secret %s: %s, or give a default with ??", r.Text, r.Path[0], fix))
 		}
 	}
 	for _, name := range cfg.ProviderNames {
@@ -92,4 +89,12 @@ func (g *Gateway) checkReloadSecrets(cfg *chain.Config) error {
 		Path:    "gateway.secrets_file",
 		Message: fmt.Sprintf("new or changed secret values (%s): the gateway takes secret values only when it starts; restart it to use them", strings.Join(changed, ", ")),
 	}}}
+}
+
+// joinKey is rel below key, as Source.Key reads it.
+func joinKey(key, rel string) string {
+	if rel == "" || rel[0] == '[' {
+		return key + rel
+	}
+	return key + "." + rel
 }

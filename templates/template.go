@@ -48,6 +48,9 @@ type Ref struct {
 	Text string   // the path as written, e.g. "steps.a-b.body.x[0]"
 	// HasDefault is true when a `??` alternative follows this path.
 	HasDefault bool
+	// Key is where the string holding the path sits in the compiled value,
+	// as CompileError.Key writes it; empty for a bare string.
+	Key string
 }
 
 // MissingError is returned when a placeholder does not resolve and has no default.
@@ -388,7 +391,7 @@ func (c *compiler) str(s, key string) (*node, error) {
 	}
 	for _, pc := range pieces {
 		if pc.e != nil {
-			c.addRefs(pc.e)
+			c.addRefs(pc.e, key)
 		}
 	}
 	if len(pieces) == 2 && pieces[0].lit == "" && pieces[1].lit == "" {
@@ -425,7 +428,7 @@ func (c *compiler) str(s, key string) (*node, error) {
 	return &node{kind: kText, parts: parts}, nil
 }
 
-func (c *compiler) addRefs(e *expr) {
+func (c *compiler) addRefs(e *expr, key string) {
 	for i, op := range e.ops {
 		if op.path == nil {
 			continue
@@ -439,6 +442,7 @@ func (c *compiler) addRefs(e *expr) {
 			Path:       segs,
 			Text:       op.path.text,
 			HasDefault: i < len(e.ops)-1,
+			Key:        key,
 		})
 	}
 }

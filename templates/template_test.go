@@ -414,11 +414,11 @@ func TestRefs(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Ref{
-		{Root: "item", Text: "item"},
-		{Root: "run", Path: []string{"id"}, Text: "run.id"},
-		{Root: "steps", Path: []string{"a-b", "body", "x", "0"}, Text: "steps.a-b.body.x[0]"},
-		{Root: "origin", Path: []string{"payload", "k k", "y", "1"}, Text: `origin.payload["k k"].y.1`, HasDefault: true},
-		{Root: "prev", Path: []string{"body"}, Text: "prev.body", HasDefault: true},
+		{Root: "item", Text: "item", Key: "a[0]"},
+		{Root: "run", Path: []string{"id"}, Text: "run.id", Key: "a[2]"},
+		{Root: "steps", Path: []string{"a-b", "body", "x", "0"}, Text: "steps.a-b.body.x[0]", Key: "b"},
+		{Root: "origin", Path: []string{"payload", "k k", "y", "1"}, Text: `origin.payload["k k"].y.1`, HasDefault: true, Key: "b"},
+		{Root: "prev", Path: []string{"body"}, Text: "prev.body", HasDefault: true, Key: "b"},
 	}
 	if got := tm.Refs(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Refs =\n%#v\nwant\n%#v", got, want)
