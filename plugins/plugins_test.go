@@ -135,13 +135,14 @@ func TestInBandErrors(t *testing.T) {
 		{"permanent", `{"fail":"boom: the widget is gone"}`, false},
 		{"retryable", `{"fail_retryable":"try later"}`, true},
 		{"fail_times", `{"fail_times":2}`, true},
+		{"retry after", `{"fail_retryable":"slow down","retry_after_ms":1500}`, true},
 		{"bad controls", `{"sleep_ms":"soon"}`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, lerr := call(t, local, tc.payload)
 			_, rerr := call(t, remote, tc.payload)
 			want, got := providerError(t, lerr), providerError(t, rerr)
-			if got.Retryable != tc.retryable || got.Retryable != want.Retryable || got.Code != want.Code || got.Message != want.Message {
+			if got.Retryable != tc.retryable || got.Retryable != want.Retryable || got.Code != want.Code || got.Message != want.Message || got.RetryAfter != want.RetryAfter {
 				t.Errorf("over the wire: %+v, in-process: %+v (want retryable %v)", got, want, tc.retryable)
 			}
 			if providers.IsRetryable(rerr) != tc.retryable {

@@ -184,7 +184,7 @@ func toWireError(err error) *providerv1.Error {
 		if msg == "" && pe.Err != nil {
 			msg = pe.Err.Error()
 		}
-		return &providerv1.Error{Retryable: pe.Retryable, Code: pe.Code, Message: msg}
+		return &providerv1.Error{Retryable: pe.Retryable, Code: pe.Code, Message: msg, RetryAfterMs: pe.RetryAfter.Milliseconds()}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &providerv1.Error{Retryable: true, Code: "timeout", Message: err.Error()}
 	default:
@@ -193,5 +193,5 @@ func toWireError(err error) *providerv1.Error {
 }
 
 func fromWireError(e *providerv1.Error) *providers.Error {
-	return &providers.Error{Retryable: e.Retryable, Code: e.Code, Message: e.Message}
+	return &providers.Error{Retryable: e.Retryable, Code: e.Code, Message: e.Message, RetryAfter: time.Duration(e.RetryAfterMs) * time.Millisecond}
 }

@@ -598,6 +598,50 @@ retry = { max_retries = 3, backoff_ms = 10, strategy = "fixed" }
 	}
 }
 
+// TestRetryAfterOverridesBackoff checks that a retry waits as long as the
+// provider's RetryAfter (a 429's Retry-After) asks when that is longer than
+// the step's backoff, and keeps the backoff when it is shorter.
+func TestRetryAfterOverridesBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		retryAfterMS int
+		want         string
+	}{
+		{"longer than the backoff", 300, "retrying in 300ms"},
+		{"shorter than the backoff", 5, "retrying in 50ms"},
+		{"none", 0, "retrying in 50ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "limited"
+provider = "faulty"
+payload_template = { fail_times = 1, retry_after_ms = %d }
+retry = { max_retries = 1, backoff_ms = 50, strategy = "fixed" }
+`, tc.retryAfterMS))
+			res := h.run("c", `{}`)
+			if res.Status != store.RunSucceeded || res.Steps["limited"].Attempts != 2 {
+				t.Fatalf("got %s, limited=%+v", res.Status, res.Steps["limited"])
+			}
+			evs, err := h.store.Events(context.Background(), res.ID, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msgs []string
+			for _, ev := range evs {
+				if ev.Type == store.EventStepRetrying {
+					msgs = append(msgs, ev.Message)
+				}
+			}
+			if len(msgs) != 1 || !strings.HasSuffix(msgs[0], tc.want) {
+				t.Errorf("retrying events %q, want one ending %q", msgs, tc.want)
+			}
+		})
+	}
+}
+
 func TestUnknownChain(t *testing.T) {
 	h := newHarness(t, `
 [[chains]]

@@ -243,6 +243,11 @@ func (r *runner) handle(o outcome) {
 	info := errorInfo(o)
 	if info.Retryable && s.Retry != nil && rec.Attempts <= s.Retry.MaxRetries {
 		wait := backoff(s.Retry, rec.Attempts)
+		// The service's own word on when to come back beats the policy's guess.
+		var pe *providers.Error
+		if errors.As(o.err, &pe) && pe.RetryAfter > wait {
+			wait = pe.RetryAfter
+		}
 		rec.Status = store.StepPending
 		rec.NotBefore = now.Add(wait)
 		rec.Error = info

@@ -12,6 +12,7 @@
 //	fail           permanent error with this message
 //	fail_retryable retryable error with this message
 //	fail_times     fail retryably while the attempt is at most this number
+//	retry_after_ms on a retryable failure, ask the gateway to wait this long
 //	raw            answer this text as the body, verbatim, JSON or not
 //
 // On success the body is the payload object plus "attempt". A payload that
@@ -45,6 +46,7 @@ type controls struct {
 	Fail          string `json:"fail"`
 	FailRetryable string `json:"fail_retryable"`
 	FailTimes     int    `json:"fail_times"`
+	RetryAfterMS  int64  `json:"retry_after_ms"`
 	// Raw is answered as the body verbatim, JSON or not.
 	Raw string `json:"raw"`
 }
@@ -89,9 +91,11 @@ func (Provider) Execute(ctx context.Context, req providers.Request) (providers.R
 	case c.Fail != "":
 		return providers.Response{}, &providers.Error{Code: "faulty", Message: c.Fail}
 	case c.FailRetryable != "":
-		return providers.Response{}, &providers.Error{Retryable: true, Code: "faulty", Message: c.FailRetryable}
+		return providers.Response{}, &providers.Error{Retryable: true, Code: "faulty", Message: c.FailRetryable, RetryAfter: c.retryAfter()}
 	case req.Attempt <= c.FailTimes:
-		return providers.Response{}, providers.Retryable("faulty", "failing attempt %d of the first %d", req.Attempt, c.FailTimes)
+		err := providers.Retryable("faulty", "failing attempt %d of the first %d", req.Attempt, c.FailTimes)
+		err.RetryAfter = c.retryAfter()
+		return providers.Response{}, err
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &obj); err != nil {
@@ -150,3 +154,5 @@ func body(v any) (providers.Response, error) {
 	}
 	return providers.Response{Body: b}, nil
 }
+
+func (c controls) retryAfter() time.Duration { return time.Duration(c.RetryAfterMS) * time.Millisecond }

@@ -317,8 +317,12 @@ type Error struct {
 	// True when the same request may succeed later.
 	Retryable bool `protobuf:"varint,1,opt,name=retryable,proto3" json:"retryable,omitempty"`
 	// A short machine-readable reason, such as "http_503".
-	Code          string `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Code    string `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// When positive on a retryable error, the earliest the service will take
+	// the request again, in milliseconds (a 429's Retry-After). The gateway
+	// waits at least this long before the next attempt.
+	RetryAfterMs  int64 `protobuf:"varint,4,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -372,6 +376,13 @@ func (x *Error) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *Error) GetRetryAfterMs() int64 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
 }
 
 type SessionRequest struct {
@@ -515,11 +526,12 @@ const file_provider_proto_rawDesc = "" +
 	"\x04step\x18\b \x01(\tR\x04step\"Y\n" +
 	"\x0fExecuteResponse\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x122\n" +
-	"\x05error\x18\x02 \x01(\v2\x1c.chaingate.provider.v1.ErrorR\x05error\"S\n" +
+	"\x05error\x18\x02 \x01(\v2\x1c.chaingate.provider.v1.ErrorR\x05error\"y\n" +
 	"\x05Error\x12\x1c\n" +
 	"\tretryable\x18\x01 \x01(\bR\tretryable\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"y\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12$\n" +
+	"\x0eretry_after_ms\x18\x04 \x01(\x03R\fretryAfterMs\"y\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12?\n" +
 	"\aexecute\x18\x02 \x01(\v2%.chaingate.provider.v1.ExecuteRequestR\aexecute\x12\x16\n" +
