@@ -143,6 +143,15 @@ func TestRunExampleChain(t *testing.T) {
 	if n := strings.Count(strings.TrimSpace(errOut), "\n") + 1; n != 14 {
 		t.Errorf("%d progress lines, want 14:\n%s", n, errOut)
 	}
+	// The README shows this run; its sample must not drift from it.
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, _ := json.Marshal(res.Path)
+	if want := `"path": ` + strings.ReplaceAll(string(path), ",", ", "); !strings.Contains(string(readme), want) {
+		t.Errorf("README's quickstart sample lacks %s", want)
+	}
 }
 
 func TestRunPrintsHTMLCharactersAsThemselves(t *testing.T) {
