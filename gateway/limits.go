@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,15 +100,7 @@ func (ls *limits) stats() []limitStats {
 	for i, l := range all {
 		out[i] = l.stats()
 	}
-	slices.SortFunc(out, func(a, b limitStats) int {
-		switch {
-		case a.name < b.name:
-			return -1
-		case a.name > b.name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b limitStats) int { return strings.Compare(a.name, b.name) })
 	return out
 }
 
@@ -137,6 +130,9 @@ func (p *limited) Execute(ctx context.Context, req providers.Request) (providers
 	}
 	if err := l.waitToken(ctx, deadline); err != nil {
 		l.settle(t, outcomeNone)
+		return providers.Response{}, err
+	}
+	if t, err = l.readmit(t); err != nil {
 		return providers.Response{}, err
 	}
 	resp, err := p.Provider.Execute(ctx, req)
@@ -268,6 +264,21 @@ type ticket struct {
 func (l *limiter) admit() (ticket, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.admitLocked()
+}
+
+// readmit checks the circuit again for a call that waited for a slot or a
+// token: if the circuit opened meanwhile, the call must not go out.
+func (l *limiter) readmit(t ticket) (ticket, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t.gen == l.gen {
+		return t, nil
+	}
+	return l.admitLocked()
+}
+
+func (l *limiter) admitLocked() (ticket, error) {
 	if l.breaker == nil {
 		return ticket{}, nil
 	}

@@ -462,6 +462,44 @@ func TestCircuitIgnoresCallsFromBefore(t *testing.T) {
 	}
 }
 
+// TestCircuitOpenedWhileQueued checks that a call queued for a slot while
+// the circuit opened fails fast when its turn comes instead of going out.
+func TestCircuitOpenedWhileQueued(t *testing.T) {
+	p, ls, fake := limitedFake(t, newFakeClock(), &chain.Provider{MaxConcurrency: 1, CircuitBreaker: &chain.CircuitBreaker{Failures: 1, OpenSeconds: 60}})
+	g := newGate()
+	fake.next = func(ctx context.Context) error {
+		if err := g.next(ctx); err != nil {
+			return err
+		}
+		return providers.Retryable("down", "down")
+	}
+	first := make(chan error)
+	go func() {
+		_, err := p.Execute(context.Background(), providers.Request{})
+		first <- err
+	}()
+	<-g.entered
+	queued := make(chan error)
+	go func() {
+		_, err := p.Execute(context.Background(), providers.Request{})
+		queued <- err
+	}()
+	eventually(t, "the second call queues", func() bool { return statsOf(ls).waiting == 1 })
+	close(g.release)
+	if err := <-first; err == nil {
+		t.Fatal("no failure")
+	}
+	if pe := providerError(t, <-queued, "circuit_open"); pe.RetryAfter != time.Minute {
+		t.Errorf("RetryAfter %v, want 1m", pe.RetryAfter)
+	}
+	if n := fake.calls.Load(); n != 1 {
+		t.Errorf("%d calls reached the provider, want 1", n)
+	}
+	if s := statsOf(ls); s.inUse != 0 || s.refusedOpen != 1 {
+		t.Errorf("%d in use, %v refused; want 0 and 1", s.inUse, s.refusedOpen)
+	}
+}
+
 func TestOutcomeOf(t *testing.T) {
 	for _, tc := range []struct {
 		name string
