@@ -61,6 +61,9 @@ func (c *Config) definition(name string, providerConfig bool) ([]byte, error) {
 			// Relative plugin paths were relative to the file they came from.
 			raw["plugin"] = p.Plugin
 		}
+		for _, k := range providerLimitKeys {
+			delete(raw, k)
+		}
 		if !providerConfig {
 			delete(raw, "config")
 		}

@@ -337,7 +337,7 @@ func (l *loader) checkName(t *table, kind string) string {
 	return name
 }
 
-var providerKeys = []string{"name", "type", "plugin", "sha256", "timeout_seconds", "config"}
+var providerKeys = append([]string{"name", "type", "plugin", "sha256", "timeout_seconds", "config"}, providerLimitKeys...)
 
 func (l *loader) provider(t *table, dir string) {
 	p := &Provider{Name: l.checkName(t, "provider"), Source: t.d.source(t.path), raw: t.m}
@@ -345,6 +345,13 @@ func (l *loader) provider(t *table, dir string) {
 	p.Plugin = t.nonEmpty("plugin")
 	p.SHA256 = strings.ToLower(t.str("sha256"))
 	p.TimeoutSeconds = t.count("timeout_seconds", "seconds")
+	if rt, ok := t.sub("rate_limit"); ok {
+		p.RateLimit = decodeRateLimit(rt)
+	}
+	p.MaxConcurrency, _ = t.bounded("max_concurrency", "calls", 1, 0, 0)
+	if bt, ok := t.sub("circuit_breaker"); ok {
+		p.CircuitBreaker = decodeCircuitBreaker(bt)
+	}
 	switch {
 	case t.has("type") && t.has("plugin"):
 		t.d.errorf(t.path, "sets both type and plugin; a provider is either a built-in type or an external plugin")

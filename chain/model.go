@@ -142,6 +142,14 @@ type Provider struct {
 	// SHA256 pins Plugin to one binary.
 	SHA256         string
 	TimeoutSeconds int
+	// RateLimit paces calls to the provider; nil means unpaced.
+	RateLimit *RateLimit
+	// MaxConcurrency bounds the calls in flight to the provider; 0 means
+	// unbounded.
+	MaxConcurrency int
+	// CircuitBreaker stops calling a failing provider for a while; nil
+	// means never.
+	CircuitBreaker *CircuitBreaker
 	// Config is the opaque [providers.config] table as JSON.
 	Config []byte
 	// ConfigTemplate is set when the config reads <<secrets.NAME>>; it is

@@ -73,7 +73,17 @@ func dump(cfg *chain.Config) string {
 	var provs []any
 	for _, name := range cfg.ProviderNames {
 		p := cfg.Providers[name]
-		provs = append(provs, map[string]any{"name": p.Name, "type": p.Type, "timeout_seconds": p.TimeoutSeconds, "config": json.RawMessage(orNull(p.Config))})
+		out := map[string]any{"name": p.Name, "type": p.Type, "timeout_seconds": p.TimeoutSeconds, "config": json.RawMessage(orNull(p.Config))}
+		if p.RateLimit != nil {
+			out["rate_limit"] = p.RateLimit
+		}
+		if p.MaxConcurrency > 0 {
+			out["max_concurrency"] = p.MaxConcurrency
+		}
+		if p.CircuitBreaker != nil {
+			out["circuit_breaker"] = p.CircuitBreaker
+		}
+		provs = append(provs, out)
 	}
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
@@ -190,6 +200,9 @@ timeout_seconds = 1`, true},
 type = "echo"`, `name = "unused"
 type = "echo"
 timeout_seconds = 3`, false},
+		{"used provider limits", "level = 1", `level = 1
+[providers.rate_limit]
+per_second = 2.0`, false},
 		{"unrelated chain", `name = "o1"`, `name = "o2"`, false},
 		{"comment", `[[chains]]
 name = "parent"`, `# the parent

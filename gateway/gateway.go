@@ -79,6 +79,8 @@ type Gateway struct {
 	Fanout *fanout.Fanout
 	// secrets are the values the engine renders <<secrets.NAME>> with.
 	secrets map[string]string
+	// limits pace and guard calls to each provider, across all runs.
+	limits *limits
 }
 
 // Open opens the store and prepares the engine. Plugin processes start when
@@ -123,10 +125,12 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		}
 	}
 	pm := plugins.NewManager(plugins.Options{Executable: opts.Executable, Logger: log.With("component", "plugins")})
+	lim := newLimits(realClock{}, log.With("component", "limits"))
+	lim.configure(cfg)
 	eopts := engine.Options{
 		Store:       st,
 		Config:      cfg,
-		Providers:   &resolver{m: pm, first: map[string]plugins.Spec{}},
+		Providers:   &resolver{m: pm, limits: lim, first: map[string]plugins.Spec{}},
 		LoadOptions: LoadOptions(),
 		Limits:      cfg.Gateway.Limits,
 		LeaseTTL:    time.Duration(cfg.Gateway.LeaseTTLSeconds) * time.Second,
@@ -147,7 +151,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	return &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, secrets: secretVals}, nil
+	return &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, secrets: secretVals, limits: lim}, nil
 }
 
 // OpenStore opens the store a state URL names, and returns its file when it
@@ -205,11 +209,13 @@ func (g *Gateway) Close() error {
 
 // resolver hands the engine plugin-backed providers. A provider whose
 // definition a reload changed gets a process of its own under a new name,
-// while runs started before the reload keep calling the old one.
+// while runs started before the reload keep calling the old one. Both share
+// the provider's limits, which follow the current config.
 type resolver struct {
-	m     *plugins.Manager
-	mu    sync.Mutex
-	first map[string]plugins.Spec
+	m      *plugins.Manager
+	limits *limits
+	mu     sync.Mutex
+	first  map[string]plugins.Spec
 }
 
 func (r *resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
@@ -224,5 +230,5 @@ func (r *resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
 		sum := sha256.Sum256([]byte(spec.Builtin + "\x00" + spec.Path + "\x00" + spec.SHA256))
 		spec.Name = p.Name + "@" + hex.EncodeToString(sum[:4])
 	}
-	return r.m.Provider(spec), nil
+	return r.limits.wrap(p.Name, r.m.Provider(spec)), nil
 }

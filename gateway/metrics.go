@@ -235,6 +235,50 @@ func (m *Metrics) Register(gw *Gateway) {
 	m.gauge("chaingate_fanout_worker_items", "gauge", "Items of distributed splits this process holds as a worker, running or queued.", func() []sample {
 		return []sample{{value: float64(gw.Engine.WorkHeld())}}
 	})
+	m.registerLimits(gw.limits)
+}
+
+// registerLimits adds the metrics of providers' limits. A provider has a
+// series while it has the limit the series is about, and keeps a counter's
+// series once it has counted something.
+func (m *Metrics) registerLimits(ls *limits) {
+	per := func(read func(limitStats) (float64, bool)) func() []sample {
+		return func() []sample {
+			var out []sample
+			for _, s := range ls.stats() {
+				if v, show := read(s); show {
+					out = append(out, sample{labels: "{provider=" + quote(s.name) + "}", value: v})
+				}
+			}
+			return out
+		}
+	}
+	m.gauge("chaingate_provider_rate_limited_total", "counter", "Provider calls that waited for a rate limit token or were refused one, by provider.",
+		per(func(s limitStats) (float64, bool) { return s.rateLimited, s.paced || s.rateLimited > 0 }))
+	m.gauge("chaingate_provider_rate_limit_wait_seconds_total", "counter", "Time provider calls spent waiting for rate limit tokens, by provider.",
+		per(func(s limitStats) (float64, bool) { return s.waitSeconds, s.paced || s.waitSeconds > 0 }))
+	m.gauge("chaingate_provider_concurrency_in_use", "gauge", "Provider calls holding one of the provider's max_concurrency slots, by provider.",
+		per(func(s limitStats) (float64, bool) { return float64(s.inUse), s.capped }))
+	m.gauge("chaingate_provider_concurrency_waiting", "gauge", "Provider calls waiting for one of the provider's max_concurrency slots, by provider.",
+		per(func(s limitStats) (float64, bool) { return float64(s.waiting), s.capped }))
+	m.gauge("chaingate_provider_concurrency_limit", "gauge", "A provider's max_concurrency, by provider.",
+		per(func(s limitStats) (float64, bool) { return float64(s.maxCalls), s.capped }))
+	m.gauge("chaingate_provider_circuit_state", "gauge", "A provider's circuit breaker: 0 closed, 1 open, 2 half-open; by provider.",
+		per(func(s limitStats) (float64, bool) { return float64(s.circuit), s.breaker }))
+	m.gauge("chaingate_provider_circuit_opened_total", "counter", "Times a provider's circuit opened, by provider.",
+		per(func(s limitStats) (float64, bool) { return s.opened, s.breaker || s.opened > 0 }))
+	m.gauge("chaingate_provider_calls_rejected_total", "counter", "Provider calls refused without being made, by provider and reason (circuit_open, rate_limited).", func() []sample {
+		var out []sample
+		for _, s := range ls.stats() {
+			if s.breaker || s.refusedOpen > 0 {
+				out = append(out, sample{labels: "{provider=" + quote(s.name) + `,reason="circuit_open"}`, value: s.refusedOpen})
+			}
+			if s.paced || s.refusedRate > 0 {
+				out = append(out, sample{labels: "{provider=" + quote(s.name) + `,reason="rate_limited"}`, value: s.refusedRate})
+			}
+		}
+		return out
+	})
 }
 
 func header(b *strings.Builder, name, typ, help string) {

@@ -139,6 +139,7 @@ func (s *Server) Reload() (*chain.Config, error) {
 		return nil, err
 	}
 	s.gw.Engine.SetConfig(cfg)
+	s.gw.limits.configure(cfg)
 	s.setConfig(cfg)
 	s.log.Info("config reloaded", "chains", len(cfg.Chains), "providers", len(cfg.Providers))
 	return cfg, nil
