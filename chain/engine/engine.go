@@ -602,7 +602,6 @@ func (e *Engine) launch(r *runner) {
 	go func() {
 		defer e.wg.Done()
 		r.loop()
-		e.forget(r)
 		if r.run.Status.Final() && r.run.ParentRun != "" {
 			e.notifyParent(r.run)
 		}

@@ -217,7 +217,9 @@ func (r *runner) stop() {
 
 func (r *runner) loop() {
 	defer close(r.done)
-	// The lease goes back before anyone waiting on done acts on the run.
+	// The run is no longer this engine's, and its lease is back, before
+	// anyone waiting on done acts on it (a replay right after Wait, say).
+	defer r.e.forget(r)
 	defer r.e.releaseLease(r)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
