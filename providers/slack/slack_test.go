@@ -69,8 +69,8 @@ func TestExecute(t *testing.T) {
 		},
 		{
 			name: "webhook_message", action: "webhook_message", config: hookConfig,
-			payload: `{"text":"hello","unfurl_media":false}`,
-			want:    []sent{{path: slacktest.WebhookPath, auth: "-", contentType: "application/json", body: `{"text":"hello","unfurl_media":false}`}},
+			payload:  `{"text":"hello","unfurl_media":false}`,
+			want:     []sent{{path: slacktest.WebhookPath, auth: "-", contentType: "application/json", body: `{"text":"hello","unfurl_media":false}`}},
 			wantBody: `{"ok":true}`,
 		},
 		{
