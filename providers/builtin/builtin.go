@@ -10,12 +10,20 @@ import (
 	"github.com/chaingate/gateway/providers/echo"
 	"github.com/chaingate/gateway/providers/faulty"
 	httpprovider "github.com/chaingate/gateway/providers/http"
+	"github.com/chaingate/gateway/providers/opsgenie"
+	"github.com/chaingate/gateway/providers/pagerduty"
+	"github.com/chaingate/gateway/providers/slack"
+	"github.com/chaingate/gateway/providers/webhook"
 )
 
 var constructors = map[string]func() providers.Provider{
-	"echo":   echo.New,
-	"faulty": faulty.New,
-	"http":   httpprovider.New,
+	"echo":      echo.New,
+	"faulty":    faulty.New,
+	"http":      httpprovider.New,
+	"opsgenie":  opsgenie.New,
+	"pagerduty": pagerduty.New,
+	"slack":     slack.New,
+	"webhook":   webhook.New,
 }
 
 // New returns a new provider of the built-in type typ, and whether there is one.

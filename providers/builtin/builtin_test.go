@@ -1,15 +1,36 @@
 package builtin_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/chaingate/gateway/internal/testutil"
+	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
+	"github.com/chaingate/gateway/providers/opsgenie/opsgenietest"
+	"github.com/chaingate/gateway/providers/pagerduty/pagerdutytest"
+	"github.com/chaingate/gateway/providers/slack/slacktest"
+	"github.com/chaingate/gateway/providers/webhook/webhooktest"
 )
 
+func TestMain(m *testing.M) {
+	plugins.ServeBuiltinIfRequested(builtin.New)
+	testutil.QuickRaceExit()
+	os.Exit(m.Run())
+}
+
 func TestRegistry(t *testing.T) {
-	if got, want := builtin.Types(), []string{"echo", "faulty", "http"}; !slices.Equal(got, want) {
+	if got, want := builtin.Types(), []string{"echo", "faulty", "http", "opsgenie", "pagerduty", "slack", "webhook"}; !slices.Equal(got, want) {
 		t.Errorf("Types() = %v, want %v", got, want)
 	}
 	for _, typ := range builtin.Types() {
@@ -24,5 +45,195 @@ func TestRegistry(t *testing.T) {
 	}
 	if _, ok := builtin.New("nope"); ok {
 		t.Error(`New("nope") found a provider`)
+	}
+}
+
+// TestConfigSchemas compiles every config schema as draft 2020-12 and
+// checks it against configs it must accept and refuse.
+func TestConfigSchemas(t *testing.T) {
+	for _, tc := range []struct {
+		typ     string
+		secrets []string // the keys marked x-secret
+		valid   []string
+		invalid []string
+	}{
+		{
+			typ: "slack", secrets: []string{"token", "webhook_url"},
+			valid:   []string{`{"token":"x"}`, `{"webhook_url":"https://hooks.slack.com/services/T/B/X"}`, `{"token":"x","base_url":"http://127.0.0.1/api"}`},
+			invalid: []string{`{}`, `{"base_url":"x"}`, `{"token":"x","channel":"C1"}`, `{"token":""}`},
+		},
+		{
+			typ: "pagerduty", secrets: []string{"routing_key"},
+			valid:   []string{`{"routing_key":"k"}`, `{"routing_key":"k","base_url":"http://127.0.0.1"}`},
+			invalid: []string{`{}`, `{"routing_key":1}`, `{"routing_key":"k","service_key":"k"}`},
+		},
+		{
+			typ: "opsgenie", secrets: []string{"api_key"},
+			valid:   []string{`{"api_key":"k"}`, `{"api_key":"k","base_url":"https://api.eu.opsgenie.com"}`},
+			invalid: []string{`{}`, `{"api_key":"k","region":"eu"}`},
+		},
+		{
+			typ: "webhook", secrets: []string{"secret"},
+			valid:   []string{`{"url":"https://x"}`, `{"url":"https://x","secret":"s","headers":{"X-A":"b"}}`},
+			invalid: []string{`{}`, `{"url":"https://x","headers":{"X-A":1}}`, `{"url":"https://x","method":"PUT"}`},
+		},
+	} {
+		t.Run(tc.typ, func(t *testing.T) {
+			p, _ := builtin.New(tc.typ)
+			info, err := p.Describe(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(info.ConfigSchema))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := jsonschema.NewCompiler()
+			c.DefaultDraft(jsonschema.Draft2020)
+			if err := c.AddResource(tc.typ+".json", doc); err != nil {
+				t.Fatal(err)
+			}
+			schema, err := c.Compile(tc.typ + ".json")
+			if err != nil {
+				t.Fatalf("compiling: %v", err)
+			}
+			var raw struct {
+				Schema               string                    `json:"$schema"`
+				AdditionalProperties *bool                     `json:"additionalProperties"`
+				Properties           map[string]map[string]any `json:"properties"`
+			}
+			if err := json.Unmarshal(info.ConfigSchema, &raw); err != nil {
+				t.Fatal(err)
+			}
+			if raw.Schema != "https://json-schema.org/draft/2020-12/schema" || raw.AdditionalProperties == nil || *raw.AdditionalProperties {
+				t.Errorf("$schema %q, additionalProperties %v", raw.Schema, raw.AdditionalProperties)
+			}
+			var secrets []string
+			for k, prop := range raw.Properties {
+				if prop["x-secret"] == true {
+					secrets = append(secrets, k)
+				}
+			}
+			slices.Sort(secrets)
+			if want := slices.Sorted(slices.Values(tc.secrets)); !slices.Equal(secrets, want) {
+				t.Errorf("x-secret keys %v, want %v", secrets, want)
+			}
+			for _, cfg := range append(tc.valid, tc.invalid...) {
+				inst, err := jsonschema.UnmarshalJSON(strings.NewReader(cfg))
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = schema.Validate(inst)
+				if want := slices.Contains(tc.valid, cfg); (err == nil) != want {
+					t.Errorf("config %s: valid %v, want %v (%v)", cfg, err == nil, want, err)
+				}
+			}
+		})
+	}
+}
+
+// TestThroughPlugin calls each provider as the gateway does, in a plugin
+// process, against its fake service, and checks that answers and error
+// classes cross the wire.
+func TestThroughPlugin(t *testing.T) {
+	slackSrv := slacktest.NewServer()
+	defer slackSrv.Close()
+	pdSrv := pagerdutytest.NewServer()
+	defer pdSrv.Close()
+	ogSrv := opsgenietest.NewServer()
+	defer ogSrv.Close()
+	hookSrv := webhooktest.NewServer()
+	defer hookSrv.Close()
+
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &testutil.Buffer{}
+	m := plugins.NewManager(plugins.Options{Executable: exe, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	defer m.Close()
+	defer func() {
+		if t.Failed() {
+			t.Logf("manager log:\n%s", logs)
+		}
+	}()
+
+	type fault = struct {
+		inject func()
+		code   string
+		retry  bool
+	}
+	for _, tc := range []struct {
+		typ, action, config, payload string
+		wantInBody                   string
+		faults                       []fault
+	}{
+		{
+			typ: "slack", action: "post_message", config: `{"token":"` + slacktest.Token + `","base_url":"` + slackSrv.BaseURL() + `"}`,
+			payload: `{"channel":"C0123456789","text":"db down"}`, wantInBody: `"channel":"C0123456789"`,
+			faults: []fault{
+				{func() { slackSrv.FailNext(1, slacktest.RateLimited(1)) }, "slack_ratelimited", true},
+				{func() { slackSrv.FailNext(1, slacktest.APIError("channel_not_found")) }, "slack_channel_not_found", false},
+			},
+		},
+		{
+			typ: "pagerduty", action: "trigger", config: `{"routing_key":"` + pagerdutytest.RoutingKey + `","base_url":"` + pdSrv.URL + `"}`,
+			payload: `{"summary":"db down","source":"db-1","severity":"critical"}`, wantInBody: `"dedup_key":"run-1/page"`,
+			faults: []fault{
+				{func() { pdSrv.FailNext(1, pagerdutytest.RateLimited(1)) }, "pagerduty_http_429", true},
+				{func() { pdSrv.FailNext(1, pagerdutytest.InvalidEvent("bad")) }, "pagerduty_invalid_event", false},
+			},
+		},
+		{
+			typ: "opsgenie", action: "create_alert", config: `{"api_key":"` + opsgenietest.APIKey + `","base_url":"` + ogSrv.URL + `"}`,
+			payload: `{"message":"db down"}`, wantInBody: `"alias":"run-1/page"`,
+			faults: []fault{
+				{func() { ogSrv.FailNext(1, opsgenietest.Error(503, "unavailable")) }, "opsgenie_http_503", true},
+				{func() { ogSrv.FailNext(1, opsgenietest.Error(422, "Request has validation errors")) }, "opsgenie_http_422", false},
+			},
+		},
+		{
+			typ: "webhook", action: "post", config: `{"url":"` + hookSrv.URL + `/in","secret":"` + webhooktest.Secret + `"}`,
+			payload: `{"alert":"db down"}`, wantInBody: `"received":true`,
+			faults: []fault{
+				{func() { hookSrv.FailNext(1, webhooktest.RateLimited(1)) }, "webhook_http_429", true},
+				{func() { hookSrv.FailNext(1, webhooktest.Fault{Status: 404}) }, "webhook_http_404", false},
+			},
+		},
+	} {
+		t.Run(tc.typ, func(t *testing.T) {
+			p := m.Provider(plugins.Spec{Name: "my-" + tc.typ, Builtin: tc.typ})
+			info, err := p.Describe(context.Background())
+			if err != nil || info.Name != tc.typ || len(info.ConfigSchema) == 0 {
+				t.Fatalf("Describe = %+v, %v", info, err)
+			}
+			req := providers.Request{
+				ActionType: tc.action, Config: json.RawMessage(tc.config), Payload: json.RawMessage(tc.payload),
+				DedupKey: "run-1/page", Attempt: 1, RunID: "run-1", Step: "page",
+			}
+			resp, err := p.Execute(context.Background(), req)
+			if err != nil || !strings.Contains(string(resp.Body), tc.wantInBody) {
+				t.Fatalf("Execute = %s, %v; want a body containing %s", resp.Body, err, tc.wantInBody)
+			}
+			for _, f := range tc.faults {
+				f.inject()
+				_, err := p.Execute(context.Background(), req)
+				var pe *providers.Error
+				if !errors.As(err, &pe) || pe.Code != f.code || pe.Retryable != f.retry {
+					t.Errorf("error %v, want code %s retryable %v", err, f.code, f.retry)
+				}
+				// RetryAfter does not cross the plugin wire yet.
+			}
+			if tc.typ == "webhook" {
+				return // its payload is the body, whatever its fields
+			}
+			bad := req
+			bad.Payload = json.RawMessage(`{"unknown_field":1}`)
+			_, err = p.Execute(context.Background(), bad)
+			var pe *providers.Error
+			if !errors.As(err, &pe) || pe.Code != "bad_payload" || pe.Retryable {
+				t.Errorf("unknown field: %v, want a permanent bad_payload", err)
+			}
+		})
 	}
 }
