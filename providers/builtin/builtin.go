@@ -8,6 +8,7 @@ import (
 
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/echo"
+	"github.com/chaingate/gateway/providers/email"
 	"github.com/chaingate/gateway/providers/faulty"
 	httpprovider "github.com/chaingate/gateway/providers/http"
 	"github.com/chaingate/gateway/providers/opsgenie"
@@ -18,6 +19,7 @@ import (
 
 var constructors = map[string]func() providers.Provider{
 	"echo":      echo.New,
+	"email":     email.New,
 	"faulty":    faulty.New,
 	"http":      httpprovider.New,
 	"opsgenie":  opsgenie.New,

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestRegistry(t *testing.T) {
-	if got, want := builtin.Types(), []string{"echo", "faulty", "http", "opsgenie", "pagerduty", "slack", "webhook"}; !slices.Equal(got, want) {
+	if got, want := builtin.Types(), []string{"echo", "email", "faulty", "http", "opsgenie", "pagerduty", "slack", "webhook"}; !slices.Equal(got, want) {
 		t.Errorf("Types() = %v, want %v", got, want)
 	}
 	for _, typ := range builtin.Types() {
@@ -159,9 +160,10 @@ func TestThroughPlugin(t *testing.T) {
 	}()
 
 	type fault = struct {
-		inject func()
-		code   string
-		retry  bool
+		inject     func()
+		code       string
+		retry      bool
+		retryAfter time.Duration
 	}
 	for _, tc := range []struct {
 		typ, action, config, payload string
@@ -172,32 +174,32 @@ func TestThroughPlugin(t *testing.T) {
 			typ: "slack", action: "post_message", config: `{"token":"` + slacktest.Token + `","base_url":"` + slackSrv.BaseURL() + `"}`,
 			payload: `{"channel":"C0123456789","text":"db down"}`, wantInBody: `"channel":"C0123456789"`,
 			faults: []fault{
-				{func() { slackSrv.FailNext(1, slacktest.RateLimited(1)) }, "slack_ratelimited", true},
-				{func() { slackSrv.FailNext(1, slacktest.APIError("channel_not_found")) }, "slack_channel_not_found", false},
+				{func() { slackSrv.FailNext(1, slacktest.RateLimited(1)) }, "slack_ratelimited", true, time.Second},
+				{func() { slackSrv.FailNext(1, slacktest.APIError("channel_not_found")) }, "slack_channel_not_found", false, 0},
 			},
 		},
 		{
 			typ: "pagerduty", action: "trigger", config: `{"routing_key":"` + pagerdutytest.RoutingKey + `","base_url":"` + pdSrv.URL + `"}`,
 			payload: `{"summary":"db down","source":"db-1","severity":"critical"}`, wantInBody: `"dedup_key":"run-1/page"`,
 			faults: []fault{
-				{func() { pdSrv.FailNext(1, pagerdutytest.RateLimited(1)) }, "pagerduty_http_429", true},
-				{func() { pdSrv.FailNext(1, pagerdutytest.InvalidEvent("bad")) }, "pagerduty_invalid_event", false},
+				{func() { pdSrv.FailNext(1, pagerdutytest.RateLimited(1)) }, "pagerduty_http_429", true, time.Second},
+				{func() { pdSrv.FailNext(1, pagerdutytest.InvalidEvent("bad")) }, "pagerduty_invalid_event", false, 0},
 			},
 		},
 		{
 			typ: "opsgenie", action: "create_alert", config: `{"api_key":"` + opsgenietest.APIKey + `","base_url":"` + ogSrv.URL + `"}`,
 			payload: `{"message":"db down"}`, wantInBody: `"alias":"run-1/page"`,
 			faults: []fault{
-				{func() { ogSrv.FailNext(1, opsgenietest.Error(503, "unavailable")) }, "opsgenie_http_503", true},
-				{func() { ogSrv.FailNext(1, opsgenietest.Error(422, "Request has validation errors")) }, "opsgenie_http_422", false},
+				{func() { ogSrv.FailNext(1, opsgenietest.Error(503, "unavailable")) }, "opsgenie_http_503", true, 0},
+				{func() { ogSrv.FailNext(1, opsgenietest.Error(422, "Request has validation errors")) }, "opsgenie_http_422", false, 0},
 			},
 		},
 		{
 			typ: "webhook", action: "post", config: `{"url":"` + hookSrv.URL + `/in","secret":"` + webhooktest.Secret + `"}`,
 			payload: `{"alert":"db down"}`, wantInBody: `"received":true`,
 			faults: []fault{
-				{func() { hookSrv.FailNext(1, webhooktest.RateLimited(1)) }, "webhook_http_429", true},
-				{func() { hookSrv.FailNext(1, webhooktest.Fault{Status: 404}) }, "webhook_http_404", false},
+				{func() { hookSrv.FailNext(1, webhooktest.RateLimited(1)) }, "webhook_http_429", true, time.Second},
+				{func() { hookSrv.FailNext(1, webhooktest.Fault{Status: 404}) }, "webhook_http_404", false, 0},
 			},
 		},
 	} {
@@ -219,10 +221,11 @@ func TestThroughPlugin(t *testing.T) {
 				f.inject()
 				_, err := p.Execute(context.Background(), req)
 				var pe *providers.Error
-				if !errors.As(err, &pe) || pe.Code != f.code || pe.Retryable != f.retry {
-					t.Errorf("error %v, want code %s retryable %v", err, f.code, f.retry)
+				if !errors.As(err, &pe) {
+					t.Errorf("error %v, want a *providers.Error", err)
+				} else if pe.Code != f.code || pe.Retryable != f.retry || pe.RetryAfter != f.retryAfter {
+					t.Errorf("error %v (retry after %v), want code %s retryable %v retry after %v", err, pe.RetryAfter, f.code, f.retry, f.retryAfter)
 				}
-				// RetryAfter does not cross the plugin wire yet.
 			}
 			if tc.typ == "webhook" {
 				return // its payload is the body, whatever its fields
