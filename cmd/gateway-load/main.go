@@ -8,6 +8,12 @@
 // locally, and reports items/s, peak RSS and CPU per process (split.go).
 //
 //	gateway-load split --gateway /tmp/gateway --items 100000 --workers 2
+//
+// gateway-load providers measures each HTTP-based provider against its
+// local test server: called in-process, through its plugin, and in whole
+// runs (providers.go).
+//
+//	gateway-load providers --gateway /tmp/gateway --concurrency 100
 package main
 
 import (
@@ -53,6 +59,9 @@ const (
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "split" {
 		return runSplit(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "providers" {
+		return runProviders(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("gateway-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
