@@ -111,25 +111,32 @@ func (s *Schema) collect(ve *jsonschema.ValidationError, inst any, out *[]Proble
 	*out = append(*out, Problem{Path: path, Message: ve.ErrorKind.LocalizedString(printer)})
 }
 
-// Secrets returns the paths, relative to the config table, of the values
-// in config (JSON) that the schema marks with SecretKeyword.
-func (s *Schema) Secrets(config json.RawMessage) []string {
+// Value is one value of a config.
+type Value struct {
+	// Path is where, relative to the config table, as in Problem.
+	Path  string
+	Value any
+}
+
+// Secrets returns the values in config (JSON) that the schema marks with
+// SecretKeyword, ordered by path.
+func (s *Schema) Secrets(config json.RawMessage) []Value {
 	var inst any
 	if err := json.Unmarshal(config, &inst); err != nil {
 		return nil
 	}
-	var out []string
+	var out []Value
 	walkSecrets(s.doc, inst, "", &out)
 	return out
 }
 
-func walkSecrets(sch, v any, path string, out *[]string) {
+func walkSecrets(sch, v any, path string, out *[]Value) {
 	m, ok := sch.(map[string]any)
 	if !ok {
 		return
 	}
 	if secret, _ := m[SecretKeyword].(bool); secret && v != nil {
-		*out = append(*out, path)
+		*out = append(*out, Value{Path: path, Value: v})
 		return
 	}
 	switch x := v.(type) {

@@ -59,10 +59,10 @@ func TestSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := s.Secrets(json.RawMessage(`{"url": "u", "token": "t", "headers": {"Authorization": "a", "X-Key": "k"}, "hosts": [{"name": "n"}]}`))
-	want := []string{"headers.Authorization", "headers.X-Key", "token"}
+	got := s.Secrets(json.RawMessage(`{"url": "u", "token": "t", "headers": {"Authorization": "a", "X-Key": 1}, "hosts": [{"name": "n"}]}`))
+	want := []configschema.Value{{"headers.Authorization", "a"}, {"headers.X-Key", 1.0}, {"token", "t"}}
 	if !slices.Equal(got, want) {
-		t.Errorf("Secrets = %q, want %q", got, want)
+		t.Errorf("Secrets = %v, want %v", got, want)
 	}
 }
 
