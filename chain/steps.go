@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/chaingate/gateway/chain/condition"
+	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/templates"
 )
 
@@ -110,6 +111,9 @@ func (b *chainBuild) step(t *table, parent *Step, sc *scope) *Step {
 		s.Kind = KindProvider
 		s.Provider = t.nonEmpty("provider")
 		s.ActionType = t.nonEmpty("action_type")
+		if strings.HasPrefix(s.ActionType, providers.ReservedActionPrefix) {
+			t.d.errorf(t.path.key("action_type"), "action type %q is in the %q namespace, which the gateway reserves for its own use (the conformance probe); name the provider's action instead", s.ActionType, providers.ReservedActionPrefix)
+		}
 		if s.Provider != "" {
 			b.l.later = append(b.l.later, func() {
 				if _, ok := b.l.cfg.Providers[s.Provider]; !ok {

@@ -24,11 +24,10 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins"
-	"github.com/chaingate/gateway/providers/builtin"
 )
 
 func TestMain(m *testing.M) {
-	plugins.ServeBuiltinIfRequested(builtin.New)
+	plugins.ServeBuiltinIfRequested(lookupProvider)
 	testutil.QuickRaceExit()
 	os.Exit(m.Run())
 }

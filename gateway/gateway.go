@@ -36,9 +36,18 @@ func LoadOptions() chain.LoadOptions {
 	return chain.LoadOptions{ProviderTypes: builtin.Types()}
 }
 
-// LoadConfig loads config files and directories.
+// LoadConfig loads config files and directories, and checks the steps and
+// config of built-in providers against what those providers accept (see
+// CheckPlugins for external ones).
 func LoadConfig(paths []string) (*chain.Config, error) {
-	return chain.Load(paths, LoadOptions())
+	cfg, err := chain.Load(paths, LoadOptions())
+	if err != nil {
+		return cfg, err
+	}
+	if diags := checkBuiltinProviders(cfg); len(diags) > 0 {
+		return cfg, &chain.ConfigError{Diagnostics: diags}
+	}
+	return cfg, nil
 }
 
 // Options configures a Gateway.

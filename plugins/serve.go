@@ -26,6 +26,7 @@ const orphanPoll = 200 * time.Millisecond
 //	func main() { plugins.Serve(myProvider{}) }
 //
 // A plugin exits on its own shortly after the gateway dies, however it died.
+// Serve answers ProbeAction itself, for "gateway plugin check".
 func Serve(p providers.Provider) {
 	go exitWhenOrphaned(os.Getppid())
 	// Stderr is the channel go-plugin reads log lines from; JSON keeps the
@@ -34,7 +35,7 @@ func Serve(p providers.Provider) {
 	maxBytes := maxMessageFromEnv()
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  handshake,
-		VersionedPlugins: pluginSets(p, logger),
+		VersionedPlugins: pluginSets(probing{p}, logger), // see ProbeAction
 		Logger:           logger,
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			return grpc.NewServer(append(opts, serverOptions(maxBytes)...)...)

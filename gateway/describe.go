@@ -1,0 +1,191 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/secrets"
+	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/providers"
+	"github.com/chaingate/gateway/providers/builtin"
+	"github.com/chaingate/gateway/providers/configschema"
+	"github.com/chaingate/gateway/templates"
+)
+
+// What a provider accepts is checked against the config that uses it: each
+// step's action_type against the action types the provider declares, and
+// the provider's config table against its config schema. Built-in providers
+// describe themselves in-process at no cost, so every load checks them;
+// external plugins must be started to say, which only "validate --plugins"
+// does.
+
+// checkBuiltinProviders checks the providers of built-in types.
+func checkBuiltinProviders(cfg *chain.Config) []chain.Diagnostic {
+	var diags []chain.Diagnostic
+	for _, name := range cfg.ProviderNames {
+		p := cfg.Providers[name]
+		if p.Type == "" {
+			continue
+		}
+		impl, ok := builtin.New(p.Type)
+		if !ok {
+			continue // the loader has reported it
+		}
+		// A built-in's Describe does no I/O.
+		info, err := impl.Describe(context.Background())
+		if err != nil {
+			diags = append(diags, p.Source.Key("type").Errorf("describing the built-in %s provider: %v", p.Type, err))
+			continue
+		}
+		diags = append(diags, checkProvider(cfg, p, info)...)
+	}
+	return sortDiagnostics(diags)
+}
+
+// ExternalProviders lists, in definition order, the providers served by an
+// external plugin, whose action types and config only CheckPlugins checks.
+func ExternalProviders(cfg *chain.Config) []string {
+	var out []string
+	for _, name := range cfg.ProviderNames {
+		if cfg.Providers[name].Plugin != "" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// PluginCheckOptions configures CheckPlugins.
+type PluginCheckOptions struct {
+	// Timeout bounds starting each plugin and reading its Describe;
+	// default 15 s.
+	Timeout time.Duration
+	// Logger receives the plugins' logs; default discards.
+	Logger *slog.Logger
+}
+
+// CheckPlugins starts every external plugin the config names, reads its
+// Describe and checks the steps and config that use it as the loader
+// checks built-in providers. It stops the plugins before it returns.
+func CheckPlugins(ctx context.Context, cfg *chain.Config, opts PluginCheckOptions) []chain.Diagnostic {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 15 * time.Second
+	}
+	pm := plugins.NewManager(plugins.Options{Logger: opts.Logger, StartTimeout: opts.Timeout})
+	defer pm.Close()
+	names := ExternalProviders(cfg)
+	results := make([][]chain.Diagnostic, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		p := cfg.Providers[name]
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+			defer cancel()
+			info, err := pm.Provider(plugins.Spec{Name: p.Name, Path: p.Plugin, SHA256: p.SHA256}).Describe(ctx)
+			if err != nil {
+				results[i] = []chain.Diagnostic{p.Source.Key("plugin").Errorf("starting the plugin to read what it accepts: %v", err)}
+				return
+			}
+			results[i] = checkProvider(cfg, p, info)
+		})
+	}
+	wg.Wait()
+	return sortDiagnostics(slices.Concat(results...))
+}
+
+// checkProvider checks one provider's config and the steps that call it
+// against what the provider says it accepts.
+func checkProvider(cfg *chain.Config, p *chain.Provider, info providers.Info) []chain.Diagnostic {
+	var diags []chain.Diagnostic
+	if len(info.ActionTypes) > 0 {
+		accepted := quoted(info.ActionTypes)
+		forEachStep(cfg, func(s *chain.Step) {
+			switch {
+			case s.Kind != chain.KindProvider || s.Provider != p.Name:
+			case s.ActionType == "":
+				diags = append(diags, s.Source.Key("action_type").Errorf("provider %q needs an action_type: one of %s", p.Name, accepted))
+			case !slices.Contains(info.ActionTypes, s.ActionType):
+				diags = append(diags, s.Source.Key("action_type").Errorf("provider %q does not accept action type %q; it accepts %s", p.Name, s.ActionType, accepted))
+			}
+		})
+	}
+	if len(info.ConfigSchema) == 0 {
+		return diags
+	}
+	schema, err := configschema.Compile(info.ConfigSchema)
+	if err != nil {
+		return append(diags, p.Source.Errorf("the %s provider's own config schema is broken, so its config cannot be checked: %v", info.Name, err))
+	}
+	// Templated values are checked as the strings they are written as.
+	for _, prob := range schema.Validate(p.Config) {
+		diags = append(diags, p.Source.Key(configKey(prob.Path)).Errorf("%s", prob.Message))
+	}
+	for _, v := range schema.Secrets(p.Config) {
+		if !readsSecret(v.Value) {
+			diags = append(diags, p.Source.Key(configKey(v.Path)).Errorf(
+				"is a credential, so it must come from a secret, never be written into the config: write \"<<secrets.NAME>>\" and set %sNAME in the environment or NAME=VALUE in [gateway].secrets_file", secrets.EnvPrefix))
+		}
+	}
+	return diags
+}
+
+// readsSecret reports whether v is a string that reads <<secrets.NAME>>.
+func readsSecret(v any) bool {
+	s, ok := v.(string)
+	if !ok {
+		return false
+	}
+	tpl, err := templates.CompileString(s)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(tpl.Refs(), func(r templates.Ref) bool { return r.Root == "secrets" })
+}
+
+func configKey(path string) string {
+	if path == "" || strings.HasPrefix(path, "[") {
+		return "config" + path
+	}
+	return "config." + path
+}
+
+// forEachStep calls f for every step of every chain, sub-steps included.
+func forEachStep(cfg *chain.Config, f func(*chain.Step)) {
+	var walk func([]*chain.Step)
+	walk = func(list []*chain.Step) {
+		for _, s := range list {
+			f(s)
+			if s.Parallel != nil {
+				walk(s.Parallel.Steps)
+			}
+			if s.Split != nil {
+				walk(s.Split.Steps)
+			}
+		}
+	}
+	for _, name := range cfg.ChainNames {
+		walk(cfg.Chains[name].Steps)
+	}
+}
+
+func quoted(list []string) string {
+	q := make([]string, len(list))
+	for i, s := range list {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// sortDiagnostics orders diagnostics by file and position, as the loader does.
+func sortDiagnostics(ds []chain.Diagnostic) []chain.Diagnostic {
+	slices.SortStableFunc(ds, func(a, b chain.Diagnostic) int {
+		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Col, b.Col))
+	})
+	return ds
+}
