@@ -1,15 +1,25 @@
 package conformance_test
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/chaingate/gateway/plugins/conformance"
 	"github.com/chaingate/gateway/providers/builtin"
+	"github.com/chaingate/gateway/providers/opsgenie/opsgenietest"
+	"github.com/chaingate/gateway/providers/pagerduty/pagerdutytest"
+	"github.com/chaingate/gateway/providers/slack/slacktest"
+	"github.com/chaingate/gateway/providers/webhook/webhooktest"
 )
 
 // builtinRows says how to check each built-in provider: the options, with
@@ -42,6 +52,111 @@ var builtinRows = []struct {
 			Payloads: map[string]json.RawMessage{"get": json.RawMessage(`{"url": "/healthz"}`)},
 		}
 	}},
+	{"slack", func(t *testing.T) conformance.Options {
+		srv := slacktest.NewServer()
+		t.Cleanup(srv.Close)
+		ts := postSlackMessage(t, srv)
+		return conformance.Options{
+			Config: json.RawMessage(fmt.Sprintf(`{"token": %q, "webhook_url": %q, "base_url": %q}`, slacktest.Token, srv.WebhookURL(), srv.BaseURL())),
+			Payloads: map[string]json.RawMessage{
+				"post_message":    json.RawMessage(`{"channel": "C0123456789", "text": "disk-full on db-1"}`),
+				"update_message":  json.RawMessage(`{"channel": "C0123456789", "ts": "` + ts + `", "text": "resolved"}`),
+				"webhook_message": json.RawMessage(`{"text": "disk-full on db-1"}`),
+			},
+		}
+	}},
+	{"pagerduty", func(t *testing.T) conformance.Options {
+		srv := pagerdutytest.NewServer()
+		t.Cleanup(srv.Close)
+		return conformance.Options{
+			Config: json.RawMessage(fmt.Sprintf(`{"routing_key": %q, "base_url": %q}`, pagerdutytest.RoutingKey, srv.URL)),
+			Payloads: map[string]json.RawMessage{
+				"trigger":     json.RawMessage(`{"summary": "disk-full on db-1", "source": "db-1", "severity": "critical"}`),
+				"acknowledge": json.RawMessage(`{"dedup_key": "conformance/page"}`),
+				"resolve":     json.RawMessage(`{"dedup_key": "conformance/page"}`),
+				"change":      json.RawMessage(`{"summary": "deployed v2", "source": "ci"}`),
+			},
+		}
+	}},
+	{"opsgenie", func(t *testing.T) conformance.Options {
+		srv := opsgenietest.NewServer()
+		t.Cleanup(srv.Close)
+		return conformance.Options{
+			Config: json.RawMessage(fmt.Sprintf(`{"api_key": %q, "base_url": %q}`, opsgenietest.APIKey, srv.URL)),
+			Payloads: map[string]json.RawMessage{
+				"create_alert":      json.RawMessage(`{"message": "disk-full on db-1"}`),
+				"acknowledge_alert": json.RawMessage(`{"alias": "conformance/page"}`),
+				"close_alert":       json.RawMessage(`{"alias": "conformance/page"}`),
+			},
+		}
+	}},
+	{"webhook", func(t *testing.T) conformance.Options {
+		srv := webhooktest.NewServer()
+		t.Cleanup(srv.Close)
+		return conformance.Options{
+			AcceptsAnyPayload: true, // the payload is the request body, whatever it holds
+			Config:            json.RawMessage(fmt.Sprintf(`{"url": %q, "secret": %q}`, srv.URL+"/hooks/alerts", webhooktest.Secret)),
+			Payloads:          map[string]json.RawMessage{"post": json.RawMessage(`{"alert": "disk-full"}`)},
+		}
+	}},
+	{"email", func(t *testing.T) conformance.Options {
+		return conformance.Options{
+			Config:   json.RawMessage(fmt.Sprintf(`{"host": "127.0.0.1", "port": %d, "tls": "none", "from": "alerts@example.com"}`, startSMTP(t))),
+			Payloads: map[string]json.RawMessage{"send": json.RawMessage(`{"to": "oncall@example.com", "subject": "disk-full", "text": "on db-1"}`)},
+		}
+	}},
+}
+
+// postSlackMessage posts a message for update_message to update, as Slack's
+// API takes it, and returns its ts.
+func postSlackMessage(t *testing.T, srv *slacktest.Server) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, srv.BaseURL()+"/chat.postMessage", strings.NewReader(`{"channel": "C0123456789", "text": "disk-full"}`))
+	req.Header.Set("Authorization", "Bearer "+slacktest.Token)
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		OK bool   `json:"ok"`
+		TS string `json:"ts"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || !answer.OK {
+		t.Fatalf("posting to the test Slack: %+v, %v", answer, err)
+	}
+	return answer.TS
+}
+
+// startSMTP starts the SMTP server the email provider's tests use, as a
+// plain relay on a free loopback port, and returns the port.
+func startSMTP(t *testing.T) int {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "smtpd")
+	build := exec.Command("go", "build", "-o", bin, "github.com/chaingate/gateway/providers/email/internal/smtpd")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the test SMTP server: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "-tls", "none", "-out", filepath.Join(t.TempDir(), "mail.jsonl"))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the test SMTP server's address: %v", err)
+	}
+	_, port, err := net.SplitHostPort(strings.TrimSpace(strings.TrimPrefix(line, "listening ")))
+	if err != nil {
+		t.Fatalf("test SMTP server said %q: %v", line, err)
+	}
+	n, _ := strconv.Atoi(port)
+	return n
 }
 
 // TestBuiltinsConform puts every built-in provider through the checklist.
