@@ -22,6 +22,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/conformance"
 	"github.com/chaingate/gateway/providers/builtin"
 )
 
@@ -36,7 +37,7 @@ const (
 const usage = `gateway runs incident-response and automation chains described in TOML.
 
 Usage:
-  gateway validate PATH...                      check config files or directories
+  gateway validate PATH... [--plugins]          check config files or directories
   gateway run CHAIN --config PATH... [flags]    run one chain to completion
   gateway resume --config PATH... [flags]       resume every unfinished run in a store
   gateway cancel RUN_ID [--state PATH]          cancel a run
@@ -45,6 +46,7 @@ Usage:
   gateway runs list|show|cancel|events|dag      inspect and cancel runs
   gateway dlq list|show|replay|delete|purge     work the dead-letter queue
   gateway graph CHAIN                           draw a chain as a Mermaid flowchart
+  gateway plugin check|new                      check a provider plugin, or start writing one
 
 The runs, dlq and graph commands talk to a gateway's API (--server URL,
 --token T, or CHAINGATE_SERVER and CHAINGATE_TOKEN), or work straight on a
@@ -56,6 +58,7 @@ Run "gateway COMMAND -h" for a command's flags.
 func main() {
 	// A built-in provider runs as this same binary in plugin mode.
 	plugins.ServeBuiltinIfRequested(builtin.New)
+	conformance.ServeOrphanHostIfRequested()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// Once the first signal has asked for a clean stop, a second one ends
@@ -74,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "validate":
-		return cmdValidate(args[1:], stdout, stderr)
+		return cmdValidate(ctx, args[1:], stdout, stderr)
 	case "run":
 		return cmdRun(ctx, args[1:], stdout, stderr)
 	case "resume":
@@ -91,6 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdDLQ(ctx, args[1:], stdout, stderr)
 	case "graph":
 		return cmdGraph(ctx, args[1:], stdout, stderr)
+	case "plugin":
+		return cmdPlugin(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -133,10 +138,21 @@ func newFlagSet(name string, stderr io.Writer, help string) *flag.FlagSet {
 	return fs
 }
 
-func cmdValidate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("validate", stderr, "Usage: gateway validate PATH... (files or directories of *.toml)\n")
+const validateHelp = `Usage: gateway validate PATH... [--plugins] (files or directories of *.toml)
+
+Checks config files as every command that loads them does, including each
+provider step's action_type and each built-in provider's config against
+what the provider declares. External plugins are checked too with
+--plugins, which starts each one to read what it declares.
+
+`
+
+func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("validate", stderr, validateHelp)
 	var configs stringList
 	fs.Var(&configs, "config", "config file or directory (repeatable; same as a PATH argument)")
+	checkPlugins := fs.Bool("plugins", false, "also start every external plugin, and check the steps and config that use it against what it declares")
+	pluginTimeout := fs.Duration("plugin-timeout", 15*time.Second, "with --plugins, how long each plugin may take to start and describe itself")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitUsage
@@ -151,6 +167,14 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		printConfigError(stdout, err)
 		return exitFailed
 	}
+	external := gateway.ExternalProviders(cfg)
+	if *checkPlugins && len(external) > 0 {
+		logger, _ := newLogger(stderr, "warn")
+		if diags := gateway.CheckPlugins(ctx, cfg, gateway.PluginCheckOptions{Timeout: *pluginTimeout, Logger: logger}); len(diags) > 0 {
+			printConfigError(stdout, &chain.ConfigError{Diagnostics: diags})
+			return exitFailed
+		}
+	}
 	for _, w := range cfg.Warnings {
 		fmt.Fprintln(stdout, w.String())
 	}
@@ -159,6 +183,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		steps += countSteps(c.Steps)
 	}
 	fmt.Fprintf(stdout, "ok: %d chains, %d steps, %d providers\n", len(cfg.Chains), steps, len(cfg.Providers))
+	if !*checkPlugins && len(external) > 0 {
+		fmt.Fprintf(stdout, "note: the action types and config of external plugins (%s) were not checked; validate --plugins starts them to check\n", strings.Join(external, ", "))
+	}
 	return exitOK
 }
 
@@ -298,7 +325,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&configs, "config", "config file or directory (repeatable)")
 	payloadArg := fs.String("payload", "{}", "origin payload: JSON text, or @FILE to read it from a file")
 	state := stateFlag(fs)
-	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn or error")
+	logLevel := fs.String("log-level", "warn", logLevelUsage)
 	resume := fs.Bool("resume", false, "resume every unfinished run in the store instead of starting one")
 	noWorker := fs.Bool("no-worker", false, "with [gateway.fanout], leave distributed splits' items to gateway worker processes")
 	pos, err := parseInterleaved(fs, args)
@@ -358,7 +385,7 @@ func cmdResume(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var configs stringList
 	fs.Var(&configs, "config", "config file or directory (repeatable)")
 	state := stateFlag(fs)
-	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn or error")
+	logLevel := fs.String("log-level", "warn", logLevelUsage)
 	noWorker := fs.Bool("no-worker", false, "with [gateway.fanout], leave distributed splits' items to gateway worker processes")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -491,6 +518,11 @@ func readPayload(arg string) (json.RawMessage, error) {
 	}
 	return data, nil
 }
+
+// logLevelUsage says how plugins' log lines fare, which is easy to miss:
+// they keep the level they were written at.
+const logLevelUsage = "log level: debug, info, warn or error. Plugins' log lines keep their own level: at warn, a plugin's " +
+	"warnings, errors and panics show, its info and debug lines and plain text it prints do not (see docs/plugins.md)"
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level

@@ -20,6 +20,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/conformance"
 	"github.com/chaingate/gateway/providers/builtin"
 )
 
@@ -29,6 +30,7 @@ const mainEnv = "GATEWAY_TEST_MAIN"
 
 func TestMain(m *testing.M) {
 	plugins.ServeBuiltinIfRequested(builtin.New)
+	conformance.ServeOrphanHostIfRequested()
 	if os.Getenv(mainEnv) == "1" {
 		main()
 	}

@@ -32,7 +32,7 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var(&configs, "config", "config file or directory (repeatable)")
 	state := fs.String("state", "", "store for sub-chain runs items start (default [gateway].state if redis://, else bolt://./data/worker.db)")
 	listen := fs.String("listen", "", "address to serve /healthz and /metrics on (default: none)")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logLevel := fs.String("log-level", "info", logLevelUsage)
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the process to this file until it stops (for go tool pprof)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
