@@ -198,7 +198,8 @@ func (c *checker) describe(ctx context.Context) bool {
 		return false
 	}
 	c.info = desc
-	c.report.Plugin = &Plugin{Name: desc.Name, Version: desc.Version, ActionTypes: desc.ActionTypes, Session: desc.Session}
+	// An empty list, not null, says "any action type" in JSON.
+	c.report.Plugin = &Plugin{Name: desc.Name, Version: desc.Version, ActionTypes: append([]string{}, desc.ActionTypes...), Session: desc.Session}
 	var problems []string
 	if desc.Name == "" {
 		problems = append(problems, "it gives no name")

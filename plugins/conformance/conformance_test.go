@@ -42,7 +42,7 @@ func TestChecklist(t *testing.T) {
 			name:   "misbehaving",
 			target: conformance.Target{Builtin: "misbehaving"},
 			opts: conformance.Options{
-				Grace: 500 * time.Millisecond,
+				Grace: time.Second,
 				Payloads: map[string]json.RawMessage{
 					"slow": json.RawMessage(`{}`), "flaky": json.RawMessage(`{}`), "undeclared": json.RawMessage(`{}`),
 				},
