@@ -26,12 +26,12 @@ import (
 	"mime"
 	nethttp "net/http"
 	"net/url"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/providers"
+	"github.com/chaingate/gateway/providers/internal/apicall"
 )
 
 // DefaultMaxResponseBytes is the largest response body read when the config
@@ -87,11 +87,11 @@ func (p *Provider) Describe(context.Context) (providers.Info, error) {
 
 func (p *Provider) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
 	var cfg config
-	if err := decodeStrict(req.Config, &cfg); err != nil {
+	if err := apicall.DecodeStrict(req.Config, &cfg); err != nil {
 		return providers.Response{}, providers.Permanent("bad_config", "decoding http config: %v", err)
 	}
 	var pl payload
-	if err := decodeStrict(req.Payload, &pl); err != nil {
+	if err := apicall.DecodeStrict(req.Payload, &pl); err != nil {
 		return providers.Response{}, providers.Permanent("bad_payload", "decoding http payload: %v", err)
 	}
 	target, err := resolveURL(cfg.BaseURL, pl.URL)
@@ -111,10 +111,10 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 	}
 	// net/http would refuse these only when sending, as a network error,
 	// which is retried although no attempt can succeed.
-	if err := checkHeaders(cfg.Headers); err != nil {
+	if err := apicall.CheckHeaders(cfg.Headers); err != nil {
 		return providers.Response{}, providers.Permanent("bad_config", "config headers: %v", err)
 	}
-	if err := checkHeaders(pl.Headers); err != nil {
+	if err := apicall.CheckHeaders(pl.Headers); err != nil {
 		return providers.Response{}, providers.Permanent("bad_payload", "headers: %v", err)
 	}
 	limit := cfg.MaxResponseBytes
@@ -180,18 +180,6 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 	return providers.Response{Body: out}, nil
 }
 
-// decodeStrict rejects unknown fields: a misspelt key in a chain's payload
-// template must fail loudly rather than be silently ignored.
-func decodeStrict(raw json.RawMessage, v any) error {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	return dec.Decode(v)
-}
-
 // resolveURL appends a relative url to base_url (rather than resolving it
 // per RFC 3986, which would drop the last segment of a base without a
 // trailing slash, surprising anyone who writes base_url = ".../v1").
@@ -201,85 +189,20 @@ func resolveURL(base, ref string) (*url.URL, error) {
 	}
 	u, err := url.Parse(ref)
 	if err != nil {
-		return nil, fmt.Errorf("parsing url %q: %w", withoutQuery(ref), innerURLError(err))
+		return nil, fmt.Errorf("parsing url %q: %w", apicall.WithoutQuery(ref), apicall.InnerURLError(err))
 	}
 	if !u.IsAbs() {
 		if base == "" {
-			return nil, fmt.Errorf("url %q is relative and no base_url is configured", withoutQuery(ref))
+			return nil, fmt.Errorf("url %q is relative and no base_url is configured", apicall.WithoutQuery(ref))
 		}
 		if u, err = url.Parse(strings.TrimRight(base, "/") + "/" + strings.TrimLeft(ref, "/")); err != nil {
-			return nil, fmt.Errorf("joining base_url and url: %w", innerURLError(err))
+			return nil, fmt.Errorf("joining base_url and url: %w", apicall.InnerURLError(err))
 		}
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("url %q is not an http or https URL with a host", withoutQuery(u.Redacted()))
+		return nil, fmt.Errorf("url %q is not an http or https URL with a host", apicall.WithoutQuery(u.Redacted()))
 	}
 	return u, nil
-}
-
-// withoutQuery cuts a URL before its query string or fragment, which often
-// carry tokens; error messages end up in logs, events and the DLQ.
-func withoutQuery(u string) string {
-	if i := strings.IndexAny(u, "?#"); i >= 0 {
-		return u[:i]
-	}
-	return u
-}
-
-// innerURLError drops the *url.Error wrapping, whose text holds the whole
-// URL, query string included.
-func innerURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
-
-// checkHeaders checks names and values as net/http would on sending. A
-// value is never shown: headers carry credentials.
-func checkHeaders(h map[string]string) error {
-	names := make([]string, 0, len(h))
-	for k := range h {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		if !validHeaderName(k) {
-			return fmt.Errorf("header name %q is not a valid HTTP token", k)
-		}
-		if !validHeaderValue(h[k]) {
-			return fmt.Errorf("header %q has a value holding a control character such as CR or LF", k)
-		}
-	}
-	return nil
-}
-
-// validHeaderName reports whether k is a token (RFC 9110, section 5.6.2).
-func validHeaderName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// validHeaderValue rejects control characters other than tab.
-func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 func chooseMethod(explicit, actionType string) (string, error) {
@@ -335,7 +258,7 @@ func responseBody(contentType string, data []byte) json.RawMessage {
 }
 
 func requestError(ctx, callCtx context.Context, where string, timeoutMS int64, err error) error {
-	err = innerURLError(err)
+	err = apicall.InnerURLError(err)
 	var certErr *tls.CertificateVerificationError
 	switch {
 	case ctx.Err() != nil:
