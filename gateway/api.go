@@ -535,19 +535,34 @@ func (s *Server) getDLQ(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, e)
 }
 
-func replayMode(m string) (engine.ReplayMode, error) {
-	switch engine.ReplayMode(m) {
+// replayOptions checks a replay's mode and definition and fills in their
+// defaults.
+func replayOptions(mode, def string) (engine.ReplayOptions, error) {
+	o := engine.ReplayOptions{Mode: engine.ReplayMode(mode), Definition: engine.ReplayDefinition(def)}
+	switch o.Mode {
 	case "", engine.ReplayResume:
-		return engine.ReplayResume, nil
+		o.Mode = engine.ReplayResume
 	case engine.ReplayRestart:
-		return engine.ReplayRestart, nil
+	default:
+		return o, badRequest("invalid_parameter", "mode %q is not resume or restart", mode)
 	}
-	return "", badRequest("invalid_parameter", "mode %q is not resume or restart", m)
+	switch o.Definition {
+	case "":
+		o.Definition = engine.ReplayCurrent
+	case engine.ReplayCurrent, engine.ReplayPinned:
+	default:
+		return o, badRequest("invalid_parameter", "definition %q is not current or pinned", def)
+	}
+	if err := o.Check(); err != nil {
+		return o, badRequest("invalid_parameter", "%s", strings.TrimPrefix(err.Error(), engine.ErrNotReplayable.Error()+": "))
+	}
+	return o, nil
 }
 
 // replayBody is the body of a replay of one entry.
 type replayBody struct {
-	Mode string `json:"mode"`
+	Mode       string `json:"mode"`
+	Definition string `json:"definition"`
 }
 
 func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
@@ -559,17 +574,21 @@ func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
 	if m := r.URL.Query().Get("mode"); m != "" {
 		b.Mode = m
 	}
-	mode, err := replayMode(b.Mode)
+	if d := r.URL.Query().Get("definition"); d != "" {
+		b.Definition = d
+	}
+	opts, err := replayOptions(b.Mode, b.Definition)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	run, err := s.ops.Replay(r.Context(), r.PathValue("id"), mode)
+	run, err := s.ops.Replay(r.Context(), r.PathValue("id"), opts)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"entry": r.PathValue("id"), "mode": mode, "run": run.ID, "links": map[string]string{"run": "/v1/runs/" + run.ID}})
+	writeJSON(w, http.StatusAccepted, map[string]any{"entry": r.PathValue("id"), "mode": opts.Mode, "definition": opts.Definition, "run": run.ID,
+		"chain_hash": run.ChainHash, "links": map[string]string{"run": "/v1/runs/" + run.ID}})
 }
 
 // bulkBody selects the entries a bulk replay or purge acts on: a filter
@@ -602,6 +621,7 @@ func (b bulkBody) filter(verb string) (store.DLQFilter, error) {
 type bulkReplayBody struct {
 	bulkBody
 	Mode        string `json:"mode"`
+	Definition  string `json:"definition"`
 	Concurrency int    `json:"concurrency"`
 }
 
@@ -616,7 +636,7 @@ func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	mode, err := replayMode(b.Mode)
+	opts, err := replayOptions(b.Mode, b.Definition)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -627,7 +647,7 @@ func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := s.ops.ReplayMany(r.Context(), f, mode, b.Concurrency)
+	res, err := s.ops.ReplayMany(r.Context(), f, opts, b.Concurrency)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

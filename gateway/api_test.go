@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/testutil"
@@ -283,6 +284,10 @@ func TestErrors(t *testing.T) {
 		{"POST", "/v1/dlq/purge", `{}`, 400, "filter_required"},
 		{"POST", "/v1/dlq/purge", `{"chian":"x"}`, 400, "invalid_json"},
 		{"POST", "/v1/dlq/x/replay", `{"mode":"sideways"}`, 400, "invalid_parameter"},
+		{"POST", "/v1/dlq/x/replay", `{"definition":"latest"}`, 400, "invalid_parameter"},
+		{"POST", "/v1/dlq/x/replay", `{"mode":"restart","definition":"pinned"}`, 400, "invalid_parameter"},
+		{"POST", "/v1/dlq/x/replay?definition=pinned", `{"mode":"restart"}`, 400, "invalid_parameter"},
+		{"POST", "/v1/dlq/replay", `{"all":true,"definition":"old"}`, 400, "invalid_parameter"},
 		{"GET", "/v1/chains/nope", "", 404, "unknown_chain"},
 		{"GET", "/v1/runs?cursor=not-a-cursor!", "", 400, "invalid_parameter"},
 		{"GET", "/v1/runs?cursor=zzzz", "", 400, "invalid_parameter"},
@@ -751,7 +756,7 @@ func TestClientBulkLimits(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("purge with limit 1: %d %v", n, err)
 	}
-	res, err := client.ReplayMany(ctx, store.DLQFilter{Chain: "breaks", Limit: 2}, "restart", 1)
+	res, err := client.ReplayMany(ctx, store.DLQFilter{Chain: "breaks", Limit: 2}, engine.ReplayOptions{Mode: engine.ReplayRestart}, 1)
 	if err != nil || len(res.Replayed) != 2 {
 		t.Fatalf("replay with limit 2: %+v %v", res, err)
 	}

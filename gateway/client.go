@@ -208,20 +208,21 @@ func (c *Client) DLQEntry(ctx context.Context, id string) (*store.DLQEntry, erro
 }
 
 // Replay implements Ops.
-func (c *Client) Replay(ctx context.Context, id string, mode engine.ReplayMode) (*store.Run, error) {
+func (c *Client) Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*store.Run, error) {
 	var out struct {
 		Run string `json:"run"`
 	}
-	if err := c.do(ctx, http.MethodPost, "/v1/dlq/"+url.PathEscape(id)+"/replay", nil, map[string]string{"mode": string(mode)}, &out); err != nil {
+	body := map[string]string{"mode": string(opts.Mode), "definition": string(opts.Definition)}
+	if err := c.do(ctx, http.MethodPost, "/v1/dlq/"+url.PathEscape(id)+"/replay", nil, body, &out); err != nil {
 		return nil, err
 	}
 	return &store.Run{ID: out.Run}, nil
 }
 
 // ReplayMany implements Ops. An empty filter replays everything.
-func (c *Client) ReplayMany(ctx context.Context, f store.DLQFilter, mode engine.ReplayMode, concurrency int) (*BulkReplay, error) {
+func (c *Client) ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.ReplayOptions, concurrency int) (*BulkReplay, error) {
 	body := filterBody(f)
-	body["mode"], body["concurrency"] = mode, concurrency
+	body["mode"], body["definition"], body["concurrency"] = opts.Mode, opts.Definition, concurrency
 	var out BulkReplay
 	if err := c.do(ctx, http.MethodPost, "/v1/dlq/replay", nil, body, &out); err != nil {
 		return nil, err

@@ -26,8 +26,8 @@ type Ops interface {
 	DAG(ctx context.Context, id string) (*DAG, error)
 	ListDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEntry, error)
 	DLQEntry(ctx context.Context, id string) (*store.DLQEntry, error)
-	Replay(ctx context.Context, id string, mode engine.ReplayMode) (*store.Run, error)
-	ReplayMany(ctx context.Context, f store.DLQFilter, mode engine.ReplayMode, concurrency int) (*BulkReplay, error)
+	Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*store.Run, error)
+	ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.ReplayOptions, concurrency int) (*BulkReplay, error)
 	DeleteDLQ(ctx context.Context, id string) error
 	PurgeDLQ(ctx context.Context, f store.DLQFilter) (int, error)
 }
@@ -239,13 +239,16 @@ func (l *Local) DLQEntry(ctx context.Context, id string) (*store.DLQEntry, error
 }
 
 // Replay implements Ops.
-func (l *Local) Replay(ctx context.Context, id string, mode engine.ReplayMode) (*store.Run, error) {
-	return l.GW.Engine.Replay(ctx, id, mode)
+func (l *Local) Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*store.Run, error) {
+	return l.GW.Engine.Replay(ctx, id, opts)
 }
 
 // ReplayMany implements Ops: it replays every entry the filter selects, at
 // most concurrency at a time.
-func (l *Local) ReplayMany(ctx context.Context, f store.DLQFilter, mode engine.ReplayMode, concurrency int) (*BulkReplay, error) {
+func (l *Local) ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.ReplayOptions, concurrency int) (*BulkReplay, error) {
+	if err := opts.Check(); err != nil {
+		return nil, fmt.Errorf("replaying: %w", err)
+	}
 	entries, err := l.allDLQ(ctx, f)
 	if err != nil {
 		return nil, err
@@ -267,7 +270,7 @@ func (l *Local) ReplayMany(ctx context.Context, f store.DLQFilter, mode engine.R
 		wg.Add(1)
 		go func(e *store.DLQEntry) {
 			defer func() { <-sem; wg.Done() }()
-			run, err := l.GW.Engine.Replay(ctx, e.ID, mode)
+			run, err := l.GW.Engine.Replay(ctx, e.ID, opts)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -25,25 +25,64 @@ const (
 	ReplayRestart ReplayMode = "restart"
 )
 
+// ReplayDefinition says which definition a resumed run carries on with.
+type ReplayDefinition string
+
+const (
+	// ReplayCurrent resumes on the chain as the running config defines it,
+	// so a fix to a provider's config or a step's payload applies, provided
+	// the steps the run already took are still there as the same kind.
+	ReplayCurrent ReplayDefinition = "current"
+	// ReplayPinned resumes on the definition the run started with.
+	ReplayPinned ReplayDefinition = "pinned"
+)
+
+// ReplayOptions says how a dead-lettered failure runs again. The zero
+// value resumes the run on the current definition.
+type ReplayOptions struct {
+	Mode       ReplayMode
+	Definition ReplayDefinition
+}
+
+// Check reports options that do not name a known mode and definition, or
+// that do not go together.
+func (o ReplayOptions) Check() error {
+	switch o.Mode {
+	case ReplayResume, ReplayRestart, "":
+	default:
+		return fmt.Errorf("%w: unknown mode %q (want resume or restart)", ErrNotReplayable, o.Mode)
+	}
+	switch o.Definition {
+	case ReplayCurrent, "":
+	case ReplayPinned:
+		if o.Mode == ReplayRestart {
+			return fmt.Errorf("%w: a restart is a new run and always runs the current definition; use definition current, or mode resume", ErrNotReplayable)
+		}
+	default:
+		return fmt.Errorf("%w: unknown definition %q (want current or pinned)", ErrNotReplayable, o.Definition)
+	}
+	return nil
+}
+
 // ErrNotReplayable is returned for an entry whose run cannot be resumed.
 var ErrNotReplayable = errors.New("cannot replay")
 
 // Replay runs a dead-lettered failure again and removes its entry. It
 // returns the run that carries on: the same run for resume, a new one for
 // restart.
-func (e *Engine) Replay(ctx context.Context, entryID string, mode ReplayMode) (*store.Run, error) {
+func (e *Engine) Replay(ctx context.Context, entryID string, opts ReplayOptions) (*store.Run, error) {
+	if err := opts.Check(); err != nil {
+		return nil, fmt.Errorf("replaying: %w", err)
+	}
 	entry, err := e.store.DLQ(ctx, entryID)
 	if err != nil {
 		return nil, fmt.Errorf("replaying: %w", err)
 	}
 	var run *store.Run
-	switch mode {
-	case ReplayRestart:
+	if opts.Mode == ReplayRestart {
 		run, err = e.restart(ctx, entry)
-	case ReplayResume, "":
-		run, err = e.resumeFrom(ctx, entry)
-	default:
-		return nil, fmt.Errorf("replaying: %w: unknown mode %q (want resume or restart)", ErrNotReplayable, mode)
+	} else {
+		run, err = e.resumeFrom(ctx, entry, opts.Definition != ReplayPinned)
 	}
 	if err != nil {
 		return nil, err
@@ -72,8 +111,9 @@ func (e *Engine) restart(ctx context.Context, entry *store.DLQEntry) (*store.Run
 // resumeFrom reopens a failed run at the top-level step holding the failure.
 // That step's failed parts are cleared so they run again; what succeeded
 // stays: a parallel group keeps its succeeded sub-steps, a split its
-// finished items.
-func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry) (*store.Run, error) {
+// finished items. With current, the run carries on with the running
+// config's definition of its chain when it differs from the pinned one.
+func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry, current bool) (*store.Run, error) {
 	if !e.reserve(entry.RunID) {
 		return nil, fmt.Errorf("replaying entry %s: %w: run %s is running", entry.ID, ErrNotReplayable, entry.RunID)
 	}
@@ -108,12 +148,19 @@ func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry) (*store.
 	if s == nil || s.Parent != nil || at < 0 {
 		return nil, fmt.Errorf("replaying entry %s: %w: step %q is not on the path run %s took", entry.ID, ErrNotReplayable, top, run.ID)
 	}
+	var switchTo *store.Definition
+	if cur := e.config().Chains[run.Chain]; current && (cur == nil || cur.Hash != run.ChainHash) {
+		if switchTo, err = e.switchDefinition(ctx, def, cur, run, top, at); err != nil {
+			return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+		}
+		def, s = cur, cur.Step(top)
+	}
 
 	now := time.Now().UTC()
 	if def.TimeoutSeconds > 0 {
 		run.Deadline = now.Add(time.Duration(def.TimeoutSeconds) * time.Second)
 	}
-	b := &store.Batch{Run: run, Lease: &lease}
+	b := &store.Batch{Run: run, Lease: &lease, Definition: switchTo}
 	err = e.store.ForEachStep(ctx, run.ID, store.StepScan{Prefix: top}, func(rec *store.StepRecord) error {
 		switch {
 		case rec.Key == top:
@@ -161,8 +208,12 @@ func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry) (*store.
 	run.Cursor = top
 	run.Path = run.Path[:at]
 	run.Seq++
-	b.Events = []store.Event{{RunID: run.ID, Chain: run.Chain, Seq: run.Seq, Time: now, Type: store.EventRunReplayed, Step: entry.Step,
-		Message: fmt.Sprintf("replaying from step %q (dead-letter entry %s)", top, entry.ID)}}
+	msg := fmt.Sprintf("replaying from step %q (dead-letter entry %s)", top, entry.ID)
+	if switchTo != nil {
+		msg += fmt.Sprintf(" on the current definition (%.12s, was %.12s)", switchTo.Hash, run.ChainHash)
+		run.ChainHash = switchTo.Hash
+	}
+	b.Events = []store.Event{{RunID: run.ID, Chain: run.Chain, Seq: run.Seq, Time: now, Type: store.EventRunReplayed, Step: entry.Step, Message: msg}}
 	if err := e.store.Commit(ctx, b); err != nil {
 		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
 	}
@@ -173,6 +224,82 @@ func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry) (*store.
 	}
 	snapshot := *run
 	return &snapshot, nil
+}
+
+// switchDefinition checks that a failed run can carry on with cur, the
+// running config's definition of its chain, in place of pinned, the one it
+// started with: every step it has recorded, the steps on its path before
+// top and top itself must be in cur as the same kind of step in the same
+// place, so the results it keeps mean what they meant. It returns the
+// definition to store with the run.
+func (e *Engine) switchDefinition(ctx context.Context, pinned, cur *chain.Chain, run *store.Run, top string, at int) (*store.Definition, error) {
+	if cur == nil {
+		return nil, fmt.Errorf("%w: chain %q is no longer in the config; replay with definition pinned", ErrNotReplayable, run.Chain)
+	}
+	seen := map[string]bool{}
+	check := func(key string) error {
+		var parent string
+		for _, part := range strings.Split(key, "/") {
+			name, _, _ := strings.Cut(part, "[")
+			if !seen[parent+"/"+name] {
+				if err := sameStep(pinned, cur, name, parent); err != nil {
+					return err
+				}
+				seen[parent+"/"+name] = true
+			}
+			parent = name
+		}
+		return nil
+	}
+	for _, name := range run.Path[:at+1] {
+		if err := check(name); err != nil {
+			return nil, err
+		}
+	}
+	err := e.store.ForEachStep(ctx, run.ID, store.StepScan{}, func(rec *store.StepRecord) error {
+		return check(rec.Key)
+	})
+	if err != nil {
+		return nil, err
+	}
+	src, err := e.source(e.config(), cur.Name)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the current definition: %w", err)
+	}
+	return &store.Definition{Hash: cur.Hash, Source: src}, nil
+}
+
+// sameStep reports how step name, under parent ("" at top level), differs
+// between the pinned and the current definition, if it does in a way that
+// keeps a recorded result from carrying over.
+func sameStep(pinned, cur *chain.Chain, name, parent string) error {
+	was, now := pinned.Step(name), cur.Step(name)
+	if was == nil {
+		return nil
+	}
+	refuse := func(format string, args ...any) error {
+		return fmt.Errorf("%w on the current definition: %s; fix the config, or replay with definition pinned", ErrNotReplayable, fmt.Sprintf(format, args...))
+	}
+	if now == nil {
+		return refuse("step %q, which the run has taken, is no longer in chain %q", name, cur.Name)
+	}
+	if now.Kind != was.Kind {
+		return refuse("step %q was a %s step and is now a %s step", name, was.Kind, now.Kind)
+	}
+	nowParent := ""
+	if now.Parent != nil {
+		nowParent = now.Parent.Name
+	}
+	if nowParent != parent {
+		where := func(p string) string {
+			if p == "" {
+				return "at the top level"
+			}
+			return fmt.Sprintf("inside %q", p)
+		}
+		return refuse("step %q was %s and is now %s", name, where(parent), where(nowParent))
+	}
+	return nil
 }
 
 // inRerunItem reports whether key sits under a split item slot already

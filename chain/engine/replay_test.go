@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -9,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/providers/builtin"
 )
 
 const replayChains = `
@@ -64,7 +67,7 @@ func TestReplayResume(t *testing.T) {
 	}
 	// The payload renders the same, so the failure repeats; what matters
 	// here is what runs again.
-	run, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayResume)
+	run, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayOptions{Mode: engine.ReplayResume})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +104,7 @@ func TestReplayResumeGroupKeepsSucceeded(t *testing.T) {
 		t.Fatalf("first run: %s", res.Status)
 	}
 	entries, _ := h.store.ListDLQ(ctx, store.DLQFilter{})
-	run, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayResume)
+	run, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayOptions{Mode: engine.ReplayResume})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +125,7 @@ func TestReplayRestart(t *testing.T) {
 	ctx := context.Background()
 	res := h.run("seq", `{"fail":"down"}`)
 	entries, _ := h.store.ListDLQ(ctx, store.DLQFilter{})
-	run, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayRestart)
+	run, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayOptions{Mode: engine.ReplayRestart})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +136,7 @@ func TestReplayRestart(t *testing.T) {
 	if string(stored.Origin.Payload) != `{"fail":"down"}` || !strings.Contains(string(stored.Origin.Metadata), res.ID) {
 		t.Errorf("restarted run origin: %s %s", stored.Origin.Payload, stored.Origin.Metadata)
 	}
-	if _, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayRestart); err == nil {
+	if _, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayOptions{Mode: engine.ReplayRestart}); err == nil {
 		t.Error("replaying a removed entry worked")
 	}
 	if _, err := h.eng.Wait(ctx, run.ID); err != nil {
@@ -168,10 +171,10 @@ payload_template = { sleep_ms = 1500 }
 	if res.Status != store.RunSucceeded || len(entries) != 1 {
 		t.Fatalf("run %s, %d entries", res.Status, len(entries))
 	}
-	if _, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayResume); err == nil || !strings.Contains(err.Error(), "is succeeded") {
+	if _, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayOptions{Mode: engine.ReplayResume}); err == nil || !strings.Contains(err.Error(), "is succeeded") {
 		t.Errorf("resuming a succeeded run: %v", err)
 	}
-	if _, err := h.eng.Replay(ctx, entries[0].ID, "sideways"); err == nil || !strings.Contains(err.Error(), "unknown mode") {
+	if _, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayOptions{Mode: "sideways"}); err == nil || !strings.Contains(err.Error(), "unknown mode") {
 		t.Errorf("bad mode: %v", err)
 	}
 	if _, err := h.store.DLQ(ctx, entries[0].ID); err != nil {
@@ -228,4 +231,132 @@ payload_template = { record = %q, sleep_ms = 3000 }
 			t.Errorf("%s called %d times, want once before the stop and once after", key, n)
 		}
 	}
+}
+
+// fixChain is a chain whose "page" step fails until its payload is fixed;
+// the variants below change it as an operator's edit would.
+const fixChain = `
+[[chains]]
+name = "fix"
+[[chains.steps]]
+name = "first"
+provider = "faulty"
+payload_template = { record = "REC" }
+[[chains.steps]]
+name = "page"
+provider = "faulty"
+payload_template = { record = "REC", fail = "wrong routing key" }
+on_failure = "dlq"
+[[chains.steps]]
+name = "after"
+provider = "faulty"
+payload_template = { record = "REC" }
+`
+
+// TestReplayOnCurrentDefinition replays a dead-lettered run after its
+// chain was changed and reloaded: a compatible change applies to the step
+// that failed and what follows, with the recorded results and dedup keys
+// kept; an incompatible one is refused, naming the difference, and leaves
+// the entry for another try.
+func TestReplayOnCurrentDefinition(t *testing.T) {
+	fixed := strings.Replace(fixChain, `, fail = "wrong routing key"`, ``, 1)
+	tests := []struct {
+		name    string
+		config  string
+		def     engine.ReplayDefinition
+		want    store.RunStatus
+		refused string
+	}{
+		{name: "fixed payload", config: fixed, def: engine.ReplayCurrent, want: store.RunSucceeded},
+		{name: "fixed payload, default definition", config: fixed, def: "", want: store.RunSucceeded},
+		{name: "fixed payload, pinned", config: fixed, def: engine.ReplayPinned, want: store.RunFailed},
+		{name: "unchanged", config: fixChain, want: store.RunFailed},
+		{name: "a later step added", config: fixed + `
+[[chains.steps]]
+name = "later"
+provider = "echo"
+`, want: store.RunSucceeded},
+		{name: "taken step became a group", config: strings.Replace(fixed, `name = "first"
+provider = "faulty"
+payload_template = { record = "REC" }`, `name = "first"
+[chains.steps.parallel]
+[[chains.steps.parallel.steps]]
+name = "one"
+provider = "echo"`, 1), refused: `step "first" was a provider step and is now a parallel step`},
+		{name: "failed step removed", config: strings.Replace(fixed, `name = "page"`, `name = "pager"`, 1), refused: `step "page", which the run has taken, is no longer in chain "fix"`},
+		{name: "chain removed", config: strings.Replace(fixed, `name = "fix"`, `name = "other"`, 1), refused: `chain "fix" is no longer in the config`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := filepath.Join(t.TempDir(), "calls.jsonl")
+			h := newHarness(t, strings.ReplaceAll(fixChain, "REC", rec))
+			ctx := context.Background()
+			res := h.run("fix", `{}`)
+			entries, _ := h.store.ListDLQ(ctx, store.DLQFilter{})
+			if res.Status != store.RunFailed || len(entries) != 1 {
+				t.Fatalf("first run %s with %d entries", res.Status, len(entries))
+			}
+			pinned := h.storedRun(res.ID).ChainHash
+			cfg := h.reload(strings.ReplaceAll(tt.config, "REC", rec))
+
+			run, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayOptions{Definition: tt.def})
+			if tt.refused != "" {
+				if err == nil || !errors.Is(err, engine.ErrNotReplayable) || !strings.Contains(err.Error(), tt.refused) {
+					t.Fatalf("replay: %v, want it refused with %q", err, tt.refused)
+				}
+				if _, err := h.store.DLQ(ctx, entries[0].ID); err != nil {
+					t.Errorf("a refused replay removed the entry: %v", err)
+				}
+				if got := h.storedRun(res.ID); got.Status != store.RunFailed || got.ChainHash != pinned {
+					t.Errorf("a refused replay changed the run: %s on %.12s", got.Status, got.ChainHash)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			final, err := h.eng.Wait(ctx, run.ID)
+			if err != nil || final.Status != tt.want {
+				t.Fatalf("after the replay: %v %v, want %s", final.Status, err, tt.want)
+			}
+			wantHash := pinned
+			if tt.def != engine.ReplayPinned {
+				wantHash = cfg.Chains["fix"].Hash
+			}
+			if final.ChainHash != wantHash {
+				t.Errorf("the run is on definition %.12s, want %.12s", final.ChainHash, wantHash)
+			}
+			calls := readRecords(t, rec)
+			if calls[res.ID+"/first"] != 1 || calls[res.ID+"/page"] != 2 {
+				t.Errorf("calls by dedup key: %v; want first once and page twice under its own key", calls)
+			}
+			if tt.want == store.RunSucceeded && calls[res.ID+"/after"] != 1 {
+				t.Errorf("after was called %d times", calls[res.ID+"/after"])
+			}
+			// The run resumes on the switched definition after a restart too.
+			if _, err := h.eng.Definition(ctx, "fix", final.ChainHash); err != nil {
+				t.Errorf("the definition the run now holds is not stored: %v", err)
+			}
+		})
+	}
+}
+
+// reload loads config as the gateway's new config, as SIGHUP would.
+func (h *harness) reload(config string) *chain.Config {
+	h.t.Helper()
+	cfg, err := chain.LoadBytes("test.toml", []byte(testProviders+config), chain.LoadOptions{ProviderTypes: builtin.Types()})
+	if err != nil {
+		h.t.Fatalf("loading config:\n%v", err)
+	}
+	h.eng.SetConfig(cfg)
+	return cfg
+}
+
+func (h *harness) storedRun(id string) *store.Run {
+	h.t.Helper()
+	run, err := h.store.Run(context.Background(), id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return run
 }

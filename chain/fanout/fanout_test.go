@@ -683,7 +683,7 @@ payload_template = { record = %q, n = "<<item.n>>", sleep_ms = "<<item.sleep ?? 
 	// The stopped workers may have made an item's call again; the replay
 	// must not.
 	before := calls(t, rec)
-	if _, err := owner.eng.Replay(context.Background(), entries[0].ID, engine.ReplayResume); err != nil {
+	if _, err := owner.eng.Replay(context.Background(), entries[0].ID, engine.ReplayOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	res := owner.wait(id)

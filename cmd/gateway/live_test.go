@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -80,5 +81,64 @@ func TestLiveConfigNeedsOnlySecrets(t *testing.T) {
 	msgs := slackSrv.Messages()
 	if len(msgs) != 1 || msgs[0].ThreadTS != "1700000000.000100" {
 		t.Errorf("slack messages: %+v", msgs)
+	}
+}
+
+// TestLiveReplayAfterConfigFix is configs/live/README.md's promise: a run
+// parked because a provider's config was wrong (here Slack's base URL)
+// carries on from the failed step once the config is fixed, without paging
+// PagerDuty again.
+func TestLiveReplayAfterConfigFix(t *testing.T) {
+	slackSrv := slacktest.NewServer()
+	defer slackSrv.Close()
+	pdSrv := pagerdutytest.NewServer()
+	defer pdSrv.Close()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "live.db")
+	// The mail goes to a relay this machine does not have; the chain is
+	// the live one without it.
+	email := regexp.MustCompile(`(?s)\[\[chains\.steps\.parallel\.steps\]\]\s*name = "email".*?\n\n`)
+	writeLive := func(slackURL string) {
+		files, _ := filepath.Glob("../../configs/live/*.toml")
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := strings.NewReplacer("https://slack.com/api", slackURL, "https://events.pagerduty.com", pdSrv.URL,
+				"bolt://./data/live.db", "bolt://"+db).Replace(email.ReplaceAllString(string(data), ""))
+			writeFile(t, filepath.Join(dir, filepath.Base(f)), text)
+		}
+	}
+	for name, v := range liveSecrets {
+		t.Setenv("CHAINGATE_SECRET_"+name, v)
+	}
+	writeLive(slackSrv.URL + "/wrong-path")
+	payload := `{"alert_name":"disk-full","host":"db-1","severity":"critical"}`
+	code, out, errOut := runCLI(t, "run", "incident-response", "--config", dir, "--payload", payload)
+	if code != exitFailed {
+		t.Fatalf("run with a wrong Slack URL: exit %d\n%s%s", code, out, errOut)
+	}
+	var entries struct {
+		Entries []struct {
+			ID   string `json:"id"`
+			Step string `json:"step"`
+		} `json:"entries"`
+	}
+	code, out, errOut = runCLI(t, "dlq", "list", "--state", db, "--output", "json")
+	if err := json.Unmarshal([]byte(out), &entries); code != exitOK || err != nil || len(entries.Entries) != 1 {
+		t.Fatalf("dlq list: exit %d %v\n%s%s", code, err, out, errOut)
+	}
+
+	writeLive(slackSrv.BaseURL())
+	code, out, errOut = runCLI(t, "dlq", "replay", entries.Entries[0].ID, "--config", dir)
+	if code != exitOK || !strings.Contains(out, "succeeded") {
+		t.Fatalf("replay after the fix: exit %d\n%s%s", code, out, errOut)
+	}
+	if alerts := pdSrv.Alerts(); len(alerts) != 1 {
+		t.Errorf("PagerDuty got %d events, want the one page from before the fix: %+v", len(alerts), alerts)
+	}
+	if msgs := slackSrv.Messages(); len(msgs) != 2 {
+		t.Errorf("Slack got %d messages, want the post and its thread reply: %+v", len(msgs), msgs)
 	}
 }

@@ -428,6 +428,11 @@ func TestOperatorFlagChecks(t *testing.T) {
 		{[]string{"dlq", "purge", "--all", "--limit", "-1"}, "limit must be a number from 1 to 100000"},
 		{[]string{"dlq", "replay", "--all", "--concurrency", "0"}, "concurrency must be a number from 1 to 64"},
 		{[]string{"dlq", "replay", "--all", "--concurrency", "65"}, "concurrency must be a number from 1 to 64"},
+		{[]string{"dlq", "purge"}, "refusing to purge every entry without being told: give --chain, --step or --since to select entries, or --all"},
+		{[]string{"dlq", "replay"}, "refusing to replay every entry without being told"},
+		{[]string{"dlq", "replay", "01x", "--chain", "c"}, "give an entry id or a filter"},
+		{[]string{"dlq", "replay", "01x", "--definition", "latest"}, `unknown definition "latest" (want current or pinned)`},
+		{[]string{"dlq", "replay", "01x", "--mode", "restart", "--definition", "pinned"}, "a restart is a new run and always runs the current definition"},
 	}
 	for _, tc := range tests {
 		code, out, errOut := runCLI(t, append(tc.args, "--state", state)...)

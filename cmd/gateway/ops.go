@@ -291,15 +291,22 @@ func showDAG(w io.Writer, nodes []*gateway.DAGNode, indent string) {
 const dlqHelp = `Usage:
   gateway dlq list [--chain C] [--step S] [--since T] [--limit N]
   gateway dlq show ENTRY_ID
-  gateway dlq replay ENTRY_ID [--mode resume|restart]
-  gateway dlq replay --chain C [--step S] [--since T] [--limit N] [--mode M] [--concurrency N]   (or --all)
+  gateway dlq replay ENTRY_ID [--mode resume|restart] [--definition current|pinned]
+  gateway dlq replay --chain C [--step S] [--since T] [--limit N] [--mode M] [--definition D] [--concurrency N]   (or --all)
   gateway dlq delete ENTRY_ID
   gateway dlq purge --chain C [--step S] [--since T] [--limit N]                                  (or --all)
 
 replay resume (the default) runs the failed run again from the step that
-failed, keeping what succeeded; restart starts a new run with the same
-input. Working on a store (no --server), replay needs --config and waits
-for the replayed runs.
+failed, keeping what succeeded and the dedup keys it sent; restart starts
+a new run with the same input (new dedup keys: providers see a new event).
+
+A resumed run carries on with the chain as the config defines it now
+(--definition current, the default), so a fix to a provider's config or a
+step's payload applies once the gateway has reloaded it; the replay is
+refused, naming the difference, if a step the run already took is gone
+or changed kind. --definition pinned resumes on the definition the run
+started with. Working on a store (no --server), replay needs --config and
+waits for the replayed runs.
 
 `
 
@@ -316,6 +323,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sinceArg := fs.String("since", "", "only entries since this time or duration ago")
 	limit := fs.Int("limit", 0, "at most this many entries")
 	mode := fs.String("mode", "resume", "replay mode: resume or restart")
+	definition := fs.String("definition", "current", "definition a resumed run carries on with: current or pinned")
 	concurrency := fs.Int("concurrency", 4, "replays at a time")
 	all := fs.Bool("all", false, "every entry (replay, purge)")
 	pos, err := parseInterleaved(fs, args[1:])
@@ -333,12 +341,19 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case (sub == "show" || sub == "delete") && len(pos) == 1:
 	case sub == "replay" && (len(pos) == 1) != filtered:
 	case sub == "purge" && len(pos) == 0 && filtered:
+	case (sub == "purge" || sub == "replay") && len(pos) == 0:
+		fmt.Fprintf(stderr, "gateway dlq %s: refusing to %s every entry without being told: give --chain, --step or --since to select entries, or --all\n", sub, sub)
+		return exitUsage
+	case sub == "replay" && len(pos) == 1:
+		fmt.Fprintln(stderr, "gateway dlq replay: give an entry id or a filter (--chain, --step, --since, --all), not both")
+		return exitUsage
 	default:
 		fmt.Fprint(stderr, dlqHelp)
 		return exitUsage
 	}
-	if *mode != string(engine.ReplayResume) && *mode != string(engine.ReplayRestart) {
-		fmt.Fprintf(stderr, "gateway dlq: --mode %q is not resume or restart\n", *mode)
+	replayOpts := engine.ReplayOptions{Mode: engine.ReplayMode(*mode), Definition: engine.ReplayDefinition(*definition)}
+	if err := replayOpts.Check(); err != nil {
+		fmt.Fprintf(stderr, "gateway dlq: %s\n", strings.TrimPrefix(err.Error(), engine.ErrNotReplayable.Error()+": "))
 		return exitUsage
 	}
 	// The API's own checks, so a store and a server refuse alike.
@@ -403,14 +418,14 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		var runs []string
 		code := exitOK
 		if len(pos) == 1 {
-			run, err := ops.Replay(ctx, pos[0], engine.ReplayMode(*mode))
+			run, err := ops.Replay(ctx, pos[0], replayOpts)
 			if err != nil {
 				return fail(stderr, "dlq", err)
 			}
 			fmt.Fprintf(stdout, "replaying entry %s as run %s\n", pos[0], run.ID)
 			runs = append(runs, run.ID)
 		} else {
-			res, err := ops.ReplayMany(ctx, filter, engine.ReplayMode(*mode), *concurrency)
+			res, err := ops.ReplayMany(ctx, filter, replayOpts, *concurrency)
 			if err != nil {
 				return fail(stderr, "dlq", err)
 			}
