@@ -70,6 +70,9 @@ type Options struct {
 	// Existing refuses to create an embedded store: commands that inspect
 	// runs must not leave an empty store behind a mistyped path.
 	Existing bool
+	// LogOutcomes logs each failed run, failed step and dead-letter entry
+	// (engine.Options.LogOutcomes), as a service does.
+	LogOutcomes bool
 }
 
 // Gateway is a running gateway.
@@ -145,6 +148,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		LeaseTTL:    time.Duration(cfg.Gateway.LeaseTTLSeconds) * time.Second,
 		Secrets:     secretVals,
 		Logger:      log.With("component", "engine"),
+		LogOutcomes: opts.LogOutcomes,
 		OnEvent:     opts.OnEvent,
 		Observer:    opts.Observer,
 	}

@@ -37,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -221,6 +222,9 @@ type instance struct {
 	exited   <-chan struct{} // closed once the process has exited and been reaped
 	started  time.Time
 	killOnce sync.Once
+	// stopping is set when the gateway stops a running process, so that
+	// its exit is not taken for a crash.
+	stopping atomic.Bool
 }
 
 // killGrace bounds go-plugin's graceful shutdown, which waits on an RPC
@@ -234,6 +238,9 @@ func (i *instance) kill() { i.stop(false) }
 
 // stop is kill; force skips the graceful part, for a process given up on.
 func (i *instance) stop(force bool) {
+	if !i.hasExited() {
+		i.stopping.Store(true)
+	}
 	i.killOnce.Do(func() {
 		if i.session != nil {
 			i.session.close()
@@ -441,7 +448,7 @@ func (h *handle) instance(ctx context.Context) (*instance, error) {
 			return inst, nil
 		}
 		if inst.hasExited() {
-			h.m.opts.Logger.Warn("plugin process exited between calls; relaunching",
+			h.m.opts.Logger.Info("relaunching the plugin after its process exited",
 				"provider", h.spec.Name, "status", inst.cmd.ProcessState.String())
 		} else {
 			h.m.opts.Logger.Warn("plugin session broke; replacing the process",
@@ -532,7 +539,21 @@ func (h *handle) start() (*instance, error) {
 		}
 	}
 	h.m.opts.Logger.Info("plugin ready", "provider", h.spec.Name, "pid", inst.cmd.Process.Pid)
+	go h.watch(inst)
 	return inst, nil
+}
+
+// watch logs the process's exit if the gateway did not ask for it: a
+// crash, a kill from outside (the OOM killer, an operator), or a plugin
+// returning from main. Calls in flight fail as plugin_crashed and the next
+// one relaunches it; the log line is what an operator alerts on.
+func (h *handle) watch(inst *instance) {
+	<-inst.exited
+	if inst.stopping.Load() {
+		return
+	}
+	h.m.opts.Logger.Error("plugin process crashed; the next call relaunches it",
+		"provider", h.spec.Name, "pid", inst.cmd.Process.Pid, "status", inst.cmd.ProcessState.String())
 }
 
 // transientStartError reports whether a launch that failed with err may

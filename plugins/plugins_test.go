@@ -221,7 +221,7 @@ func TestCancellation(t *testing.T) {
 }
 
 func TestCrashRelaunches(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{})
+	m, logs := newManager(t, plugins.Options{})
 	p := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
 	mustCall(t, p, `{}`)
 	firstPID := plugins.PID(p)
@@ -239,6 +239,20 @@ func TestCrashRelaunches(t *testing.T) {
 	}
 	if pid := plugins.PID(p); pid == firstPID || pid == 0 {
 		t.Errorf("pid after relaunch = %d, before = %d", pid, firstPID)
+	}
+	wantLog := fmt.Sprintf(`"level":"ERROR","msg":"plugin process crashed; the next call relaunches it","provider":"faulty","pid":%d,"status":"exit status 3"`, firstPID)
+	// The line comes from the goroutine that reaps the process.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), wantLog) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), wantLog) {
+		t.Errorf("the crash was not logged as %s:\n%s", wantLog, logs)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "plugin process crashed"); n != 1 {
+		t.Errorf("%d crashes logged, want 1: a process the gateway stops is not a crash\n%s", n, logs)
 	}
 }
 

@@ -267,7 +267,8 @@ provider = "faulty"
 payload_template = { record = %[1]q }
 `, rec)
 	db := filepath.Join(dir, "gw.db")
-	h1 := newHarnessWrapped(t, cfg, db, harnessOpts{leaseTTL: 300 * time.Millisecond, wrap: func(st store.Store) store.Store { return unrenewableStore{st} }})
+	var logs logLines
+	h1 := newHarnessWrapped(t, cfg, db, harnessOpts{logger: logs.logger(), leaseTTL: 300 * time.Millisecond, wrap: func(st store.Store) store.Store { return unrenewableStore{st} }})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	run, err := h1.eng.Start(ctx, "c", engine.Input{})
@@ -280,6 +281,15 @@ payload_template = { record = %[1]q }
 	h1.close()
 	if n := countLines(t, rec); n != 1 {
 		t.Fatalf("%d calls under the lapsed lease, want only the first", n)
+	}
+	lost := false
+	for _, r := range logs.records(t) {
+		if strings.HasPrefix(r["msg"].(string), "lost the lease on the run") && r["run"] == run.ID && r["chain"] == "c" && r["step"] == "next" && r["level"] == "WARN" {
+			lost = true
+		}
+	}
+	if !lost {
+		t.Errorf("the lost lease was not logged with run, chain and step:\n%s", logs.buf.String())
 	}
 	h2 := newHarnessAt(t, cfg, db)
 	if _, err := h2.eng.Resume(ctx); err != nil {

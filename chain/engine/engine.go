@@ -51,6 +51,11 @@ type Options struct {
 	// [REDACTED].
 	Secrets map[string]string
 	Logger  *slog.Logger
+	// LogOutcomes logs, once durable, each run that fails or times out and
+	// each step that does (after its retries) at error and warn, and each
+	// dead-letter entry, with run, chain, step and error: what a service's
+	// operators alert on. Commands that print every event leave it off.
+	LogOutcomes bool
 	// OnEvent receives every event once it is durable, in order within a
 	// run. It runs on the run's goroutine and must not block.
 	OnEvent func(store.Event)
@@ -84,6 +89,7 @@ type Engine struct {
 	loadOpts  chain.LoadOptions
 	limits    chain.Limits
 	log       *slog.Logger
+	outcomes  bool
 	onEvent   func(store.Event)
 	observer  Observer
 
@@ -161,6 +167,7 @@ func New(opts Options) (*Engine, error) {
 		loadOpts:   opts.LoadOptions,
 		limits:     opts.Limits,
 		log:        opts.Logger,
+		outcomes:   opts.LogOutcomes,
 		onEvent:    opts.OnEvent,
 		observer:   opts.Observer,
 		runners:    map[string]*runner{},

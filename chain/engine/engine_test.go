@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -97,6 +98,8 @@ type harnessOpts struct {
 	// wrap, when set, wraps the engine's store to watch or hold its calls.
 	wrap     func(store.Store) store.Store
 	leaseTTL time.Duration
+	// logger, when set, gets the engine's logs, outcomes included.
+	logger *slog.Logger
 }
 
 // newHarnessWrapped is newHarnessOn with the engine adjusted by o.
@@ -132,7 +135,8 @@ func newHarnessOver(t testing.TB, config string, st store.Store, owns bool, o ha
 	if o.wrap != nil {
 		engStore = o.wrap(st)
 	}
-	h.eng, err = engine.New(engine.Options{Store: engStore, Config: cfg, Providers: resolver{pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: onEvent, LeaseTTL: o.leaseTTL})
+	h.eng, err = engine.New(engine.Options{Store: engStore, Config: cfg, Providers: resolver{pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: onEvent, LeaseTTL: o.leaseTTL,
+		Logger: o.logger, LogOutcomes: o.logger != nil})
 	if err != nil {
 		t.Fatal(err)
 	}

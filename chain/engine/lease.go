@@ -55,24 +55,30 @@ const renewConcurrency = 32
 
 func (e *Engine) renew(r *runner) {
 	r.leaseMu.Lock()
-	l := r.lease
+	l, released := r.lease, r.released
 	r.leaseMu.Unlock()
-	if l.Owner == "" {
+	if l.Owner == "" || released {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.leaseTTL/3)
 	defer cancel()
 	renewed, err := e.store.RenewLease(ctx, l, e.leaseTTL)
+	r.leaseMu.Lock()
+	defer r.leaseMu.Unlock()
+	if r.released || r.lease != l {
+		// The run ended and gave its lease back while the renewal was out
+		// (the keeper lists runs just before they finish), or the lease
+		// moved on meanwhile: either way, nothing was lost.
+		return
+	}
 	switch {
 	case errors.Is(err, store.ErrLeaseLost):
-		e.log.Warn("lost the lease on a run; another gateway advances it now", "run", l.RunID)
+		r.leaseLost = true
 		go r.stop()
 	case err != nil:
-		e.log.Warn("renewing a run's lease failed; retrying", "run", l.RunID, "err", err)
+		r.log.Warn("renewing the run's lease failed; retrying", "err", err)
 	default:
-		r.leaseMu.Lock()
 		r.lease = renewed
-		r.leaseMu.Unlock()
 	}
 }
 
@@ -89,6 +95,7 @@ func (e *Engine) Adopt(ctx context.Context) ([]string, error) {
 func (e *Engine) releaseLease(r *runner) {
 	r.leaseMu.Lock()
 	l := r.lease
+	r.released = true
 	r.leaseMu.Unlock()
 	if l.Owner == "" {
 		return

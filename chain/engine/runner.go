@@ -27,10 +27,15 @@ type runner struct {
 	cfg *chain.Config // the config def came from; its providers are called
 	run *store.Run
 	log *slog.Logger
+	// endedAt is the step the run was at when it ended, for the log.
+	endedAt string
 
 	// lease is this engine's claim on the run; the keeper renews it.
 	leaseMu sync.Mutex
 	lease   store.Lease
+	// released is set once the run gives its lease back, leaseLost when
+	// the keeper finds another gateway took it.
+	released, leaseLost bool
 	// draining stops new calls: the run only records what is in flight.
 	draining bool
 	drainReq chan struct{}
@@ -280,11 +285,17 @@ func (r *runner) loop() {
 			r.waiting = nil
 			drainReq = nil
 		case <-r.stopReq:
-			// The engine is closing: in-flight calls are abandoned and will
-			// be dispatched again, with the same dedup key, on resume. A
-			// commit under way is let finish.
+			// The engine is closing, or the run was taken over: in-flight
+			// calls are abandoned and will be dispatched again, with the
+			// same dedup key, on resume. A commit under way is let finish.
 			if r.committing != nil {
 				<-r.acks
+			}
+			r.leaseMu.Lock()
+			lost := r.leaseLost
+			r.leaseMu.Unlock()
+			if lost {
+				r.log.Warn("lost the lease on the run: another gateway took it over and advances it now; stopping here", "step", r.run.Cursor, "err", store.ErrLeaseLost)
 			}
 			return
 		}
@@ -348,13 +359,14 @@ func (r *runner) acked(ctx context.Context, c *commit) bool {
 	if c.err != nil {
 		r.err = fmt.Errorf("run %s stopped: %w", r.run.ID, c.err)
 		if errors.Is(c.err, store.ErrLeaseLost) {
-			r.log.Warn("the run was taken over by another gateway; stopping here", "err", c.err)
+			r.log.Warn("lost the lease on the run: another gateway took it over and advances it now; stopping here", "step", r.run.Cursor, "err", c.err)
 		} else {
 			r.log.Error("persisting run state failed; the run stays as last persisted and resumes on restart", "err", c.err)
 		}
 		return false
 	}
 	r.ackedSeq = c.seq
+	r.logOutcomes(c.batch)
 	r.published(c.batch.Events)
 	r.fanAcked(c.seq)
 	if r.work != nil {
@@ -621,6 +633,32 @@ func (r *runner) commitWithRetry(ctx context.Context, b *store.Batch) error {
 	return fmt.Errorf("persisting run state: %w", err)
 }
 
+// logOutcomes logs the failures a durable batch holds, for operators who
+// alert on logs.
+func (r *runner) logOutcomes(b *store.Batch) {
+	if !r.e.outcomes {
+		return
+	}
+	for _, ev := range b.Events {
+		switch ev.Type {
+		case store.EventRunFailed:
+			r.log.Error("run failed", "step", r.endedAt, "err", ev.Message)
+		case store.EventRunTimedOut:
+			r.log.Error("run timed out", "step", r.endedAt, "err", ev.Message)
+		case store.EventStepFailed:
+			r.log.Warn("step failed", "step", ev.Step, "attempts", ev.Attempt, "err", ev.Message)
+		case store.EventStepTimedOut:
+			r.log.Warn("step timed out", "step", ev.Step, "attempts", ev.Attempt, "err", ev.Message)
+		case store.EventDeadLettered:
+			for _, e := range b.DLQ {
+				if ev.Message == "dead-letter entry "+e.ID {
+					r.log.Warn("failure parked in the dead-letter queue", "step", e.Step, "entry", e.ID, "attempts", e.Attempts, "err", e.Error.Message)
+				}
+			}
+		}
+	}
+}
+
 func (r *runner) published(events []store.Event) {
 	for _, ev := range events {
 		r.log.Debug("event", "type", ev.Type, "step", ev.Step, "attempt", ev.Attempt, "message", ev.Message)
@@ -654,6 +692,7 @@ func (r *runner) finishRun(status store.RunStatus, errInfo *store.ErrorInfo) {
 	clear(r.owner)
 	clear(r.splits)
 	now := time.Now().UTC()
+	r.endedAt = r.run.Cursor
 	r.run.Status = status
 	r.run.FinishedAt = now
 	r.run.Cursor = ""

@@ -86,7 +86,7 @@ func launchServe(t testing.TB, cfg, state string) *gatewayProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "serve", "--config", cfg, "--state", state, "--listen", "127.0.0.1:0", "--log-level", "info")
+	cmd := exec.Command(exe, "serve", "--config", cfg, "--state", state, "--listen", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), mainEnv+"=1")
 	out, err := cmd.StdoutPipe()
 	if err != nil {

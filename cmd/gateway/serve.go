@@ -107,7 +107,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	hub := gateway.NewHub()
 	metrics := gateway.NewMetrics()
 	gw, err := gateway.Open(ctx, gateway.Options{
-		Config: cfg, State: *state, Logger: logger, Observer: metrics, FanoutMetrics: metrics,
+		Config: cfg, State: *state, Logger: logger, Observer: metrics, FanoutMetrics: metrics, LogOutcomes: true,
 		OnEvent: func(ev store.Event) { hub.Publish(ev); metrics.Event(ev) },
 	})
 	if err != nil {

@@ -142,6 +142,11 @@ func TestOperatorCommands(t *testing.T) {
 		failed = append(failed, out.ID)
 	}
 	server := []string{"--server", gw.url}
+	// At serve's default level, each failure is a log line an alert can match.
+	for _, id := range failed {
+		gw.waitLog(t, `"level":"ERROR","msg":"run failed","component":"engine","run":"`+id+`","chain":"breaks","step":"call","err":"step \"call\" failed: faulty: remote refused`)
+		gw.waitLog(t, `"level":"WARN","msg":"failure parked in the dead-letter queue","component":"engine","run":"`+id+`","chain":"breaks","step":"call","entry":"`)
+	}
 
 	code, out, errOut := runCLI(t, append([]string{"runs", "list", "--status", "failed"}, server...)...)
 	if code != exitOK || strings.Count(out, "breaks") != 2 || !strings.Contains(out, "remote refused") {

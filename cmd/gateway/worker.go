@@ -82,7 +82,7 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	metrics := gateway.NewMetrics()
-	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: *state, Logger: logger, Observer: metrics, FanoutMetrics: metrics})
+	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: *state, Logger: logger, Observer: metrics, FanoutMetrics: metrics, LogOutcomes: true})
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway worker:", err)
 		return exitUsage
