@@ -52,7 +52,9 @@ The runs, dlq and graph commands talk to a gateway's API (--server URL,
 --token T, or CHAINGATE_SERVER and CHAINGATE_TOKEN), or work straight on a
 store file when no server is given (--state PATH, --config PATH...).
 
-Run "gateway COMMAND -h" for a command's flags.
+  gateway version                               print the version, commit and Go version
+
+Run "gateway help COMMAND" or "gateway COMMAND -h" for a command's flags.
 `
 
 func main() {
@@ -96,13 +98,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdGraph(ctx, args[1:], stdout, stderr)
 	case "plugin":
 		return cmdPlugin(ctx, args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
+	case "version", "-version", "--version":
+		return cmdVersion(args[1:], stdout, stderr)
+	case "help":
+		if len(args) > 1 && args[1] != "help" {
+			return run(ctx, append(args[1:], "-h"), stdout, stderr)
+		}
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	case "-h", "-help", "--help", "--h":
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	default:
 		fmt.Fprintf(stderr, "gateway: unknown command %q\n\n%s", args[0], usage)
 		return exitUsage
 	}
+}
+
+// isHelp reports whether arg asks for help in place of a sub-command.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "--h", "help":
+		return true
+	}
+	return false
 }
 
 // stringList is a repeatable flag.
@@ -112,11 +131,22 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 // parseInterleaved parses flags that may come before, between or after
-// positional arguments, and returns the positional ones.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+// positional arguments, and returns the positional ones. -h prints the
+// command's help on stdout and returns flag.ErrHelp.
+func parseInterleaved(fs *flagSet, args []string) ([]string, error) {
 	var pos []string
+	// The help is printed here, after Parse, where -h can be told from a
+	// bad flag (whose error Parse has printed on stderr already).
+	usage := fs.Usage
+	fs.Usage = func() {}
+	defer func() { fs.Usage = usage }()
 	for {
 		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.usage(fs.stdout)
+			} else {
+				fs.usage(fs.stderr)
+			}
 			return nil, err
 		}
 		args = fs.Args()
@@ -128,14 +158,34 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func newFlagSet(name string, stderr io.Writer, help string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, help)
-		fs.PrintDefaults()
+// parseExit is the exit status for flags that did not parse: 0 after -h,
+// which asked for the help, else a usage error.
+func parseExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
 	}
+	return exitUsage
+}
+
+// flagSet is a command's flags and its help text.
+type flagSet struct {
+	*flag.FlagSet
+	help           string
+	stdout, stderr io.Writer
+}
+
+func newFlagSet(name string, stdout, stderr io.Writer, help string) *flagSet {
+	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), help: help, stdout: stdout, stderr: stderr}
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fs.usage(stderr) }
 	return fs
+}
+
+func (fs *flagSet) usage(w io.Writer) {
+	fmt.Fprint(w, fs.help)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(fs.stderr)
 }
 
 const validateHelp = `Usage: gateway validate PATH... [--plugins] (files or directories of *.toml)
@@ -148,14 +198,14 @@ what the provider declares. External plugins are checked too with
 `
 
 func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("validate", stderr, validateHelp)
+	fs := newFlagSet("validate", stdout, stderr, validateHelp)
 	var configs stringList
 	fs.Var(&configs, "config", "config file or directory (repeatable; same as a PATH argument)")
 	checkPlugins := fs.Bool("plugins", false, "also start every external plugin, and check the steps and config that use it against what it declares")
 	pluginTimeout := fs.Duration("plugin-timeout", 15*time.Second, "with --plugins, how long each plugin may take to start and describe itself")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitUsage
+		return parseExit(err)
 	}
 	paths := append(configs, pos...)
 	if len(paths) == 0 {
@@ -316,21 +366,21 @@ func (s *session) finish(ctx context.Context, id string, indent bool) int {
 }
 
 func stateFlag(fs *flag.FlagSet) *string {
-	return fs.String("state", "", "store: a bolt file path or bolt://PATH (default [gateway].state, else "+gateway.DefaultState+")")
+	return fs.String("state", "", "store: a bolt file path or bolt://PATH, or redis://[:PASSWORD@]HOST:PORT/DB (rediss:// for TLS) for runs shared by several gateways (default [gateway].state, else "+gateway.DefaultState+")")
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("run", stderr, runHelp)
+	fs := newFlagSet("run", stdout, stderr, runHelp)
 	var configs stringList
 	fs.Var(&configs, "config", "config file or directory (repeatable)")
 	payloadArg := fs.String("payload", "{}", "origin payload: JSON text, or @FILE to read it from a file")
-	state := stateFlag(fs)
+	state := stateFlag(fs.FlagSet)
 	logLevel := fs.String("log-level", "warn", logLevelUsage)
 	resume := fs.Bool("resume", false, "resume every unfinished run in the store instead of starting one")
 	noWorker := fs.Bool("no-worker", false, "with [gateway.fanout], leave distributed splits' items to gateway worker processes")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitUsage
+		return parseExit(err)
 	}
 	if *resume {
 		if len(pos) != 0 || len(configs) == 0 {
@@ -381,15 +431,15 @@ Exit status: 0 when every resumed run succeeded, 1 otherwise.
 `
 
 func cmdResume(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("resume", stderr, resumeHelp)
+	fs := newFlagSet("resume", stdout, stderr, resumeHelp)
 	var configs stringList
 	fs.Var(&configs, "config", "config file or directory (repeatable)")
-	state := stateFlag(fs)
+	state := stateFlag(fs.FlagSet)
 	logLevel := fs.String("log-level", "warn", logLevelUsage)
 	noWorker := fs.Bool("no-worker", false, "with [gateway.fanout], leave distributed splits' items to gateway worker processes")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitUsage
+		return parseExit(err)
 	}
 	if len(pos) != 0 || len(configs) == 0 {
 		fmt.Fprintln(stderr, "gateway resume: takes no arguments and needs at least one --config")
@@ -454,13 +504,13 @@ store directly. --config is only read for [gateway].state.
 `
 
 func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("cancel", stderr, cancelHelp)
+	fs := newFlagSet("cancel", stdout, stderr, cancelHelp)
 	var configs stringList
 	fs.Var(&configs, "config", "config file or directory, read for [gateway].state (repeatable)")
-	state := stateFlag(fs)
+	state := stateFlag(fs.FlagSet)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitUsage
+		return parseExit(err)
 	}
 	if len(pos) != 1 {
 		fmt.Fprintln(stderr, "gateway cancel: need exactly one RUN_ID")

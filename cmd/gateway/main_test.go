@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -444,5 +445,45 @@ func TestOperatorFlagChecks(t *testing.T) {
 		if code, out, errOut := runCLI(t, append(args, "--state", state)...); code != exitOK {
 			t.Errorf("%v: exit %d\n%s%s", args, code, out, errOut)
 		}
+	}
+}
+
+// TestHelpAndVersion checks that every command's help is there on asking,
+// on stdout with exit 0, and that the version names the Go toolchain.
+func TestHelpAndVersion(t *testing.T) {
+	commands := []string{"validate", "run", "resume", "cancel", "serve", "worker", "runs", "dlq", "graph", "plugin", "version"}
+	for _, c := range commands {
+		for _, args := range [][]string{{"help", c}, {c, "-h"}, {c, "--help"}} {
+			code, out, errOut := runCLI(t, args...)
+			if code != exitOK || !strings.Contains(out, "Usage") || errOut != "" {
+				t.Errorf("%v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errOut)
+			}
+		}
+	}
+	if _, out, _ := runCLI(t, "serve", "-h"); !strings.Contains(out, "redis://") {
+		t.Errorf("serve -h does not mention redis:// state:\n%s", out)
+	}
+	for _, args := range [][]string{{"runs", "list", "-h"}, {"dlq", "replay", "-h"}, {"plugin", "check", "-h"}} {
+		if code, out, _ := runCLI(t, args...); code != exitOK || !strings.Contains(out, "Usage") {
+			t.Errorf("%v: exit %d\n%s", args, code, out)
+		}
+	}
+	// A bad flag is still a usage error, with the help on stderr.
+	if code, out, errOut := runCLI(t, "run", "--bogus"); code != exitUsage || out != "" || !strings.Contains(errOut, "flag provided but not defined: -bogus") || !strings.Contains(errOut, "Usage") {
+		t.Errorf("run --bogus: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, _ := runCLI(t, args...)
+		if code != exitOK || !strings.HasPrefix(out, "gateway ") || !strings.Contains(out, runtime.Version()) {
+			t.Errorf("%v: exit %d: %s", args, code, out)
+		}
+	}
+	code, out, _ := runCLI(t, "version", "--output", "json")
+	var v struct {
+		Version   string `json:"version"`
+		GoVersion string `json:"go_version"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); code != exitOK || err != nil || v.GoVersion != runtime.Version() || v.Version == "" {
+		t.Errorf("version --output json: exit %d %v: %s", code, err, out)
 	}
 }

@@ -109,9 +109,13 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, runsHelp)
 		return exitUsage
 	}
+	if isHelp(args[0]) {
+		fmt.Fprint(stdout, runsHelp)
+		return exitOK
+	}
 	sub := args[0]
-	fs := newFlagSet("runs "+sub, stderr, runsHelp)
-	t := addTarget(fs)
+	fs := newFlagSet("runs "+sub, stdout, stderr, runsHelp)
+	t := addTarget(fs.FlagSet)
 	chainName := fs.String("chain", "", "only runs of this chain")
 	status := fs.String("status", "", "only runs with this status")
 	sinceArg := fs.String("since", "", "only runs created since this time or duration ago")
@@ -121,7 +125,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	follow := fs.Bool("follow", false, "keep streaming events until the run ends")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
-		return exitUsage
+		return parseExit(err)
 	}
 	needID := sub != "list"
 	if sub != "list" && sub != "show" && sub != "cancel" && sub != "events" && sub != "dag" {
@@ -315,9 +319,13 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, dlqHelp)
 		return exitUsage
 	}
+	if isHelp(args[0]) {
+		fmt.Fprint(stdout, dlqHelp)
+		return exitOK
+	}
 	sub := args[0]
-	fs := newFlagSet("dlq "+sub, stderr, dlqHelp)
-	t := addTarget(fs)
+	fs := newFlagSet("dlq "+sub, stdout, stderr, dlqHelp)
+	t := addTarget(fs.FlagSet)
 	chainName := fs.String("chain", "", "only entries of this chain")
 	step := fs.String("step", "", "only entries of this step")
 	sinceArg := fs.String("since", "", "only entries since this time or duration ago")
@@ -328,7 +336,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	all := fs.Bool("all", false, "every entry (replay, purge)")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
-		return exitUsage
+		return parseExit(err)
 	}
 	since, err := gateway.ParseSince(*sinceArg)
 	if err != nil {
@@ -359,7 +367,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The API's own checks, so a store and a server refuse alike.
 	var checks []error
 	switch {
-	case sub == "list" && isSet(fs, "limit"):
+	case sub == "list" && isSet(fs.FlagSet, "limit"):
 		checks = append(checks, gateway.CheckRange("limit", *limit, gateway.MaxPageLimit))
 	case (sub == "replay" || sub == "purge") && *limit != 0:
 		// 0 means every entry the filter selects, as in the API.
@@ -469,11 +477,11 @@ subgraphs, branches as labelled edges.
 `
 
 func cmdGraph(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("graph", stderr, graphHelp)
-	t := addTarget(fs)
+	fs := newFlagSet("graph", stdout, stderr, graphHelp)
+	t := addTarget(fs.FlagSet)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitUsage
+		return parseExit(err)
 	}
 	if len(pos) != 1 || (*t.server == "" && len(t.configs) == 0) {
 		fmt.Fprint(stderr, graphHelp)

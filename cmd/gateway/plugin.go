@@ -36,7 +36,7 @@ func cmdPlugin(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return cmdPluginCheck(ctx, args[1:], stdout, stderr)
 	case "new":
 		return cmdPluginNew(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
+	case "-h", "-help", "--help", "--h", "help":
 		fmt.Fprint(stdout, pluginHelp)
 		return exitOK
 	default:
@@ -60,7 +60,7 @@ stderr at --log-level.
 `
 
 func cmdPluginCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("plugin check", stderr, pluginCheckHelp)
+	fs := newFlagSet("plugin check", stdout, stderr, pluginCheckHelp)
 	builtinType := fs.String("builtin", "", "check this built-in provider type instead of a plugin binary")
 	var payloadArgs stringList
 	fs.Var(&payloadArgs, "payload", "a valid payload for an action: ACTION=JSON or ACTION=@FILE (repeatable)")
@@ -72,7 +72,7 @@ func cmdPluginCheck(ctx context.Context, args []string, stdout, stderr io.Writer
 	logLevel := fs.String("log-level", "warn", "level of the plugin's own log lines shown on stderr: debug, info, warn or error")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitUsage
+		return parseExit(err)
 	}
 	if (*builtinType == "") == (len(pos) != 1) || len(pos) > 1 || (*output != "text" && *output != "json") {
 		fmt.Fprintln(stderr, "gateway plugin check: give one plugin PATH or --builtin TYPE; --output is text or json")
@@ -180,13 +180,13 @@ looking up from the current directory unless --gateway-src names it.
 `
 
 func cmdPluginNew(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("plugin new", stderr, pluginNewHelp)
+	fs := newFlagSet("plugin new", stdout, stderr, pluginNewHelp)
 	dir := fs.String("dir", "", "where to write the module (default ./NAME-provider)")
 	module := fs.String("module", "", "the module path (default example.com/NAME-provider)")
 	src := fs.String("gateway-src", "", "the gateway checkout to build against (default: found above the current directory)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitUsage
+		return parseExit(err)
 	}
 	if len(pos) != 1 {
 		fmt.Fprintln(stderr, "gateway plugin new: need exactly one NAME")

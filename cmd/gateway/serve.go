@@ -20,6 +20,9 @@ const serveHelp = `Usage: gateway serve --config PATH... [--listen ADDR] [--stat
 
 Serves the HTTP API (see docs/api.md), resumes every unfinished run in the
 store, and takes over runs other gateways sharing the store left behind.
+--state is bolt://PATH for one gateway on its own embedded store, or
+redis://HOST:PORT/DB for several gateways sharing their runs (see
+docs/operations.md for what that Redis must be configured with).
 With [gateway.fanout] it also runs the items of distributed splits, as
 "gateway worker" does, unless --no-worker is given.
 SIGHUP reloads the config (a config with errors is refused and the running
@@ -47,17 +50,17 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	signal.Notify(term, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(term)
 
-	fs := newFlagSet("serve", stderr, serveHelp)
+	fs := newFlagSet("serve", stdout, stderr, serveHelp)
 	var configs stringList
 	fs.Var(&configs, "config", "config file or directory (repeatable)")
 	listen := fs.String("listen", "", "address to serve on (default [gateway].listen, else 127.0.0.1:8080)")
-	state := stateFlag(fs)
+	state := stateFlag(fs.FlagSet)
 	logLevel := fs.String("log-level", "info", logLevelUsage)
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the process to this file until it stops (for go tool pprof)")
 	noWorker := fs.Bool("no-worker", false, "with [gateway.fanout], only hand distributed splits' items out; leave running them to gateway worker processes")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitUsage
+		return parseExit(err)
 	}
 	if len(pos) != 0 || len(configs) == 0 {
 		fmt.Fprintln(stderr, "gateway serve: takes no arguments and needs at least one --config")

@@ -27,7 +27,7 @@ machine its own). --listen serves /healthz and /metrics.
 `
 
 func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("worker", stderr, workerHelp)
+	fs := newFlagSet("worker", stdout, stderr, workerHelp)
 	var configs stringList
 	fs.Var(&configs, "config", "config file or directory (repeatable)")
 	state := fs.String("state", "", "store for sub-chain runs items start (default [gateway].state if redis://, else bolt://./data/worker.db)")
@@ -36,7 +36,7 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the process to this file until it stops (for go tool pprof)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitUsage
+		return parseExit(err)
 	}
 	if len(pos) != 0 || len(configs) == 0 {
 		fmt.Fprintln(stderr, "gateway worker: takes no arguments and needs at least one --config")
