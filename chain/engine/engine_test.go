@@ -518,6 +518,10 @@ payload_template = { record = %q, hang = true }
 	if err != nil || final.Status != store.RunCancelled {
 		t.Fatalf("after cancel: %+v %v", final, err)
 	}
+	// The path names the step the run was cancelled at.
+	if !slices.Equal(final.Path, []string{"page"}) {
+		t.Errorf("path of the cancelled run = %q, want [page]", final.Path)
+	}
 }
 
 func waitForLine(t *testing.T, path string) string {

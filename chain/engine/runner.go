@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -693,6 +694,12 @@ func (r *runner) finishRun(status store.RunStatus, errInfo *store.ErrorInfo) {
 	clear(r.splits)
 	now := time.Now().UTC()
 	r.endedAt = r.run.Cursor
+	if c := r.run.Cursor; c != "" && r.work == nil && !slices.Contains(r.top.path, c) && (status == store.RunCancelled || status == store.RunTimedOut) {
+		// The step the run was stopped at is where its path ends; a step
+		// that failed is on it already.
+		r.top.path = append(r.top.path, c)
+		r.run.Path = r.top.path
+	}
 	r.run.Status = status
 	r.run.FinishedAt = now
 	r.run.Cursor = ""
