@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
+	"github.com/chaingate/gateway/chain/store/crashpoint"
 )
 
 // These tests run the gateway as a real process, kill it with SIGKILL at a
@@ -42,12 +44,18 @@ func (env *crashEnv) path(name string) string { return filepath.Join(env.dir, na
 // start runs the gateway command in the background.
 func (env *crashEnv) start(args ...string) (*exec.Cmd, *bytes.Buffer) {
 	env.t.Helper()
+	return env.startWith(nil, args...)
+}
+
+// startWith is start with extra environment variables.
+func (env *crashEnv) startWith(extraEnv []string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	env.t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		env.t.Fatal(err)
 	}
 	cmd := exec.Command(exe, append(args, "--config", env.config, "--state", env.state)...)
-	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	cmd.Env = append(append(os.Environ(), mainEnv+"=1"), extraEnv...)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
@@ -350,17 +358,23 @@ provider = "faulty"
 payload_template = { record = "DIR/calls.jsonl", fail_times = 1 }
 retry = { max_retries = 2, backoff_ms = 3000, strategy = "fixed" }
 `)
-	cmd, _ := env.start("run", "flaky")
-	env.waitFor("the first attempt", func() bool { return env.lines("calls.jsonl") == 1 })
-	first := time.Now()
-	// Let the failure and its backoff timer be persisted, then kill.
-	time.Sleep(300 * time.Millisecond)
-	env.kill(cmd)
+	// The gateway dies as soon as the failure and its backoff timer are
+	// durable.
+	cmd, out := env.startWith([]string{crashpoint.Env + "=after call pending"}, "run", "flaky")
+	var ee *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the gateway was to die once the backoff was persisted but ended with %v:\n%s", err, out)
+	}
 	run, _ := env.snapshot()
-	// Stay down a while: a wait that restarted on resume would add this.
-	time.Sleep(time.Second)
+	_, steps, _ := env.finalState(run.ID)
+	due := steps["call"].NotBefore
+	if steps["call"].Status != store.StepPending || steps["call"].Attempts != 1 || due.IsZero() {
+		t.Fatalf("persisted backoff: %+v", steps["call"])
+	}
+	// Stay down past the due time: a resumed timer fires at once, one
+	// counted anew waits its 3 s again.
+	time.Sleep(time.Until(due) + 200*time.Millisecond)
 	env.resume()
-	second := time.Now()
 	calls := env.calls("calls.jsonl")[run.ID+"/call"]
 	if len(calls) != 2 || calls[0].Attempt != 1 || calls[1].Attempt != 2 {
 		t.Fatalf("calls: %+v", calls)
@@ -369,19 +383,27 @@ retry = { max_retries = 2, backoff_ms = 3000, strategy = "fixed" }
 	if final.Status != store.RunSucceeded || steps["call"].Attempts != 2 {
 		t.Fatalf("run %s, step %+v", final.Status, steps["call"])
 	}
-	// The retry came about 3 s after the first attempt, not 3 s after the
-	// restart (which would be 4.3 s or more).
-	if gap := second.Sub(first); gap > 4*time.Second {
-		t.Errorf("second attempt %v after the first; the backoff restarted instead of resuming", gap)
-	}
+	// Times the gateways recorded, not the test's: the second attempt
+	// starts no earlier than the persisted due time, and right after the
+	// resume rather than a whole backoff later.
 	var started []time.Time
+	var resumed time.Time
 	for _, ev := range evs {
-		if ev.Type == store.EventStepStarted && ev.Step == "call" {
+		switch {
+		case ev.Type == store.EventStepStarted && ev.Step == "call":
 			started = append(started, ev.Time)
+		case ev.Type == store.EventRunResumed:
+			resumed = ev.Time
 		}
 	}
-	if len(started) != 2 || started[1].Sub(started[0]) < 2900*time.Millisecond || started[1].Sub(started[0]) > 3800*time.Millisecond {
-		t.Errorf("attempts started at %v; want them about 3 s apart", started)
+	if len(started) != 2 || resumed.IsZero() {
+		t.Fatalf("events: %+v", evs)
+	}
+	if started[1].Before(due) {
+		t.Errorf("the second attempt started at %v, before its persisted due time %v", started[1], due)
+	}
+	if wait := started[1].Sub(resumed); wait >= 3*time.Second {
+		t.Errorf("the second attempt started %v after the resume: the backoff restarted instead of resuming", wait)
 	}
 	checkNoDuplicateEvents(t, evs)
 }

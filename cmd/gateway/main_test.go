@@ -349,7 +349,7 @@ func TestSIGTERMStopsPlugins(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("gateway did not exit on SIGTERM")
 	}
-	waitGone(t, plugins, 2*time.Second)
+	waitGone(t, plugins, 15*time.Second)
 }
 
 func TestKill9StopsPlugins(t *testing.T) {
@@ -358,7 +358,7 @@ func TestKill9StopsPlugins(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = cmd.Process.Wait()
-	waitGone(t, plugins, 2*time.Second)
+	waitGone(t, plugins, 15*time.Second)
 }
 
 // TestProgressLines checks the one-line-per-event stderr format.

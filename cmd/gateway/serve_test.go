@@ -69,7 +69,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	if err != nil || state2.ExitCode() != 0 {
 		t.Fatalf("gateway exit: %v %v\n%s", state2, err, gw.logs)
 	}
-	waitGone(t, children, 2*time.Second)
+	waitGone(t, children, 15*time.Second)
 	st, err := bolt.Open(state, bolt.Options{})
 	if err != nil {
 		t.Fatal(err)

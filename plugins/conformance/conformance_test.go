@@ -42,7 +42,7 @@ func TestChecklist(t *testing.T) {
 			name:   "misbehaving",
 			target: conformance.Target{Builtin: "misbehaving"},
 			opts: conformance.Options{
-				Grace: time.Second,
+				Grace: 2 * time.Second,
 				Payloads: map[string]json.RawMessage{
 					"slow": json.RawMessage(`{}`), "flaky": json.RawMessage(`{}`), "undeclared": json.RawMessage(`{}`),
 				},

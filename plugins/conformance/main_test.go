@@ -82,8 +82,10 @@ func (misbehaving) Execute(ctx context.Context, req providers.Request) (provider
 	bad := json.Unmarshal(req.Payload, &p) != nil
 	switch req.ActionType {
 	case "slow":
-		// Ignores ctx.
-		time.Sleep(3 * time.Second)
+		// Ignores ctx, for well past the checks' grace period, so that the
+		// well-behaved actions' checks have that whole grace on a loaded
+		// machine and this one still fails.
+		time.Sleep(5 * time.Second)
 	case "flaky":
 		if bad {
 			return providers.Response{}, providers.Retryable("bad_payload", "cannot decode the payload")
