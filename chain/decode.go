@@ -342,9 +342,10 @@ func describe(v any) string {
 }
 
 // suggest returns the known key closest to k, if it is close enough to be
-// a likely typo.
+// a likely typo: two edits, or one in three for longer names
+// (max_retry → max_retries).
 func suggest(k string, known []string) string {
-	best, bestDist := "", 3
+	best, bestDist := "", max(2, len(k)/3)+1
 	for _, c := range known {
 		if d := editDistance(k, c); d < bestDist {
 			best, bestDist = c, d

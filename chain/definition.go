@@ -25,12 +25,26 @@ func (c *Config) Outline(name string) ([]byte, error) {
 	return c.definition(name, false)
 }
 
-func (c *Config) definition(name string, providerConfig bool) ([]byte, error) {
-	root := c.Chains[name]
-	if root == nil {
-		return nil, fmt.Errorf("encoding definition: unknown chain %q", name)
+// ProvidersUsed lists, in definition order, the providers a run of the
+// named chain may call, through its sub-chains too.
+func (c *Config) ProvidersUsed(name string) []string {
+	if ch := c.Chains[name]; ch != nil && ch.providers != nil {
+		return ch.providers
 	}
-	var chains []map[string]any
+	_, provs := c.closure(name)
+	out := []string{}
+	for _, n := range c.ProviderNames {
+		if provs[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// closure returns the chain and every chain it calls through sub_chain,
+// and the providers their steps name.
+func (c *Config) closure(name string) ([]*Chain, map[string]bool) {
+	var chains []*Chain
 	provs := map[string]bool{}
 	seen := map[string]bool{}
 	var visit func(*Chain)
@@ -39,7 +53,7 @@ func (c *Config) definition(name string, providerConfig bool) ([]byte, error) {
 			return
 		}
 		seen[ch.Name] = true
-		chains = append(chains, ch.raw)
+		chains = append(chains, ch)
 		walkSteps(ch.Steps, func(s *Step) {
 			if s.Provider != "" {
 				provs[s.Provider] = true
@@ -49,7 +63,21 @@ func (c *Config) definition(name string, providerConfig bool) ([]byte, error) {
 			}
 		})
 	}
-	visit(root)
+	if root := c.Chains[name]; root != nil {
+		visit(root)
+	}
+	return chains, provs
+}
+
+func (c *Config) definition(name string, providerConfig bool) ([]byte, error) {
+	if c.Chains[name] == nil {
+		return nil, fmt.Errorf("encoding definition: unknown chain %q", name)
+	}
+	called, provs := c.closure(name)
+	chains := make([]map[string]any, len(called))
+	for i, ch := range called {
+		chains[i] = ch.raw
+	}
 	var providers []map[string]any
 	for _, n := range c.ProviderNames {
 		p := c.Providers[n]

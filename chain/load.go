@@ -142,6 +142,7 @@ func (l *loader) hashChains() error {
 		sum := sha256.Sum256(def)
 		c.Hash = hex.EncodeToString(sum[:])
 		c.definition = def
+		c.providers = l.cfg.ProvidersUsed(name)
 	}
 	return nil
 }
@@ -431,11 +432,15 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-var chainKeys = []string{"name", "timeout_seconds", "steps"}
+var chainKeys = []string{"name", "timeout_seconds", "input", "steps"}
 
 func (l *loader) chain(t *table) {
 	c := &Chain{Name: l.checkName(t, "chain"), Source: t.d.source(t.path), byName: map[string]*Step{}, raw: t.m}
 	c.TimeoutSeconds = t.count("timeout_seconds", "seconds")
+	// A stored definition's run has started: its input was checked then.
+	if it, ok := t.sub("input"); ok && !l.opts.Stored {
+		c.Input = decodeInput(it)
+	}
 	b := &chainBuild{l: l, c: c, d: t.d, sources: map[string]Source{}}
 	top := &scope{names: map[string]bool{}}
 	if steps, ok := t.tables("steps"); ok {

@@ -3,6 +3,8 @@
 package chain
 
 import (
+	"fmt"
+
 	"github.com/chaingate/gateway/chain/condition"
 	"github.com/chaingate/gateway/templates"
 )
@@ -164,7 +166,10 @@ type Provider struct {
 type Chain struct {
 	Name           string
 	TimeoutSeconds int
-	Steps          []*Step
+	// Input is what the chain declares its origin payload holds; nil when
+	// it declares nothing and takes any payload.
+	Input *Input
+	Steps []*Step
 	// Hash identifies this exact definition, sub-chains and providers
 	// included: it is the SHA-256 of what Config.Definition returns. A run
 	// records the hash it started with.
@@ -175,6 +180,17 @@ type Chain struct {
 	raw    map[string]any
 	// definition is Config.Definition's document, made once at load.
 	definition []byte
+	// providers is Config.ProvidersUsed, worked out once at load.
+	providers []string
+}
+
+// ChainHint suggests the defined chain nearest to name, for an error about
+// an unknown one: ` (did you mean "x"?)`, or "".
+func (c *Config) ChainHint(name string) string {
+	if s := suggest(name, c.ChainNames); s != "" {
+		return fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	return ""
 }
 
 // Step returns the step with that name anywhere in the chain, including

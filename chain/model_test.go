@@ -250,6 +250,8 @@ func FuzzLoad(f *testing.F) {
 		// definition must load back to the same chain.
 		for _, name := range cfg.ChainNames {
 			c := cfg.Chains[name]
+			_ = c.Input.Check(name, json.RawMessage(`{"a": [1, {"b": null}]}`))
+			_ = c.Input.Check(name, data)
 			_ = c.Mermaid()
 			if _, err := json.Marshal(c.Graph()); err != nil {
 				t.Fatalf("chain %s: encoding its graph: %v", name, err)

@@ -144,15 +144,22 @@ func (b *chainBuild) step(t *table, parent *Step, sc *scope) *Step {
 		if inParallel {
 			t.d.errorf(t.path.key("sub_chain"), "a parallel sub-step cannot call a sub-chain")
 		}
+		input, hasInput := t.value("input")
+		if hasInput {
+			s.Input = b.template(t.path.key("input"), input, sc)
+		}
 		if s.SubChain != "" {
 			b.l.later = append(b.l.later, func() {
-				if _, ok := b.l.cfg.Chains[s.SubChain]; !ok {
-					t.d.errorf(t.path.key("sub_chain"), "unknown chain %q", s.SubChain)
+				sub, ok := b.l.cfg.Chains[s.SubChain]
+				switch {
+				case !ok:
+					t.d.errorf(t.path.key("sub_chain"), "unknown chain %q%s", s.SubChain, b.l.cfg.ChainHint(s.SubChain))
+				case sub.Input != nil && hasInput:
+					sub.Input.checkCall(t.d, t.path.key("input"), sub.Name, input)
+				case sub.Input != nil && len(sub.Input.Required) > 0:
+					t.d.errorf(t.path, "chain %q requires the input fields %s; give them in input = { ... }", sub.Name, quoteList(sub.Input.Required))
 				}
 			})
-		}
-		if v, ok := t.value("input"); ok {
-			s.Input = b.template(t.path.key("input"), v, sc)
 		}
 	}
 	if s.Kind != KindProvider {
@@ -249,9 +256,13 @@ func (b *chainBuild) routing(t *table, s *Step, sc *scope) {
 			value, _ := bt.value("value")
 			if field != "" && op != "" {
 				f, err := condition.CompileField(field, op, value)
-				if err != nil {
+				var fe *condition.FieldError
+				switch {
+				case errors.As(err, &fe):
+					bt.d.errorf(bt.path.key(fe.Key), "%s", fe.Msg)
+				case err != nil:
 					bt.d.errorf(bt.path, "%v", err)
-				} else {
+				default:
 					br.Cond = f
 				}
 			}
@@ -404,17 +415,16 @@ func (b *chainBuild) template(p keyPath, v any, sc *scope) *templates.Template {
 	for _, r := range tpl.Refs() {
 		at := p.sub(r.Key)
 		switch r.Root {
-		case "steps":
-			if len(r.Path) > 0 {
-				b.checkStepRef(at, sc, r.Path[0], "<<"+r.Text+">>")
-			}
 		case "item", "item_index":
 			if sc.split == "" {
 				b.d.errorf(at, "<<%s>> is only set inside a split's per-item steps", r.Text)
+				continue
 			}
 		case "result":
 			b.d.errorf(at, "<<%s>>: result is only available in branch conditions; use prev or steps.NAME", r.Text)
+			continue
 		}
+		b.checkRef(at, r.Root, r.Path, "<<"+r.Text+">>", sc)
 	}
 	b.warnCurlyPlaceholders(p, v)
 	return tpl
@@ -434,8 +444,8 @@ func (b *chainBuild) condition(p keyPath, src string, sc *scope, branch bool) *c
 		b.d.errorf(p, "%s", msg)
 		return nil
 	}
-	for _, name := range e.StepRefs() {
-		b.checkStepRef(p, sc, name, "steps."+name)
+	for _, ref := range e.Paths() {
+		b.checkRef(p, ref.Root, ref.Segments, ref.String(), sc)
 	}
 	return e
 }

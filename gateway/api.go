@@ -141,8 +141,8 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
-	if s.gw.Engine.Config().Chains[name] == nil {
-		s.writeError(w, r, fmt.Errorf("%w %q", engine.ErrUnknownChain, name))
+	if cfg := s.gw.Engine.Config(); cfg.Chains[name] == nil {
+		s.writeError(w, r, fmt.Errorf("%w %q%s", engine.ErrUnknownChain, name, cfg.ChainHint(name)))
 		return
 	}
 	var wait time.Duration
@@ -297,7 +297,7 @@ func (s *Server) getChain(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	c := cfg.Chains[name]
 	if c == nil {
-		s.writeError(w, r, fmt.Errorf("%w %q", engine.ErrUnknownChain, name))
+		s.writeError(w, r, fmt.Errorf("%w %q%s", engine.ErrUnknownChain, name, cfg.ChainHint(name)))
 		return
 	}
 	def, err := cfg.Outline(name)

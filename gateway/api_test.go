@@ -76,6 +76,17 @@ name = "call"
 provider = "faulty"
 payload_template = { fail = "still down", sleep_ms = 300 }
 on_failure = "dlq"
+
+[[chains]]
+name = "typed"
+[chains.input.schema]
+type = "object"
+required = ["alert_name", "host"]
+properties = { alert_name = { type = "string" }, host = { type = "string" }, severity = { enum = ["critical", "warning"] } }
+[[chains.steps]]
+name = "page"
+provider = "echo"
+payload_template = { alert = "<<origin.payload.alert_name>>", severity = "<<origin.payload.severity ?? \"critical\">>" }
 `
 
 type apiEnv struct {
@@ -270,6 +281,8 @@ func TestErrors(t *testing.T) {
 		code               string
 	}{
 		{"POST", "/v1/chains/nope/runs", `{}`, 404, "unknown_chain"},
+		{"POST", "/v1/chains/typed/runs", `{"alert_name":"disk-full"}`, 400, "invalid_payload"},
+		{"POST", "/v1/chains/typed/runs", `["disk-full"]`, 400, "invalid_payload"},
 		{"POST", "/v1/chains/hello/runs", `{"a":`, 400, "invalid_json"},
 		{"POST", "/v1/chains/hello/runs", `{"a":1} {"b":2}`, 400, "invalid_json"},
 		{"POST", "/v1/chains/hello/runs", `{"pad":"` + strings.Repeat("x", 3000) + `"}`, 413, "payload_too_large"},
@@ -552,7 +565,7 @@ func TestChainsEndpoints(t *testing.T) {
 		Chains []map[string]any `json:"chains"`
 	}
 	env.call("GET", "/v1/chains", "", nil, &list)
-	if len(list.Chains) != 3 || list.Chains[0]["name"] != "hello" {
+	if len(list.Chains) != 4 || list.Chains[0]["name"] != "hello" {
 		t.Errorf("chains: %+v", list)
 	}
 	var c struct {
@@ -975,5 +988,41 @@ payload_template = { key = "<<secrets.NOT_SET_ANYWHERE>>", other = "<<secrets.AL
 	var ce *chain.ConfigError
 	if !errors.As(err, &ce) || len(ce.Diagnostics) != 1 || !strings.Contains(ce.Error(), path+":10:22: chains[c].steps[call].payload_template.key: <<secrets.NOT_SET_ANYWHERE>>") {
 		t.Fatalf("Open: %v", err)
+	}
+}
+
+// TestStartChecksDeclaredInput starts runs of a chain that declares its
+// input: a payload that does not match is refused with 400 naming each
+// field, no run is created, and a matching one starts.
+func TestStartChecksDeclaredInput(t *testing.T) {
+	env := newAPI(t, "")
+	var out struct {
+		Error struct {
+			Code    string   `json:"code"`
+			Message string   `json:"message"`
+			Details []string `json:"details"`
+		} `json:"error"`
+	}
+	code, _, body := env.call("POST", "/v1/chains/typed/runs", `{"alert_name":"disk-full","severity":"low"}`, nil, &out)
+	if code != 400 || out.Error.Code != "invalid_payload" {
+		t.Fatalf("start: %d %s", code, body)
+	}
+	details := strings.Join(out.Error.Details, "\n")
+	if len(out.Error.Details) != 2 || !strings.Contains(details, "missing property 'host'") || !strings.Contains(details, "severity: value must be one of") {
+		t.Errorf("details name the fields: %q", out.Error.Details)
+	}
+	if !strings.Contains(out.Error.Message, `chain "typed"`) {
+		t.Errorf("message: %s", out.Error.Message)
+	}
+	if page, err := env.gw.Store.ListRuns(context.Background(), store.RunFilter{Chain: "typed"}); err != nil || len(page.Runs) != 0 {
+		t.Errorf("a refused start left runs: %v %v", page.Runs, err)
+	}
+	code, _, body = env.call("POST", "/v1/chains/typed/runs?wait=20s", `{"alert_name":"disk-full","host":"db-1"}`, nil, nil)
+	if code != 200 || !strings.Contains(body, `"status":"succeeded"`) {
+		t.Errorf("a matching payload: %d %s", code, body)
+	}
+	code, _, body = env.call("POST", "/v1/chains/typd/runs", `{}`, nil, &out)
+	if code != 404 || !strings.Contains(out.Error.Message, `(did you mean "typed"?)`) {
+		t.Errorf("unknown chain: %d %s", code, body)
 	}
 }

@@ -30,7 +30,7 @@ type ticketing struct{}
 func (ticketing) Describe(context.Context) (providers.Info, error) {
 	return providers.Info{Name: "ticketing", ActionTypes: []string{"open", "close"}, ConfigSchema: json.RawMessage(`{
 		"type": "object", "additionalProperties": false, "required": ["project"],
-		"properties": {"project": {"type": "string"}, "token": {"type": "string", "x-secret": true}}}`)}, nil
+		"properties": {"project": {"type": "string", "minLength": 1}, "token": {"type": "string", "x-secret": true}}}`)}, nil
 }
 
 func (ticketing) Execute(context.Context, providers.Request) (providers.Response, error) {

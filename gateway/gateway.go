@@ -107,6 +107,9 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	red := secrets.NewRedactor(secretVals)
+	if diags := checkResolvedBuiltins(ctx, cfg, secretVals, red); len(diags) > 0 {
+		return nil, &chain.ConfigError{Diagnostics: diags}
+	}
 	log := slog.New(red.Handler(opts.Logger.Handler()))
 	state := opts.State
 	if state == "" {
@@ -142,7 +145,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	eopts := engine.Options{
 		Store:       st,
 		Config:      cfg,
-		Providers:   &resolver{m: pm, limits: lim, first: map[string]plugins.Spec{}},
+		Providers:   &resolver{m: pm, limits: lim, first: map[string]plugins.Spec{}, secrets: secretVals, redactor: red},
 		LoadOptions: LoadOptions(),
 		Limits:      cfg.Gateway.Limits,
 		LeaseTTL:    time.Duration(cfg.Gateway.LeaseTTLSeconds) * time.Second,
@@ -229,9 +232,18 @@ type resolver struct {
 	limits *limits
 	mu     sync.Mutex
 	first  map[string]plugins.Spec
+	// secrets and redactor fill in and hide what providers' configs read.
+	secrets  map[string]string
+	redactor *secrets.Redactor
+	checks   pluginChecks
 }
 
 func (r *resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
+	return r.limits.wrap(p.Name, r.m.Provider(r.spec(p))), nil
+}
+
+// spec is the plugin process a provider runs in.
+func (r *resolver) spec(p *chain.Provider) plugins.Spec {
 	spec := plugins.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}
 	r.mu.Lock()
 	first, ok := r.first[p.Name]
@@ -243,5 +255,5 @@ func (r *resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
 		sum := sha256.Sum256([]byte(spec.Builtin + "\x00" + spec.Path + "\x00" + spec.SHA256))
 		spec.Name = p.Name + "@" + hex.EncodeToString(sum[:4])
 	}
-	return r.limits.wrap(p.Name, r.m.Provider(spec)), nil
+	return spec
 }

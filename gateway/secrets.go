@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -82,6 +83,9 @@ func (g *Gateway) checkReloadSecrets(cfg *chain.Config) error {
 		}
 	}
 	if len(changed) == 0 {
+		if diags := checkResolvedBuiltins(context.Background(), cfg, g.secrets, g.Redactor); len(diags) > 0 {
+			return &chain.ConfigError{Diagnostics: diags}
+		}
 		return nil
 	}
 	slices.Sort(changed)

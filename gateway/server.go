@@ -273,10 +273,29 @@ func (e *APIError) Error() string { return e.Code + ": " + e.Message }
 func apiError(err error) *APIError {
 	var ae *APIError
 	var ce *chain.ConfigError
+	var ie *chain.InputError
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.Is(err, engine.ErrProviderConfig):
+		var details []string
+		if errors.As(err, &ce) {
+			for _, d := range ce.Diagnostics {
+				details = append(details, d.String())
+			}
+		}
+		return &APIError{Status: http.StatusInternalServerError, Code: "provider_config", Message: "the run cannot start: a provider it calls cannot use its config; fix the config and reload", Details: details}
+	case errors.As(err, &ie):
+		details := make([]string, len(ie.Problems))
+		for i, p := range ie.Problems {
+			field := p.Path
+			if field == "" {
+				field = "payload"
+			}
+			details[i] = field + ": " + p.Message
+		}
+		return &APIError{Status: http.StatusBadRequest, Code: "invalid_payload", Message: ie.Error(), Details: details}
 	case errors.As(err, &ce):
 		details := make([]string, len(ce.Diagnostics))
 		for i, d := range ce.Diagnostics {

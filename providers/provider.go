@@ -22,6 +22,18 @@ type Provider interface {
 	Execute(ctx context.Context, req Request) (Response, error)
 }
 
+// ConfigChecker is implemented by providers that can tell, without calling
+// anything, whether a config is usable beyond what ConfigSchema can say:
+// an address that must parse, a mode that rules out another key. The
+// gateway calls it when it loads a config, with secrets filled in, so that
+// a config that cannot work stops the gateway from starting rather than
+// failing a step after earlier ones have paged and posted. Built-in
+// providers implement it; an external plugin's config is checked against
+// its ConfigSchema.
+type ConfigChecker interface {
+	CheckConfig(ctx context.Context, config json.RawMessage) error
+}
+
 // Info describes a provider.
 type Info struct {
 	// Name is the provider's own name, such as "http".

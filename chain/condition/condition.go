@@ -5,6 +5,8 @@ package condition
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/expr-lang/expr"
@@ -33,6 +35,29 @@ type Expr struct {
 	src   string
 	prog  *vm.Program
 	steps []string
+	paths []Path
+}
+
+// Path is a member chain a condition reads from one of its names, such as
+// origin.payload.env: Root "origin", Segments ["payload", "env"]. It stops
+// at the first segment that is not a constant name or index.
+type Path struct {
+	Root     string
+	Segments []string
+}
+
+// String writes the path as a template would.
+func (p Path) String() string {
+	var b strings.Builder
+	b.WriteString(p.Root)
+	for _, s := range p.Segments {
+		if _, err := strconv.Atoi(s); err == nil {
+			b.WriteString("[" + s + "]")
+		} else {
+			b.WriteString("." + s)
+		}
+	}
+	return b.String()
 }
 
 // CompileExpr compiles an expr-lang condition that may read the given
@@ -60,7 +85,7 @@ func CompileExpr(src string, roots []string) (*Expr, error) {
 	}
 	v := &refVisitor{}
 	ast.Walk(&tree.Node, v)
-	return &Expr{src: src, prog: prog, steps: v.steps}, nil
+	return &Expr{src: src, prog: prog, steps: v.steps, paths: v.longest()}, nil
 }
 
 // Eval runs the condition. A condition that cannot be evaluated (for
@@ -79,7 +104,11 @@ func (e *Expr) Eval(env Env) (bool, error) {
 }
 
 func (e *Expr) StepRefs() []string { return e.steps }
-func (e *Expr) String() string     { return e.src }
+
+// Paths lists the member chains the condition reads, longest first where
+// one extends another, each once.
+func (e *Expr) Paths() []Path  { return e.paths }
+func (e *Expr) String() string { return e.src }
 
 // firstLine drops expr's multi-line source excerpt; callers add their own
 // position.
@@ -91,12 +120,18 @@ func firstLine(err error) string {
 	return msg
 }
 
-type refVisitor struct{ steps []string }
+type refVisitor struct {
+	steps []string
+	paths []Path
+}
 
 func (v *refVisitor) Visit(node *ast.Node) {
 	m, ok := (*node).(*ast.MemberNode)
 	if !ok {
 		return
+	}
+	if p, ok := memberPath(m); ok {
+		v.paths = append(v.paths, p)
 	}
 	id, ok := m.Node.(*ast.IdentifierNode)
 	if !ok || id.Value != "steps" {
@@ -105,6 +140,55 @@ func (v *refVisitor) Visit(node *ast.Node) {
 	if s, ok := m.Property.(*ast.StringNode); ok {
 		v.steps = append(v.steps, s.Value)
 	}
+}
+
+// memberPath reads a member chain down to the identifier it starts from,
+// keeping the constant names and indexes from the start.
+func memberPath(m *ast.MemberNode) (Path, bool) {
+	var segs []string
+	var n ast.Node = m
+	for {
+		switch x := n.(type) {
+		case *ast.MemberNode:
+			switch p := x.Property.(type) {
+			case *ast.StringNode:
+				segs = append(segs, p.Value)
+			case *ast.IntegerNode:
+				segs = append(segs, strconv.Itoa(p.Value))
+			default:
+				// A computed key: what follows cannot be checked.
+				segs = segs[:0]
+			}
+			n = x.Node
+		case *ast.ChainNode:
+			n = x.Node
+		case *ast.IdentifierNode:
+			slices.Reverse(segs)
+			return Path{Root: x.Value, Segments: segs}, true
+		default:
+			return Path{}, false
+		}
+	}
+}
+
+// longest drops the paths that are the start of another, so a wrong name
+// is reported once, and repeats.
+func (v *refVisitor) longest() []Path {
+	var out []Path
+	for i, p := range v.paths {
+		covered := false
+		for j, q := range v.paths {
+			if i != j && q.Root == p.Root && len(q.Segments) >= len(p.Segments) && slices.Equal(q.Segments[:len(p.Segments)], p.Segments) &&
+				(len(q.Segments) > len(p.Segments) || j < i) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // rewriteHyphens turns `.slack-alert` member segments into `["slack-alert"]`

@@ -182,6 +182,7 @@ func FuzzExpr(f *testing.F) {
 	for _, s := range []string{
 		`origin.payload.env != "test"`, `steps.slack-alert.body.ok`, `result.body.score > 80 && x`,
 		`prev.body.count-1 > 2`, `a?.b-c`, `'x' + "y"`, "`raw`", `steps["a-b"].x`, `.a-b`, `1..2`,
+		`steps[origin.payload.x].body.y`, `origin?.payload?.a[0].b`,
 	} {
 		f.Add(s)
 	}
@@ -189,6 +190,11 @@ func FuzzExpr(f *testing.F) {
 		e, err := condition.CompileExpr(src, roots)
 		if err != nil {
 			return
+		}
+		for _, p := range e.Paths() {
+			if p.Root == "" || !strings.HasPrefix(p.String(), p.Root) {
+				t.Fatalf("%q: path %+v", src, p)
+			}
 		}
 		_, _ = e.Eval(env())
 	})
@@ -205,4 +211,33 @@ func FuzzField(f *testing.F) {
 		}
 		_, _ = c.Eval(env())
 	})
+}
+
+func TestPaths(t *testing.T) {
+	tests := []struct {
+		src  string
+		want []string
+	}{
+		{`origin.payload.env != "test"`, []string{"origin.payload.env"}},
+		{`steps.slack-alert.body.ok && steps.slack-alert.status == "ok"`, []string{"steps.slack-alert.body.ok", "steps.slack-alert.status"}},
+		{`origin.payload.tags[0] == "db" && origin.payload.env == "x"`, []string{"origin.payload.tags[0]", "origin.payload.env"}},
+		{`steps.check.body?.x-y == 1`, []string{"steps.check.body.x-y"}},
+		{`steps[origin.payload.env].body.x`, []string{"origin.payload.env", "steps"}},
+		{`len(prev.body.items) > 0 && item_index > 2`, []string{"prev.body.items"}},
+		{`origin.payload.env == origin.payload.env`, []string{"origin.payload.env"}},
+	}
+	for _, tc := range tests {
+		e, err := condition.CompileExpr(tc.src, append(roots, "item_index"))
+		if err != nil {
+			t.Errorf("%s: %v", tc.src, err)
+			continue
+		}
+		var got []string
+		for _, p := range e.Paths() {
+			got = append(got, p.String())
+		}
+		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("%s: paths %q, want %q", tc.src, got, tc.want)
+		}
+	}
 }

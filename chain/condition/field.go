@@ -37,40 +37,74 @@ type Field struct {
 	value any
 }
 
+// FieldError is a field condition that does not compile; Key says which of
+// its keys is wrong: "field", "operator" or "value".
+type FieldError struct {
+	Key string
+	Msg string
+}
+
+func (e *FieldError) Error() string { return e.Msg }
+
+func fieldError(key, format string, args ...any) error {
+	return &FieldError{Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
 // CompileField checks and compiles a field condition. value may be nil only
-// for exists, where it defaults to true.
+// for exists, where it defaults to true. Its errors are *FieldError.
 func CompileField(field, op string, value any) (*Field, error) {
 	path, err := ParsePath(field)
 	if err != nil {
-		return nil, fmt.Errorf("field %q: %w", field, err)
+		return nil, fieldError("field", "field %q: %v", field, err)
 	}
 	if !resultFields[path[0]] {
-		return nil, fmt.Errorf("field %q must start with body, status, error or attempts", field)
+		return nil, fieldError("field", "field %q must start with body, status, error or attempts", field)
 	}
 	o := Operator(op)
 	switch o {
 	case OpEq, OpNeq, OpContains, OpGt, OpLt, OpGte, OpLte:
 		if value == nil {
-			return nil, fmt.Errorf("operator %q needs a value", op)
+			return nil, fieldError("operator", "operator %q needs a value", op)
 		}
 	case OpExists:
 		if value == nil {
 			value = true
 		}
 		if _, ok := value.(bool); !ok {
-			return nil, fmt.Errorf("operator exists takes value = true or false, not %v", value)
+			return nil, fieldError("value", "operator exists takes value = true or false, not %v", value)
 		}
 	default:
-		return nil, fmt.Errorf("unknown operator %q (want one of %s)", op, joinOps())
+		return nil, fieldError("operator", "unknown operator %q%s (want one of %s)", op, nearestOp(op), joinOps())
 	}
 	if o == OpGt || o == OpLt || o == OpGte || o == OpLte {
 		if _, ok := toFloat(value); !ok {
 			if _, ok := value.(string); !ok {
-				return nil, fmt.Errorf("operator %q compares numbers or strings, not %T", op, value)
+				return nil, fieldError("value", "operator %q compares numbers or strings, not %T", op, value)
 			}
 		}
 	}
 	return &Field{field: field, path: path, op: o, value: value}, nil
+}
+
+// opAliases are what other tools and languages call the operators.
+var opAliases = map[string]Operator{
+	"==": OpEq, "=": OpEq, "equals": OpEq, "equal": OpEq, "is": OpEq,
+	"!=": OpNeq, "ne": OpNeq, "not_equals": OpNeq, "not_eq": OpNeq,
+	">": OpGt, "<": OpLt, ">=": OpGte, "<=": OpLte, "ge": OpGte, "le": OpLte,
+	"in": OpContains, "includes": OpContains, "has": OpContains, "exist": OpExists,
+}
+
+// nearestOp suggests the operator a misspelt or foreign one means.
+func nearestOp(op string) string {
+	if o, ok := opAliases[strings.ToLower(op)]; ok {
+		return fmt.Sprintf(" (did you mean %q?)", o)
+	}
+	for _, o := range Operators {
+		if strings.EqualFold(op, string(o)) {
+			return fmt.Sprintf(" (did you mean %q?)", o)
+		}
+	}
+	return ""
 }
 
 func joinOps() string {

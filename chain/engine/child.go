@@ -93,6 +93,11 @@ func (r *runner) prepareChild(now time.Time, q *seq, s *chain.Step, rec *store.S
 	if len(input) > r.e.limits.MaxBodyBytes {
 		return nil, &store.ErrorInfo{Message: fmt.Sprintf("input of step %q is %d bytes, above max_body_bytes (%d)", s.Name, len(input), r.e.limits.MaxBodyBytes), Code: "body_too_large"}
 	}
+	if sub := r.cfg.Chains[s.SubChain]; sub != nil {
+		if err := sub.Input.Check(sub.Name, input); err != nil {
+			return nil, &store.ErrorInfo{Message: fmt.Sprintf("input of step %q: %v", s.Name, err), Code: "invalid_input"}
+		}
+	}
 	deadline := r.run.Deadline
 	if b := q.bound(); !b.IsZero() && (deadline.IsZero() || b.Before(deadline)) {
 		deadline = b

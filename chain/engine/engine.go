@@ -29,6 +29,18 @@ type ProviderResolver interface {
 	Resolve(p *chain.Provider) (providers.Provider, error)
 }
 
+// ProviderChecker is implemented by a ProviderResolver that can tell,
+// before a run starts, that a provider it may call cannot work with its
+// config; the run is then refused, with an error wrapping
+// ErrProviderConfig, rather than failing after earlier steps acted.
+type ProviderChecker interface {
+	CheckProvider(ctx context.Context, p *chain.Provider) error
+}
+
+// ErrProviderConfig marks a run refused because a provider's config, with
+// its secrets filled in, is not one the provider can use.
+var ErrProviderConfig = errors.New("a provider's config is not usable")
+
 // Options configures an Engine.
 type Options struct {
 	Store     store.Store
@@ -255,7 +267,7 @@ type ParentRef struct {
 func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName string, in Input, id string, parent *ParentRef, deadline time.Time) (*store.Run, error) {
 	def := cfg.Chains[chainName]
 	if def == nil {
-		return nil, fmt.Errorf("starting run: %w %q", ErrUnknownChain, chainName)
+		return nil, fmt.Errorf("starting run: %w %q%s", ErrUnknownChain, chainName, cfg.ChainHint(chainName))
 	}
 	payload := in.Payload
 	if len(payload) == 0 {
@@ -263,6 +275,20 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 	}
 	if !json.Valid(payload) {
 		return nil, errors.New("starting run: payload is not valid JSON")
+	}
+	// A sub-chain's input was checked before its parent recorded the call,
+	// and its providers when the parent started.
+	if parent == nil {
+		if err := def.Input.Check(def.Name, payload); err != nil {
+			return nil, fmt.Errorf("starting run: %w", err)
+		}
+		if pc, ok := e.providers.(ProviderChecker); ok {
+			for _, name := range cfg.ProvidersUsed(def.Name) {
+				if err := pc.CheckProvider(ctx, cfg.Providers[name]); err != nil {
+					return nil, fmt.Errorf("starting run: provider %q: %w", name, err)
+				}
+			}
+		}
 	}
 	if len(in.Metadata) > 0 && !json.Valid(in.Metadata) {
 		return nil, errors.New("starting run: metadata is not valid JSON")

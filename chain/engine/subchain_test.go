@@ -222,3 +222,37 @@ func TestParentLearnsOfChildOnAnotherGateway(t *testing.T) {
 		t.Errorf("after: %v", b)
 	}
 }
+
+// TestSubChainInputChecked fails a sub_chain step whose rendered input does
+// not match what the called chain declares, before the child run exists.
+func TestSubChainInputChecked(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "parent"
+[[chains.steps]]
+name = "escalate"
+sub_chain = "page"
+input = { host = "<<origin.payload.host ?? null>>" }
+
+[[chains]]
+name = "page"
+[chains.input]
+required = ["host"]
+[[chains.steps]]
+name = "p"
+provider = "echo"
+payload_template = { host = "<<origin.payload.host>>" }
+`)
+	res := h.run("parent", `{}`)
+	rec := res.Steps["escalate"]
+	if res.Status != store.RunFailed || rec.Status != store.StepFailed || rec.Error == nil || rec.Error.Code != "invalid_input" ||
+		!strings.Contains(rec.Error.Message, `the payload does not match the input chain "page" declares: host: required field is missing`) {
+		t.Fatalf("run %s, escalate %+v", res.Status, rec)
+	}
+	if page, _ := h.store.ListRuns(context.Background(), store.RunFilter{Chain: "page"}); len(page.Runs) != 0 {
+		t.Errorf("the child was created: %+v", page.Runs)
+	}
+	if res := h.run("parent", `{"host":"db-1"}`); res.Status != store.RunSucceeded {
+		t.Errorf("with the field set: %s %+v", res.Status, res.Error)
+	}
+}

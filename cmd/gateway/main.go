@@ -188,12 +188,16 @@ func (fs *flagSet) usage(w io.Writer) {
 	fs.SetOutput(fs.stderr)
 }
 
-const validateHelp = `Usage: gateway validate PATH... [--plugins] (files or directories of *.toml)
+const validateHelp = `Usage: gateway validate PATH... [--plugins] [--output text|json] (files or directories of *.toml)
 
 Checks config files as every command that loads them does, including each
 provider step's action_type and each built-in provider's config against
-what the provider declares. External plugins are checked too with
---plugins, which starts each one to read what it declares.
+what the provider declares, and every path a template or condition reads
+(a step, a field of its result, an origin.payload field the chain's input
+declares). External plugins are checked too with --plugins, which starts
+each one to read what it declares. Exit status: 0 the config is fine,
+1 it has errors, 2 usage. --output json prints one document with ok,
+counts, and errors and warnings with file, line, col, path and message.
 
 `
 
@@ -203,40 +207,97 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.Var(&configs, "config", "config file or directory (repeatable; same as a PATH argument)")
 	checkPlugins := fs.Bool("plugins", false, "also start every external plugin, and check the steps and config that use it against what it declares")
 	pluginTimeout := fs.Duration("plugin-timeout", 15*time.Second, "with --plugins, how long each plugin may take to start and describe itself")
+	output := fs.String("output", "text", "text (one FILE:LINE:COL: KEY.PATH: message line per problem) or json")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return parseExit(err)
 	}
 	paths := append(configs, pos...)
-	if len(paths) == 0 {
+	if len(paths) == 0 || (*output != "text" && *output != "json") {
 		fs.Usage()
 		return exitUsage
 	}
+	rep := validation{Errors: []diagnosticJSON{}, Warnings: []diagnosticJSON{}, Notes: []string{}}
 	cfg, err := gateway.LoadConfig(paths)
-	if err != nil {
-		printConfigError(stdout, err)
-		return exitFailed
+	var external []string
+	if err == nil {
+		external = gateway.ExternalProviders(cfg)
 	}
-	external := gateway.ExternalProviders(cfg)
-	if *checkPlugins && len(external) > 0 {
+	if err == nil && *checkPlugins && len(external) > 0 {
 		logger, _ := newLogger(stderr, "warn")
 		if diags := gateway.CheckPlugins(ctx, cfg, gateway.PluginCheckOptions{Timeout: *pluginTimeout, Logger: logger}); len(diags) > 0 {
-			printConfigError(stdout, &chain.ConfigError{Diagnostics: diags})
-			return exitFailed
+			err = &chain.ConfigError{Diagnostics: diags}
 		}
 	}
-	for _, w := range cfg.Warnings {
-		fmt.Fprintln(stdout, w.String())
+	var ce *chain.ConfigError
+	switch {
+	case errors.As(err, &ce):
+		for _, d := range ce.Diagnostics {
+			rep.add(d)
+		}
+	case err != nil:
+		rep.Errors = append(rep.Errors, diagnosticJSON{Message: err.Error(), Severity: "error"})
+	default:
+		for _, d := range cfg.Warnings {
+			rep.add(d)
+		}
+		rep.OK, rep.Chains, rep.Providers = true, len(cfg.Chains), len(cfg.Providers)
+		for _, c := range cfg.Chains {
+			rep.Steps += countSteps(c.Steps)
+		}
+		if !*checkPlugins && len(external) > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("the action types and config of external plugins (%s) were not checked; validate --plugins starts them to check", strings.Join(external, ", ")))
+		}
 	}
-	steps := 0
-	for _, c := range cfg.Chains {
-		steps += countSteps(c.Steps)
+	if *output == "json" {
+		printJSON(stdout, rep)
+	} else {
+		printConfigError(stdout, err)
+		if err == nil {
+			for _, w := range cfg.Warnings {
+				fmt.Fprintln(stdout, w.String())
+			}
+			fmt.Fprintf(stdout, "ok: %d chains, %d steps, %d providers\n", rep.Chains, rep.Steps, rep.Providers)
+			for _, n := range rep.Notes {
+				fmt.Fprintln(stdout, "note:", n)
+			}
+		}
 	}
-	fmt.Fprintf(stdout, "ok: %d chains, %d steps, %d providers\n", len(cfg.Chains), steps, len(cfg.Providers))
-	if !*checkPlugins && len(external) > 0 {
-		fmt.Fprintf(stdout, "note: the action types and config of external plugins (%s) were not checked; validate --plugins starts them to check\n", strings.Join(external, ", "))
+	if !rep.OK {
+		return exitFailed
 	}
 	return exitOK
+}
+
+// validation is what validate --output json prints.
+type validation struct {
+	OK        bool             `json:"ok"`
+	Chains    int              `json:"chains"`
+	Steps     int              `json:"steps"`
+	Providers int              `json:"providers"`
+	Errors    []diagnosticJSON `json:"errors"`
+	Warnings  []diagnosticJSON `json:"warnings"`
+	Notes     []string         `json:"notes"`
+}
+
+// diagnosticJSON is one problem, as validate --output json prints it.
+type diagnosticJSON struct {
+	File     string `json:"file,omitempty"`
+	Line     int    `json:"line,omitempty"`
+	Col      int    `json:"col,omitempty"`
+	Path     string `json:"path,omitempty"`
+	Message  string `json:"message"`
+	Severity string `json:"severity"`
+}
+
+func (v *validation) add(d chain.Diagnostic) {
+	j := diagnosticJSON{File: d.File, Line: d.Line, Col: d.Col, Path: d.Path, Message: d.Message, Severity: "error"}
+	if d.Severity == chain.SeverityWarning {
+		j.Severity = "warning"
+		v.Warnings = append(v.Warnings, j)
+		return
+	}
+	v.Errors = append(v.Errors, j)
 }
 
 func countSteps(steps []*chain.Step) int {
@@ -253,6 +314,9 @@ func countSteps(steps []*chain.Step) int {
 }
 
 func printConfigError(w io.Writer, err error) {
+	if err == nil {
+		return
+	}
 	var ce *chain.ConfigError
 	if errors.As(err, &ce) {
 		for _, d := range ce.Diagnostics {
@@ -413,6 +477,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "note: this store holds %d unfinished runs; \"gateway resume\" continues them\n", len(ids))
 	}
 	started, err := s.gw.Engine.Start(ctx, chainName, engine.Input{Payload: payload})
+	var ie *chain.InputError
+	if errors.As(err, &ie) {
+		fmt.Fprintln(stderr, "gateway run: --payload:", ie)
+		return exitUsage
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway run:", err)
 		return exitFailed

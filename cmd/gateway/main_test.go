@@ -487,3 +487,79 @@ func TestHelpAndVersion(t *testing.T) {
 		t.Errorf("version --output json: exit %d %v: %s", code, err, out)
 	}
 }
+
+// TestRunChecksDeclaredInput: gateway run refuses a payload that does not
+// match the chain's declared input as a usage error, before any run exists.
+func TestRunChecksDeclaredInput(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.toml")
+	writeFile(t, cfg, `
+[[providers]]
+name = "echo"
+type = "echo"
+
+[[chains]]
+name = "page"
+[chains.input]
+required = ["alert_name", "host"]
+optional = ["severity"]
+[[chains.steps]]
+name = "p"
+provider = "echo"
+payload_template = { a = "<<origin.payload.alert_name>> on <<origin.payload.host>>" }
+`)
+	state := filepath.Join(dir, "gw.db")
+	code, out, errOut := runCLI(t, "run", "page", "--config", cfg, "--state", state, "--payload", `{"alert_name":"disk-full","host":null}`)
+	if code != exitUsage || out != "" || !strings.Contains(errOut, `--payload: the payload does not match the input chain "page" declares: host: required field is missing`) {
+		t.Fatalf("run with a missing field: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "run", "page", "--config", cfg, "--state", state, "--payload", `{"alert_name":"disk-full","host":"db-1"}`)
+	if code != exitOK || !strings.Contains(out, "disk-full on db-1") {
+		t.Fatalf("run with the fields: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestValidateJSON checks validate --output json: one document, the same
+// diagnostics as the text lines, and the same exit status.
+func TestValidateJSON(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.toml")
+	writeFile(t, bad, `
+[[providers]]
+name = "echo"
+type = "echo"
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "page"
+provider = "echo"
+on_failure = "skip"
+payload_template = { text = "<b><<origin.paylaod.alert_name>></b>" }
+`)
+	code, out, _ := runCLI(t, "validate", bad, "--output", "json")
+	var rep struct {
+		OK     bool `json:"ok"`
+		Errors []struct {
+			File    string `json:"file"`
+			Line    int    `json:"line"`
+			Col     int    `json:"col"`
+			Path    string `json:"path"`
+			Message string `json:"message"`
+		} `json:"errors"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); code != exitFailed || err != nil || rep.OK || len(rep.Errors) != 1 {
+		t.Fatalf("exit %d %v\n%s", code, err, out)
+	}
+	e := rep.Errors[0]
+	if e.File != bad || e.Line != 11 || e.Col != 22 || e.Path != "chains[c].steps[page].payload_template.text" ||
+		e.Message != `<<origin.paylaod.alert_name>>: origin has no field "paylaod" (did you mean "payload"?)` {
+		t.Errorf("diagnostic: %+v", e)
+	}
+	if strings.Contains(out, `\u003c`) {
+		t.Errorf("the JSON escapes < and >:\n%s", out)
+	}
+	code, out, _ = runCLI(t, "validate", "../../configs/", "--output", "json")
+	if err := json.Unmarshal([]byte(out), &rep); code != exitOK || err != nil || !rep.OK || len(rep.Errors) != 0 {
+		t.Fatalf("configs/: exit %d %v\n%s", code, err, out)
+	}
+}

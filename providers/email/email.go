@@ -136,6 +136,16 @@ func (Provider) Execute(ctx context.Context, req providers.Request) (providers.R
 	return providers.Response{Body: out}, nil
 }
 
+// CheckConfig implements providers.ConfigChecker.
+func (Provider) CheckConfig(_ context.Context, raw json.RawMessage) error {
+	var cfg config
+	if err := decodeStrict(raw, &cfg); err != nil {
+		return fmt.Errorf("decoding email config: %w", err)
+	}
+	_, err := checkConfig(cfg)
+	return err
+}
+
 // decodeStrict rejects unknown fields: a misspelt key in a chain's payload
 // template must fail loudly rather than be silently ignored.
 func decodeStrict(raw json.RawMessage, v any) error {
