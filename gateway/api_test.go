@@ -921,6 +921,7 @@ payload_template = { key = "<<secrets.NEW_TOKEN>>" }
 name = "hooks"
 type = "http"
 [providers.config]
+base_url = "https://hooks.example.com"
 headers = { Authorization = "Bearer <<secrets.HOOK_TOKEN>>" }
 `, "API_TOKEN=" + testSecret + "\n", 400, []string{"gateway.toml:", "providers[hooks].config.headers.Authorization: <<secrets.HOOK_TOKEN>>"}},
 		{"a rotated value", base, "API_TOKEN=" + rotated + "\n", 400, []string{"new or changed secret values (API_TOKEN)", "restart"}},

@@ -44,7 +44,15 @@ func checkBuiltinProviders(cfg *chain.Config) []chain.Diagnostic {
 			diags = append(diags, p.Source.Key("type").Errorf("describing the built-in %s provider: %v", p.Type, err))
 			continue
 		}
-		diags = append(diags, checkProvider(cfg, p, info)...)
+		found := checkProvider(cfg, p, info)
+		// A config with placeholders is checked whole once its secrets are
+		// filled in, when the gateway opens.
+		if c, ok := impl.(providers.ConfigChecker); ok && len(found) == 0 && p.ConfigTemplate == nil {
+			if err := c.CheckConfig(context.Background(), p.Config); err != nil {
+				found = append(found, p.Source.Key("config").Errorf("the %s provider cannot use this config: %v", info.Name, err))
+			}
+		}
+		diags = append(diags, found...)
 	}
 	return sortDiagnostics(diags)
 }

@@ -92,8 +92,29 @@ heders = { Accept = "application/json" }
 `,
 			want: `gw.toml:6:1: providers[api].config.base_url: got number, want string
 gw.toml:7:1: providers[api].config.max_response_bytes: minimum: got 0, want 1
-gw.toml:8:1: providers[api].config.heders: unknown key: the provider's config schema does not allow it; it knows base_url, headers, max_response_bytes
+gw.toml:8:1: providers[api].config.heders: unknown key: the provider's config schema does not allow it; it knows allowed_hosts, base_url, deny_private_networks, follow_redirects, headers, max_response_bytes
 gw.toml:10:1: providers[api].config.headers["X Trace"]: got number, want string`,
+		},
+		{
+			name: "what the provider's own check finds",
+			config: `
+[[providers]]
+name = "api"
+type = "http"
+[providers.config]
+headers = { "X-Api-Key" = "k" }
+allowed_hosts = ["*example.com"]
+`,
+			want: `gw.toml:5:1: providers[api].config: the http provider cannot use this config: allowed_hosts[0] "*example.com" is not a host name, *.domain, an IP address or *`,
+		},
+		{
+			name: "nowhere to go",
+			config: `
+[[providers]]
+name = "api"
+type = "http"
+`,
+			want: `gw.toml:2:1: providers[api].config: the http provider cannot use this config: give base_url, allowed_hosts or both: with neither, there is nowhere a request may go`,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -62,13 +62,14 @@ func checkResolved(ctx context.Context, p *chain.Provider, info providers.Info, 
 }
 
 // checkResolvedBuiltins checks the filled-in config of every provider of a
-// built-in type.
+// built-in type whose config reads secrets (the others were checked whole
+// when the config loaded).
 func checkResolvedBuiltins(ctx context.Context, cfg *chain.Config, vals map[string]string, red *secrets.Redactor) []chain.Diagnostic {
 	var diags []chain.Diagnostic
 	for _, name := range cfg.ProviderNames {
 		p := cfg.Providers[name]
 		impl, ok := builtin.New(p.Type)
-		if p.Type == "" || !ok {
+		if p.Type == "" || !ok || p.ConfigTemplate == nil {
 			continue
 		}
 		info, err := impl.Describe(ctx)

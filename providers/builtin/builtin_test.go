@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -238,5 +239,38 @@ func TestThroughPlugin(t *testing.T) {
 				t.Errorf("unknown field: %v, want a permanent bad_payload", err)
 			}
 		})
+	}
+}
+
+// TestDocsListEveryBuiltin keeps the lists of built-in providers in the
+// docs whole, and each provider that has a page of its own linked.
+func TestDocsListEveryBuiltin(t *testing.T) {
+	read := func(path string) string {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	config, plugins := read("../../docs/configuration.md"), read("../../docs/plugins.md")
+	typeRow := regexp.MustCompile("(?m)^\\| `type` \\|.*$").FindString(config)
+	pluginsList := regexp.MustCompile(`The built-in providers \(([^)]*)\)`).FindStringSubmatch(plugins)
+	if typeRow == "" || pluginsList == nil {
+		t.Fatal("the lists of built-in providers moved; update this test")
+	}
+	for _, typ := range builtin.Types() {
+		quoted := "`" + typ + "`"
+		if !strings.Contains(typeRow, quoted) {
+			t.Errorf("docs/configuration.md's [[providers]] type row does not list %s", quoted)
+		}
+		if !strings.Contains(pluginsList[1], quoted) {
+			t.Errorf("docs/plugins.md's list of built-in providers does not list %s", quoted)
+		}
+		if !strings.Contains(config, "- **"+quoted+"**") {
+			t.Errorf("docs/configuration.md's built-in providers section does not describe %s", quoted)
+		}
+		if _, err := os.Stat("../../docs/providers/" + typ + ".md"); err == nil && !strings.Contains(config, "(providers/"+typ+".md)") {
+			t.Errorf("docs/configuration.md does not link docs/providers/%s.md", typ)
+		}
 	}
 }

@@ -5,7 +5,11 @@
 // method, else GET), headers (object of strings), body (a string is sent
 // as-is; any other JSON value is sent JSON-encoded as application/json),
 // timeout_ms. Config fields: base_url, headers (defaults that payload headers
-// override), max_response_bytes (default 1 MiB).
+// override; sent only to base_url's origin), allowed_hosts (where else an
+// absolute url may point), follow_redirects, deny_private_networks,
+// max_response_bytes (default 1 MiB). A url is usually filled from the
+// alert, so where a request may go, and with which credentials, is the
+// config's to say: see package apicall's Egress.
 //
 // The step's dedup key is always sent as the Idempotency-Key header. The
 // result body is {"status", "headers", "body"}, with header names lowercased
@@ -23,9 +27,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	nethttp "net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,21 +51,22 @@ const configSchema = `{
   "type": "object",
   "additionalProperties": false,
   "properties": {
-    "base_url": {"type": "string"},
+    "base_url": {"type": "string", "minLength": 1},
     "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+    "allowed_hosts": {"type": "array", "items": {"type": "string", "minLength": 1}},
+    "follow_redirects": {"type": "boolean"},
+    "deny_private_networks": {"type": "boolean"},
     "max_response_bytes": {"type": "integer", "minimum": 1}
   }
 }`
 
 // Provider is the HTTP provider.
 type Provider struct {
-	Client *nethttp.Client
+	Net *apicall.Net
 }
 
-// New returns an HTTP provider with its own connection pool.
-func New() providers.Provider {
-	return &Provider{Client: &nethttp.Client{Transport: nethttp.DefaultTransport.(*nethttp.Transport).Clone()}}
-}
+// New returns an HTTP provider with its own connection pools.
+func New() providers.Provider { return &Provider{Net: apicall.NewNet()} }
 
 type payload struct {
 	URL       string            `json:"url"`
@@ -70,9 +77,39 @@ type payload struct {
 }
 
 type config struct {
-	BaseURL          string            `json:"base_url"`
-	Headers          map[string]string `json:"headers"`
-	MaxResponseBytes int64             `json:"max_response_bytes"`
+	BaseURL             string            `json:"base_url"`
+	Headers             map[string]string `json:"headers"`
+	AllowedHosts        []string          `json:"allowed_hosts"`
+	FollowRedirects     bool              `json:"follow_redirects"`
+	DenyPrivateNetworks bool              `json:"deny_private_networks"`
+	MaxResponseBytes    int64             `json:"max_response_bytes"`
+}
+
+// checkConfig checks a decoded config and returns where its requests may go.
+func checkConfig(cfg config) (*apicall.Egress, error) {
+	if cfg.BaseURL == "" && len(cfg.AllowedHosts) == 0 {
+		return nil, errors.New("give base_url, allowed_hosts or both: with neither, there is nowhere a request may go")
+	}
+	egress, err := apicall.NewEgress(cfg.BaseURL, cfg.AllowedHosts)
+	if err != nil {
+		return nil, err
+	}
+	// net/http would refuse these only when sending, as a network error,
+	// which is retried although no attempt can succeed.
+	if err := apicall.CheckHeaders(cfg.Headers); err != nil {
+		return nil, fmt.Errorf("config headers: %w", err)
+	}
+	return egress, nil
+}
+
+// CheckConfig implements providers.ConfigChecker.
+func (p *Provider) CheckConfig(_ context.Context, raw json.RawMessage) error {
+	var cfg config
+	if err := apicall.DecodeStrict(raw, &cfg); err != nil {
+		return fmt.Errorf("decoding http config: %w", err)
+	}
+	_, err := checkConfig(cfg)
+	return err
 }
 
 type result struct {
@@ -89,6 +126,10 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 	var cfg config
 	if err := apicall.DecodeStrict(req.Config, &cfg); err != nil {
 		return providers.Response{}, providers.Permanent("bad_config", "decoding http config: %v", err)
+	}
+	egress, err := checkConfig(cfg)
+	if err != nil {
+		return providers.Response{}, providers.Permanent("bad_config", "http config: %v", err)
 	}
 	var pl payload
 	if err := apicall.DecodeStrict(req.Payload, &pl); err != nil {
@@ -109,11 +150,6 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 	if err != nil {
 		return providers.Response{}, providers.Permanent("bad_payload", "%v", err)
 	}
-	// net/http would refuse these only when sending, as a network error,
-	// which is retried although no attempt can succeed.
-	if err := apicall.CheckHeaders(cfg.Headers); err != nil {
-		return providers.Response{}, providers.Permanent("bad_config", "config headers: %v", err)
-	}
 	if err := apicall.CheckHeaders(pl.Headers); err != nil {
 		return providers.Response{}, providers.Permanent("bad_payload", "headers: %v", err)
 	}
@@ -128,12 +164,20 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 		callCtx, cancel = context.WithTimeout(ctx, time.Duration(pl.TimeoutMS)*time.Millisecond)
 		defer cancel()
 	}
+	// Query strings often carry tokens, so messages name the URL without one.
+	where := method + " " + target.Scheme + "://" + target.Host + target.Path
+	credentials, err := egress.Check("http "+where, target)
+	if err != nil {
+		return providers.Response{}, err
+	}
 	hreq, err := nethttp.NewRequestWithContext(callCtx, method, target.String(), body)
 	if err != nil {
 		return providers.Response{}, providers.Permanent("bad_payload", "building the request: %v", err)
 	}
-	for k, v := range cfg.Headers {
-		hreq.Header.Set(k, v)
+	if credentials {
+		for k, v := range cfg.Headers {
+			hreq.Header.Set(k, v)
+		}
 	}
 	for k, v := range pl.Headers {
 		hreq.Header.Set(k, v)
@@ -145,10 +189,12 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 		hreq.Header.Set("Idempotency-Key", req.DedupKey)
 	}
 
-	// Query strings often carry tokens, so messages name the URL without one.
-	where := method + " " + target.Scheme + "://" + target.Host + target.Path
-	resp, err := p.Client.Do(hreq)
+	client := p.Net.Client(apicall.Policy{Egress: egress, FollowRedirects: cfg.FollowRedirects, Credentials: slices.Collect(maps.Keys(cfg.Headers)), DenyPrivate: cfg.DenyPrivateNetworks})
+	resp, err := client.Do(hreq)
 	if err != nil {
+		if r := apicall.Refused(where, err); r != nil {
+			return providers.Response{}, r
+		}
 		return providers.Response{}, requestError(ctx, callCtx, where, pl.TimeoutMS, err)
 	}
 	defer resp.Body.Close()
@@ -282,6 +328,9 @@ func statusError(where string, resp *nethttp.Response, data []byte) error {
 	msg := fmt.Sprintf("%s: HTTP %s", where, resp.Status)
 	if s := strings.TrimSpace(strings.ToValidUTF8(string(snippet), "\uFFFD")); s != "" {
 		msg += ": " + s
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		msg += " (redirects are followed only with follow_redirects = true, and only where requests may go)"
 	}
 	return &providers.Error{
 		Retryable: resp.StatusCode >= 500 || resp.StatusCode == nethttp.StatusTooManyRequests,

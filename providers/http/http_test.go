@@ -51,6 +51,8 @@ func newServer(t *testing.T) *httptest.Server {
 				Default:        r.Header.Get("X-Default"), Override: r.Header.Get("X-Override"),
 				ContentType: r.Header.Get("Content-Type"), Body: string(body),
 			})
+		case path == "/redirect":
+			nethttp.Redirect(w, r, "/inspect", nethttp.StatusFound)
 		case path == "/text":
 			w.Header().Set("Content-Type", "text/plain")
 			fmt.Fprint(w, "hello there")
@@ -166,18 +168,21 @@ func TestExecute(t *testing.T) {
 		{name: "timeout_ms is retryable", payload: `{"url":"` + srv.URL + `/slow","timeout_ms":50}`, wantCode: "timeout", retryable: true, wantInMsg: "timeout_ms=50"},
 		{name: "network error is retryable", payload: `{"url":"` + closed.URL + `/x"}`, wantCode: "network", retryable: true},
 		{name: "oversized 503 is retryable", payload: `{"url":"` + srv.URL + `/big-error"}`, wantCode: "http_503", retryable: true, wantInMsg: "overloaded, try later"},
-		{name: "oversized 503 without content-length", config: `{"max_response_bytes":1024}`, payload: `{"url":"` + srv.URL + `/status/503"}`, wantCode: "http_503", retryable: true},
+		{name: "oversized 503 without content-length", config: `{"allowed_hosts":["127.0.0.1"],"max_response_bytes":1024}`, payload: `{"url":"` + srv.URL + `/status/503"}`, wantCode: "http_503", retryable: true},
 		{name: "header name with a space", payload: `{"url":"` + srv.URL + `/inspect","headers":{"X Bad":"v"}}`, wantCode: "bad_payload", wantInMsg: `header name "X Bad"`},
 		{name: "header name with CRLF", payload: `{"url":"` + srv.URL + `/inspect","headers":{"X-A\r\nX-B":"v"}}`, wantCode: "bad_payload", wantInMsg: "not a valid HTTP token"},
 		{name: "header value with CRLF", payload: `{"url":"` + srv.URL + `/inspect","headers":{"X-A":"v\r\nX-Injected: 1"}}`, wantCode: "bad_payload", wantInMsg: `header "X-A"`},
-		{name: "config header value with LF", config: `{"headers":{"Authorization":"Bearer t\nX: y"}}`, payload: `{"url":"` + srv.URL + `/inspect"}`, wantCode: "bad_config", wantInMsg: "config headers"},
+		{name: "config header value with LF", config: `{"allowed_hosts":["127.0.0.1"],"headers":{"Authorization":"Bearer t\nX: y"}}`, payload: `{"url":"` + srv.URL + `/inspect"}`, wantCode: "bad_config", wantInMsg: "config headers"},
 		{name: "header value with tab", payload: `{"url":"` + srv.URL + `/inspect","headers":{"X-A":"a\tb"}}`},
 		{name: "oversize by content-length", payload: `{"url":"` + srv.URL + `/big"}`, wantCode: "response_too_large", wantInMsg: "max_response_bytes=1048576"},
-		{name: "oversize chunked", config: `{"max_response_bytes":1024}`, payload: `{"url":"` + srv.URL + `/chunked"}`, wantCode: "response_too_large"},
-		{name: "within max_response_bytes", config: `{"max_response_bytes":2048}`, payload: `{"url":"` + srv.URL + `/chunked"}`},
+		{name: "oversize chunked", config: `{"allowed_hosts":["127.0.0.1"],"max_response_bytes":1024}`, payload: `{"url":"` + srv.URL + `/chunked"}`, wantCode: "response_too_large"},
+		{name: "within max_response_bytes", config: `{"allowed_hosts":["127.0.0.1"],"max_response_bytes":2048}`, payload: `{"url":"` + srv.URL + `/chunked"}`},
 		{name: "missing url", payload: `{"method":"get"}`, wantCode: "bad_payload", wantInMsg: "url is required"},
 		{name: "relative url without base_url", payload: `{"url":"/x"}`, wantCode: "bad_payload", wantInMsg: "no base_url"},
 		{name: "not http", payload: `{"url":"ftp://example.com/x"}`, wantCode: "bad_payload"},
+		{name: "neither base_url nor allowed_hosts", config: `{"headers":{"X-Api-Key":"k"}}`, payload: `{"url":"` + srv.URL + `/inspect"}`, wantCode: "bad_config", wantInMsg: "give base_url, allowed_hosts or both"},
+		{name: "absolute url elsewhere than base_url", config: `{"base_url":"https://api.example.com","headers":{"X-Api-Key":"k"}}`, payload: `{"url":"` + srv.URL + `/inspect"}`, wantCode: "host_not_allowed", wantInMsg: "is not base_url's origin (https://api.example.com:443)"},
+		{name: "a redirect is not followed", payload: `{"url":"` + srv.URL + `/redirect"}`, wantCode: "http_302", wantInMsg: "follow_redirects = true"},
 		{name: "bad method", payload: `{"url":"` + srv.URL + `","method":"FETCH"}`, wantCode: "bad_payload", wantInMsg: `method "FETCH"`},
 		{name: "unknown payload field", payload: `{"url":"` + srv.URL + `","header":{}}`, wantCode: "bad_payload", wantInMsg: `"header"`},
 		{name: "payload not an object", payload: `"http://x"`, wantCode: "bad_payload"},
@@ -185,9 +190,13 @@ func TestExecute(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
+			config := tc.config
+			if config == "" {
+				config = `{"allowed_hosts":["127.0.0.1"]}`
+			}
 			resp, err := httpprovider.New().Execute(ctx, providers.Request{
 				ActionType: tc.actionType,
-				Config:     json.RawMessage(tc.config),
+				Config:     json.RawMessage(config),
 				Payload:    json.RawMessage(tc.payload),
 				DedupKey:   "run-1/step-a",
 				Attempt:    1,
@@ -221,7 +230,7 @@ func TestCallerDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := httpprovider.New().Execute(ctx, providers.Request{Payload: json.RawMessage(`{"url":"` + srv.URL + `/slow"}`)})
+	_, err := httpprovider.New().Execute(ctx, providers.Request{Config: json.RawMessage(`{"base_url":"` + srv.URL + `"}`), Payload: json.RawMessage(`{"url":"/slow"}`)})
 	if !errors.Is(err, context.DeadlineExceeded) || !providers.IsRetryable(err) {
 		t.Errorf("error %v is not a retryable context.DeadlineExceeded", err)
 	}
@@ -247,11 +256,16 @@ func TestErrorsHideQuery(t *testing.T) {
 		{name: "unparsable host", url: "http://[::1/x?token=s3cret", wantCode: "bad_payload"},
 		{name: "relative without base", url: "x?token=s3cret", wantCode: "bad_payload"},
 		{name: "not http", url: "ftp://host/x?token=s3cret", wantCode: "bad_payload"},
-		{name: "bad base", config: `{"base_url":"http://[::1"}`, url: "x?token=s3cret", wantCode: "bad_payload"},
+		{name: "bad base", config: `{"base_url":"http://[::1?token=s3cret"}`, url: "x?token=s3cret", wantCode: "bad_config"},
+		{name: "host not allowed", config: `{"base_url":"https://api.example.com"}`, url: srv.URL + "/x?token=s3cret", wantCode: "host_not_allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			payload, _ := json.Marshal(map[string]any{"url": tc.url, "timeout_ms": 50})
-			_, err := httpprovider.New().Execute(context.Background(), providers.Request{Config: json.RawMessage(tc.config), Payload: payload})
+			config := tc.config
+			if config == "" {
+				config = `{"allowed_hosts":["127.0.0.1","host"]}`
+			}
+			_, err := httpprovider.New().Execute(context.Background(), providers.Request{Config: json.RawMessage(config), Payload: payload})
 			var pe *providers.Error
 			if !errors.As(err, &pe) || pe.Code != tc.wantCode {
 				t.Fatalf("error %v, want code %s", err, tc.wantCode)
@@ -276,4 +290,65 @@ func decodeSeen(t *testing.T, r result) seen {
 		t.Fatalf("body %s is not the inspect JSON: %v", r.Body, err)
 	}
 	return s
+}
+
+// TestCredentialsStayWithBaseURL is an alert steering the url a template
+// fills: the config's headers reach only base_url's origin, a request
+// elsewhere needs allowed_hosts and goes without them, redirects are
+// followed only when asked and never carry them off, and
+// deny_private_networks refuses loopback addresses.
+func TestCredentialsStayWithBaseURL(t *testing.T) {
+	api := newServer(t)
+	var hits []string
+	attacker := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		hits = append(hits, r.URL.Path+" key="+r.Header.Get("X-Api-Key"))
+		if r.URL.Path == "/bounce" {
+			nethttp.Redirect(w, r, api.URL+"/inspect", nethttp.StatusFound)
+			return
+		}
+		w.Write([]byte(`{}`))
+	}))
+	defer attacker.Close()
+	redirector := httptest.NewServer(nethttp.RedirectHandler(attacker.URL+"/collect", nethttp.StatusFound))
+	defer redirector.Close()
+
+	call := func(config, url string) error {
+		_, err := httpprovider.New().Execute(context.Background(), providers.Request{
+			ActionType: "get", Config: json.RawMessage(config), Payload: json.RawMessage(`{"url":"` + url + `"}`),
+		})
+		return err
+	}
+	codeOf := func(err error) string {
+		var pe *providers.Error
+		if errors.As(err, &pe) && !pe.Retryable {
+			return pe.Code
+		}
+		return fmt.Sprint(err)
+	}
+	withBase := func(base, extra string) string {
+		return `{"base_url":"` + base + `","headers":{"X-Api-Key":"k-9f8e"}` + extra + `}`
+	}
+	tests := []struct {
+		name, config, url, code string
+		hits                    []string
+	}{
+		{"absolute url to another host", withBase(api.URL, ""), attacker.URL + "/collect", "host_not_allowed", nil},
+		{"allowed host, no credentials", withBase(api.URL, `,"allowed_hosts":["127.0.0.1"]`), attacker.URL + "/collect", "", []string{"/collect key="}},
+		{"redirect not followed", withBase(redirector.URL, ""), "/x", "http_302", nil},
+		{"redirect to a host not allowed", withBase(redirector.URL, `,"follow_redirects":true`), "/x", "host_not_allowed", nil},
+		{"redirect to an allowed host drops credentials", withBase(redirector.URL, `,"follow_redirects":true,"allowed_hosts":["127.0.0.1"]`), "/x", "", []string{"/collect key="}},
+		{"deny_private_networks", withBase(api.URL, `,"deny_private_networks":true`), "/inspect", "address_not_allowed", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			hits = nil
+			err := call(tc.config, tc.url)
+			if tc.code == "" && err != nil || tc.code != "" && codeOf(err) != tc.code {
+				t.Errorf("error %v, want code %q", err, tc.code)
+			}
+			if fmt.Sprint(hits) != fmt.Sprint(tc.hits) {
+				t.Errorf("the other host saw %q, want %q", hits, tc.hits)
+			}
+		})
+	}
 }

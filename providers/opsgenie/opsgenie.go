@@ -20,6 +20,7 @@ package opsgenie
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -58,22 +59,46 @@ const configSchema = `{
     "api_key": {"type": "string", "minLength": 1, "x-secret": true,
       "description": "key of an Opsgenie API integration"},
     "base_url": {"type": "string", "minLength": 1, "default": "https://api.opsgenie.com",
-      "description": "Alert API base URL; https://api.eu.opsgenie.com for EU accounts"}
+      "description": "Alert API base URL; https://api.eu.opsgenie.com for EU accounts"},
+    "deny_private_networks": {"type": "boolean",
+      "description": "refuse to connect to loopback, private and link-local addresses"}
   },
   "required": ["api_key"]
 }`
 
 // Provider is the Opsgenie provider.
 type Provider struct {
-	Client *http.Client
+	Net *apicall.Net
 }
 
 // New returns an Opsgenie provider with its own connection pool.
-func New() providers.Provider { return &Provider{Client: apicall.NewClient()} }
+func New() providers.Provider { return &Provider{Net: apicall.NewNet()} }
 
 type config struct {
-	APIKey  string `json:"api_key"`
-	BaseURL string `json:"base_url"`
+	APIKey              string `json:"api_key"`
+	BaseURL             string `json:"base_url"`
+	DenyPrivateNetworks bool   `json:"deny_private_networks"`
+}
+
+// checkConfig checks a decoded config and returns the base URL to call.
+func checkConfig(cfg config) (string, error) {
+	if cfg.APIKey == "" {
+		return "", errors.New("the config has no api_key")
+	}
+	if !apicall.ValidHeaderValue(cfg.APIKey) {
+		return "", errors.New("the api_key holds a control character such as CR or LF")
+	}
+	return apicall.BaseURL(cfg.BaseURL, DefaultBaseURL)
+}
+
+// CheckConfig implements providers.ConfigChecker.
+func (p *Provider) CheckConfig(_ context.Context, raw json.RawMessage) error {
+	var cfg config
+	if err := apicall.DecodeStrict(raw, &cfg); err != nil {
+		return fmt.Errorf("decoding opsgenie config: %w", err)
+	}
+	_, err := checkConfig(cfg)
+	return err
 }
 
 type responder struct {
@@ -138,13 +163,7 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 	if err := apicall.DecodeStrict(req.Config, &cfg); err != nil {
 		return providers.Response{}, providers.Permanent("bad_config", "decoding opsgenie config: %v", err)
 	}
-	if cfg.APIKey == "" {
-		return providers.Response{}, providers.Permanent("bad_config", "opsgenie: the config has no api_key")
-	}
-	if !apicall.ValidHeaderValue(cfg.APIKey) {
-		return providers.Response{}, providers.Permanent("bad_config", "opsgenie: the api_key holds a control character such as CR or LF")
-	}
-	base, err := apicall.BaseURL(cfg.BaseURL, DefaultBaseURL)
+	base, err := checkConfig(cfg)
 	if err != nil {
 		return providers.Response{}, providers.Permanent("bad_config", "opsgenie: %v", err)
 	}
@@ -222,7 +241,7 @@ func (p *Provider) send(ctx context.Context, cfg config, target, where, alias st
 	}
 	header := http.Header{}
 	header.Set("Authorization", "GenieKey "+cfg.APIKey)
-	a, err := apicall.Post(ctx, p.Client, apicall.Request{URL: target, Where: where, Header: header, Body: body, Hide: []string{cfg.APIKey}})
+	a, err := apicall.Post(ctx, p.Net.Client(apicall.Policy{DenyPrivate: cfg.DenyPrivateNetworks}), apicall.Request{URL: target, Where: where, Header: header, Body: body, Hide: []string{cfg.APIKey}})
 	if err != nil {
 		return providers.Response{}, err
 	}

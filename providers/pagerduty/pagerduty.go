@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -53,22 +54,43 @@ const configSchema = `{
     "routing_key": {"type": "string", "minLength": 1, "x-secret": true,
       "description": "integration key of the service's Events API v2 integration"},
     "base_url": {"type": "string", "minLength": 1, "default": "https://events.pagerduty.com",
-      "description": "Events API base URL"}
+      "description": "Events API base URL"},
+    "deny_private_networks": {"type": "boolean",
+      "description": "refuse to connect to loopback, private and link-local addresses"}
   },
   "required": ["routing_key"]
 }`
 
 // Provider is the PagerDuty provider.
 type Provider struct {
-	Client *http.Client
+	Net *apicall.Net
 }
 
 // New returns a PagerDuty provider with its own connection pool.
-func New() providers.Provider { return &Provider{Client: apicall.NewClient()} }
+func New() providers.Provider { return &Provider{Net: apicall.NewNet()} }
 
 type config struct {
-	RoutingKey string `json:"routing_key"`
-	BaseURL    string `json:"base_url"`
+	RoutingKey          string `json:"routing_key"`
+	BaseURL             string `json:"base_url"`
+	DenyPrivateNetworks bool   `json:"deny_private_networks"`
+}
+
+// checkConfig checks a decoded config and returns the base URL to call.
+func checkConfig(cfg config) (string, error) {
+	if cfg.RoutingKey == "" {
+		return "", errors.New("the config has no routing_key")
+	}
+	return apicall.BaseURL(cfg.BaseURL, DefaultBaseURL)
+}
+
+// CheckConfig implements providers.ConfigChecker.
+func (p *Provider) CheckConfig(_ context.Context, raw json.RawMessage) error {
+	var cfg config
+	if err := apicall.DecodeStrict(raw, &cfg); err != nil {
+		return fmt.Errorf("decoding pagerduty config: %w", err)
+	}
+	_, err := checkConfig(cfg)
+	return err
 }
 
 type image struct {
@@ -172,10 +194,7 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 	if err := apicall.DecodeStrict(req.Config, &cfg); err != nil {
 		return providers.Response{}, providers.Permanent("bad_config", "decoding pagerduty config: %v", err)
 	}
-	if cfg.RoutingKey == "" {
-		return providers.Response{}, providers.Permanent("bad_config", "pagerduty: the config has no routing_key")
-	}
-	base, err := apicall.BaseURL(cfg.BaseURL, DefaultBaseURL)
+	base, err := checkConfig(cfg)
 	if err != nil {
 		return providers.Response{}, providers.Permanent("bad_config", "pagerduty: %v", err)
 	}
@@ -305,7 +324,7 @@ func (p *Provider) send(ctx context.Context, cfg config, target, where string, e
 	if err != nil {
 		return providers.Response{}, providers.Permanent("bad_payload", "encoding the %s event: %v", where, err)
 	}
-	a, err := apicall.Post(ctx, p.Client, apicall.Request{URL: target, Where: where, Body: body, Hide: []string{cfg.RoutingKey}})
+	a, err := apicall.Post(ctx, p.Net.Client(apicall.Policy{DenyPrivate: cfg.DenyPrivateNetworks}), apicall.Request{URL: target, Where: where, Body: body, Hide: []string{cfg.RoutingKey}})
 	if err != nil {
 		return providers.Response{}, err
 	}

@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -49,23 +50,47 @@ const configSchema = `{
     "webhook_url": {"type": "string", "minLength": 1, "x-secret": true,
       "description": "incoming webhook URL, for webhook_message"},
     "base_url": {"type": "string", "minLength": 1, "default": "https://slack.com/api",
-      "description": "Web API base URL"}
+      "description": "Web API base URL"},
+    "deny_private_networks": {"type": "boolean",
+      "description": "refuse to connect to loopback, private and link-local addresses"}
   },
   "anyOf": [{"required": ["token"]}, {"required": ["webhook_url"]}]
 }`
 
 // Provider is the Slack provider.
 type Provider struct {
-	Client *http.Client
+	Net *apicall.Net
 }
 
-// New returns a Slack provider with its own connection pool.
-func New() providers.Provider { return &Provider{Client: apicall.NewClient()} }
+// New returns a Slack provider with its own connection pools.
+func New() providers.Provider { return &Provider{Net: apicall.NewNet()} }
 
 type config struct {
-	Token      string `json:"token"`
-	WebhookURL string `json:"webhook_url"`
-	BaseURL    string `json:"base_url"`
+	Token               string `json:"token"`
+	WebhookURL          string `json:"webhook_url"`
+	BaseURL             string `json:"base_url"`
+	DenyPrivateNetworks bool   `json:"deny_private_networks"`
+}
+
+// CheckConfig implements providers.ConfigChecker.
+func (p *Provider) CheckConfig(_ context.Context, raw json.RawMessage) error {
+	var cfg config
+	if err := apicall.DecodeStrict(raw, &cfg); err != nil {
+		return fmt.Errorf("decoding slack config: %w", err)
+	}
+	if _, err := apicall.BaseURL(cfg.BaseURL, DefaultBaseURL); err != nil {
+		return err
+	}
+	if cfg.Token != "" && !apicall.ValidHeaderValue(cfg.Token) {
+		return errors.New("the token holds a control character such as CR or LF")
+	}
+	if cfg.WebhookURL != "" {
+		if _, err := apicall.BaseURL(cfg.WebhookURL, ""); err != nil {
+			// The URL is the credential: only say what is wrong with it.
+			return errors.New("webhook_url is not an http or https URL with a host")
+		}
+	}
+	return nil
 }
 
 // content is what a message shows, in chat.postMessage, chat.update and
@@ -233,7 +258,7 @@ func (p *Provider) callAPI(ctx context.Context, cfg config, method string, paylo
 	header := http.Header{}
 	header.Set("Authorization", "Bearer "+cfg.Token)
 	header.Set("Content-Type", "application/json; charset=utf-8")
-	a, err := apicall.Post(ctx, p.Client, apicall.Request{URL: base + "/" + method, Where: where, Header: header, Body: body, Hide: []string{cfg.Token}})
+	a, err := apicall.Post(ctx, p.Net.Client(apicall.Policy{DenyPrivate: cfg.DenyPrivateNetworks}), apicall.Request{URL: base + "/" + method, Where: where, Header: header, Body: body, Hide: []string{cfg.Token}})
 	if err != nil {
 		return providers.Response{}, err
 	}
@@ -309,7 +334,7 @@ func (p *Provider) callWebhook(ctx context.Context, cfg config, payload webhookP
 		return providers.Response{}, providers.Permanent("bad_payload", "encoding the slack webhook body: %v", err)
 	}
 	hide := webhookSecrets(cfg.WebhookURL)
-	a, err := apicall.Post(ctx, p.Client, apicall.Request{URL: cfg.WebhookURL, Where: where, Body: body, Hide: hide})
+	a, err := apicall.Post(ctx, p.Net.Client(apicall.Policy{DenyPrivate: cfg.DenyPrivateNetworks}), apicall.Request{URL: cfg.WebhookURL, Where: where, Body: body, Hide: hide})
 	if err != nil {
 		return providers.Response{}, err
 	}

@@ -67,25 +67,38 @@ const configSchema = `{
     "secret": {"type": "string", "minLength": 1, "x-secret": true,
       "description": "HMAC-SHA256 key that signs every request"},
     "headers": {"type": "object", "additionalProperties": {"type": "string"},
-      "description": "headers sent with every request"}
+      "description": "headers sent with every request"},
+    "deny_private_networks": {"type": "boolean",
+      "description": "refuse to connect to loopback, private and link-local addresses"}
   },
   "required": ["url"]
 }`
 
 // Provider is the webhook provider.
 type Provider struct {
-	Client *http.Client
+	Net *apicall.Net
 	// Now is the clock that timestamps requests; nil means time.Now.
 	Now func() time.Time
 }
 
 // New returns a webhook provider with its own connection pool.
-func New() providers.Provider { return &Provider{Client: apicall.NewClient()} }
+func New() providers.Provider { return &Provider{Net: apicall.NewNet()} }
 
 type config struct {
-	URL     string            `json:"url"`
-	Secret  string            `json:"secret"`
-	Headers map[string]string `json:"headers"`
+	URL                 string            `json:"url"`
+	Secret              string            `json:"secret"`
+	Headers             map[string]string `json:"headers"`
+	DenyPrivateNetworks bool              `json:"deny_private_networks"`
+}
+
+// CheckConfig implements providers.ConfigChecker.
+func (p *Provider) CheckConfig(_ context.Context, raw json.RawMessage) error {
+	var cfg config
+	if err := apicall.DecodeStrict(raw, &cfg); err != nil {
+		return fmt.Errorf("decoding webhook config: %w", err)
+	}
+	_, err := checkConfig(cfg)
+	return err
 }
 
 type result struct {
@@ -144,7 +157,7 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 			hide = append(hide, v)
 		}
 	}
-	a, err := apicall.Post(ctx, p.Client, apicall.Request{URL: target.String(), Where: where, Header: header, Body: body, Hide: hide})
+	a, err := apicall.Post(ctx, p.Net.Client(apicall.Policy{DenyPrivate: cfg.DenyPrivateNetworks}), apicall.Request{URL: target.String(), Where: where, Header: header, Body: body, Hide: hide})
 	if err != nil {
 		return providers.Response{}, err
 	}

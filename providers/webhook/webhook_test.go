@@ -27,7 +27,7 @@ import (
 var fixed = time.Unix(1795000000, 0)
 
 func newProvider() *webhook.Provider {
-	return &webhook.Provider{Client: apicall.NewClient(), Now: func() time.Time { return fixed }}
+	return &webhook.Provider{Net: apicall.NewNet(), Now: func() time.Time { return fixed }}
 }
 
 func TestExecute(t *testing.T) {

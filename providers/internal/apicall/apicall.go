@@ -36,19 +36,6 @@ const SnippetBytes = 512
 // UserAgent names the gateway to the services it calls.
 const UserAgent = "chaingate-gateway"
 
-// NewClient returns an HTTP client with its own connection pool that does
-// not follow redirects: an API that answers a POST with a redirect is
-// misconfigured (http:// for https://, a wrong host), and following it
-// could turn the POST into a GET or send credentials elsewhere.
-func NewClient() *http.Client {
-	return &http.Client{
-		Transport: http.DefaultTransport.(*http.Transport).Clone(),
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
-	}
-}
-
 // Request is one POST.
 type Request struct {
 	// URL is the full URL.
@@ -77,7 +64,8 @@ func (a *Answer) OK() bool { return a.Status >= 200 && a.Status <= 299 }
 
 // Post sends r and reads the answer. Its errors are those of sending and
 // reading: a network failure (retryable), a certificate the client refuses
-// (permanent), a 2xx answer larger than MaxResponseBytes (permanent), or,
+// or an address deny_private_networks refuses (permanent), a 2xx answer
+// larger than MaxResponseBytes (permanent), or,
 // when ctx is done, ctx's own error, which the gateway classes itself.
 // Statuses are left to the caller.
 func Post(ctx context.Context, c *http.Client, r Request) (*Answer, error) {
@@ -115,6 +103,9 @@ func Post(ctx context.Context, c *http.Client, r Request) (*Answer, error) {
 }
 
 func sendError(ctx context.Context, where string, err error) error {
+	if r := Refused(where, err); r != nil {
+		return r
+	}
 	err = InnerURLError(err)
 	var certErr *tls.CertificateVerificationError
 	switch {

@@ -152,7 +152,7 @@ func TestPost(t *testing.T) {
 	defer srv.Close()
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
-	c := apicall.NewClient()
+	c := apicall.NewNet().Client(apicall.Policy{})
 	ctx := context.Background()
 
 	a, err := apicall.Post(ctx, c, apicall.Request{URL: srv.URL + "/ok", Where: "test", Body: []byte(`{}`)})
