@@ -559,10 +559,10 @@ func (r *runner) redact(b *store.Batch) {
 	if !red.Active() {
 		return
 	}
-	b.Run.Body = red.Bytes(b.Run.Body)
+	b.Run.Body = red.JSON(b.Run.Body)
 	b.Run.Error = redactError(red, b.Run.Error)
 	for _, st := range b.Steps {
-		st.Body = red.Bytes(st.Body)
+		st.Body = red.JSON(st.Body)
 		st.Error = redactError(red, st.Error)
 	}
 	for i := range b.Events {
@@ -570,7 +570,7 @@ func (r *runner) redact(b *store.Batch) {
 	}
 	for i, d := range b.DLQ {
 		c := *d
-		c.Payload = red.Bytes(c.Payload)
+		c.Payload = red.JSON(c.Payload)
 		c.Error.Message = red.String(c.Error.Message)
 		b.DLQ[i] = &c
 	}

@@ -187,3 +187,56 @@ func TestHandlerRedacts(t *testing.T) {
 		t.Errorf("log line: %s", out)
 	}
 }
+
+// TestRedactWhateverTheEncoding: a value is redacted however it is written:
+// as it is, JSON-escaped in any way, percent-encoded in any way.
+func TestRedactWhateverTheEncoding(t *testing.T) {
+	const secret = "ab-cd/ef<g> h|i"
+	red := secrets.NewRedactor(map[string]string{"S": secret})
+	texts := []string{
+		secret,
+		`ab\u002dcd\/ef\u003cg\u003e h|i`,
+		`ab\u002Dcd/ef<g>\u0020h\u007ci`,
+		"https://hooks.example.com/x/ab-cd%2Fef%3Cg%3E%20h%7Ci?y=1",
+		"https://hooks.example.com/x/ab-cd/ef%3cg%3e%20h%7ci",
+		"token=ab-cd%2Fef%3Cg%3E+h%7Ci",
+		`Post "https://h/ab%2Dcd%2fef%3Cg%3E%20h%7Ci": dial tcp: refused`,
+	}
+	for _, s := range texts {
+		got := red.String(s)
+		if !strings.Contains(got, "[REDACTED]") || strings.Contains(got, "cd/ef") || strings.Contains(got, "ef<g") {
+			t.Errorf("String(%q) = %q", s, got)
+		}
+	}
+	docs := []string{
+		`{"t": "ab\u002dcd\/ef\u003cg\u003e h|i"}`,
+		`{"list": [1, {"deep": "x ab-cd\/ef<g> h\u007ci y"}], "n": 12345678901234567890}`,
+		`{"ab\u002dcd/ef<g> h|i": true}`,
+		`{"url": "https://h/ab-cd%2Fef%3Cg%3E%20h%7Ci"}`,
+	}
+	for _, d := range docs {
+		got := red.JSON([]byte(d))
+		var v any
+		if err := json.Unmarshal(got, &v); err != nil {
+			t.Errorf("JSON(%s) = %s, not JSON: %v", d, got, err)
+			continue
+		}
+		decoded, _ := json.Marshal(v)
+		if !strings.Contains(string(got), "[REDACTED]") || strings.Contains(string(decoded), "cd/ef") {
+			t.Errorf("JSON(%s) = %s", d, got)
+		}
+		if strings.Contains(d, "12345678901234567890") && !strings.Contains(string(got), "12345678901234567890") {
+			t.Errorf("a large number lost digits: %s", got)
+		}
+	}
+	// What holds no secret comes back as it was, the same bytes.
+	for _, d := range []string{`{"a": "x\u002dy", "b": "100%"}`, `{"plain": true}`, `not json \u0041 50%`} {
+		in := []byte(d)
+		if got := red.JSON(in); &got[0] != &in[0] {
+			t.Errorf("JSON(%s) made a copy: %s", d, got)
+		}
+	}
+	if got := red.String(`50% off \u00e9t\u00e9`); got != `50% off \u00e9t\u00e9` {
+		t.Errorf("text without a secret changed: %q", got)
+	}
+}
