@@ -419,13 +419,10 @@ func TestEmptySplitCompletesAtOnce(t *testing.T) {
 // TestTimeoutWithNoWorker ends a split whose items nobody takes.
 func TestTimeoutWithNoWorker(t *testing.T) {
 	owner := newNode(t, servers(t, "")+splitChain("c", "distributed", filepath.Join(t.TempDir(), "r.jsonl"), "timeout_seconds = 1"))
-	start := time.Now()
+	// No worker takes the items: only the split's timeout ends the run.
 	res := owner.run("c", itemsPayload(10, func(int) bool { return false }))
 	if res.Status != store.RunFailed || res.Steps["loop"].Status != store.StepTimedOut {
 		t.Fatalf("run %s %+v, split %+v", res.Status, res.Error, res.Steps["loop"])
-	}
-	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("the timeout took %v", took)
 	}
 }
 

@@ -82,7 +82,8 @@ func TestContextEnds(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("error %v is not context.DeadlineExceeded", err)
 			}
-			if d := time.Since(start); d > time.Second {
+			// The call sleeps a minute or hangs: only the deadline ends it.
+			if d := time.Since(start); d > 30*time.Second {
 				t.Errorf("returned after %v", d)
 			}
 		})
