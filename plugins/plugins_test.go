@@ -680,7 +680,7 @@ func TestExternalPlugin(t *testing.T) {
 	for _, want := range []struct {
 		msg, level string
 	}{{"inspecting", "WARN"}, {"plain stderr line", "INFO"}, {"provider panicked", "ERROR"}} {
-		waitFor(t, 2*time.Second, func() bool {
+		waitFor(t, 30*time.Second, func() bool {
 			for line := range strings.Lines(logs.String()) {
 				var rec map[string]any
 				if json.Unmarshal([]byte(line), &rec) == nil &&
@@ -710,7 +710,7 @@ func TestCancellationReachesPlugin(t *testing.T) {
 	markerSays := func(marker, want string) {
 		t.Helper()
 		var got []byte
-		waitFor(t, 2*time.Second, func() bool {
+		waitFor(t, 30*time.Second, func() bool {
 			got, _ = os.ReadFile(marker)
 			return string(got) == want
 		}, "the plugin's ctx to end with %q (marker: %q)", want, &got)
@@ -723,7 +723,7 @@ func TestCancellationReachesPlugin(t *testing.T) {
 		errc := make(chan error, 1)
 		go func() { errc <- wait(ctx, marker) }()
 		// Cancel only once the call is inside the plugin.
-		waitFor(t, 5*time.Second, func() bool { _, err := os.Stat(marker + ".started"); return err == nil }, "the call to reach the plugin")
+		waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(marker + ".started"); return err == nil }, "the call to reach the plugin")
 		cancel()
 		if err := <-errc; !errors.Is(err, context.Canceled) {
 			t.Errorf("error %v is not context.Canceled", err)

@@ -149,7 +149,7 @@ func TestPublishConsume(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	waitFor(t, "delivery of every message", 10*time.Second, func() bool { ids, _ := tl.distinct(); return ids == n })
+	waitFor(t, "delivery of every message", 30*time.Second, func() bool { ids, _ := tl.distinct(); return ids == n })
 	time.Sleep(200 * time.Millisecond) // for any duplicate
 	stop()
 	if ids, deliveries := tl.distinct(); deliveries != n {
@@ -175,7 +175,7 @@ func TestPrefetch(t *testing.T) {
 		defer mu.Unlock()
 		held = append(held, d)
 	})
-	waitFor(t, "3 deliveries", 5*time.Second, func() bool { return count() >= 3 })
+	waitFor(t, "3 deliveries", 30*time.Second, func() bool { return count() >= 3 })
 	time.Sleep(300 * time.Millisecond)
 	if got := count(); got != 3 {
 		t.Fatalf("%d deliveries unacknowledged with prefetch 3", got)
@@ -189,7 +189,7 @@ func TestPrefetch(t *testing.T) {
 	if err := first.Ack(); !errors.Is(err, broker.ErrSettled) {
 		t.Errorf("second Ack = %v, want ErrSettled", err)
 	}
-	waitFor(t, "a 4th delivery after an ack", 5*time.Second, func() bool { return count() >= 4 })
+	waitFor(t, "a 4th delivery after an ack", 30*time.Second, func() bool { return count() >= 4 })
 	time.Sleep(300 * time.Millisecond)
 	if got := count(); got != 4 {
 		t.Fatalf("%d deliveries after acking one of 3 with prefetch 3, want 4", got)
@@ -233,7 +233,7 @@ func TestRedeliveryToDead(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			waitFor(t, "message in the dead queue", 5*time.Second, func() bool { return depth(t, b, broker.Dead) == 1 })
+			waitFor(t, "message in the dead queue", 30*time.Second, func() bool { return depth(t, b, broker.Dead) == 1 })
 			stop()
 			if len(got) > 0 {
 				t.Fatalf("delivered again after %d deliveries with MaxRedeliveries %d", maxRedeliveries+1, maxRedeliveries)
@@ -299,11 +299,11 @@ func disruption(t *testing.T, b *broker.Broker, n int, disrupt func()) {
 	if err := b.Publish(t.Context(), ms[:1]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a first delivery", 5*time.Second, func() bool { ids, _ := tl.distinct(); return ids == 1 })
+	waitFor(t, "a first delivery", 30*time.Second, func() bool { ids, _ := tl.distinct(); return ids == 1 })
 	published := make(chan error, 1)
 	start := time.Now()
 	go func() { published <- b.Publish(context.Background(), ms[1:]) }()
-	waitFor(t, "first deliveries", 10*time.Second, func() bool { ids, _ := tl.distinct(); return ids >= 200 })
+	waitFor(t, "first deliveries", 30*time.Second, func() bool { ids, _ := tl.distinct(); return ids >= 200 })
 	select {
 	case err := <-published:
 		t.Fatalf("Publish ended (%v) before the disruption: publish more messages", err)
@@ -327,7 +327,7 @@ func disruption(t *testing.T, b *broker.Broker, n int, disrupt func()) {
 	}
 	t.Logf("published after %v", time.Since(start))
 	waitFor(t, "delivery of every message", 30*time.Second, func() bool { ids, _ := tl.distinct(); return ids == n })
-	waitFor(t, "empty items queue", 10*time.Second, func() bool { return depth(t, b, broker.Items) == 0 })
+	waitFor(t, "empty items queue", 30*time.Second, func() bool { return depth(t, b, broker.Items) == 0 })
 	stop()
 	ids, deliveries := tl.distinct()
 	t.Logf("%d deliveries of %d messages after %v", deliveries, ids, time.Since(start))
@@ -379,7 +379,7 @@ func TestQueueDeleted(t *testing.T) {
 	if err := b.Publish(t.Context(), ms[:1]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a first delivery", 5*time.Second, func() bool { ids, _ := tl.distinct(); return ids == 1 })
+	waitFor(t, "a first delivery", 30*time.Second, func() bool { ids, _ := tl.distinct(); return ids == 1 })
 	c, err := amqp.Dial(u)
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +395,7 @@ func TestQueueDeleted(t *testing.T) {
 	if err := b.Publish(t.Context(), ms[1:]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "delivery of every message", 10*time.Second, func() bool { ids, _ := tl.distinct(); return ids == n })
+	waitFor(t, "delivery of every message", 30*time.Second, func() bool { ids, _ := tl.distinct(); return ids == n })
 }
 
 func TestOpenFails(t *testing.T) {
@@ -465,8 +465,8 @@ func TestClose(t *testing.T) {
 		if !errors.Is(err, broker.ErrClosed) {
 			t.Errorf("Consume after Close = %v, want ErrClosed", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Consume still running 5s after Close")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Consume still running 30s after Close")
 	}
 	if err := b.Publish(t.Context(), messages(1)); !errors.Is(err, broker.ErrClosed) {
 		t.Errorf("Publish after Close = %v, want ErrClosed", err)
