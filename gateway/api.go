@@ -392,11 +392,14 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	runs := page.Runs
+	runs, damaged := page.Runs, page.Damaged
 	if runs == nil {
 		runs = []*store.Run{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"runs": runs, "next_cursor": page.Next})
+	if damaged == nil {
+		damaged = []store.DamagedRun{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runs": runs, "next_cursor": page.Next, "damaged": damaged})
 }
 
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {

@@ -1027,3 +1027,24 @@ func TestStartChecksDeclaredInput(t *testing.T) {
 		t.Errorf("unknown chain: %d %s", code, body)
 	}
 }
+
+// TestDeepPayloadsRefused: a payload nested deeper than a run may keep is
+// refused at the door with 400, one at the limit is taken, and listing
+// runs keeps working either way.
+func TestDeepPayloadsRefused(t *testing.T) {
+	env := newAPI(t, "") // max_request_bytes = 2048 takes a payload nested 1,000 deep
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	var out struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	code, _, body := env.call("POST", "/v1/chains/hello/runs", deep(store.MaxNesting+1), nil, &out)
+	if code != 400 || out.Error.Code != "payload_too_deep" || !strings.Contains(out.Error.Message, fmt.Sprintf("nests %d levels deep; at most %d", store.MaxNesting+1, store.MaxNesting)) {
+		t.Errorf("nesting %d: %d %s", store.MaxNesting+1, code, body)
+	}
+	if code, _, body := env.call("POST", "/v1/chains/hello/runs?wait=20s", deep(store.MaxNesting), nil, nil); code != 200 || !strings.Contains(body, `"status":"succeeded"`) {
+		t.Errorf("nesting %d: %d %s", store.MaxNesting, code, body)
+	}
+	if code, _, body := env.call("GET", "/v1/runs", "", nil, nil); code != 200 || strings.Count(body, `"chain":"hello"`) != 1 || !strings.Contains(body, `"damaged":[]`) {
+		t.Errorf("listing runs: %d %s", code, body)
+	}
+}

@@ -106,11 +106,12 @@ func (c *Client) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
 	var out struct {
-		Runs []*store.Run `json:"runs"`
-		Next string       `json:"next_cursor"`
+		Runs    []*store.Run       `json:"runs"`
+		Next    string             `json:"next_cursor"`
+		Damaged []store.DamagedRun `json:"damaged"`
 	}
 	err := c.do(ctx, http.MethodGet, "/v1/runs", q, nil, &out)
-	return store.RunPage{Runs: out.Runs, Next: out.Next}, err
+	return store.RunPage{Runs: out.Runs, Next: out.Next, Damaged: out.Damaged}, err
 }
 
 func setIf(q url.Values, k, v string) {

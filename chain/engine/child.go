@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
@@ -92,6 +93,9 @@ func (r *runner) prepareChild(now time.Time, q *seq, s *chain.Step, rec *store.S
 	}
 	if len(input) > r.e.limits.MaxBodyBytes {
 		return nil, &store.ErrorInfo{Message: fmt.Sprintf("input of step %q is %d bytes, above max_body_bytes (%d)", s.Name, len(input), r.e.limits.MaxBodyBytes), Code: "body_too_large"}
+	}
+	if err := checkNesting("the input of step "+strconv.Quote(s.Name), input); err != nil {
+		return nil, &store.ErrorInfo{Message: err.Error(), Code: "body_too_deep"}
 	}
 	if sub := r.cfg.Chains[s.SubChain]; sub != nil {
 		if err := sub.Input.Check(sub.Name, input); err != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -416,5 +417,80 @@ payload_template = { record = "REC/subs.jsonl", sleep_ms = 100 }
 				t.Errorf("the step after the group started %d times: %v", started, h.eventTypes(run.ID))
 			}
 		})
+	}
+}
+
+// damagedStore cannot read one run back, as a corrupted record would.
+type damagedStore struct {
+	store.Store
+	bad   string
+	reads atomic.Int32
+}
+
+func (s *damagedStore) Run(ctx context.Context, id string) (*store.Run, error) {
+	if id == s.bad {
+		s.reads.Add(1)
+		return nil, fmt.Errorf("decoding run %s: %w: unexpected end of JSON input", id, store.ErrDamaged)
+	}
+	return s.Store.Run(ctx, id)
+}
+
+// TestDamagedRunDoesNotBlockResume leaves three runs unfinished, one of
+// which cannot be read back: the other two resume and finish, the damaged
+// one is reported once and passed over by later resumes, not retried.
+func TestDamagedRunDoesNotBlockResume(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	cfg := fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "slow"
+provider = "faulty"
+payload_template = { record = %q, sleep_ms = 3000 }
+`, rec)
+	db := filepath.Join(dir, "gw.db")
+	ctx := context.Background()
+	h1 := newHarnessAt(t, cfg, db)
+	var ids []string
+	for range 3 {
+		run, err := h1.eng.Start(ctx, "c", engine.Input{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, run.ID)
+	}
+	waitLines(t, rec, 3)
+	h1.close()
+
+	var logs logLines
+	var ds *damagedStore
+	h2 := newHarnessWrapped(t, cfg, db, harnessOpts{logger: logs.logger(), wrap: func(st store.Store) store.Store {
+		ds = &damagedStore{Store: st, bad: ids[1]}
+		return ds
+	}})
+	resumed, err := h2.eng.Resume(ctx)
+	if err != nil || len(resumed) != 2 {
+		t.Fatalf("resume: %v %v; want the two readable runs resumed and no error", resumed, err)
+	}
+	for _, id := range []string{ids[0], ids[2]} {
+		if final, err := h2.eng.Wait(ctx, id); err != nil || final.Status != store.RunSucceeded {
+			t.Errorf("run %s: %+v %v", id, final, err)
+		}
+	}
+	if d := h2.eng.Damaged(); len(d) != 1 || d[0].ID != ids[1] || !strings.Contains(d[0].Error, "cannot be read back") {
+		t.Errorf("Damaged() = %+v", d)
+	}
+	reads := ds.reads.Load()
+	for range 3 {
+		if again, err := h2.eng.Adopt(ctx); err != nil || len(again) != 0 {
+			t.Errorf("adopting again: %v %v", again, err)
+		}
+	}
+	if ds.reads.Load() != reads {
+		t.Errorf("later adoptions read the damaged run again (%d reads, then %d)", reads, ds.reads.Load())
+	}
+	if n := strings.Count(logs.buf.String(), "cannot be resumed; it is skipped"); n != 1 {
+		t.Errorf("the damaged run was reported %d times, want once:\n%s", n, logs.buf.String())
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/secrets"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/providers"
 )
 
@@ -35,6 +37,18 @@ type ProviderResolver interface {
 // ErrProviderConfig, rather than failing after earlier steps acted.
 type ProviderChecker interface {
 	CheckProvider(ctx context.Context, p *chain.Provider) error
+}
+
+// ErrNestedTooDeep marks a value refused because it nests deeper than
+// store.MaxNesting: kept, it could not be read back.
+var ErrNestedTooDeep = errors.New("nested too deeply")
+
+// checkNesting refuses a value nested deeper than a run may keep.
+func checkNesting(what string, data []byte) error {
+	if d := jsonx.Nesting(data); d > store.MaxNesting {
+		return fmt.Errorf("%w: %s nests %d levels deep; at most %d are kept", ErrNestedTooDeep, what, d, store.MaxNesting)
+	}
+	return nil
 }
 
 // ErrProviderConfig marks a run refused because a provider's config, with
@@ -116,6 +130,9 @@ type Engine struct {
 	reserved map[string]bool
 	// workers are the runners running items handed to this gateway.
 	workers map[*runner]bool
+	// damaged are the unfinished runs whose records cannot be read back,
+	// reported once and passed over by later resumes.
+	damaged map[string]string
 	fanout  Fanout
 	closed  bool
 	wg      sync.WaitGroup
@@ -185,6 +202,7 @@ func New(opts Options) (*Engine, error) {
 		runners:    map[string]*runner{},
 		reserved:   map[string]bool{},
 		workers:    map[*runner]bool{},
+		damaged:    map[string]string{},
 		fanout:     opts.Fanout,
 		sources:    map[string][]byte{},
 		defs:       map[string]*chain.Config{},
@@ -276,6 +294,12 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 	if !json.Valid(payload) {
 		return nil, errors.New("starting run: payload is not valid JSON")
 	}
+	if len(in.Metadata) > 0 && !json.Valid(in.Metadata) {
+		return nil, errors.New("starting run: metadata is not valid JSON")
+	}
+	if err := errors.Join(checkNesting("the payload", payload), checkNesting("the metadata", in.Metadata)); err != nil {
+		return nil, fmt.Errorf("starting run: %w", err)
+	}
 	// A sub-chain's input was checked before its parent recorded the call,
 	// and its providers when the parent started.
 	if parent == nil {
@@ -289,9 +313,6 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 				}
 			}
 		}
-	}
-	if len(in.Metadata) > 0 && !json.Valid(in.Metadata) {
-		return nil, errors.New("starting run: metadata is not valid JSON")
 	}
 	now := time.Now().UTC()
 	originID := in.OriginID
@@ -412,7 +433,7 @@ func (e *Engine) Resume(ctx context.Context) ([]string, error) {
 		sem     = make(chan struct{}, 8)
 	)
 	for _, id := range ids {
-		if e.active(id) != nil {
+		if e.active(id) != nil || e.isDamaged(id) {
 			continue
 		}
 		wg.Add(1)
@@ -425,6 +446,8 @@ func (e *Engine) Resume(ctx context.Context) ([]string, error) {
 			switch {
 			case errors.Is(err, store.ErrLeaseHeld), errors.Is(err, errTaken):
 				// Another gateway, or another resume here, is advancing it.
+			case errors.Is(err, store.ErrDamaged):
+				e.noteDamaged(id, err)
 			case err != nil:
 				errs = append(errs, err)
 			default:
@@ -434,6 +457,38 @@ func (e *Engine) Resume(ctx context.Context) ([]string, error) {
 	}
 	wg.Wait()
 	return resumed, errors.Join(errs...)
+}
+
+// noteDamaged reports, once, a run that cannot be resumed because its
+// records cannot be read back; the other runs go on.
+func (e *Engine) noteDamaged(id string, err error) {
+	e.mu.Lock()
+	_, seen := e.damaged[id]
+	e.damaged[id] = err.Error()
+	e.mu.Unlock()
+	if !seen {
+		e.log.Error("a run's record cannot be read back, so the run cannot be resumed; it is skipped, and listed as damaged", "run", id, "err", err)
+	}
+}
+
+func (e *Engine) isDamaged(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.damaged[id]
+	return ok
+}
+
+// Damaged lists the unfinished runs resumes have passed over because
+// their records cannot be read back.
+func (e *Engine) Damaged() []store.DamagedRun {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]store.DamagedRun, 0, len(e.damaged))
+	for id, msg := range e.damaged {
+		out = append(out, store.DamagedRun{ID: id, Error: msg})
+	}
+	slices.SortFunc(out, func(a, b store.DamagedRun) int { return strings.Compare(a.ID, b.ID) })
+	return out
 }
 
 func (e *Engine) resume(ctx context.Context, id string) error {

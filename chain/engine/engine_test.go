@@ -686,3 +686,23 @@ payload_template = { raw = "<<origin.payload.raw>>" }
 		t.Errorf("a JSON body: %s %s", res.Status, res.Steps["call"].Body)
 	}
 }
+
+// TestDeepBodyFailsStep: a provider answer nested deeper than a run may
+// keep fails its step, permanently, rather than making the run unreadable.
+func TestDeepBodyFailsStep(t *testing.T) {
+	deep := strings.Repeat("[", store.MaxNesting+1) + strings.Repeat("]", store.MaxNesting+1)
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "deep"
+provider = "faulty"
+payload_template = { raw = '`+deep+`' }
+retry = { max_retries = 2, backoff_ms = 1 }
+`)
+	res := h.run("c", `{}`)
+	st := res.Steps["deep"]
+	if res.Status != store.RunFailed || st.Error == nil || st.Error.Code != "body_too_deep" || st.Attempts != 1 {
+		t.Fatalf("run %s, step %+v", res.Status, st)
+	}
+}

@@ -223,6 +223,10 @@ func (r *runner) handle(o outcome) {
 			})
 			return
 		}
+		if err := checkNesting("the body the provider returned", body); err != nil {
+			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{Message: err.Error(), Code: "body_too_deep"})
+			return
+		}
 		value, err := parseJSON(body)
 		if err != nil {
 			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{Message: fmt.Sprintf("provider returned a body that is not valid JSON: %v", err), Code: "bad_response"})

@@ -33,7 +33,20 @@ var (
 	// no longer the run's current one: it expired, or another gateway took
 	// the run over. The gateway must stop advancing the run.
 	ErrLeaseLost = errors.New("lease on the run was lost")
+	// ErrDamaged is returned for a record the store holds but cannot read
+	// back (a corrupted file, or a value an older version wrote that cannot
+	// be decoded). It concerns that record only: the others stay readable,
+	// listings leave it out and name it (RunPage.Damaged).
+	ErrDamaged = errors.New("record cannot be read back")
 )
+
+// MaxNesting is how deeply the JSON values a run holds (its payload and
+// metadata, step bodies, dead-letter payloads) may nest. Stores wrap each
+// in a record or two, and the JSON they are written in cannot be read back
+// past 10,000 levels; values are refused well before, when they arrive,
+// so that nothing accepted becomes unreadable. Real alerts nest a few
+// levels.
+const MaxNesting = 1000
 
 // Store persists runs. A Commit is atomic and durable when it returns.
 type Store interface {
@@ -323,6 +336,15 @@ type RunPage struct {
 	Runs []*Run
 	// Next is the cursor for the following page; empty at the end.
 	Next string
+	// Damaged names the runs the page passed over because their records
+	// cannot be read back (ErrDamaged), whatever the filter.
+	Damaged []DamagedRun
+}
+
+// DamagedRun is a run whose record cannot be read back, and why.
+type DamagedRun struct {
+	ID    string `json:"id"`
+	Error string `json:"error"`
 }
 
 // DLQFilter selects dead-letter entries. Entries are listed in id order,

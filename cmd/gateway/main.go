@@ -482,6 +482,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gateway run: --payload:", ie)
 		return exitUsage
 	}
+	if errors.Is(err, engine.ErrNestedTooDeep) {
+		fmt.Fprintln(stderr, "gateway run: --payload:", err)
+		return exitUsage
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway run:", err)
 		return exitFailed
@@ -531,6 +535,9 @@ func resumeAll(ctx context.Context, configs []string, state, logLevel string, wo
 		code = exitFailed
 	}
 	fmt.Fprintf(stderr, "resuming %d runs\n", len(ids))
+	for _, d := range s.gw.Engine.Damaged() {
+		fmt.Fprintf(stderr, "skipped run %s: its record cannot be read back (%s); gateway runs list shows it as damaged\n", d.ID, d.Error)
+	}
 	if elsewhere := leasedElsewhere(ctx, s.gw.Store, unfinished, ids); len(elsewhere) > 0 && err == nil {
 		fmt.Fprintf(stderr, "note: not resumed here, leased by another gateway: %s. A live gateway is advancing them; "+
 			"a dead one's lease lapses within [gateway].lease_ttl_seconds, after which run resume again or let gateway serve take them over\n",

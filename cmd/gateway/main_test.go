@@ -563,3 +563,20 @@ payload_template = { text = "<b><<origin.paylaod.alert_name>></b>" }
 		t.Fatalf("configs/: exit %d %v\n%s", code, err, out)
 	}
 }
+
+// TestRunRefusesUnstorablePayload: a payload nested 9,999 deep, which a
+// store could write but not read back, is a usage error, and the store
+// stays readable.
+func TestRunRefusesUnstorablePayload(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "gw.db")
+	payload := filepath.Join(dir, "deep.json")
+	writeFile(t, payload, strings.Repeat("[", 9999)+strings.Repeat("]", 9999))
+	code, out, errOut := runCLI(t, "run", "incident-response", "--config", "../../configs/", "--state", state, "--payload", "@"+payload)
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "the payload nests 9999 levels deep; at most 1000 are kept") {
+		t.Fatalf("run: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, "runs", "list", "--state", state); code != exitOK {
+		t.Errorf("runs list: exit %d\n%s%s", code, out, errOut)
+	}
+}

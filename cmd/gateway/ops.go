@@ -159,13 +159,20 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "runs", err)
 		}
 		if t.json() {
-			printJSON(stdout, map[string]any{"runs": page.Runs, "next_cursor": page.Next})
+			damaged := page.Damaged
+			if damaged == nil {
+				damaged = []store.DamagedRun{}
+			}
+			printJSON(stdout, map[string]any{"runs": page.Runs, "next_cursor": page.Next, "damaged": damaged})
 			return exitOK
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tCHAIN\tSTATUS\tSTARTED\tTOOK\tERROR")
 		for _, r := range page.Runs {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Chain, r.Status, r.CreatedAt.Local().Format(time.DateTime), took(r), short(errMsg(r.Error), 60))
+		}
+		for _, d := range page.Damaged {
+			fmt.Fprintf(tw, "%s\t?\tdamaged\t\t\t%s\n", d.ID, short(d.Error, 60))
 		}
 		_ = tw.Flush()
 		if page.Next != "" {

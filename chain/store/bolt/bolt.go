@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -469,7 +470,7 @@ func readHeader(tx *bbolt.Tx, id string) (*store.Run, error) {
 	}
 	var run store.Run
 	if err := json.Unmarshal(v, &run); err != nil {
-		return nil, fmt.Errorf("decoding run %s: %w", id, err)
+		return nil, fmt.Errorf("decoding run %s: %w: %w", id, store.ErrDamaged, err)
 	}
 	return &run, nil
 }
@@ -477,7 +478,7 @@ func readHeader(tx *bbolt.Tx, id string) (*store.Run, error) {
 func readOrigin(tx *bbolt.Tx, run *store.Run) error {
 	if o := tx.Bucket(bucketOrigins).Get([]byte(run.ID)); o != nil {
 		if err := json.Unmarshal(o, &run.Origin); err != nil {
-			return fmt.Errorf("decoding origin of run %s: %w", run.ID, err)
+			return fmt.Errorf("decoding origin of run %s: %w: %w", run.ID, store.ErrDamaged, err)
 		}
 	}
 	return nil
@@ -507,7 +508,7 @@ func (s *Store) ForEachStep(ctx context.Context, runID string, scan store.StepSc
 			}
 			var st store.StepRecord
 			if err := json.Unmarshal(v, &st); err != nil {
-				return fmt.Errorf("decoding step %q: %w", k, err)
+				return fmt.Errorf("decoding step %q of run %s: %w: %w", k[len(p)-len(scan.Prefix):], runID, store.ErrDamaged, err)
 			}
 			if err := fn(&st); err != nil {
 				return err
@@ -520,6 +521,9 @@ func (s *Store) ForEachStep(ctx context.Context, runID string, scan store.StepSc
 // Events implements store.Store.
 func (s *Store) Events(ctx context.Context, runID string, after uint64, limit int) ([]store.Event, error) {
 	var out []store.Event
+	if after == math.MaxUint64 {
+		return nil, nil // nothing comes after; after+1 would wrap to the start
+	}
 	err := s.view(func(tx *bbolt.Tx) error {
 		p := runKey(runID, kindEvent, nil)
 		c := tx.Bucket(bucketRuns).Cursor()
@@ -529,7 +533,7 @@ func (s *Store) Events(ctx context.Context, runID string, after uint64, limit in
 			}
 			var ev store.Event
 			if err := json.Unmarshal(v, &ev); err != nil {
-				return fmt.Errorf("decoding event: %w", err)
+				return fmt.Errorf("decoding an event of run %s: %w: %w", runID, store.ErrDamaged, err)
 			}
 			out = append(out, ev)
 		}
@@ -586,6 +590,10 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 				break
 			}
 			run, err := readHeader(tx, string(k[8:]))
+			if errors.Is(err, store.ErrDamaged) {
+				page.Damaged = append(page.Damaged, store.DamagedRun{ID: string(k[8:]), Error: err.Error()})
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -596,7 +604,10 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 				page.Next = base64.RawURLEncoding.EncodeToString(indexKey(page.Runs[limit-1].CreatedAt, page.Runs[limit-1].ID))
 				break
 			}
-			if err := readOrigin(tx, run); err != nil {
+			if err := readOrigin(tx, run); errors.Is(err, store.ErrDamaged) {
+				page.Damaged = append(page.Damaged, store.DamagedRun{ID: run.ID, Error: err.Error()})
+				continue
+			} else if err != nil {
 				return err
 			}
 			page.Runs = append(page.Runs, run)

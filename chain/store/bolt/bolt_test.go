@@ -80,6 +80,23 @@ func TestConformance(t *testing.T) {
 			}
 			return open(t, path)
 		},
+		Damage: func(t *testing.T, s store.Store, runID string) store.Store {
+			path := s.(*bolt.Store).Path()
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db, err := bbolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = db.Update(func(tx *bbolt.Tx) error {
+				return tx.Bucket([]byte("run_headers")).Put([]byte(runID), []byte(`{"id": "`+runID+`", "status": 7`))
+			})
+			if cerr := db.Close(); err != nil || cerr != nil {
+				t.Fatal(err, cerr)
+			}
+			return open(t, path)
+		},
 	})
 }
 

@@ -354,14 +354,14 @@ func (s *Store) decodeRun(id string, vals []any) (*store.Run, error) {
 	}
 	var run store.Run
 	if err := json.Unmarshal([]byte(h), &run); err != nil {
-		return nil, fmt.Errorf("decoding run %s (key %s): %w", id, s.runKey(id), err)
+		return nil, fmt.Errorf("decoding run %s (key %s): %w: %w", id, s.runKey(id), store.ErrDamaged, err)
 	}
 	if len(vals) < 2 {
 		return &run, nil
 	}
 	if o, ok := vals[1].(string); ok {
 		if err := json.Unmarshal([]byte(o), &run.Origin); err != nil {
-			return nil, fmt.Errorf("decoding origin of run %s (key %s): %w", id, s.runKey(id), err)
+			return nil, fmt.Errorf("decoding origin of run %s (key %s): %w: %w", id, s.runKey(id), store.ErrDamaged, err)
 		}
 	}
 	return &run, nil
@@ -425,6 +425,7 @@ func (s *Store) ForEachStep(ctx context.Context, runID string, scan store.StepSc
 			}
 			var st store.StepRecord
 			if err := json.Unmarshal([]byte(v), &st); err != nil {
+				err = fmt.Errorf("%w: %w", store.ErrDamaged, err)
 				return fmt.Errorf("decoding step %q of run %s (key %s): %w", k, runID, keys[1], err)
 			}
 			if err := fn(&st); err != nil {
@@ -475,7 +476,7 @@ func (s *Store) Events(ctx context.Context, runID string, after uint64, limit in
 	}
 	for i, v := range vals {
 		if err := json.Unmarshal([]byte(v), &out[i]); err != nil {
-			return nil, fmt.Errorf("decoding event %d of run %s (key %s): %w", start+int64(i)+1, runID, s.eventsKey(runID), err)
+			return nil, fmt.Errorf("decoding event %d of run %s (key %s): %w: %w", start+int64(i)+1, runID, s.eventsKey(runID), store.ErrDamaged, err)
 		}
 	}
 	return out, nil
@@ -519,7 +520,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 	}
 	page, err := s.listRuns(ctx, f, lo, hi, chunk, limit)
 	if err == nil {
-		err = s.readOrigins(ctx, page.Runs)
+		err = s.readOrigins(ctx, &page)
 	}
 	if err != nil {
 		return store.RunPage{}, fmt.Errorf("listing runs: %w", err)
@@ -542,6 +543,10 @@ func (s *Store) listRuns(ctx context.Context, f store.RunFilter, lo, hi string, 
 			return page, err
 		}
 		for i, run := range runs {
+			if run.err != nil {
+				page.Damaged = append(page.Damaged, store.DamagedRun{ID: run.id, Error: run.err.Error()})
+				continue
+			}
 			if (f.Chain != "" && run.Chain != f.Chain) || (f.Status != "" && run.Status != f.Status) {
 				continue
 			}
@@ -549,7 +554,7 @@ func (s *Store) listRuns(ctx context.Context, f store.RunFilter, lo, hi string, 
 				page.Next = base64.RawURLEncoding.EncodeToString([]byte(last))
 				return page, nil
 			}
-			page.Runs = append(page.Runs, run)
+			page.Runs = append(page.Runs, run.Run)
 			last = members[i]
 		}
 		if len(members) < chunk {
@@ -559,8 +564,10 @@ func (s *Store) listRuns(ctx context.Context, f store.RunFilter, lo, hi string, 
 	}
 }
 
-// readOrigins fills in the runs' origins in one round trip.
-func (s *Store) readOrigins(ctx context.Context, runs []*store.Run) error {
+// readOrigins fills in the page's origins in one round trip; a run whose
+// origin cannot be read moves to the page's damaged runs.
+func (s *Store) readOrigins(ctx context.Context, page *store.RunPage) error {
+	runs := page.Runs
 	cmds := make([]*goredis.StringCmd, len(runs))
 	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, run := range runs {
@@ -571,21 +578,31 @@ func (s *Store) readOrigins(ctx context.Context, runs []*store.Run) error {
 	if err != nil && !errors.Is(err, goredis.Nil) {
 		return err
 	}
+	page.Runs = runs[:0]
 	for i, c := range cmds {
 		o, err := c.Result()
-		if errors.Is(err, goredis.Nil) {
-			continue
+		if err == nil {
+			if err := json.Unmarshal([]byte(o), &runs[i].Origin); err != nil {
+				err = fmt.Errorf("decoding origin of run %s (key %s): %w: %w", runs[i].ID, s.runKey(runs[i].ID), store.ErrDamaged, err)
+				page.Damaged = append(page.Damaged, store.DamagedRun{ID: runs[i].ID, Error: err.Error()})
+				continue
+			}
 		}
-		if err := json.Unmarshal([]byte(o), &runs[i].Origin); err != nil {
-			return fmt.Errorf("decoding origin of run %s (key %s): %w", runs[i].ID, s.runKey(runs[i].ID), err)
-		}
+		page.Runs = append(page.Runs, runs[i])
 	}
 	return nil
 }
 
+// listedRun is a run an index entry names, or why it cannot be read.
+type listedRun struct {
+	*store.Run
+	id  string
+	err error
+}
+
 // readHeaders reads the runs of index entries, without their origins, in
-// one round trip.
-func (s *Store) readHeaders(ctx context.Context, members []string) ([]*store.Run, error) {
+// one round trip. A run that cannot be read back is returned with why.
+func (s *Store) readHeaders(ctx context.Context, members []string) ([]listedRun, error) {
 	ids := make([]string, len(members))
 	for i, m := range members {
 		if len(m) < 16 {
@@ -603,10 +620,12 @@ func (s *Store) readHeaders(ctx context.Context, members []string) ([]*store.Run
 	if err != nil {
 		return nil, err
 	}
-	runs := make([]*store.Run, len(ids))
+	runs := make([]listedRun, len(ids))
 	for i, c := range cmds {
-		if runs[i], err = s.decodeRun(ids[i], c.Val()); err != nil {
-			return nil, err
+		runs[i].id = ids[i]
+		runs[i].Run, runs[i].err = s.decodeRun(ids[i], c.Val())
+		if runs[i].err != nil && !errors.Is(runs[i].err, store.ErrDamaged) {
+			return nil, runs[i].err
 		}
 	}
 	return runs, nil

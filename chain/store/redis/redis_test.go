@@ -72,6 +72,19 @@ func TestConformance(t *testing.T) {
 			}
 			return openURL(t, u)
 		},
+		Damage: func(t *testing.T, s store.Store, runID string) store.Store {
+			mu.Lock()
+			u := urls[s]
+			mu.Unlock()
+			pu, err := url.Parse(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rawClient(t).HSet(context.Background(), pu.Query().Get("prefix")+"run:"+runID, "h", `{"id": "`+runID+`", "status": 7`).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
 	})
 }
 
@@ -529,7 +542,10 @@ func TestMalformedData(t *testing.T) {
 	}
 	checks := map[string]error{}
 	_, checks["Run"] = s.Run(ctx, run.ID)
-	_, checks["ListRuns"] = s.ListRuns(ctx, store.RunFilter{})
+	page, err := s.ListRuns(ctx, store.RunFilter{})
+	if err != nil || len(page.Runs) != 0 || len(page.Damaged) != 1 || page.Damaged[0].ID != run.ID || !strings.Contains(page.Damaged[0].Error, prefix) {
+		t.Errorf("ListRuns on malformed data: %+v, %v; want the run named under Damaged with its key", page, err)
+	}
 	_, checks["Steps"] = s.Steps(ctx, run.ID, "")
 	_, checks["Events"] = s.Events(ctx, run.ID, 0, 0)
 	_, checks["AcquireLease"] = s.AcquireLease(ctx, run.ID, "gw", time.Second)

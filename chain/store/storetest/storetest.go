@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,9 +17,13 @@ import (
 
 // Factory opens a fresh, empty store for one test. Reopen, when not nil,
 // closes s and opens the same underlying data again, to check durability.
+// Damage overwrites the stored record of a run with bytes that do not
+// decode, as a corrupted file or an older version's write would leave it,
+// and returns the store to go on with.
 type Factory struct {
 	Open   func(t *testing.T) store.Store
 	Reopen func(t *testing.T, s store.Store) store.Store
+	Damage func(t *testing.T, s store.Store, runID string) store.Store
 }
 
 // Run runs the conformance suite.
@@ -42,6 +48,8 @@ func Run(t *testing.T, f Factory) {
 		{"ConcurrentCommits", testConcurrentCommits},
 		{"Reopen", testReopen},
 		{"Closed", testClosed},
+		{"Damaged", testDamaged},
+		{"DeepValues", testDeepValues},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
@@ -281,6 +289,89 @@ func testEventsPaging(t *testing.T, f Factory) {
 	}
 	if rest, _ := s.Events(ctx, run.ID, 11, 0); len(rest) != 0 {
 		t.Errorf("after the last event: got %d events", len(rest))
+	}
+	// A Last-Event-ID of 2^64-1 is past every event, not before the first.
+	for _, after := range []uint64{math.MaxUint64, math.MaxUint64 - 1, math.MaxInt64, math.MaxInt64 + 1} {
+		if rest, err := s.Events(ctx, run.ID, after, 0); err != nil || len(rest) != 0 {
+			t.Errorf("after %d: got %d events, %v", after, len(rest), err)
+		}
+	}
+}
+
+// testDamaged checks that a run whose record cannot be read back is named,
+// not fatal: listings pass over it and say so, and every other run reads.
+func testDamaged(t *testing.T, f Factory) {
+	if f.Damage == nil {
+		t.Skip("the store's test gives no way to damage a record")
+	}
+	ctx := context.Background()
+	s := f.Open(t)
+	now := time.Now().UTC()
+	runs := []*store.Run{NewRun("c", now), NewRun("c", now.Add(time.Millisecond)), NewRun("c", now.Add(2*time.Millisecond))}
+	for _, r := range runs {
+		create(t, s, r)
+	}
+	bad := runs[1]
+	s = f.Damage(t, s, bad.ID)
+
+	if _, err := s.Run(ctx, bad.ID); !errors.Is(err, store.ErrDamaged) {
+		t.Errorf("reading the damaged run: %v, want ErrDamaged", err)
+	}
+	for _, r := range []*store.Run{runs[0], runs[2]} {
+		if _, err := s.Run(ctx, r.ID); err != nil {
+			t.Errorf("reading run %s beside a damaged one: %v", r.ID, err)
+		}
+	}
+	page, err := s.ListRuns(ctx, store.RunFilter{})
+	if err != nil {
+		t.Fatalf("listing beside a damaged run: %v", err)
+	}
+	if len(page.Runs) != 2 || page.Runs[0].ID != runs[2].ID || page.Runs[1].ID != runs[0].ID {
+		t.Errorf("listed %d runs, want the two readable ones newest first", len(page.Runs))
+	}
+	if len(page.Damaged) != 1 || page.Damaged[0].ID != bad.ID || page.Damaged[0].Error == "" {
+		t.Errorf("damaged runs named: %+v", page.Damaged)
+	}
+	filtered, err := s.ListRuns(ctx, store.RunFilter{Chain: "other"})
+	if err != nil || len(filtered.Runs) != 0 || len(filtered.Damaged) != 1 {
+		t.Errorf("a filtered listing: %+v %v; a damaged run is named whatever the filter", filtered, err)
+	}
+	ids, err := s.UnfinishedRuns(ctx)
+	if err != nil || len(ids) != 3 {
+		t.Errorf("unfinished runs: %v %v", ids, err)
+	}
+}
+
+// testDeepValues writes values nested as deeply as MaxNesting allows, in
+// the places a run keeps them, and reads them back.
+func testDeepValues(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	deep := json.RawMessage(strings.Repeat("[", store.MaxNesting) + strings.Repeat("]", store.MaxNesting))
+	run := NewRun("c", time.Now().UTC())
+	run.Origin.Payload = deep
+	create(t, s, run)
+	run.Body = deep
+	b := &store.Batch{Run: run, Events: appendEvents(run, store.EventStepSucceeded),
+		Steps: []*store.StepRecord{{Key: "a", Name: "a", Status: store.StepSucceeded, Body: deep}},
+		DLQ:   []*store.DLQEntry{{ID: store.NewID(), RunID: run.ID, Chain: "c", Step: "a", Payload: deep, CreatedAt: time.Now().UTC()}},
+	}
+	if err := s.Commit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Run(ctx, run.ID)
+	if err != nil || string(got.Origin.Payload) != string(deep) || string(got.Body) != string(deep) {
+		t.Fatalf("reading the run back: %v", err)
+	}
+	steps, err := s.Steps(ctx, run.ID, "")
+	if err != nil || len(steps) != 1 || string(steps[0].Body) != string(deep) {
+		t.Fatalf("reading the step back: %v", err)
+	}
+	if page, err := s.ListRuns(ctx, store.RunFilter{}); err != nil || len(page.Runs) != 1 || len(page.Damaged) != 0 {
+		t.Fatalf("listing: %+v %v", page, err)
+	}
+	if entries, err := s.ListDLQ(ctx, store.DLQFilter{}); err != nil || len(entries) != 1 || string(entries[0].Payload) != string(deep) {
+		t.Fatalf("reading the dead-letter entry back: %v", err)
 	}
 }
 
