@@ -102,6 +102,7 @@ func newLoader(opts LoadOptions) *loader {
 		Chains:    map[string]*Chain{},
 		Gateway: Gateway{Limits: Limits{
 			MaxSplitItems: DefaultMaxSplitItems, MaxBodyBytes: DefaultMaxBodyBytes, MaxRequestBytes: DefaultMaxRequestBytes,
+			MaxConnections: DefaultMaxConnections, RequestTimeoutSeconds: DefaultRequestTimeout, IdleTimeoutSeconds: DefaultIdleTimeout,
 		}},
 	}}
 }
@@ -194,7 +195,10 @@ func (l *loader) gateway(t *table) {
 		lim.MaxSplitItems, _ = lt.bounded("max_split_items", "items", 1, 0, lim.MaxSplitItems)
 		lim.MaxBodyBytes, _ = lt.bounded("max_body_bytes", "bytes", 1024, 0, lim.MaxBodyBytes)
 		lim.MaxRequestBytes, _ = lt.bounded("max_request_bytes", "bytes", 1024, 0, lim.MaxRequestBytes)
-		lt.finish([]string{"max_split_items", "max_body_bytes", "max_request_bytes"})
+		lim.MaxConnections, _ = lt.bounded("max_connections", "connections", 1, 0, lim.MaxConnections)
+		lim.RequestTimeoutSeconds, _ = lt.bounded("request_timeout_seconds", "seconds", 1, 3600, lim.RequestTimeoutSeconds)
+		lim.IdleTimeoutSeconds, _ = lt.bounded("idle_timeout_seconds", "seconds", 1, 3600, lim.IdleTimeoutSeconds)
+		lt.finish([]string{"max_split_items", "max_body_bytes", "max_request_bytes", "max_connections", "request_timeout_seconds", "idle_timeout_seconds"})
 	}
 	if ft, ok := t.sub("fanout"); ok {
 		l.cfg.Gateway.Fanout = decodeFanout(ft)

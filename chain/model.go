@@ -125,6 +125,15 @@ type Limits struct {
 	MaxBodyBytes int
 	// MaxRequestBytes bounds an API request body.
 	MaxRequestBytes int
+	// MaxConnections bounds the API's open connections; more wait to be
+	// accepted.
+	MaxConnections int
+	// RequestTimeoutSeconds bounds reading a request and writing its answer,
+	// so a slow client cannot hold a connection. Event streams and
+	// ?wait= requests are bounded by what they wait for instead.
+	RequestTimeoutSeconds int
+	// IdleTimeoutSeconds closes a kept-alive connection with no request.
+	IdleTimeoutSeconds int
 }
 
 // Defaults for [gateway.limits].
@@ -132,6 +141,9 @@ const (
 	DefaultMaxSplitItems   = 100_000
 	DefaultMaxBodyBytes    = 16 << 20
 	DefaultMaxRequestBytes = 1 << 20
+	DefaultMaxConnections  = 1024
+	DefaultRequestTimeout  = 30
+	DefaultIdleTimeout     = 60
 )
 
 // Provider is one [[providers]] entry.

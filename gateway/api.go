@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -205,6 +206,8 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusOK
 	}
 	if wait > 0 {
+		// The wait, and then the time any answer may take to write.
+		holdOpen(w, wait+time.Duration(s.config().Gateway.Limits.RequestTimeoutSeconds)*time.Second)
 		wctx, cancel := s.untilStop(ctx)
 		wctx, cancelWait := context.WithTimeout(wctx, wait)
 		run, err := s.waitRun(wctx, id)
@@ -403,12 +406,68 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
-	v, err := s.ops.Run(r.Context(), r.PathValue("id"), r.URL.Query().Get("items") == "true")
+	if r.URL.Query().Get("items") == "true" {
+		s.streamRun(w, r, r.PathValue("id"))
+		return
+	}
+	v, err := s.ops.Run(r.Context(), r.PathValue("id"), false)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// streamRun writes a run with every step record, its splits' items
+// included, as it reads them: a split of 100,000 items is never held in
+// memory whole. The answer is the same JSON as without streaming.
+func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, id string) {
+	ctx := r.Context()
+	run, err := s.gw.Store.Run(ctx, id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	head, err := jsonx.Marshal(run)
+	if err != nil || len(head) < 2 || head[len(head)-1] != '}' {
+		s.writeError(w, r, fmt.Errorf("encoding run %s: %v", id, err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	out := bufio.NewWriterSize(w, 64<<10)
+	out.Write(head[:len(head)-1])
+	if len(head) > 2 {
+		out.WriteByte(',')
+	}
+	out.WriteString(`"steps":{`)
+	n := 0
+	err = s.gw.Store.ForEachStep(ctx, id, store.StepScan{}, func(rec *store.StepRecord) error {
+		key, _ := jsonx.Marshal(rec.Key)
+		body, err := jsonx.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("encoding step %s: %w", rec.Key, err)
+		}
+		if n > 0 {
+			out.WriteByte(',')
+		}
+		n++
+		if out.Available() < len(key)+len(body)+1 {
+			holdOpen(w, streamWriteTimeout)
+		}
+		out.Write(key)
+		out.WriteByte(':')
+		_, err = out.Write(body)
+		return err
+	})
+	if err != nil {
+		// The status is sent: cutting the answer short is the one way left
+		// to say it is not whole.
+		s.log.Error("streaming a run's steps failed", "run", id, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	out.WriteString("}}\n")
+	_ = out.Flush()
 }
 
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
@@ -423,6 +482,10 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 // heartbeat is how often an idle event stream sends a comment, so proxies
 // keep it open.
 const heartbeat = 15 * time.Second
+
+// streamWriteTimeout bounds each write of an event stream: a client that
+// stops reading is let go, one that reads is kept as long as the run goes.
+const streamWriteTimeout = 2 * heartbeat
 
 // runEvents streams a run's events as Server-Sent Events: first the log
 // from after Last-Event-ID, then new events live, until the run ends.
@@ -445,6 +508,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	holdOpen(w, streamWriteTimeout)
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -462,6 +526,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 			if time.Since(lastWrite) < heartbeat {
 				return nil
 			}
+			holdOpen(w, streamWriteTimeout)
 			_, err := fmt.Fprint(w, ": heartbeat\n\n")
 			lastWrite = time.Now()
 			if flusher != nil {
@@ -470,6 +535,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		data, _ := jsonx.Marshal(ev)
+		holdOpen(w, streamWriteTimeout)
 		_, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data)
 		lastWrite = time.Now()
 		if flusher != nil {

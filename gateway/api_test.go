@@ -78,6 +78,17 @@ payload_template = { fail = "still down", sleep_ms = 300 }
 on_failure = "dlq"
 
 [[chains]]
+name = "many"
+[[chains.steps]]
+name = "check"
+[chains.steps.split]
+items = "<<origin.payload.hosts>>"
+[[chains.steps.split.steps]]
+name = "ping"
+provider = "echo"
+payload_template = { host = "<<item.host>>" }
+
+[[chains]]
 name = "typed"
 [chains.input.schema]
 type = "object"
@@ -565,7 +576,7 @@ func TestChainsEndpoints(t *testing.T) {
 		Chains []map[string]any `json:"chains"`
 	}
 	env.call("GET", "/v1/chains", "", nil, &list)
-	if len(list.Chains) != 4 || list.Chains[0]["name"] != "hello" {
+	if len(list.Chains) != 5 || list.Chains[0]["name"] != "hello" {
 		t.Errorf("chains: %+v", list)
 	}
 	var c struct {

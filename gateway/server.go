@@ -163,13 +163,10 @@ func (s *Server) checkAuthKept(cfg *chain.Config) error {
 // lapsed as it goes; then it stops intake, lets calls in flight finish for
 // up to grace, and returns. The caller closes the gateway.
 func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) error {
-	srv := &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
+	lim := s.config().Gateway.Limits
+	srv := s.httpServer(lim)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
+	go func() { errc <- srv.Serve(limitConns(l, lim.MaxConnections)) }()
 	go s.adopt(ctx)
 	workerCtx, stopWorker := context.WithCancel(context.Background())
 	defer stopWorker()
@@ -363,6 +360,12 @@ const (
 // do anything. With no token configured the API is open.
 func (s *Server) guard(need access, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if need != public && !s.AuthEnabled() {
+			if err := loopbackOnly(r); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
 		if need != public && s.AuthEnabled() {
 			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			s.mu.RLock()
