@@ -70,6 +70,8 @@ type Options struct {
 	// the run's keys and the shared indexes in one script.
 	Prefix string
 	Logger *slog.Logger
+	// Durability is checked at open and asked of every commit.
+	Durability Durability
 }
 
 // Store is a store.Store on Redis.
@@ -78,6 +80,7 @@ type Store struct {
 	owned  bool
 	p      string
 	log    *slog.Logger
+	dur    Durability
 
 	mu     sync.Mutex // guards closed and adding to ops
 	closed bool
@@ -89,13 +92,13 @@ var _ store.Store = (*Store)(nil)
 // Open connects to Redis and checks that it answers.
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Client != nil {
-		return open(ctx, opts.Client, false, clientAddr(opts.Client), opts.Prefix, opts.Logger)
+		return open(ctx, opts.Client, false, clientAddr(opts.Client), opts.Prefix, opts.Durability, opts.Logger)
 	}
 	if opts.Addr == "" {
 		opts.Addr = defaultAddr
 	}
 	client := goredis.NewClient(&goredis.Options{Addr: opts.Addr, DB: opts.DB, Password: opts.Password})
-	return open(ctx, client, true, opts.Addr, opts.Prefix, opts.Logger)
+	return open(ctx, client, true, opts.Addr, opts.Prefix, opts.Durability, opts.Logger)
 }
 
 // OpenURL opens the store at a URL of the form
@@ -114,15 +117,19 @@ func OpenURL(ctx context.Context, rawURL string, logger *slog.Logger) (*Store, e
 	q := u.Query()
 	prefix := q.Get("prefix")
 	q.Del("prefix")
+	dur, err := parseDurability(q)
+	if err != nil {
+		return nil, fmt.Errorf("parsing Redis URL: %w", err)
+	}
 	u.RawQuery = q.Encode()
 	opts, err := goredis.ParseURL(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("parsing Redis URL: %w", err)
 	}
-	return open(ctx, goredis.NewClient(opts), true, opts.Addr, prefix, logger)
+	return open(ctx, goredis.NewClient(opts), true, opts.Addr, prefix, dur, logger)
 }
 
-func open(ctx context.Context, client goredis.UniversalClient, owned bool, addr, prefix string, logger *slog.Logger) (*Store, error) {
+func open(ctx context.Context, client goredis.UniversalClient, owned bool, addr, prefix string, dur Durability, logger *slog.Logger) (*Store, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
@@ -141,8 +148,12 @@ func open(ctx context.Context, client goredis.UniversalClient, owned bool, addr,
 	if err := client.Ping(ctx).Err(); err != nil {
 		return fail(fmt.Errorf("connecting to Redis at %s: %w", addr, err))
 	}
-	logger.Debug("opened Redis store", "addr", addr, "prefix", prefix)
-	return &Store{client: client, owned: owned, p: prefix, log: logger}, nil
+	st := &Store{client: client, owned: owned, p: prefix, log: logger, dur: dur}
+	if err := st.checkDurability(ctx, addr, dur); err != nil {
+		return fail(err)
+	}
+	logger.Debug("opened Redis store", "addr", addr, "prefix", prefix, "wait_replicas", dur.WaitReplicas)
+	return st, nil
 }
 
 func clientAddr(c goredis.UniversalClient) string {
@@ -238,7 +249,7 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) error {
 		return err
 	}
 	defer s.end()
-	res, err := commitScript.Run(ctx, s.client, keys, args...).Int64Slice()
+	res, err := s.runCommit(ctx, keys, args)
 	if err != nil {
 		return fmt.Errorf("committing run %s: %w", run.ID, err)
 	}
@@ -262,6 +273,40 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) error {
 		return fmt.Errorf("committing run %s: run seq %d, last event %d: %w", run.ID, res[1], res[2], store.ErrConflict)
 	}
 	return fmt.Errorf("committing run %s: unexpected reply %v from the commit script", run.ID, res)
+}
+
+// runCommit runs the commit script; with WaitReplicas, on one connection
+// with a WAIT after it, and a commit too few replicas hold is an error. It
+// was applied on the primary all the same: the engine stops the run there,
+// and whoever resumes it reads it back, so no call is made on a change a
+// failover could lose.
+func (s *Store) runCommit(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	if s.dur.WaitReplicas == 0 {
+		return commitScript.Run(ctx, s.client, keys, args...).Int64Slice()
+	}
+	for loaded := false; ; loaded = true {
+		p := s.client.Pipeline()
+		res := commitScript.EvalSha(ctx, p, keys, args...)
+		acked := s.dur.wait(ctx, p)
+		_, _ = p.Exec(ctx)
+		if err := res.Err(); err != nil {
+			if !loaded && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+				if err := commitScript.Load(ctx, s.client).Err(); err != nil {
+					return nil, fmt.Errorf("loading the commit script: %w", err)
+				}
+				continue
+			}
+			return nil, err
+		}
+		n, err := acked.Int64()
+		if err != nil {
+			return nil, fmt.Errorf("waiting for replicas: %w", err)
+		}
+		if n < int64(s.dur.WaitReplicas) {
+			return nil, fmt.Errorf("%w: applied on the primary, but %d of the %d replicas asked for (wait_replicas) acknowledged it within %s", ErrNotReplicated, n, s.dur.WaitReplicas, s.dur.waitTimeout())
+		}
+		return res.Int64Slice()
+	}
 }
 
 // commitArgs encodes a batch as commitScript's KEYS and ARGV. JSON

@@ -301,7 +301,7 @@ func TestForEachStepPages(t *testing.T) {
 	c := rawClient(t)
 	counter := &pageCounter{}
 	c.AddHook(counter)
-	s, err := redis.Open(ctx, redis.Options{Client: c, Prefix: pu.Query().Get("prefix")})
+	s, err := redis.Open(ctx, redis.Options{Client: c, Prefix: pu.Query().Get("prefix"), Durability: redis.Durability{AllowVolatile: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
