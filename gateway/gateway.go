@@ -22,6 +22,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/chain/store/crashpoint"
+	redisstore "github.com/chaingate/gateway/chain/store/redis"
 	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
@@ -73,6 +74,10 @@ type Options struct {
 	// LogOutcomes logs each failed run, failed step and dead-letter entry
 	// (engine.Options.LogOutcomes), as a service does.
 	LogOutcomes bool
+	// ItemsOnly opens a gateway that only works the items of distributed
+	// splits (`gateway worker`): it has no store of its own, State is not
+	// opened, and Store and Engine are those of the items' runs.
+	ItemsOnly bool
 }
 
 // Gateway is a running gateway.
@@ -89,6 +94,12 @@ type Gateway struct {
 	// Fanout hands distributed splits to workers; nil without
 	// [gateway.fanout].
 	Fanout *fanout.Fanout
+	// Items runs the items of distributed splits this process works, and
+	// the sub-chain runs they start, which it keeps in the fan-out's Redis
+	// (ItemStore) whatever Store is: an item that moves to another worker
+	// finds there what its sub-chains recorded. Nil without a Fanout.
+	Items     *engine.Engine
+	ItemStore store.Store
 	// secrets are the values the engine renders <<secrets.NAME>> with.
 	secrets map[string]string
 	// limits pace and guard calls to each provider, across all runs.
@@ -111,33 +122,47 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		return nil, &chain.ConfigError{Diagnostics: diags}
 	}
 	log := slog.New(red.Handler(opts.Logger.Handler()))
-	state := opts.State
-	if state == "" {
-		state = cfg.Gateway.State
+	if opts.ItemsOnly && cfg.Gateway.Fanout == nil {
+		return nil, errors.New("opening a worker: the config has no [gateway.fanout]: there is no broker to take items from")
 	}
-	if state == "" {
-		state = DefaultState
-	}
-	if file := StateFile(state); opts.Existing && file != "" {
-		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("opening store %s: %w; check --state (only serve, run and resume create a store)", file, fs.ErrNotExist)
+	var fo *fanout.Fanout
+	if cfg.Gateway.Fanout != nil {
+		if fo, err = fanout.Open(ctx, fanout.Options{Config: cfg.Gateway.Fanout, Logger: log.With("component", "fanout"), Metrics: opts.FanoutMetrics}); err != nil {
+			return nil, err
 		}
 	}
-	st, file, err := OpenStore(ctx, state, log)
-	if err != nil {
-		return nil, err
+	closeFanout := func() error {
+		if fo == nil {
+			return nil
+		}
+		return fo.Close()
+	}
+	var itemStore store.Store
+	if fo != nil {
+		// The fan-out's Redis already holds the items' results: their
+		// sub-chains' runs are as safe there as those results are.
+		itemStore, err = redisstore.Open(ctx, redisstore.Options{
+			Client: fo.Redis(), Prefix: fo.RunsPrefix(), Logger: log.With("component", "store"),
+			Durability: redisstore.Durability{Unchecked: true},
+		})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("opening the store of split items' runs: %w", err), closeFanout())
+		}
+	}
+	st, file := itemStore, ""
+	if !opts.ItemsOnly {
+		if st, file, err = openState(ctx, cfg, opts, log); err != nil {
+			return nil, errors.Join(err, closeFanout())
+		}
 	}
 	// Tests of crash safety name the commit at which this process dies.
 	armed, err := crashpoint.FromEnv(st)
 	if err != nil {
-		return nil, errors.Join(err, st.Close())
+		return nil, errors.Join(err, st.Close(), closeFanout())
 	}
 	st = armed
-	var fo *fanout.Fanout
-	if cfg.Gateway.Fanout != nil {
-		if fo, err = fanout.Open(ctx, fanout.Options{Config: cfg.Gateway.Fanout, Logger: log.With("component", "fanout"), Metrics: opts.FanoutMetrics}); err != nil {
-			return nil, errors.Join(err, st.Close())
-		}
+	if opts.ItemsOnly {
+		itemStore = st
 	}
 	pm := plugins.NewManager(plugins.Options{Executable: opts.Executable, Logger: log.With("component", "plugins")})
 	lim := newLimits(realClock{}, log.With("component", "limits"))
@@ -160,14 +185,39 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	}
 	eng, err := engine.New(eopts)
 	if err != nil {
-		_ = pm.Close()
-		if fo != nil {
-			_ = fo.Close()
-		}
-		_ = st.Close()
-		return nil, err
+		return nil, errors.Join(err, pm.Close(), closeFanout(), st.Close())
 	}
-	return &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, secrets: secretVals, limits: lim}, nil
+	g := &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, ItemStore: itemStore, secrets: secretVals, limits: lim}
+	switch {
+	case fo == nil:
+	case opts.ItemsOnly:
+		g.Items = eng
+	default:
+		eopts.Store = itemStore
+		eopts.Logger = log.With("component", "engine", "runs", "split items")
+		if g.Items, err = engine.New(eopts); err != nil {
+			eng.Close()
+			return nil, errors.Join(err, pm.Close(), closeFanout(), st.Close())
+		}
+	}
+	return g, nil
+}
+
+// openState opens the store the config, or opts.State, names.
+func openState(ctx context.Context, cfg *chain.Config, opts Options, log *slog.Logger) (store.Store, string, error) {
+	state := opts.State
+	if state == "" {
+		state = cfg.Gateway.State
+	}
+	if state == "" {
+		state = DefaultState
+	}
+	if file := StateFile(state); opts.Existing && file != "" {
+		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+			return nil, "", fmt.Errorf("opening store %s: %w; check --state (only serve, run and resume create a store)", file, fs.ErrNotExist)
+		}
+	}
+	return OpenStore(ctx, state, log)
 }
 
 // OpenStore opens the store a state URL names, and returns its file when it
@@ -209,18 +259,69 @@ func (g *Gateway) Worker() *fanout.Worker {
 	if g.Fanout == nil {
 		return nil
 	}
-	return g.Fanout.Worker(g.Engine)
+	return g.Fanout.Worker(g.Items)
 }
 
-// Close stops the engine (runs stay persisted), stops every plugin process
-// and closes the store.
+// WorkItems works the items of distributed splits until ctx ends, and
+// takes up the sub-chain runs of items whose worker died; it does nothing
+// without [gateway.fanout].
+func (g *Gateway) WorkItems(ctx context.Context) error {
+	if g.Fanout == nil {
+		return nil
+	}
+	done := make(chan struct{})
+	defer func() { <-done }()
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		defer close(done)
+		adopt(actx, g.Items, g.Log.With("component", "worker"), "sub-chain runs of split items", time.Duration(g.Config.Gateway.LeaseTTLSeconds)*time.Second)
+	}()
+	return g.Worker().Run(ctx)
+}
+
+// adopt resumes the unfinished runs of eng's store, then keeps taking over
+// those whose lease lapses: a few times per lease, so a run resumes well
+// within a second of its lease lapsing.
+func adopt(ctx context.Context, eng *engine.Engine, log *slog.Logger, what string, ttl time.Duration) {
+	if ttl <= 0 {
+		ttl = engine.DefaultLeaseTTL
+	}
+	t := time.NewTicker(min(ttl/4, time.Second))
+	defer t.Stop()
+	for {
+		ids, err := eng.Adopt(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, engine.ErrClosed):
+			return
+		case err != nil:
+			log.Warn("taking up "+what, "err", err)
+		case len(ids) > 0:
+			log.Info("took up "+what, "count", len(ids))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops the engines (runs stay persisted), stops every plugin
+// process and closes the stores.
 func (g *Gateway) Close() error {
 	g.Engine.Close()
-	var ferr error
+	var ierr, ferr error
+	if g.Items != nil && g.Items != g.Engine {
+		g.Items.Close()
+		ierr = g.ItemStore.Close()
+	}
 	if g.Fanout != nil {
 		ferr = g.Fanout.Close()
 	}
-	return errors.Join(ferr, g.Plugins.Close(), g.Store.Close())
+	return errors.Join(ierr, ferr, g.Plugins.Close(), g.Store.Close())
 }
 
 // resolver hands the engine plugin-backed providers. A provider whose

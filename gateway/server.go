@@ -18,7 +18,6 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
-	"github.com/chaingate/gateway/chain/fanout"
 	"github.com/chaingate/gateway/chain/store"
 )
 
@@ -46,8 +45,8 @@ type Server struct {
 	aborting context.Context
 	abort    context.CancelFunc
 	reloadMu sync.Mutex
-	// worker, when set, works the items of distributed splits here too.
-	worker *fanout.Worker
+	// workItems makes the server work the items of distributed splits too.
+	workItems bool
 }
 
 // Token environment variables, comma separated; they add to [gateway.auth].
@@ -71,9 +70,7 @@ func NewServer(gw *Gateway, hub *Hub, metrics *Metrics, paths []string) *Server 
 // well as handing them out, so one machine needs no other process. It does
 // nothing without [gateway.fanout].
 func (s *Server) WorkItems() {
-	if s.gw.Fanout != nil {
-		s.worker = s.gw.Worker()
-	}
+	s.workItems = s.gw.Fanout != nil
 }
 
 func (s *Server) setConfig(cfg *chain.Config) {
@@ -139,6 +136,9 @@ func (s *Server) Reload() (*chain.Config, error) {
 		return nil, err
 	}
 	s.gw.Engine.SetConfig(cfg)
+	if s.gw.Items != nil {
+		s.gw.Items.SetConfig(cfg)
+	}
 	s.gw.limits.configure(cfg)
 	s.setConfig(cfg)
 	s.log.Info("config reloaded", "chains", len(cfg.Chains), "providers", len(cfg.Providers))
@@ -171,10 +171,10 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	workerCtx, stopWorker := context.WithCancel(context.Background())
 	defer stopWorker()
 	workerDone := make(chan struct{})
-	if s.worker != nil {
+	if s.workItems {
 		go func() {
 			defer close(workerDone)
-			if err := s.worker.Run(workerCtx); err != nil {
+			if err := s.gw.WorkItems(workerCtx); err != nil {
 				s.log.Error("working split items stopped", "err", err)
 			}
 		}()
@@ -197,6 +197,9 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	// The API keeps answering while the engine drains: /readyz says 503 so
 	// load balancers move on, new runs get 503, reads still work.
 	s.gw.Engine.Shutdown(engCtx)
+	if s.gw.Items != nil {
+		s.gw.Items.Shutdown(engCtx)
+	}
 	// Items the engine drained are acknowledged by now; the rest go back to
 	// the queue with the worker's channel.
 	stopWorker()
@@ -232,28 +235,7 @@ func (s *Server) untilStop(ctx context.Context) (context.Context, context.Cancel
 // that died, once their leases lapse. It looks a few times per lease, so a
 // run resumes well within a second of its lease lapsing.
 func (s *Server) adopt(ctx context.Context) {
-	ttl := time.Duration(s.config().Gateway.LeaseTTLSeconds) * time.Second
-	if ttl <= 0 {
-		ttl = engine.DefaultLeaseTTL
-	}
-	t := time.NewTicker(min(ttl/4, time.Second))
-	defer t.Stop()
-	for {
-		ids, err := s.gw.Engine.Adopt(ctx)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			s.log.Warn("adopting unfinished runs", "err", err)
-		case len(ids) > 0:
-			s.log.Info("adopted unfinished runs", "count", len(ids))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	adopt(ctx, s.gw.Engine, s.log, "unfinished runs", time.Duration(s.config().Gateway.LeaseTTLSeconds)*time.Second)
 }
 
 // APIError is an error as the API reports it.

@@ -116,6 +116,15 @@ func Open(ctx context.Context, opts Options) (*Fanout, error) {
 	return f, nil
 }
 
+// Redis is the client of the Redis where items' results meet. It is closed
+// with the Fanout.
+func (f *Fanout) Redis() goredis.UniversalClient { return f.rdb }
+
+// RunsPrefix is where, in that Redis, the runs that distributed items start
+// (their sub-chains) are kept, so that whichever worker runs an item next
+// finds them.
+func (f *Fanout) RunsPrefix() string { return f.cfg.Prefix + "runs:" }
+
 // Close stops listening and closes the connections. Owners and workers
 // using it must be stopped first.
 func (f *Fanout) Close() error {

@@ -153,7 +153,7 @@ func runSplit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	procs := []*proc{gw}
 	for i := range *workers {
 		name := fmt.Sprintf("worker-%d", i+1)
-		w, err := startProc(ctx, *gatewayBin, dir, name, append([]string{"worker", "--config", cfg, "--state", filepath.Join(dir, name+".db"), "--log-level", "warn"}, profile(name)...)...)
+		w, err := startProc(ctx, *gatewayBin, dir, name, append([]string{"worker", "--config", cfg, "--log-level", "warn"}, profile(name)...)...)
 		if err != nil {
 			fmt.Fprintln(stderr, "gateway-load split:", err)
 			return exitFailed

@@ -50,6 +50,7 @@ func newFanoutEnv(t *testing.T, exclusive bool) *fanoutEnv {
 	writeFile(t, e.config, fmt.Sprintf(`
 [gateway]
 shutdown_grace_seconds = 2
+lease_ttl_seconds = 3
 
 [gateway.fanout]
 rabbitmq_url = %q
@@ -80,6 +81,30 @@ payload_template = { record = "%[4]s/calls.jsonl", n = "<<item>>" }
 name = "second"
 provider = "faulty"
 payload_template = { record = "%[4]s/calls.jsonl", n = "<<steps.first.body.n>>", sleep_ms = 100 }
+
+[[chains]]
+name = "fleet-sub"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+mode = "distributed"
+items = "<<origin.payload.items>>"
+tolerated_failures = 0
+[[chains.steps.split.steps]]
+name = "check"
+sub_chain = "check-host"
+input = { n = "<<item>>" }
+
+[[chains]]
+name = "check-host"
+[[chains.steps]]
+name = "a"
+provider = "faulty"
+payload_template = { record = "%[4]s/calls.jsonl", n = "<<origin.payload.n>>" }
+[[chains.steps]]
+name = "b"
+provider = "faulty"
+payload_template = { record = "%[4]s/calls.jsonl", n = "<<steps.a.body.n>>", sleep_ms = 1500 }
 `, amqpURL, redisURL, prefix, dir))
 	return e
 }
@@ -274,6 +299,54 @@ func TestDistributedWorkerKilled(t *testing.T) {
 	e.kill(w1)
 	before := e.calls()
 	e.checkSplit(e.finished(gw, id), before)
+}
+
+// TestDistributedSubChainWorkerKilled kills the worker running items
+// that are inside a sub-chain, each worker with a store file of its own:
+// the next worker finds what the sub-chains recorded and calls none of
+// their recorded steps again.
+func TestDistributedSubChainWorkerKilled(t *testing.T) {
+	e := newFanoutEnv(t, false)
+	gw := e.serve("gateway", "--no-worker")
+	w1 := e.worker("w1")
+	const items = 8
+	id, err := postRun(gw.url, "fleet-sub", `{"items": [0, 1, 2, 3, 4, 5, 6, 7]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Once a sub-chain's b is called, its a is recorded.
+	e.waitCalls("a sub-chain's second step", func() bool { return e.count("/b") > 0 })
+	e.kill(w1)
+	before := e.calls()
+	e.worker("w2")
+	run := e.finished(gw, id)
+	if run["status"] != "succeeded" {
+		t.Fatalf("run %v: %v\n%s", run["status"], run["error"], gw.logs)
+	}
+	after := e.calls()
+	checked := 0
+	for key := range before {
+		child, ok := strings.CutSuffix(key, "/b")
+		if !ok {
+			continue
+		}
+		checked++
+		if n := after[child+"/a"]; n != 1 {
+			t.Errorf("%s/a was recorded before the worker died and was called %d times", child, n)
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no sub-chain had recorded a step when the worker died")
+	}
+	bs := 0
+	for key := range after {
+		if strings.HasSuffix(key, "/b") {
+			bs++
+		}
+	}
+	if bs != items {
+		t.Errorf("%d sub-chains reached b, want %d", bs, items)
+	}
 }
 
 // TestDistributedOwnerKilled kills the gateway that owns the run mid-split

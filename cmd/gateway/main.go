@@ -376,13 +376,13 @@ func openSession(ctx context.Context, configs []string, state, logLevel string, 
 		}
 	}
 	s := &session{gw: gw, log: logger, stdout: stdout, stderr: stderr, stopWorker: func() {}}
-	if w := gw.Worker(); w != nil && work {
+	if gw.Fanout != nil && work {
 		// One process is enough: the items it hands out, it runs too.
 		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			if err := w.Run(wctx); err != nil {
+			if err := gw.WorkItems(wctx); err != nil {
 				logger.Error("working split items stopped", "err", err)
 			}
 		}()

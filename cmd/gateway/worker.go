@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,19 +9,22 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/gateway"
 )
 
-const workerHelp = `Usage: gateway worker --config PATH... [--state URL] [--listen ADDR]
+const workerHelp = `Usage: gateway worker --config PATH... [--listen ADDR]
 
 Runs the items that distributed splits hand out over RabbitMQ
 ([gateway.fanout]), with the same engine and plugins as a gateway, until
 SIGTERM. Any number of workers, on any machines, share the work; an item
-whose worker dies is delivered to another. --state is where the sub-chain
-runs that items start are kept: [gateway].state when it is a shared
-redis:// store, else bolt://./data/worker.db (give each worker on one
-machine its own). --listen serves /healthz and /metrics.
+whose worker dies is delivered to another. A worker keeps nothing of its
+own: what items record, and the sub-chain runs they start, are kept in
+[gateway.fanout]'s Redis, where the next worker of an item finds them.
+--listen serves /healthz and /metrics.
+
+It prints one line on stdout once it is connected and takes items:
+  gateway worker: ready, running up to N items at once and holding up to
+  P messages of B items (OWNER)
 
 `
 
@@ -30,7 +32,7 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := newFlagSet("worker", stdout, stderr, workerHelp)
 	var configs stringList
 	fs.Var(&configs, "config", "config file or directory (repeatable)")
-	state := fs.String("state", "", "store for sub-chain runs items start (default [gateway].state if redis://, else bolt://./data/worker.db)")
+	state := fs.String("state", "", "no longer used: items' runs are kept in [gateway.fanout]'s Redis")
 	listen := fs.String("listen", "", "address to serve /healthz and /metrics on (default: none)")
 	logLevel := fs.String("log-level", "info", logLevelUsage)
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the process to this file until it stops (for go tool pprof)")
@@ -64,11 +66,8 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "gateway worker: the config has no [gateway.fanout]: there is no broker to take items from")
 		return exitUsage
 	}
-	if *state == "" {
-		*state = "bolt://./data/worker.db"
-		if gateway.StateFile(cfg.Gateway.State) == "" && cfg.Gateway.State != "" {
-			*state = cfg.Gateway.State
-		}
+	if *state != "" {
+		fmt.Fprintf(stderr, "gateway worker: --state %s is not used: what items record, and the sub-chain runs they start, are kept in [gateway.fanout]'s Redis, where the next worker of an item finds them\n", *state)
 	}
 	var l net.Listener
 	if *listen != "" {
@@ -82,7 +81,7 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	metrics := gateway.NewMetrics()
-	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: *state, Logger: logger, Observer: metrics, FanoutMetrics: metrics, LogOutcomes: true})
+	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, ItemsOnly: true, Logger: logger, Observer: metrics, FanoutMetrics: metrics, LogOutcomes: true})
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway worker:", err)
 		return exitUsage
@@ -99,11 +98,12 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		defer srv.Close()
 		fmt.Fprintf(stdout, "gateway worker: metrics on http://%s/metrics\n", l.Addr())
 	}
-	// Sub-chain runs that items started and a dead worker left are taken up
-	// here, as a gateway takes up its runs.
-	go adoptRuns(ctx, gw.Engine, logger, time.Duration(cfg.Gateway.LeaseTTLSeconds)*time.Second)
-	logger.Info("working split items", "owner", gw.Engine.Owner(), "concurrency", cfg.Gateway.Fanout.WorkerConcurrency)
-	if err := gw.Worker().Run(ctx); err != nil {
+	fo := cfg.Gateway.Fanout
+	logger.Info("working split items", "owner", gw.Engine.Owner(), "concurrency", fo.WorkerConcurrency, "prefetch", fo.Prefetch)
+	// Connected to the broker and Redis by now: say so, for scripts that
+	// start workers and wait for them.
+	fmt.Fprintf(stdout, "gateway worker: ready, running up to %d items at once and holding up to %d messages of %d items (%s)\n", fo.WorkerConcurrency, fo.Prefetch, fo.BatchSize, gw.Engine.Owner())
+	if err := gw.WorkItems(ctx); err != nil {
 		logger.Error("working split items failed", "err", err)
 		return exitFailed
 	}
@@ -122,24 +122,4 @@ func workerHandler(m *gateway.Metrics) http.Handler {
 		_ = m.Write(w)
 	})
 	return mux
-}
-
-// adoptRuns resumes the unfinished runs of the worker's store, then keeps
-// taking over those whose lease lapses.
-func adoptRuns(ctx context.Context, eng *engine.Engine, log *slog.Logger, ttl time.Duration) {
-	if ttl <= 0 {
-		ttl = engine.DefaultLeaseTTL
-	}
-	t := time.NewTicker(min(ttl/4, time.Second))
-	defer t.Stop()
-	for {
-		if _, err := eng.Adopt(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, engine.ErrClosed) {
-			log.Warn("taking up unfinished sub-chain runs", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }

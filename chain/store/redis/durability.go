@@ -25,6 +25,10 @@ type Durability struct {
 	WaitReplicas int
 	// WaitTimeout bounds that wait; default DefaultWaitTimeout.
 	WaitTimeout time.Duration
+	// Unchecked skips the check at open: the caller has vouched for this
+	// Redis another way, as a split's item runs share the fan-out's Redis
+	// with the split's results.
+	Unchecked bool
 }
 
 // DefaultWaitTimeout is how long a commit waits for its replicas.
@@ -127,6 +131,9 @@ func readPersistence(ctx context.Context, client goredis.UniversalClient) ([]per
 // committed runs. A commit must survive a Redis restart: an append-only
 // file does that; waiting for replicas does it across a failover.
 func (s *Store) checkDurability(ctx context.Context, addr string, d Durability) error {
+	if d.Unchecked {
+		return nil
+	}
 	if _, cluster := s.client.(*goredis.ClusterClient); cluster && d.WaitReplicas > 0 {
 		return errors.New("wait_replicas is not supported on Redis Cluster, where one connection does not reach every shard; give each shard an append-only file with appendfsync always instead")
 	}
