@@ -43,6 +43,7 @@ func TestFanoutDefaults(t *testing.T) {
 		BatchSize: chain.DefaultFanoutBatchSize, MaxInFlight: chain.DefaultFanoutMaxInFlight,
 		ItemTimeoutSeconds: chain.DefaultFanoutItemTimeoutSeconds, MaxRedeliveries: chain.DefaultFanoutMaxRedeliveries,
 		Prefetch: chain.DefaultFanoutPrefetch, WorkerConcurrency: chain.DefaultFanoutWorkerConcurrency,
+		ClaimTTLSeconds: chain.DefaultFanoutClaimTTLSeconds,
 	}
 	withBatch := defaults
 	withBatch.BatchSize, withBatch.MaxInFlight, withBatch.Prefix = 10_000, 10_000, "a"

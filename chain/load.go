@@ -222,7 +222,7 @@ func (l *loader) gateway(t *table) {
 var (
 	fanoutKeys = []string{
 		"rabbitmq_url", "redis_url", "prefix", "threshold", "batch_size", "max_in_flight", "item_timeout_seconds",
-		"max_redeliveries", "prefetch", "worker_concurrency",
+		"max_redeliveries", "prefetch", "worker_concurrency", "claim_ttl_seconds",
 	}
 	fanoutPrefixRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 )
@@ -258,6 +258,7 @@ func decodeFanout(t *table) *Fanout {
 	f.MaxRedeliveries, _ = t.bounded("max_redeliveries", "redeliveries", 1, 0, DefaultFanoutMaxRedeliveries)
 	f.Prefetch, _ = t.bounded("prefetch", "messages", 1, 1000, DefaultFanoutPrefetch)
 	f.WorkerConcurrency, _ = t.bounded("worker_concurrency", "items", 1, 10_000, DefaultFanoutWorkerConcurrency)
+	f.ClaimTTLSeconds, _ = t.bounded("claim_ttl_seconds", "seconds", 1, 600, DefaultFanoutClaimTTLSeconds)
 	t.finish(fanoutKeys)
 	return f
 }

@@ -91,6 +91,10 @@ type Fanout struct {
 	Prefetch int
 	// WorkerConcurrency is how many items a worker runs at once.
 	WorkerConcurrency int
+	// ClaimTTLSeconds is how long a worker's claim on an item lasts unless
+	// renewed: how long an item whose worker died waits before another
+	// takes it over.
+	ClaimTTLSeconds int
 }
 
 // Defaults for [gateway.fanout].
@@ -103,6 +107,7 @@ const (
 	DefaultFanoutMaxRedeliveries    = 5
 	DefaultFanoutPrefetch           = 8
 	DefaultFanoutWorkerConcurrency  = 256
+	DefaultFanoutClaimTTLSeconds    = 15
 )
 
 // Auth is the [gateway.auth] table. Tokens may also come from the

@@ -238,8 +238,9 @@ func (r *runner) loop() {
 	drainReq := r.drainReq
 	var workIn chan []WorkItem
 	var workCancel chan struct{}
+	var workDrop chan []int
 	if r.work != nil {
-		workIn, workCancel = r.work.in, r.work.cancel
+		workIn, workCancel, workDrop = r.work.in, r.work.cancel, r.work.drop
 	}
 	defer r.detachFans()
 	for {
@@ -277,6 +278,8 @@ func (r *runner) loop() {
 			r.take(items)
 		case <-workCancel:
 			r.dropItems(heldItems(r.work))
+		case indexes := <-workDrop:
+			r.dropItems(indexes)
 		case <-drainReq:
 			r.draining = true
 			// Their intent is written; they go out on resume.

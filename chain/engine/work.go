@@ -72,6 +72,7 @@ type workSplit struct {
 	checkAt time.Time
 	in      chan []WorkItem
 	cancel  chan struct{}
+	drop    chan []int
 	over    atomic.Bool
 }
 
@@ -120,6 +121,7 @@ func (e *Engine) Work(ws *WorkSplit, sink WorkSink, opts WorkOptions) (*ItemRunn
 		opts:   opts,
 		in:     make(chan []WorkItem, 16),
 		cancel: make(chan struct{}, 1),
+		drop:   make(chan []int, 16),
 	}
 	w.sp = &split{
 		step: s, key: ws.Key, owner: owner, total: ws.Total, width: indexWidth(ws.Total), deadline: ws.Deadline,
@@ -157,6 +159,16 @@ func (w *ItemRunner) Cancel() {
 	select {
 	case w.r.work.cancel <- struct{}{}:
 	default:
+	}
+}
+
+// Drop stops the given items where they are, cancelling their calls in
+// flight and recording nothing more for them: this worker no longer holds
+// them. Each is reported to Finished as dropped.
+func (w *ItemRunner) Drop(indexes []int) {
+	select {
+	case w.r.work.drop <- indexes:
+	case <-w.r.done:
 	}
 }
 

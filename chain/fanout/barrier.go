@@ -27,6 +27,7 @@ import (
 //	P{RUN}:SPLIT#GEN:res       hash: item i's result, by i
 //	P{RUN}:SPLIT#GEN:log       list: the DLQ entries and events items produced, in order
 //	P{RUN}:SPLIT#GEN:item:I    hash: item I's step records, until it has a result
+//	P{RUN}:SPLIT#GEN:claims    hash: item I's claim, OWNER|FENCE|EXPIRES_MS, while a worker runs it
 //
 // An item's result counts once, however often it is committed: the first
 // commit sets its bit, later ones find it set and change nothing. So the
@@ -34,6 +35,14 @@ import (
 // complete) exactly once. The owning gateway follows the counts, takes the
 // log into its store from where its store says it stopped and trims what
 // it has made durable, and reads the results in item order once all are in.
+//
+// A worker claims an item before it runs it, and renews the claim while
+// it does: a second delivery of the item (its first worker's broker
+// connection broke, say) waits while the claim is live instead of running
+// beside it, and takes the item over once the claim lapses. Each claim has
+// a fence, a number no earlier claim has; a commit carries its items'
+// OWNER|FENCE and writes nothing for an item claimed since by another, so
+// a worker that lost its claim cannot overwrite what the next one records.
 
 // Hand-off states beyond engine.FanoutState: set when the run ended the
 // split before every item was done, so workers drop what is left.
@@ -56,12 +65,12 @@ func (r ref) String() string { return fmt.Sprintf("%s/%s#%d", r.Run, r.Split, r.
 
 // keys are a hand-off's Redis keys.
 type keys struct {
-	base, meta, ctx, done, res, log string
+	base, meta, ctx, done, res, log, claims string
 }
 
 func (r ref) keys(prefix string) keys {
 	b := prefix + "{" + r.Run + "}:" + r.Split + "#" + strconv.Itoa(r.Gen)
-	return keys{base: b, meta: b + ":meta", ctx: b + ":ctx", done: b + ":done", res: b + ":res", log: b + ":log"}
+	return keys{base: b, meta: b + ":meta", ctx: b + ":ctx", done: b + ":done", res: b + ":res", log: b + ":log", claims: b + ":claims"}
 }
 
 func (k keys) item(i int) string { return k.base + ":item:" + strconv.Itoa(i) }
@@ -132,43 +141,60 @@ return 1
 `)
 
 // commitScript commits what a worker did: item step records, items'
-// results, DLQ entries and events. It returns the hand-off's state; a
-// hand-off that is gone or over takes nothing.
+// results, DLQ entries and events. It returns the hand-off's state, then
+// the items it wrote nothing for because another worker has claimed them
+// since; a hand-off that is gone or over takes nothing.
 //
-// KEYS: meta, done, res, log, then the item keys the records name.
+// KEYS: meta, done, res, log, claims, then the item keys the records name.
 // ARGV: channel, ref, then
 //
-//	n records: (KEYS index of the item key, item index, field, JSON) * n
-//	n results: (item index, result JSON, status field, KEYS index of the item key) * n
+//	n records: (KEYS index of the item key, item index, field, JSON, claim) * n
+//	n results: (item index, result JSON, status field, KEYS index of the item key, claim) * n
 //	n log entries: JSON * n
+//
+// A claim is OWNER|FENCE, or "" for a write that needs none (a poison item
+// parked by whichever worker took its dead message).
 var commitScript = goredis.NewScript(`
 local meta = KEYS[1]
 local state = redis.call('HGET', meta, 'state')
-if not state then return 'gone' end
-if state ~= 'open' then return state end
+if not state then return {'gone'} end
+if state ~= 'open' then return {state} end
 local ttl = redis.call('PTTL', meta)
+local lost, lostSeen = {}, {}
+local function holds(idx, claim)
+  if claim == '' then return true end
+  local cur = redis.call('HGET', KEYS[5], idx)
+  if cur and string.sub(cur, 1, #claim + 1) == claim .. '|' then return true end
+  if not lostSeen[idx] then
+    lostSeen[idx] = true
+    table.insert(lost, tonumber(idx))
+  end
+  return false
+end
 local a = 3
 local n = tonumber(ARGV[a]); a = a + 1
 for _ = 1, n do
   local k, idx = KEYS[tonumber(ARGV[a])], tonumber(ARGV[a+1])
-  if redis.call('GETBIT', KEYS[2], idx) == 0 then
+  if redis.call('GETBIT', KEYS[2], idx) == 0 and holds(ARGV[a+1], ARGV[a+4]) then
     redis.call('HSET', k, ARGV[a+2], ARGV[a+3])
     if ttl > 0 then redis.call('PEXPIRE', k, ttl) end
   end
-  a = a + 4
+  a = a + 5
 end
 local news = false
 n = tonumber(ARGV[a]); a = a + 1
 for _ = 1, n do
   local idx = tonumber(ARGV[a])
-  if redis.call('SETBIT', KEYS[2], idx, 1) == 0 then
+  if redis.call('GETBIT', KEYS[2], idx) == 0 and holds(ARGV[a], ARGV[a+4]) then
+    redis.call('SETBIT', KEYS[2], idx, 1)
     redis.call('HSET', KEYS[3], idx, ARGV[a+1])
     redis.call('HINCRBY', meta, ARGV[a+2], 1)
     redis.call('HINCRBY', meta, 'done', 1)
     redis.call('DEL', KEYS[tonumber(ARGV[a+3])])
+    redis.call('HDEL', KEYS[5], ARGV[a])
     news = true
   end
-  a = a + 4
+  a = a + 5
 end
 n = tonumber(ARGV[a]); a = a + 1
 for _ = 1, n do
@@ -179,40 +205,98 @@ if ttl > 0 then
   for k = 2, 4 do redis.call('PEXPIRE', KEYS[k], ttl) end
 end
 local m = redis.call('HMGET', meta, 'done', 'total', 'failed', 'tolerated', 'notified')
+local out = 'open'
 if tonumber(m[3]) > tonumber(m[4]) then
   redis.call('HSET', meta, 'state', 'failed', 'message', m[3] .. ' items failed, more than the ' .. m[4] .. ' tolerated')
   redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' failed')
-  return 'failed'
-end
-if tonumber(m[1]) >= tonumber(m[2]) then
+  out = 'failed'
+elseif tonumber(m[1]) >= tonumber(m[2]) then
   redis.call('HSET', meta, 'state', 'complete')
   redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' complete')
-  return 'complete'
-end
-if news and m[5] ~= '1' then
+  out = 'complete'
+elseif news and m[5] ~= '1' then
   redis.call('HSET', meta, 'notified', 1)
   redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' open')
 end
-return 'open'
+return {out, lost}
 `)
 
 // claimScript reads, for a worker about to run items, the hand-off's state
-// and, per item, whether it is done and what it recorded so far.
+// and, per item, whether it is done, held by another worker's live claim,
+// or now claimed by this one, with what it recorded so far. A claim this
+// worker holds already is renewed and keeps its fence; a lapsed one is
+// taken over with a new fence. With take unset nothing is claimed.
 //
-// KEYS: meta, done, then one item key per index. ARGV: the indexes.
+// KEYS: meta, done, claims, then one item key per index.
+// ARGV: owner, claim ttl ms, take (1 or 0), then the indexes.
+// Per item: {index, 0 claimed | 1 done | 2 held, records, OWNER|FENCE or the holder}.
 var claimScript = goredis.NewScript(`
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'gone'} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local owner, ttl, take = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1' and state == 'open'
+local fence = nil
 local out = {state}
-for i = 1, #ARGV do
-  local idx = tonumber(ARGV[i])
-  if redis.call('GETBIT', KEYS[2], idx) == 1 then
-    table.insert(out, {idx, 1, {}})
+for i = 4, #ARGV do
+  local idx = ARGV[i]
+  if redis.call('GETBIT', KEYS[2], tonumber(idx)) == 1 then
+    table.insert(out, {tonumber(idx), 1, {}, ''})
   else
-    table.insert(out, {idx, 0, redis.call('HVALS', KEYS[i+2])})
+    local claim, held = '', nil
+    if take then
+      local cur = redis.call('HGET', KEYS[3], idx)
+      if cur then
+        local o, f, exp = string.match(cur, '^(.*)|(%d+)|(%d+)$')
+        if o == owner then
+          claim = o .. '|' .. f
+        elseif o and tonumber(exp) > now then
+          held = o
+        end
+      end
+      if not held then
+        if claim == '' then
+          if not fence then fence = redis.call('HINCRBY', KEYS[1], 'fence', 1) end
+          claim = owner .. '|' .. fence
+        end
+        redis.call('HSET', KEYS[3], idx, claim .. '|' .. (now + ttl))
+      end
+    end
+    if held then
+      table.insert(out, {tonumber(idx), 2, {}, held})
+    else
+      table.insert(out, {tonumber(idx), 0, redis.call('HVALS', KEYS[i]), claim})
+    end
   end
 end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl > 0 and fence then redis.call('PEXPIRE', KEYS[3], pttl) end
 return out
+`)
+
+// renewScript extends the claims a worker still holds, and returns the
+// indexes of those it has lost (another took them over, or the item is
+// done and its claim gone); with ttl 0 it releases them instead.
+//
+// KEYS: claims. ARGV: ttl ms, then (index, OWNER|FENCE) * n.
+var renewScript = goredis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+local lost = {}
+for a = 2, #ARGV, 2 do
+  local cur = redis.call('HGET', KEYS[1], ARGV[a])
+  if cur and string.sub(cur, 1, #ARGV[a+1] + 1) == ARGV[a+1] .. '|' then
+    if ttl > 0 then
+      redis.call('HSET', KEYS[1], ARGV[a], ARGV[a+1] .. '|' .. (now + ttl))
+    else
+      redis.call('HDEL', KEYS[1], ARGV[a])
+    end
+  else
+    table.insert(lost, tonumber(ARGV[a]))
+  end
+end
+return lost
 `)
 
 // newsScript reads what the log holds from position pos on, and the
@@ -401,29 +485,40 @@ func setBit(bits []byte, i int) { bits[i/8] |= 0x80 >> (i % 8) }
 type claimed struct {
 	index   int
 	done    bool
+	held    bool   // another worker's claim on it is live
+	claim   string // this worker's OWNER|FENCE; the holder's name when held
 	records []*store.StepRecord
 }
 
-func (b *barrier) claim(ctx context.Context, indexes []int) (string, []claimed, error) {
-	ks := make([]string, 0, len(indexes)+2)
-	ks = append(ks, b.k.meta, b.k.done)
-	args := make([]any, len(indexes))
-	for i, idx := range indexes {
+// claim reads the state of items a worker was handed and, with take,
+// claims those not done nor held by another worker for ttl.
+func (b *barrier) claim(ctx context.Context, owner string, ttl time.Duration, take bool, indexes []int) (string, []claimed, error) {
+	ks := make([]string, 0, len(indexes)+3)
+	ks = append(ks, b.k.meta, b.k.done, b.k.claims)
+	args := make([]any, 0, len(indexes)+3)
+	flag := 0
+	if take {
+		flag = 1
+	}
+	args = append(args, owner, ttl.Milliseconds(), flag)
+	for _, idx := range indexes {
 		ks = append(ks, b.k.item(idx))
-		args[i] = idx
+		args = append(args, idx)
 	}
 	res, err := claimScript.Run(ctx, b.rdb, ks, args...).Slice()
 	if err != nil {
-		return "", nil, fmt.Errorf("reading items of split %s from Redis: %w", b.ref, err)
+		return "", nil, fmt.Errorf("claiming items of split %s in Redis: %w", b.ref, err)
 	}
 	state, _ := res[0].(string)
 	var out []claimed
 	for _, e := range res[1:] {
 		row, _ := e.([]any)
-		if len(row) != 3 {
+		if len(row) != 4 {
 			continue
 		}
-		c := claimed{index: int(asInt(row[0])), done: asInt(row[1]) == 1}
+		kind := asInt(row[1])
+		c := claimed{index: int(asInt(row[0])), done: kind == 1, held: kind == 2}
+		c.claim, _ = row[3].(string)
 		vals, _ := row[2].([]any)
 		for _, v := range vals {
 			var rec store.StepRecord
@@ -434,6 +529,28 @@ func (b *barrier) claim(ctx context.Context, indexes []int) (string, []claimed, 
 		out = append(out, c)
 	}
 	return state, out, nil
+}
+
+// renew extends a worker's claims on items by ttl, or releases them with
+// ttl 0; it returns the items whose claim the worker no longer holds.
+func (b *barrier) renew(ctx context.Context, ttl time.Duration, claims map[int]string) ([]int, error) {
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	args := make([]any, 0, 1+2*len(claims))
+	args = append(args, ttl.Milliseconds())
+	for i, c := range claims {
+		args = append(args, i, c)
+	}
+	res, err := renewScript.Run(ctx, b.rdb, []string{b.k.claims}, args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("renewing claims on items of split %s in Redis: %w", b.ref, err)
+	}
+	lost := make([]int, 0, len(res))
+	for _, v := range res {
+		lost = append(lost, int(asInt(v)))
+	}
+	return lost, nil
 }
 
 func asInt(v any) int64 {
@@ -447,9 +564,11 @@ func asInt(v any) int64 {
 	return 0
 }
 
-// commit writes a worker's batch; it returns the hand-off's state.
-func (b *barrier) commit(ctx context.Context, batch *store.Batch) (string, error) {
-	ks := []string{b.k.meta, b.k.done, b.k.res, b.k.log}
+// commit writes a worker's batch; it returns the hand-off's state, and the
+// items it wrote nothing for because the worker's claim on them, as claim
+// gives it, has been taken over.
+func (b *barrier) commit(ctx context.Context, batch *store.Batch, claim func(item int) string) (string, []int, error) {
+	ks := []string{b.k.meta, b.k.done, b.k.res, b.k.log, b.k.claims}
 	keyIndex := map[int]int{} // item index → position of its key in ks (1-based)
 	itemKey := func(i int) int {
 		if p, ok := keyIndex[i]; ok {
@@ -468,25 +587,25 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch) (string, error
 		}
 		data, err := jsonx.Marshal(rec)
 		if err != nil {
-			return "", fmt.Errorf("encoding step record %s: %w", rec.Key, err)
+			return "", nil, fmt.Errorf("encoding step record %s: %w", rec.Key, err)
 		}
 		if split {
 			entry, err := jsonx.Marshal(result{Status: rec.Status, Body: rec.Body, Error: rec.Error})
 			if err != nil {
-				return "", fmt.Errorf("encoding the result of item %d: %w", i, err)
+				return "", nil, fmt.Errorf("encoding the result of item %d: %w", i, err)
 			}
-			slotArgs = append(slotArgs, i, entry, statusField(rec.Status), itemKey(i))
+			slotArgs = append(slotArgs, i, entry, statusField(rec.Status), itemKey(i), claim(i))
 			nSlots++
 			continue
 		}
-		recArgs = append(recArgs, itemKey(i), i, rec.Key, data)
+		recArgs = append(recArgs, itemKey(i), i, rec.Key, data, claim(i))
 		nRecs++
 	}
 	var other []any
 	for _, d := range batch.DLQ {
 		entry, err := jsonx.Marshal(logEntry{DLQ: d})
 		if err != nil {
-			return "", fmt.Errorf("encoding a dead-letter entry: %w", err)
+			return "", nil, fmt.Errorf("encoding a dead-letter entry: %w", err)
 		}
 		other = append(other, entry)
 	}
@@ -494,7 +613,7 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch) (string, error
 		ev := batch.Events[i]
 		entry, err := jsonx.Marshal(logEntry{Event: &ev})
 		if err != nil {
-			return "", fmt.Errorf("encoding an event: %w", err)
+			return "", nil, fmt.Errorf("encoding an event: %w", err)
 		}
 		other = append(other, entry)
 	}
@@ -505,11 +624,19 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch) (string, error
 	args = append(args, slotArgs...)
 	args = append(args, len(other))
 	args = append(args, other...)
-	state, err := commitScript.Run(ctx, b.rdb, ks, args...).Text()
+	res, err := commitScript.Run(ctx, b.rdb, ks, args...).Slice()
 	if err != nil {
-		return "", fmt.Errorf("committing results of split %s to Redis: %w", b.ref, err)
+		return "", nil, fmt.Errorf("committing results of split %s to Redis: %w", b.ref, err)
 	}
-	return state, nil
+	state, _ := res[0].(string)
+	var lost []int
+	if len(res) > 1 {
+		raw, _ := res[1].([]any)
+		for _, v := range raw {
+			lost = append(lost, int(asInt(v)))
+		}
+	}
+	return state, lost, nil
 }
 
 // slotOf places a step record key within the split: an item's slot
@@ -662,7 +789,7 @@ func (b *barrier) end(ctx context.Context, state string) error {
 
 // remove deletes every key of the hand-off.
 func (b *barrier) remove(ctx context.Context) error {
-	ks := []string{b.k.meta, b.k.ctx, b.k.done, b.k.res, b.k.log}
+	ks := []string{b.k.meta, b.k.ctx, b.k.done, b.k.res, b.k.log, b.k.claims}
 	iter := b.rdb.Scan(ctx, 0, escapeGlob(b.k.base)+":item:*", 1000).Iterator()
 	for iter.Next(ctx) {
 		ks = append(ks, iter.Val())

@@ -734,3 +734,50 @@ payload_template = { host = "<<origin.payload.host>>" }
 		t.Fatalf("distributed %s %+v %s\nlocal %s %s", d.Status, d.Error, d.Steps["loop"].Body, l.Status, l.Steps["loop"].Body)
 	}
 }
+
+// TestItemClaimedByOneWorker cuts a worker's broker connection while its
+// items are mid-call: RabbitMQ hands their messages to a second worker,
+// which finds them claimed by the first (which still renews its claims in
+// Redis) and waits instead of running them beside it. Every call is made
+// once, and the split counts every item once.
+func TestItemClaimedByOneWorker(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	fan := servers(t, "batch_size = 2\nmax_in_flight = 40\nclaim_ttl_seconds = 2")
+	cfg := fan + twoSteps(rec, 4000)
+	owner := newNode(t, cfg)
+	// The first worker reaches RabbitMQ through a proxy the test can cut.
+	amqpURL := fan[strings.Index(fan, `rabbitmq_url = "`)+len(`rabbitmq_url = "`):]
+	amqpURL = amqpURL[:strings.IndexByte(amqpURL, '"')]
+	host := amqpURL[strings.LastIndexByte(amqpURL, '@')+1:]
+	host = host[:strings.IndexByte(host, '/')]
+	proxy := brokertest.Proxy(t, host)
+	first := newNodeAt(t, strings.Replace(cfg, "@"+host+"/", "@"+proxy.Addr()+"/", 1), filepath.Join(dir, "w1.db"), nil)
+	defer first.work()()
+	const items = 6
+	id := owner.start("c", itemsPayload(items, func(int) bool { return false }))
+	waitUntil(t, "every item's second call to be in flight", func() bool {
+		n := 0
+		for k := range calls(t, rec) {
+			if strings.HasSuffix(k, "/second") {
+				n++
+			}
+		}
+		return n == items
+	})
+	m := &counter{}
+	defer newNodeAt(t, cfg, filepath.Join(dir, "w2.db"), m).work()()
+	proxy.Cut()
+	res := owner.wait(id)
+	if res.Status != store.RunSucceeded || !strings.Contains(string(res.Steps["loop"].Body), fmt.Sprintf(`"succeeded":%d`, items)) {
+		t.Fatalf("run %s %+v: %.300s", res.Status, res.Error, res.Steps["loop"].Body)
+	}
+	for key, n := range calls(t, rec) {
+		if n != 1 {
+			t.Errorf("%s was called %d times: two workers ran its item at once", key, n)
+		}
+	}
+	if m.get(func(c *counter) int { return c.redelivered }) == 0 {
+		t.Error("the second worker was handed no item: the cut did not return the messages to the queue")
+	}
+}

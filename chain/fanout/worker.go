@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/fanout/broker"
 	"github.com/chaingate/gateway/chain/store"
@@ -66,12 +68,16 @@ func (w *Worker) Run(ctx context.Context) error {
 			cancel()
 		}
 	}
-	wg.Add(3)
+	wg.Add(4)
 	go consume(broker.Items, w.f.cfg.Prefetch, w.deliver)
 	go consume(broker.Dead, 4, w.poison)
 	go func() {
 		defer wg.Done()
 		w.janitor(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		w.renewClaims(ctx)
 	}()
 	<-ctx.Done()
 	w.closeAll()
@@ -103,6 +109,9 @@ type worked struct {
 	mu      sync.Mutex
 	runner  *engine.ItemRunner
 	waiting map[int][]*pending // item → the deliveries waiting for it
+	claims  map[int]string     // item → this worker's claim on it, OWNER|FENCE
+	lost    map[int]bool       // items whose claim went while they ran
+	renewed time.Time          // when the claims were last renewed
 	over    bool               // the split is over: what comes for it is acknowledged
 	closing bool               // this worker stops: what it holds is delivered again
 	used    time.Time
@@ -114,6 +123,9 @@ type pending struct {
 	d     *broker.Delivery
 	items []engine.WorkItem
 	left  int
+	// requeue: an item of it was given up, not finished, so the message
+	// goes back to the queue rather than being acknowledged.
+	requeue bool
 }
 
 func (ws *worked) held() int {
@@ -149,6 +161,25 @@ func (w *Worker) retry(ctx context.Context, what string, fn func() error) bool {
 	}
 }
 
+// settle acknowledges a delivery, or returns it to the queue.
+func (w *Worker) settle(d *broker.Delivery, requeue bool) {
+	if !requeue {
+		w.ack(d)
+		return
+	}
+	if err := d.Nack(true); err != nil && !errors.Is(err, broker.ErrStale) && !errors.Is(err, broker.ErrSettled) {
+		w.log.Warn("returning a message to the queue", "err", err)
+	}
+}
+
+// claimTTL is how long a claim on an item lasts unless renewed.
+func (w *Worker) claimTTL() time.Duration {
+	if n := w.f.cfg.ClaimTTLSeconds; n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return chain.DefaultFanoutClaimTTLSeconds * time.Second
+}
+
 func (w *Worker) ack(d *broker.Delivery) {
 	if err := d.Ack(); err != nil && !errors.Is(err, broker.ErrStale) && !errors.Is(err, broker.ErrSettled) {
 		w.log.Warn("acknowledging a message", "err", err)
@@ -178,7 +209,7 @@ func (w *Worker) split(ctx context.Context, r ref) *worked {
 	if ws := w.splits[key]; ws != nil {
 		return ws
 	}
-	ws = &worked{w: w, r: r, b: b, ws: work, waiting: map[int][]*pending{}, used: time.Now()}
+	ws = &worked{w: w, r: r, b: b, ws: work, waiting: map[int][]*pending{}, claims: map[int]string{}, lost: map[int]bool{}, used: time.Now()}
 	ws.unsub = w.f.notices.subscribe(key, ws.notice)
 	w.splits[key] = ws
 	return ws
@@ -216,8 +247,16 @@ func (w *Worker) deliver(ctx context.Context, d *broker.Delivery) {
 }
 
 // run claims the items of a delivery and hands those not done to the
-// split's runner.
+// split's runner. Items another worker's live claim holds are waited for:
+// done there, or taken over once that claim lapses.
 func (ws *worked) run(ctx context.Context, d *broker.Delivery, items []engine.WorkItem) {
+	p := &pending{d: d, left: len(items)}
+	ws.claimAndRun(ctx, p, items)
+}
+
+// claimAndRun claims items of p and runs those it got; it returns the
+// items still held elsewhere, which it has started waiting for.
+func (ws *worked) claimAndRun(ctx context.Context, p *pending, items []engine.WorkItem) {
 	w := ws.w
 	indexes := make([]int, len(items))
 	for i, it := range items {
@@ -225,48 +264,101 @@ func (ws *worked) run(ctx context.Context, d *broker.Delivery, items []engine.Wo
 	}
 	var state string
 	var claims []claimed
-	if !w.retry(ctx, "reading split items from Redis", func() (err error) {
-		state, claims, err = ws.b.claim(ctx, indexes)
+	if !w.retry(ctx, "claiming split items in Redis", func() (err error) {
+		state, claims, err = ws.b.claim(ctx, w.eng.Owner(), w.claimTTL(), true, indexes)
 		return err
 	}) {
 		return
 	}
 	if state != string(engine.FanoutOpen) {
 		ws.end()
-		w.ack(d)
+		w.ack(p.d)
 		return
 	}
 	byIndex := make(map[int]claimed, len(claims))
 	for _, c := range claims {
 		byIndex[c.index] = c
 	}
-	var todo []engine.WorkItem
+	var todo, held []engine.WorkItem
+	done := 0
 	for _, it := range items {
-		c := byIndex[it.Index]
-		if c.done {
-			continue
+		switch c := byIndex[it.Index]; {
+		case c.done:
+			done++
+		case c.held:
+			held = append(held, it)
+		default:
+			it.Records = c.records
+			todo = append(todo, it)
+			ws.mu.Lock()
+			ws.claims[it.Index] = c.claim
+			delete(ws.lost, it.Index)
+			if ws.renewed.IsZero() {
+				ws.renewed = time.Now()
+			}
+			ws.mu.Unlock()
 		}
-		it.Records = c.records
-		todo = append(todo, it)
+	}
+	ws.settle(p, done)
+	if len(held) > 0 {
+		go ws.await(ctx, p, held)
 	}
 	if len(todo) == 0 {
-		w.ack(d)
 		return
 	}
-	p := &pending{d: d, items: todo, left: len(todo)}
+	p.items = append(p.items, todo...)
 	var runner *engine.ItemRunner
 	if !w.retry(ctx, "starting a runner for split items", func() (err error) {
-		runner, err = ws.hold(p)
+		runner, err = ws.hold(p, todo)
 		return err
 	}) {
 		return
 	}
 	switch {
 	case runner == nil && ws.isOver():
-		w.ack(d)
+		w.ack(p.d)
 	case runner != nil:
 		// If the runner stopped meanwhile, its watcher hands p over again.
 		_ = runner.Add(todo)
+	}
+}
+
+// await waits for items another worker holds: each is settled once it is
+// done, or claimed and run here once the other's claim has lapsed.
+func (ws *worked) await(ctx context.Context, p *pending, held []engine.WorkItem) {
+	t := time.NewTimer(ws.w.claimTTL() / 3)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+	}
+	ws.mu.Lock()
+	over, closing := ws.over, ws.closing
+	ws.mu.Unlock()
+	switch {
+	case closing:
+		return
+	case over:
+		ws.w.ack(p.d)
+		return
+	}
+	// What is still held is waited for again.
+	ws.claimAndRun(ctx, p, held)
+}
+
+// settle counts n items of p as finished, and acknowledges (or requeues)
+// its message once none is left.
+func (ws *worked) settle(p *pending, n int) {
+	if n == 0 {
+		return
+	}
+	ws.mu.Lock()
+	p.left -= n
+	last, requeue := p.left == 0, p.requeue
+	ws.mu.Unlock()
+	if last {
+		go ws.w.settle(p.d, requeue)
 	}
 }
 
@@ -276,9 +368,9 @@ func (ws *worked) isOver() bool {
 	return ws.over
 }
 
-// hold records that p waits for its items and returns the runner to hand
+// hold records that p waits for items and returns the runner to hand
 // them to, starting one if needed; nil when the split is over.
-func (ws *worked) hold(p *pending) (*engine.ItemRunner, error) {
+func (ws *worked) hold(p *pending, items []engine.WorkItem) (*engine.ItemRunner, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.over || ws.closing {
@@ -297,7 +389,7 @@ func (ws *worked) hold(p *pending) (*engine.ItemRunner, error) {
 		ws.runner = r
 		go ws.watch(r)
 	}
-	for _, it := range p.items {
+	for _, it := range items {
 		ws.waiting[it.Index] = append(ws.waiting[it.Index], p)
 	}
 	ws.used = time.Now()
@@ -305,24 +397,87 @@ func (ws *worked) hold(p *pending) (*engine.ItemRunner, error) {
 }
 
 // finished is told by the runner that an item's result is durable, or that
-// the item was dropped because the split is over: either way its message
-// is done with it.
-func (ws *worked) finished(index int, _ bool) {
+// the item was dropped: because the split is over, or because this worker
+// lost its claim on it, in which case its message goes back to the queue
+// unless the item is done elsewhere by then.
+func (ws *worked) finished(index int, dropped bool) {
 	ws.mu.Lock()
 	ps := ws.waiting[index]
 	delete(ws.waiting, index)
-	var acks []*broker.Delivery
+	delete(ws.claims, index)
+	lost := dropped && ws.lost[index]
+	delete(ws.lost, index)
+	type settlement struct {
+		d       *broker.Delivery
+		requeue bool
+	}
+	var out []settlement
 	for _, p := range ps {
+		if lost {
+			p.requeue = true
+		}
 		p.left--
 		if p.left == 0 {
-			acks = append(acks, p.d)
+			out = append(out, settlement{p.d, p.requeue})
 		}
 	}
 	ws.used = time.Now()
 	ws.mu.Unlock()
-	for _, d := range acks {
-		go ws.w.ack(d)
+	for _, s := range out {
+		go ws.w.settle(s.d, s.requeue)
 	}
+}
+
+// lose stops the items whose claim this worker no longer holds: another
+// worker runs them now, or will.
+func (ws *worked) lose(indexes []int, why string) {
+	if len(indexes) == 0 {
+		return
+	}
+	ws.mu.Lock()
+	var mine []int
+	for _, i := range indexes {
+		if _, ok := ws.claims[i]; ok {
+			ws.lost[i] = true
+			delete(ws.claims, i)
+			mine = append(mine, i)
+		}
+	}
+	r := ws.runner
+	ws.mu.Unlock()
+	if len(mine) == 0 || r == nil {
+		return
+	}
+	ws.w.log.Warn("stopping split items this worker no longer holds a claim on", "split", ws.r.String(), "items", len(mine), "why", why)
+	r.Drop(mine)
+}
+
+// renew extends this worker's claims on the items it runs. Claims it can
+// no longer renew in time are given up: their items stop here before
+// another worker may take them over.
+func (ws *worked) renew(ctx context.Context, ttl time.Duration) {
+	ws.mu.Lock()
+	claims := maps.Clone(ws.claims)
+	renewed := ws.renewed
+	ws.mu.Unlock()
+	if len(claims) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, ttl/3)
+	lost, err := ws.b.renew(rctx, ttl, claims)
+	cancel()
+	if err != nil {
+		// Stop a third of a ttl before the claims lapse, so no call of
+		// this worker overlaps the next one's.
+		if time.Since(renewed) > ttl*2/3 {
+			ws.lose(slices.Collect(maps.Keys(claims)), fmt.Sprintf("the claims could not be renewed for %s: %v", time.Since(renewed).Round(time.Millisecond), err))
+		}
+		return
+	}
+	ws.mu.Lock()
+	ws.renewed = time.Now()
+	ws.mu.Unlock()
+	ws.lose(lost, "another worker took them over")
 }
 
 // watch hands the items of a runner that stopped early to a new one: their
@@ -334,18 +489,33 @@ func (ws *worked) watch(r *engine.ItemRunner) {
 	if ws.runner == r {
 		ws.runner = nil
 	}
-	seen := map[*pending]bool{}
+	// The items each delivery still waits for, to be run again for it.
+	left := map[*pending]map[int]bool{}
 	var again []*pending
-	for _, ps := range ws.waiting {
+	for i, ps := range ws.waiting {
 		for _, p := range ps {
-			if !seen[p] {
-				seen[p] = true
+			if left[p] == nil {
+				left[p] = map[int]bool{}
 				again = append(again, p)
 			}
+			left[p][i] = true
 		}
 	}
 	clear(ws.waiting)
 	over, closing := ws.over, ws.closing
+	var redo [][]engine.WorkItem
+	for _, p := range again {
+		var items, kept []engine.WorkItem
+		for _, it := range p.items {
+			if left[p][it.Index] {
+				items = append(items, engine.WorkItem{Index: it.Index, Value: it.Value})
+			} else {
+				kept = append(kept, it)
+			}
+		}
+		p.items = kept
+		redo = append(redo, items)
+	}
 	ws.mu.Unlock()
 	switch {
 	case closing || len(again) == 0:
@@ -360,12 +530,8 @@ func (ws *worked) watch(r *engine.ItemRunner) {
 		ws.w.log.Warn("a runner of split items stopped; running its items again", "split", ws.r.String(), "err", err)
 		time.Sleep(time.Second)
 	}
-	for _, p := range again {
-		var items []engine.WorkItem
-		for _, it := range p.items {
-			items = append(items, engine.WorkItem{Index: it.Index, Value: it.Value})
-		}
-		go ws.run(ws.w.runCtx(), p.d, items)
+	for i, p := range again {
+		go ws.claimAndRun(ws.w.runCtx(), p, redo[i])
 	}
 }
 
@@ -427,7 +593,30 @@ func (w *Worker) janitor(ctx context.Context) {
 	}
 }
 
-// closeAll stops every runner; what they held is delivered again.
+// renewClaims renews, a few times per claim's life, the claims this
+// worker holds on the items it runs, in one script per split.
+func (w *Worker) renewClaims(ctx context.Context) {
+	ttl := w.claimTTL()
+	t := time.NewTicker(ttl / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		splits := slices.Collect(maps.Values(w.splits))
+		w.mu.Unlock()
+		for _, ws := range splits {
+			ws.renew(ctx, ttl)
+		}
+	}
+}
+
+// closeAll stops every runner; what they held is delivered again, and
+// their claims are let go so the next worker need not wait for them to
+// lapse.
 func (w *Worker) closeAll() {
 	w.mu.Lock()
 	splits := w.splits
@@ -443,6 +632,15 @@ func (w *Worker) closeAll() {
 		if r != nil {
 			r.Close()
 		}
+		ws.mu.Lock()
+		claims := maps.Clone(ws.claims)
+		clear(ws.claims)
+		ws.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if _, err := ws.b.renew(ctx, 0, claims); err != nil {
+			w.log.Warn("letting go of claims on split items; they lapse on their own", "split", ws.r.String(), "err", err)
+		}
+		cancel()
 	}
 }
 
@@ -450,16 +648,29 @@ func (w *Worker) closeAll() {
 type sink struct{ ws *worked }
 
 func (s sink) Commit(ctx context.Context, b *store.Batch) error {
-	state, err := s.ws.b.commit(ctx, b)
+	state, lost, err := s.ws.b.commit(ctx, b, s.ws.claim)
 	if err != nil {
 		return err
 	}
+	s.ws.lose(lost, "another worker took them over")
 	switch state {
 	case string(engine.FanoutOpen), string(engine.FanoutComplete):
 	default:
 		s.ws.end()
 	}
 	return nil
+}
+
+// claim is this worker's claim on an item, for a commit to carry.
+func (ws *worked) claim(item int) string {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if c, ok := ws.claims[item]; ok {
+		return c
+	}
+	// Not claimed here (it was lost): a claim no one holds, so the commit
+	// writes nothing for it.
+	return ws.w.eng.Owner() + "|0"
 }
 
 // poison takes a message that was delivered more often than
@@ -491,7 +702,7 @@ func (w *Worker) park(ctx context.Context, ws *worked, d *broker.Delivery, index
 	var state string
 	var claims []claimed
 	if !w.retry(ctx, "reading split items from Redis", func() (err error) {
-		state, claims, err = ws.b.claim(ctx, indexes)
+		state, claims, err = ws.b.claim(ctx, w.eng.Owner(), w.claimTTL(), false, indexes)
 		return err
 	}) {
 		return
@@ -522,7 +733,8 @@ func (w *Worker) park(ctx context.Context, ws *worked, d *broker.Delivery, index
 		b.Events = append(b.Events, store.Event{Time: now, Type: store.EventDeadLettered, Step: key, Message: "dead-letter entry " + entry.ID + ": " + info.Message})
 	}
 	if len(b.Steps) > 0 {
-		if !w.retry(ctx, "parking poison items in Redis", func() error { _, err := ws.b.commit(ctx, b); return err }) {
+		unclaimed := func(int) string { return "" }
+		if !w.retry(ctx, "parking poison items in Redis", func() error { _, _, err := ws.b.commit(ctx, b, unclaimed); return err }) {
 			return
 		}
 		w.f.metrics.ItemsPoisoned(len(b.Steps))

@@ -60,6 +60,7 @@ batch_size = 5
 max_in_flight = 60
 prefetch = 4
 max_redeliveries = 20
+claim_ttl_seconds = 3
 
 [[providers]]
 name = "faulty"

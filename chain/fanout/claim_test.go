@@ -1,0 +1,94 @@
+package fanout
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/chain/store/redis/redistest"
+)
+
+// TestClaims runs the claim protocol against Redis: a live claim holds an
+// item against another worker, the holder renews it, a lapsed one is taken
+// over with a higher fence, and from then on the old holder can neither
+// renew it nor write the item's records or result.
+func TestClaims(t *testing.T) {
+	ctx := context.Background()
+	prefix := "cgtest:claims:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	u := redistest.OpenPrefix(t, prefix)
+	opts, err := goredis.ParseURL(strings.Split(u, "?")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := goredis.NewClient(opts)
+	defer rdb.Close()
+	b := newBarrier(rdb, prefix, ref{Run: "r1", Split: "loop", Gen: 1})
+	ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: 3}
+	if state, _, err := b.init(ctx, ws, 0, false, time.Hour); err != nil || state != "open" {
+		t.Fatalf("init: %q %v", state, err)
+	}
+	const ttl = 300 * time.Millisecond
+
+	_, mine, err := b.claim(ctx, "w1", ttl, true, []int{0, 1})
+	if err != nil || len(mine) != 2 || mine[0].held || mine[0].claim == "" {
+		t.Fatalf("w1 claims 0 and 1: %+v %v", mine, err)
+	}
+	w1 := map[int]string{0: mine[0].claim, 1: mine[1].claim}
+	_, other, err := b.claim(ctx, "w2", ttl, true, []int{0, 1, 2})
+	if err != nil || !other[0].held || !other[1].held || other[2].held || other[0].claim != "w1" {
+		t.Fatalf("w2 while w1's claims are live: %+v %v", other, err)
+	}
+	// Renewed past the first ttl, w1's claims still hold.
+	for range 3 {
+		time.Sleep(ttl / 2)
+		if lost, err := b.renew(ctx, ttl, w1); err != nil || len(lost) != 0 {
+			t.Fatalf("w1 renews: lost %v, %v", lost, err)
+		}
+	}
+	if _, other, _ = b.claim(ctx, "w2", ttl, true, []int{0}); !other[0].held {
+		t.Fatalf("w2 took item 0 over while w1 renewed its claim: %+v", other)
+	}
+	// w1 stops renewing: its claims lapse and w2 takes item 0 over.
+	time.Sleep(ttl + 100*time.Millisecond)
+	_, other, err = b.claim(ctx, "w2", ttl, true, []int{0})
+	if err != nil || other[0].held || other[0].claim == "" {
+		t.Fatalf("w2 after w1's claim lapsed: %+v %v", other, err)
+	}
+	fence := func(c string) int { n, _ := strconv.Atoi(c[strings.LastIndexByte(c, '|')+1:]); return n }
+	if fence(other[0].claim) <= fence(w1[0]) {
+		t.Errorf("the takeover's fence %s is not above %s", other[0].claim, w1[0])
+	}
+	if lost, err := b.renew(ctx, ttl, w1); err != nil || !slices.Contains(lost, 0) || slices.Contains(lost, 1) {
+		t.Errorf("w1 renews after the takeover: lost %v, %v; want item 0 lost, item 1 still its", lost, err)
+	}
+
+	// w1's writes for item 0 are refused; its writes for item 1 go in.
+	batch := &store.Batch{Steps: []*store.StepRecord{
+		{Key: "loop[0]/first", Name: "first", Status: store.StepSucceeded},
+		{Key: "loop[0]", Name: "loop", Status: store.StepSucceeded},
+		{Key: "loop[1]", Name: "loop", Status: store.StepSucceeded},
+	}}
+	state, lost, err := b.commit(ctx, batch, func(i int) string { return w1[i] })
+	if err != nil || state != "open" || !slices.Equal(lost, []int{0}) {
+		t.Fatalf("w1 commits after losing item 0: %q lost %v %v", state, lost, err)
+	}
+	_, rows, _ := b.claim(ctx, "w3", ttl, false, []int{0, 1})
+	if rows[0].done || len(rows[0].records) != 0 || !rows[1].done {
+		t.Errorf("after w1's commit: item 0 %+v (want not done, no records), item 1 done %v", rows[0], rows[1].done)
+	}
+	// w2, which holds item 0, records it.
+	state, lost, err = b.commit(ctx, &store.Batch{Steps: []*store.StepRecord{{Key: "loop[0]", Name: "loop", Status: store.StepSucceeded}}}, func(int) string { return other[0].claim })
+	if err != nil || len(lost) != 0 || state != "open" {
+		t.Fatalf("w2 commits item 0: %q lost %v %v", state, lost, err)
+	}
+	if left, _ := rdb.HKeys(ctx, b.k.claims).Result(); !slices.Equal(left, []string{"2"}) {
+		t.Errorf("claims left: %v, want only item 2's (claimed by w2, not done)", left)
+	}
+}
