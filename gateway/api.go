@@ -420,7 +420,8 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
 
 // streamRun writes a run with every step record, its splits' items
 // included, as it reads them: a split of 100,000 items is never held in
-// memory whole. The answer is the same JSON as without streaming.
+// memory whole. The answer is the same JSON as without streaming, its
+// members in another order.
 func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, id string) {
 	ctx := r.Context()
 	run, err := s.gw.Store.Run(ctx, id)
@@ -442,7 +443,11 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	out.WriteString(`"steps":{`)
 	n := 0
+	distributed := []string{}
 	err = s.gw.Store.ForEachStep(ctx, id, store.StepScan{}, func(rec *store.StepRecord) error {
+		if distributedSplit(rec) {
+			distributed = append(distributed, rec.Key)
+		}
 		key, _ := jsonx.Marshal(rec.Key)
 		body, err := jsonx.Marshal(rec)
 		if err != nil {
@@ -466,7 +471,10 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, id string) {
 		s.log.Error("streaming a run's steps failed", "run", id, "err", err)
 		panic(http.ErrAbortHandler)
 	}
-	out.WriteString("}}\n")
+	tail, _ := jsonx.Marshal(distributed)
+	out.WriteString(`},"distributed_splits":`)
+	out.Write(tail)
+	out.WriteString("}\n")
 	_ = out.Flush()
 }
 

@@ -36,6 +36,14 @@ type Ops interface {
 type RunView struct {
 	*store.Run
 	Steps map[string]*store.StepRecord `json:"steps"`
+	// DistributedSplits are the keys of the run's splits whose items were
+	// handed to workers.
+	DistributedSplits []string `json:"distributed_splits"`
+}
+
+// distributedSplit reports whether rec is a split handed to workers.
+func distributedSplit(rec *store.StepRecord) bool {
+	return rec.Split != nil && rec.Split.Distributed && !store.IsItemKey(rec.Key)
 }
 
 // BulkReplay reports a replay of many dead-letter entries.
@@ -97,9 +105,12 @@ func (l *Local) Run(ctx context.Context, id string, items bool) (*RunView, error
 	if err != nil {
 		return nil, err
 	}
-	v := &RunView{Run: run, Steps: map[string]*store.StepRecord{}}
+	v := &RunView{Run: run, Steps: map[string]*store.StepRecord{}, DistributedSplits: []string{}}
 	err = l.GW.Store.ForEachStep(ctx, id, store.StepScan{SkipItems: !items}, func(rec *store.StepRecord) error {
 		v.Steps[rec.Key] = rec
+		if distributedSplit(rec) {
+			v.DistributedSplits = append(v.DistributedSplits, rec.Key)
+		}
 		return nil
 	})
 	return v, err

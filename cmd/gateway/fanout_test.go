@@ -265,6 +265,9 @@ func (e *fanoutEnv) checkSplit(run map[string]any, before map[string]int) {
 	if run["status"] != "succeeded" {
 		e.t.Fatalf("run %v: %v", run["status"], run["error"])
 	}
+	if d, _ := run["distributed_splits"].([]any); len(d) != 1 || d[0] != "loop" {
+		e.t.Errorf("distributed_splits: %v, want [loop]", run["distributed_splits"])
+	}
 	steps, _ := run["steps"].(map[string]any)
 	loop, _ := steps["loop"].(map[string]any)
 	body, _ := loop["body"].(map[string]any)
