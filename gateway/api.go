@@ -491,6 +491,9 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 // keep it open.
 const heartbeat = 15 * time.Second
 
+// bulkTimeout bounds a replay or purge of many dead-letter entries.
+const bulkTimeout = 30 * time.Minute
+
 // streamWriteTimeout bounds each write of an event stream: a client that
 // stops reading is let go, one that reads is kept as long as the run goes.
 const streamWriteTimeout = 2 * heartbeat
@@ -713,6 +716,9 @@ func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// Thousands of entries may take longer than a request may; the caller
+	// holds a write token, so it is no slow client to guard against.
+	holdOpen(w, bulkTimeout)
 	opts, err := replayOptions(b.Mode, b.Definition)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -751,6 +757,7 @@ func (s *Server) purgeDLQ(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	holdOpen(w, bulkTimeout)
 	n, err := s.ops.PurgeDLQ(r.Context(), f)
 	if err != nil {
 		s.writeError(w, r, err)
