@@ -39,83 +39,81 @@ func serveWithLimits(t *testing.T, env *apiEnv, limits string) {
 	})
 }
 
-// TestSlowClientsCannotHoldTheServer fills every connection the server
-// takes with clients that never finish their request: they are cut off at
-// the request timeout, and only then, its slots freed, does the next client
-// get its answer. An idle kept-alive connection is closed too.
+// TestSlowClientsCannotHoldTheServer: a client that never finishes its
+// request is cut off at the request timeout, and a kept-alive connection
+// with nothing to ask at the idle timeout; while max_connections are open
+// the next client waits, and is answered once the server has closed one.
 func TestSlowClientsCannotHoldTheServer(t *testing.T) {
 	env := newAPI(t, "")
 	serveWithLimits(t, env, "max_connections = 3\nrequest_timeout_seconds = 1\nidle_timeout_seconds = 1\n")
 	addr := strings.TrimPrefix(env.url, "http://")
-
-	var mu sync.Mutex
-	var cutAt []time.Time
-	var wg sync.WaitGroup
-	for range 3 {
+	dial := func() net.Conn {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		// Half a request line and one header, then nothing.
-		if _, err := io.WriteString(c, "GET /v1/chains HTTP/1.1\r\nHost: 127.0.0.1\r\n"); err != nil {
+		t.Cleanup(func() { _ = c.Close() })
+		_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+		return c
+	}
+
+	// A slow client: half a request, then nothing. It is cut off.
+	slow := dial()
+	if _, err := io.WriteString(slow, "GET /v1/chains HTTP/1.1\r\nHost: 127.0.0.1\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(slow); err != nil {
+		t.Fatalf("a slow client was not cut off by the server: %v", err)
+	}
+
+	// Three kept-alive connections, each answered once (so the server
+	// holds all three), then idle.
+	var mu sync.Mutex
+	var closedAt []time.Time
+	var wg sync.WaitGroup
+	for range 3 {
+		c := dial()
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("healthz on a kept-alive connection: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
-			_, err := io.ReadAll(c)
+			_, err := br.ReadByte()
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil {
-				t.Errorf("a slow client was not cut off by the server: %v", err)
+			if err != io.EOF {
+				t.Errorf("an idle kept-alive connection was not closed: %v", err)
 				return
 			}
-			cutAt = append(cutAt, time.Now())
+			closedAt = append(closedAt, time.Now())
 		}()
 	}
-	// Let the server take the three before the fourth comes.
-	time.Sleep(200 * time.Millisecond)
 	client := &http.Client{Timeout: 60 * time.Second}
 	resp, err := client.Get(env.url + "/healthz")
 	if err != nil {
-		t.Fatalf("a client waiting behind slow ones got no answer: %v", err)
+		t.Fatalf("a client waiting behind idle ones got no answer: %v", err)
 	}
 	answeredAt := time.Now()
 	resp.Body.Close()
 	wg.Wait()
-	if len(cutAt) != 3 {
-		t.Fatalf("%d of 3 slow clients were cut off", len(cutAt))
+	if len(closedAt) != 3 {
+		t.Fatalf("%d of 3 idle connections were closed", len(closedAt))
 	}
-	first := cutAt[0]
-	for _, at := range cutAt {
+	first := closedAt[0]
+	for _, at := range closedAt {
 		if at.Before(first) {
 			first = at
 		}
 	}
 	if answeredAt.Before(first) {
-		t.Errorf("the fourth client was answered while three slow ones held every connection (max_connections = 3)")
-	}
-
-	// A kept-alive connection with nothing more to ask is closed.
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
-	br := bufio.NewReader(c)
-	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("healthz on a raw connection: %v", err)
-	} else {
-		_, _ = io.Copy(io.Discard, resp.Body)
-	}
-	if _, err := br.ReadByte(); err != io.EOF {
-		t.Errorf("an idle kept-alive connection was not closed: %v", err)
+		t.Errorf("the fourth client was answered while three connections held every slot (max_connections = 3)")
 	}
 }
 

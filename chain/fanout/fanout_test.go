@@ -605,13 +605,18 @@ name = "call"
 provider = "faulty"
 payload_template = { record = %q, n = "<<item.n>>", hang = "<<item.hang ?? false>>" }
 `, rec)
-	owner := newNode(t, cfg)
-	id := owner.start("c", `{"items": [{"n": 0}, {"n": 1, "hang": true}, {"n": 2}]}`)
 	m := &counter{}
+	owner := newNodeAt(t, cfg, filepath.Join(dir, "owner.db"), m)
+	id := owner.start("c", `{"items": [{"n": 0}, {"n": 1, "hang": true}, {"n": 2}]}`)
 	for round := 1; round <= 2; round++ {
 		w := newNodeAt(t, cfg, filepath.Join(dir, fmt.Sprintf("w%d.db", round)), m)
 		stop := w.work()
 		waitUntil(t, fmt.Sprintf("delivery %d of the hanging item", round), func() bool { return calls(t, rec)[id+"/loop[1]/call"] >= round })
+		if round == 1 {
+			// The other two items finish here, however slow the machine,
+			// so that only the hanging one is delivered again and again.
+			waitUntil(t, "the other items' results", func() bool { return m.get(func(c *counter) int { return c.done["succeeded"] }) >= 2 })
+		}
 		stop()
 		w.close()
 	}

@@ -162,8 +162,19 @@ func (b *Broker) Close() error {
 }
 
 // Depth returns how many messages wait in q, not counting those delivered
-// and not yet acknowledged.
+// and not yet acknowledged. A connection that closes under it (RabbitMQ
+// closed it, or a consumer's shutdown raced it) is dialled again, a few
+// times, as a measurement is worth waiting for.
 func (b *Broker) Depth(ctx context.Context, q Queue) (int, error) {
+	for attempt := 1; ; attempt++ {
+		n, err := b.depth(ctx, q)
+		if err == nil || !errors.Is(err, amqp.ErrClosed) || attempt == 3 || ctx.Err() != nil {
+			return n, err
+		}
+	}
+}
+
+func (b *Broker) depth(ctx context.Context, q Queue) (int, error) {
 	c, err := b.subConn.connection(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("measuring RabbitMQ queue %q: %w", b.names[q], err)
