@@ -665,12 +665,18 @@ name = "call"
 provider = "faulty"
 payload_template = { record = %q, n = "<<item.n>>", sleep_ms = "<<item.sleep ?? 0>>" }
 `, rec)
-	owner := newNode(t, cfg)
-	id := owner.start("c", `{"items": [{"n": 0}, {"n": 1, "sleep": 1500}, {"n": 2}]}`)
+	m := &counter{}
+	owner := newNodeAt(t, cfg, filepath.Join(dir, "owner.db"), m)
+	id := owner.start("c", `{"items": [{"n": 0}, {"n": 1, "sleep": 6000}, {"n": 2}]}`)
 	for round := 1; round <= 2; round++ {
 		w := newNodeAt(t, cfg, filepath.Join(dir, fmt.Sprintf("w%d.db", round)), nil)
 		stop := w.work()
 		waitUntil(t, fmt.Sprintf("delivery %d of the slow item", round), func() bool { return calls(t, rec)[id+"/loop[1]/call"] >= round })
+		if round == 1 {
+			// The other two items finish here, however slow the machine,
+			// so that only the slow one is parked and replayed.
+			waitUntil(t, "the other items' results", func() bool { return m.get(func(c *counter) int { return c.done["succeeded"] }) >= 2 })
+		}
 		stop()
 		w.close()
 	}
