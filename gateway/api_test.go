@@ -668,6 +668,8 @@ func TestMetrics(t *testing.T) {
 		`chaingate_dlq_depth 1`,
 		`chaingate_plugin_restarts_total{provider="echo"} 0`,
 		`# TYPE chaingate_step_duration_seconds histogram`,
+		`# TYPE go_goroutines gauge`,
+		`# TYPE process_resident_memory_bytes gauge`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)

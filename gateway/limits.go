@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -416,7 +417,7 @@ func (l *limiter) waitToken(ctx context.Context, deadline time.Time) error {
 		return &providers.Error{
 			Retryable:  true,
 			Code:       "rate_limited",
-			Message:    fmt.Sprintf("provider %s is limited to %s calls a second and has none free before the call's deadline; next in %s", l.name, num(float64(rl.Limit())), wait.Round(time.Millisecond)),
+			Message:    fmt.Sprintf("provider %s is limited to %s calls a second and has none free before the call's deadline; next in %s", l.name, strconv.FormatFloat(float64(rl.Limit()), 'g', -1, 64), wait.Round(time.Millisecond)),
 			RetryAfter: wait,
 		}
 	}
