@@ -167,10 +167,7 @@ func (in *Input) checkCall(d *fileDecoder, at keyPath, chainName string, v any) 
 	required, declared := in.Required, in.fields()
 	if in.Schema != nil {
 		root, _ := in.doc.(map[string]any)
-		required = nil
-		for _, r := range asStrings(root["required"]) {
-			required = append(required, r)
-		}
+		required = asStrings(root["required"])
 		declared = nil
 		if props, ok := root["properties"].(map[string]any); ok && root["patternProperties"] == nil {
 			for k := range props {

@@ -48,11 +48,10 @@ type runner struct {
 
 	// The pending batch: what changed since the last hand-off to the
 	// committer.
-	dirty   map[string]*store.StepRecord
-	order   []string
-	created []string // keys first written in the pending batch
-	events  []store.Event
-	dlq     []*store.DLQEntry
+	dirty  map[string]*store.StepRecord
+	order  []string
+	events []store.Event
+	dlq    []*store.DLQEntry
 
 	// nextBatch numbers the pending batch.
 	nextBatch  uint64

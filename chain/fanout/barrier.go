@@ -479,8 +479,6 @@ func bitSet(bits []byte, i int) bool {
 	return i/8 < len(bits) && bits[i/8]&(0x80>>(i%8)) != 0
 }
 
-func setBit(bits []byte, i int) { bits[i/8] |= 0x80 >> (i % 8) }
-
 // claimed is one item as claimScript found it.
 type claimed struct {
 	index   int

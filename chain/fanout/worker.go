@@ -128,12 +128,6 @@ type pending struct {
 	requeue bool
 }
 
-func (ws *worked) held() int {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	return len(ws.waiting)
-}
-
 // retry runs fn until it succeeds or ctx ends, logging an outage once.
 func (w *Worker) retry(ctx context.Context, what string, fn func() error) bool {
 	delay, warned := 100*time.Millisecond, false

@@ -36,7 +36,7 @@ const DefaultWaitTimeout = time.Second
 
 // ErrVolatile is returned by Open for a Redis whose data would not survive
 // a restart.
-var ErrVolatile = errors.New("Redis would lose the gateway's runs when it restarts")
+var ErrVolatile = errors.New("the gateway's runs would be lost when Redis restarts")
 
 // ErrNotReplicated is returned by a commit that fewer replicas than
 // WaitReplicas acknowledged in time.
