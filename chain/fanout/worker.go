@@ -35,8 +35,11 @@ type Worker struct {
 
 	mu     sync.Mutex
 	splits map[string]*worked
-	// ctx is Run's: it ends when the worker stops.
-	ctx context.Context
+	// tasks are the goroutines the worker starts beside Run's own; Run
+	// waits for them before it returns, and starts none once stopped.
+	tasksMu sync.Mutex
+	tasks   sync.WaitGroup
+	stopped bool
 }
 
 // Worker returns a worker that runs items with eng.
@@ -49,9 +52,6 @@ func (f *Fanout) Worker(eng *engine.Engine) *Worker {
 func (w *Worker) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w.mu.Lock()
-	w.ctx = ctx
-	w.mu.Unlock()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	consume := func(q broker.Queue, prefetch int, handle func(context.Context, *broker.Delivery)) {
@@ -82,6 +82,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-ctx.Done()
 	w.closeAll()
 	wg.Wait()
+	w.tasksMu.Lock()
+	w.stopped = true
+	w.tasksMu.Unlock()
+	w.tasks.Wait()
 	select {
 	case err := <-errs:
 		return fmt.Errorf("working split items: %w", err)
@@ -90,13 +94,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-func (w *Worker) runCtx() context.Context {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.ctx == nil {
-		return context.Background()
+// spawn runs fn on a goroutine of its own that Run waits for; once the
+// worker has stopped it runs nothing.
+func (w *Worker) spawn(fn func()) {
+	w.tasksMu.Lock()
+	defer w.tasksMu.Unlock()
+	if w.stopped {
+		return
 	}
-	return w.ctx
+	w.tasks.Add(1)
+	go func() {
+		defer w.tasks.Done()
+		fn()
+	}()
 }
 
 // worked is a split this worker runs items of.
@@ -295,7 +305,7 @@ func (ws *worked) claimAndRun(ctx context.Context, p *pending, items []engine.Wo
 	}
 	ws.settle(p, done)
 	if len(held) > 0 {
-		go ws.await(ctx, p, held)
+		ws.w.spawn(func() { ws.await(ctx, p, held) })
 	}
 	if len(todo) == 0 {
 		return
@@ -303,7 +313,7 @@ func (ws *worked) claimAndRun(ctx context.Context, p *pending, items []engine.Wo
 	p.items = append(p.items, todo...)
 	var runner *engine.ItemRunner
 	if !w.retry(ctx, "starting a runner for split items", func() (err error) {
-		runner, err = ws.hold(p, todo)
+		runner, err = ws.hold(ctx, p, todo)
 		return err
 	}) {
 		return
@@ -352,7 +362,7 @@ func (ws *worked) settle(p *pending, n int) {
 	last, requeue := p.left == 0, p.requeue
 	ws.mu.Unlock()
 	if last {
-		go ws.w.settle(p.d, requeue)
+		ws.w.spawn(func() { ws.w.settle(p.d, requeue) })
 	}
 }
 
@@ -364,7 +374,7 @@ func (ws *worked) isOver() bool {
 
 // hold records that p waits for items and returns the runner to hand
 // them to, starting one if needed; nil when the split is over.
-func (ws *worked) hold(p *pending, items []engine.WorkItem) (*engine.ItemRunner, error) {
+func (ws *worked) hold(ctx context.Context, p *pending, items []engine.WorkItem) (*engine.ItemRunner, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.over || ws.closing {
@@ -381,7 +391,7 @@ func (ws *worked) hold(p *pending, items []engine.WorkItem) (*engine.ItemRunner,
 			return nil, err
 		}
 		ws.runner = r
-		go ws.watch(r)
+		ws.w.spawn(func() { ws.watch(ctx, r) })
 	}
 	for _, it := range items {
 		ws.waiting[it.Index] = append(ws.waiting[it.Index], p)
@@ -418,7 +428,7 @@ func (ws *worked) finished(index int, dropped bool) {
 	ws.used = time.Now()
 	ws.mu.Unlock()
 	for _, s := range out {
-		go ws.w.settle(s.d, s.requeue)
+		ws.w.spawn(func() { ws.w.settle(s.d, s.requeue) })
 	}
 }
 
@@ -477,7 +487,7 @@ func (ws *worked) renew(ctx context.Context, ttl time.Duration) {
 // watch hands the items of a runner that stopped early to a new one: their
 // messages stay unacknowledged meanwhile, so a store outage does not count
 // as a failed delivery.
-func (ws *worked) watch(r *engine.ItemRunner) {
+func (ws *worked) watch(ctx context.Context, r *engine.ItemRunner) {
 	<-r.Done()
 	ws.mu.Lock()
 	if ws.runner == r {
@@ -522,10 +532,14 @@ func (ws *worked) watch(r *engine.ItemRunner) {
 	}
 	if err := r.Err(); err != nil && !errors.Is(err, engine.ErrClosed) {
 		ws.w.log.Warn("a runner of split items stopped; running its items again", "split", ws.r.String(), "err", err)
-		time.Sleep(time.Second)
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return
+		}
 	}
 	for i, p := range again {
-		go ws.claimAndRun(ws.w.runCtx(), p, redo[i])
+		ws.w.spawn(func() { ws.claimAndRun(ctx, p, redo[i]) })
 	}
 }
 
@@ -535,14 +549,14 @@ func (ws *worked) notice(state string) {
 	switch state {
 	case string(engine.FanoutOpen):
 	case "":
-		go func() {
+		ws.w.spawn(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			st, err := ws.w.f.rdb.HGet(ctx, ws.b.k.meta, "state").Result()
 			if err == nil && st != string(engine.FanoutOpen) || errors.Is(err, goredis.Nil) {
 				ws.end()
 			}
-		}()
+		})
 	default:
 		ws.end()
 	}
@@ -579,7 +593,7 @@ func (w *Worker) janitor(ctx context.Context) {
 				delete(w.splits, key)
 				ws.unsub()
 				if r != nil {
-					go r.Close()
+					w.spawn(r.Close)
 				}
 			}
 		}
