@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -51,42 +50,16 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer signal.Stop(term)
 
 	fs := newFlagSet("serve", stdout, stderr, serveHelp)
-	var configs stringList
-	fs.Var(&configs, "config", "config file or directory (repeatable)")
+	sf := newServiceFlags("serve", fs)
 	listen := fs.String("listen", "", "address to serve on (default [gateway].listen, else 127.0.0.1:8080)")
 	state := stateFlag(fs.FlagSet)
-	logLevel := fs.String("log-level", "info", logLevelUsage)
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the process to this file until it stops (for go tool pprof)")
 	noWorker := fs.Bool("no-worker", false, "with [gateway.fanout], only hand distributed splits' items out; leave running them to gateway worker processes")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return parseExit(err)
+	logger, cfg, stop, code, ok := sf.start(args, stderr)
+	if !ok {
+		return code
 	}
-	if len(pos) != 0 || len(configs) == 0 {
-		fmt.Fprintln(stderr, "gateway serve: takes no arguments and needs at least one --config")
-		fs.Usage()
-		return exitUsage
-	}
-	stopProfile, err := startCPUProfile(*cpuProfile)
-	if err != nil {
-		fmt.Fprintf(stderr, "gateway serve: %v\n", err)
-		return exitUsage
-	}
-	defer stopProfile()
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(stderr, "gateway serve: bad --log-level %q\n", *logLevel)
-		return exitUsage
-	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	cfg, err := gateway.LoadConfig(configs)
-	if err != nil {
-		printConfigError(stderr, err)
-		return exitUsage
-	}
-	for _, w := range cfg.Warnings {
-		logger.Warn("config", "warning", w.String())
-	}
+	defer stop()
+	configs := sf.configs
 	addr := *listen
 	if addr == "" {
 		addr = cfg.Gateway.Listen

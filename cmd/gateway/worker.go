@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -30,38 +29,14 @@ It prints one line on stdout once it is connected and takes items:
 
 func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("worker", stdout, stderr, workerHelp)
-	var configs stringList
-	fs.Var(&configs, "config", "config file or directory (repeatable)")
+	sf := newServiceFlags("worker", fs)
 	state := fs.String("state", "", "no longer used: items' runs are kept in [gateway.fanout]'s Redis")
 	listen := fs.String("listen", "", "address to serve /healthz and /metrics on (default: none)")
-	logLevel := fs.String("log-level", "info", logLevelUsage)
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the process to this file until it stops (for go tool pprof)")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return parseExit(err)
+	logger, cfg, stop, code, ok := sf.start(args, stderr)
+	if !ok {
+		return code
 	}
-	if len(pos) != 0 || len(configs) == 0 {
-		fmt.Fprintln(stderr, "gateway worker: takes no arguments and needs at least one --config")
-		fs.Usage()
-		return exitUsage
-	}
-	stopProfile, err := startCPUProfile(*cpuProfile)
-	if err != nil {
-		fmt.Fprintf(stderr, "gateway worker: %v\n", err)
-		return exitUsage
-	}
-	defer stopProfile()
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(stderr, "gateway worker: bad --log-level %q\n", *logLevel)
-		return exitUsage
-	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	cfg, err := gateway.LoadConfig(configs)
-	if err != nil {
-		printConfigError(stderr, err)
-		return exitUsage
-	}
+	defer stop()
 	if cfg.Gateway.Fanout == nil {
 		fmt.Fprintln(stderr, "gateway worker: the config has no [gateway.fanout]: there is no broker to take items from")
 		return exitUsage
@@ -75,6 +50,7 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			fmt.Fprintln(stderr, "gateway worker:", err)
 			return exitUsage
 		}
+		var err error
 		if l, err = net.Listen("tcp", *listen); err != nil {
 			fmt.Fprintln(stderr, "gateway worker:", err)
 			return exitUsage
