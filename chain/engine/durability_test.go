@@ -439,29 +439,8 @@ func (s *damagedStore) Run(ctx context.Context, id string) (*store.Run, error) {
 // which cannot be read back: the other two resume and finish, the damaged
 // one is reported once and passed over by later resumes, not retried.
 func TestDamagedRunDoesNotBlockResume(t *testing.T) {
-	dir := t.TempDir()
-	rec := filepath.Join(dir, "calls.jsonl")
-	cfg := fmt.Sprintf(`
-[[chains]]
-name = "c"
-[[chains.steps]]
-name = "slow"
-provider = "faulty"
-payload_template = { record = %q, sleep_ms = 3000 }
-`, rec)
-	db := filepath.Join(dir, "gw.db")
+	cfg, db, _, ids := unfinishedRuns(t, 3)
 	ctx := context.Background()
-	h1 := newHarnessAt(t, cfg, db)
-	var ids []string
-	for range 3 {
-		run, err := h1.eng.Start(ctx, "c", engine.Input{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, run.ID)
-	}
-	waitLines(t, rec, 3)
-	h1.close()
 
 	var logs logLines
 	var ds *damagedStore

@@ -186,28 +186,9 @@ payload_template = { sleep_ms = 1500 }
 // from two goroutines at once, as the adopt loop and an operator's resume
 // may: each run is taken up by one of them, and its call made once more.
 func TestConcurrentResumesTakeEachRunOnce(t *testing.T) {
-	dir := t.TempDir()
-	rec := filepath.Join(dir, "calls.jsonl")
-	cfg := fmt.Sprintf(`
-[[chains]]
-name = "c"
-[[chains.steps]]
-name = "slow"
-provider = "faulty"
-payload_template = { record = %q, sleep_ms = 3000 }
-`, rec)
-	db := filepath.Join(dir, "gw.db")
-	ctx := context.Background()
-	h1 := newHarnessAt(t, cfg, db)
 	const runs = 40
-	for range runs {
-		if _, err := h1.eng.Start(ctx, "c", engine.Input{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitLines(t, rec, runs)
-	h1.close()
-
+	cfg, db, rec, _ := unfinishedRuns(t, runs)
+	ctx := context.Background()
 	h2 := newHarnessAt(t, cfg, db)
 	var wg sync.WaitGroup
 	resumed := make([][]string, 2)
@@ -231,6 +212,35 @@ payload_template = { record = %q, sleep_ms = 3000 }
 			t.Errorf("%s called %d times, want once before the stop and once after", key, n)
 		}
 	}
+}
+
+// unfinishedRuns leaves n runs of a one-step chain stopped mid-call in a
+// store file, as a killed gateway would, and returns the chain's config,
+// the store file, the call record and the runs' ids.
+func unfinishedRuns(t *testing.T, n int) (cfg, db, rec string, ids []string) {
+	t.Helper()
+	dir := t.TempDir()
+	rec = filepath.Join(dir, "calls.jsonl")
+	cfg = fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "slow"
+provider = "faulty"
+payload_template = { record = %q, sleep_ms = 3000 }
+`, rec)
+	db = filepath.Join(dir, "gw.db")
+	h := newHarnessAt(t, cfg, db)
+	for range n {
+		run, err := h.eng.Start(context.Background(), "c", engine.Input{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, run.ID)
+	}
+	waitLines(t, rec, n)
+	h.close()
+	return cfg, db, rec, ids
 }
 
 // fixChain is a chain whose "page" step fails until its payload is fixed;
