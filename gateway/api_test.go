@@ -24,11 +24,11 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/testutil"
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 )
 
 func TestMain(m *testing.M) {
-	plugins.ServeBuiltinIfRequested(lookupProvider)
+	host.ServeBuiltinIfRequested(lookupProvider)
 	testutil.QuickRaceExit()
 	os.Exit(m.Run())
 }

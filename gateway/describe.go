@@ -12,7 +12,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/secrets"
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
 	"github.com/chaingate/gateway/providers/configschema"
@@ -85,7 +85,7 @@ func CheckPlugins(ctx context.Context, cfg *chain.Config, opts PluginCheckOption
 	if opts.Timeout <= 0 {
 		opts.Timeout = 15 * time.Second
 	}
-	pm := plugins.NewManager(plugins.Options{Logger: opts.Logger, StartTimeout: opts.Timeout})
+	pm := host.NewManager(host.Options{Logger: opts.Logger, StartTimeout: opts.Timeout})
 	defer pm.Close()
 	names := ExternalProviders(cfg)
 	results := make([][]chain.Diagnostic, len(names))
@@ -95,7 +95,7 @@ func CheckPlugins(ctx context.Context, cfg *chain.Config, opts PluginCheckOption
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 			defer cancel()
-			info, err := pm.Provider(plugins.Spec{Name: p.Name, Path: p.Plugin, SHA256: p.SHA256}).Describe(ctx)
+			info, err := pm.Provider(host.Spec{Name: p.Name, Path: p.Plugin, SHA256: p.SHA256}).Describe(ctx)
 			if err != nil {
 				results[i] = []chain.Diagnostic{p.Source.Key("plugin").Errorf("starting the plugin to read what it accepts: %v", err)}
 				return

@@ -23,7 +23,7 @@ import (
 	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/chain/store/crashpoint"
 	redisstore "github.com/chaingate/gateway/chain/store/redis"
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
 )
@@ -84,7 +84,7 @@ type Options struct {
 type Gateway struct {
 	Config   *chain.Config
 	Store    store.Store
-	Plugins  *plugins.Manager
+	Plugins  *host.Manager
 	Engine   *engine.Engine
 	Log      *slog.Logger
 	Redactor *secrets.Redactor
@@ -164,13 +164,13 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	if opts.ItemsOnly {
 		itemStore = st
 	}
-	pm := plugins.NewManager(plugins.Options{Executable: opts.Executable, Logger: log.With("component", "plugins")})
+	pm := host.NewManager(host.Options{Executable: opts.Executable, Logger: log.With("component", "plugins")})
 	lim := newLimits(realClock{}, log.With("component", "limits"))
 	lim.configure(cfg)
 	eopts := engine.Options{
 		Store:       st,
 		Config:      cfg,
-		Providers:   &resolver{m: pm, limits: lim, first: map[string]plugins.Spec{}, secrets: secretVals, redactor: red},
+		Providers:   &resolver{m: pm, limits: lim, first: map[string]host.Spec{}, secrets: secretVals, redactor: red},
 		LoadOptions: LoadOptions(),
 		Limits:      cfg.Gateway.Limits,
 		LeaseTTL:    time.Duration(cfg.Gateway.LeaseTTLSeconds) * time.Second,
@@ -329,10 +329,10 @@ func (g *Gateway) Close() error {
 // while runs started before the reload keep calling the old one. Both share
 // the provider's limits, which follow the current config.
 type resolver struct {
-	m      *plugins.Manager
+	m      *host.Manager
 	limits *limits
 	mu     sync.Mutex
-	first  map[string]plugins.Spec
+	first  map[string]host.Spec
 	// secrets and redactor fill in and hide what providers' configs read.
 	secrets  map[string]string
 	redactor *secrets.Redactor
@@ -344,8 +344,8 @@ func (r *resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
 }
 
 // spec is the plugin process a provider runs in.
-func (r *resolver) spec(p *chain.Provider) plugins.Spec {
-	spec := plugins.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}
+func (r *resolver) spec(p *chain.Provider) host.Spec {
+	spec := host.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}
 	r.mu.Lock()
 	first, ok := r.first[p.Name]
 	if !ok {

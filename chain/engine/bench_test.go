@@ -17,7 +17,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 )
 
 // tenEchoSteps is a chain of ten echo steps, each reading the one before.
@@ -171,7 +171,7 @@ func BenchmarkParallel10k(b *testing.B) {
 	h := newBenchHarness(b, cfg.String(), func(store.Event) {})
 	ctx := context.Background()
 	// Start the plugin process outside the timing.
-	if _, err := h.pm.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"}).Describe(ctx); err != nil {
+	if _, err := h.pm.Provider(host.Spec{Name: "faulty", Builtin: "faulty"}).Describe(ctx); err != nil {
 		b.Fatal(err)
 	}
 	resetPeakRSS()
@@ -334,7 +334,7 @@ payload_template = { i = "<<item>>" }
 			}
 			payload.WriteString(`]}`)
 			ctx := context.Background()
-			if _, err := h.pm.Provider(plugins.Spec{Name: "echo", Builtin: "echo"}).Describe(ctx); err != nil {
+			if _, err := h.pm.Provider(host.Spec{Name: "echo", Builtin: "echo"}).Describe(ctx); err != nil {
 				b.Fatal(err)
 			}
 			runtime.GC()

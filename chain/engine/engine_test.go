@@ -19,7 +19,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/internal/testutil"
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
 )
@@ -27,7 +27,7 @@ import (
 // TestMain lets this test binary serve the built-in providers, so every
 // engine test calls real plugin subprocesses.
 func TestMain(m *testing.M) {
-	plugins.ServeBuiltinIfRequested(builtin.New)
+	host.ServeBuiltinIfRequested(builtin.New)
 	testutil.QuickRaceExit()
 	os.Exit(m.Run())
 }
@@ -46,7 +46,7 @@ type harness struct {
 	t     testing.TB
 	eng   *engine.Engine
 	store store.Store
-	pm    *plugins.Manager
+	pm    *host.Manager
 	// ownsStore is false for an engine standing for another gateway on
 	// the same store.
 	ownsStore bool
@@ -55,7 +55,7 @@ type harness struct {
 	events []store.Event
 }
 
-type resolver struct{ m *plugins.Manager }
+type resolver struct{ m *host.Manager }
 
 // panicsOnResolve names a provider whose resolution panics, standing in
 // for a bug met while a run is advanced.
@@ -65,7 +65,7 @@ func (r resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
 	if p.Name == panicsOnResolve {
 		panic("resolver bug")
 	}
-	return r.m.Provider(plugins.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}), nil
+	return r.m.Provider(host.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}), nil
 }
 
 func newHarness(t *testing.T, config string) *harness {
@@ -125,7 +125,7 @@ func newHarnessOver(t testing.TB, config string, st store.Store, owns bool, o ha
 	if err != nil {
 		t.Fatal(err)
 	}
-	pm := plugins.NewManager(plugins.Options{Executable: exe})
+	pm := host.NewManager(host.Options{Executable: exe})
 	h := &harness{t: t, store: st, pm: pm, ownsStore: owns}
 	onEvent := o.onEvent
 	if onEvent == nil {

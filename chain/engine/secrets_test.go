@@ -13,7 +13,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers/builtin"
 )
 
@@ -56,7 +56,7 @@ on_failure = "dlq"
 	if err != nil {
 		t.Fatal(err)
 	}
-	pm := plugins.NewManager(plugins.Options{Executable: exe})
+	pm := host.NewManager(host.Options{Executable: exe})
 	defer pm.Close()
 	var mu sync.Mutex
 	var published []store.Event
@@ -154,7 +154,7 @@ on_failure = "dlq"
 	}
 	defer st.Close()
 	exe, _ := os.Executable()
-	pm := plugins.NewManager(plugins.Options{Executable: exe})
+	pm := host.NewManager(host.Options{Executable: exe})
 	defer pm.Close()
 	eng, err := engine.New(engine.Options{Store: st, Config: cfg, Providers: resolver{pm}, Secrets: map[string]string{"HOOK": secret}})
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/chain/store/redis/redistest"
 	"github.com/chaingate/gateway/internal/testutil"
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
 )
@@ -29,7 +29,7 @@ import (
 // over the RabbitMQ and Redis of the machine.
 
 func TestMain(m *testing.M) {
-	plugins.ServeBuiltinIfRequested(builtin.New)
+	host.ServeBuiltinIfRequested(builtin.New)
 	testutil.QuickRaceExit()
 	os.Exit(m.Run())
 }
@@ -64,7 +64,7 @@ type node struct {
 	cfg *chain.Config
 	eng *engine.Engine
 	st  store.Store
-	pm  *plugins.Manager
+	pm  *host.Manager
 	f   *fanout.Fanout
 
 	mu        sync.Mutex
@@ -72,10 +72,10 @@ type node struct {
 	closeOnce sync.Once
 }
 
-type resolver struct{ m *plugins.Manager }
+type resolver struct{ m *host.Manager }
 
 func (r resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
-	return r.m.Provider(plugins.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}), nil
+	return r.m.Provider(host.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}), nil
 }
 
 // newNode starts an engine with its own store, and the fan-out when the
@@ -102,7 +102,7 @@ func newNodeAt(t *testing.T, config, db string, m fanout.Metrics) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{t: t, cfg: cfg, st: st, pm: plugins.NewManager(plugins.Options{Executable: exe})}
+	n := &node{t: t, cfg: cfg, st: st, pm: host.NewManager(host.Options{Executable: exe})}
 	eopts := engine.Options{Store: st, Config: cfg, Providers: resolver{n.pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: n.record}
 	if cfg.Gateway.Fanout != nil {
 		if n.f, err = fanout.Open(context.Background(), fanout.Options{Config: cfg.Gateway.Fanout, Metrics: m}); err != nil {

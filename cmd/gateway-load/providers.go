@@ -20,7 +20,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
 	"github.com/chaingate/gateway/providers/opsgenie/opsgenietest"
@@ -167,9 +167,9 @@ func measureProvider(ctx context.Context, c providerCase, exe string, concurrenc
 	direct, _ := builtin.New(c.typ)
 	res["direct"] = drive(ctx, concurrency, warmup, duration, callWith(direct, c, config))
 
-	m := plugins.NewManager(plugins.Options{Executable: exe})
+	m := host.NewManager(host.Options{Executable: exe})
 	defer m.Close()
-	res["plugin"] = drive(ctx, concurrency, warmup, duration, callWith(m.Provider(plugins.Spec{Name: c.typ, Builtin: c.typ}), c, config))
+	res["plugin"] = drive(ctx, concurrency, warmup, duration, callWith(m.Provider(host.Spec{Name: c.typ, Builtin: c.typ}), c, config))
 
 	runs, err := runMode(ctx, c, exe, secretConfig, concurrency, warmup, duration)
 	if err != nil {

@@ -21,8 +21,8 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
-	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/plugins/conformance"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers/builtin"
 )
 
@@ -59,7 +59,7 @@ Run "gateway help COMMAND" or "gateway COMMAND -h" for a command's flags.
 
 func main() {
 	// A built-in provider runs as this same binary in plugin mode.
-	plugins.ServeBuiltinIfRequested(builtin.New)
+	host.ServeBuiltinIfRequested(builtin.New)
 	conformance.ServeOrphanHostIfRequested()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

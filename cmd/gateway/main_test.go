@@ -20,8 +20,8 @@ import (
 	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/testutil"
-	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/plugins/conformance"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers/builtin"
 )
 
@@ -30,7 +30,7 @@ import (
 const mainEnv = "GATEWAY_TEST_MAIN"
 
 func TestMain(m *testing.M) {
-	plugins.ServeBuiltinIfRequested(builtin.New)
+	host.ServeBuiltinIfRequested(builtin.New)
 	conformance.ServeOrphanHostIfRequested()
 	if os.Getenv(mainEnv) == "1" {
 		main()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/plugins/proto/providerv1"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/configschema"
@@ -133,8 +134,8 @@ func (c *checker) run(ctx context.Context) {
 // launch starts the plugin as the gateway does and opens a session on it
 // when it serves one.
 func (c *checker) launch(ctx context.Context) (*session, error) {
-	spec := plugins.Spec{Name: c.t.name(), Builtin: c.t.Builtin, Path: c.t.Path, Args: c.t.Args}
-	conn, err := plugins.Dial(spec, plugins.Options{Executable: c.t.Executable, Logger: c.opts.Logger, StartTimeout: c.opts.Timeout})
+	spec := host.Spec{Name: c.t.name(), Builtin: c.t.Builtin, Path: c.t.Path, Args: c.t.Args}
+	conn, err := host.Dial(spec, host.Options{Executable: c.t.Executable, Logger: c.opts.Logger, StartTimeout: c.opts.Timeout})
 	if err != nil {
 		return nil, err
 	}
@@ -425,11 +426,11 @@ func (c *checker) noAnswer(o outcome, waited time.Duration) string {
 }
 
 // probeCall calls the probe and decodes its reply.
-func (c *checker) probeCall(ctx context.Context, s *session, in *providerv1.ExecuteRequest) (plugins.ProbeReply, error) {
+func (c *checker) probeCall(ctx context.Context, s *session, in *providerv1.ExecuteRequest) (host.ProbeReply, error) {
 	return c.probeReply(s.exec(ctx, in, c.opts.Timeout), c.opts.Timeout)
 }
 
-// probe finds out whether the plugin answers plugins.ProbeAction.
+// probe finds out whether the plugin answers host.ProbeAction.
 func (c *checker) probe(ctx context.Context) bool {
 	following := []string{checkDedupKey, checkCtxCancel, checkCtxDeadline, checkLargeBody}
 	s := c.plugin(ctx)
@@ -440,17 +441,17 @@ func (c *checker) probe(ctx context.Context) bool {
 		}
 		return false
 	}
-	o := s.exec(ctx, c.request(plugins.ProbeAction, json.RawMessage(`{}`), time.Now().Add(c.opts.Timeout)), c.opts.Timeout)
-	var reply plugins.ProbeReply
-	ok := o.resp != nil && o.resp.Error == nil && json.Unmarshal(o.resp.Body, &reply) == nil && reply.ActionType == plugins.ProbeAction
+	o := s.exec(ctx, c.request(host.ProbeAction, json.RawMessage(`{}`), time.Now().Add(c.opts.Timeout)), c.opts.Timeout)
+	var reply host.ProbeReply
+	ok := o.resp != nil && o.resp.Error == nil && json.Unmarshal(o.resp.Body, &reply) == nil && reply.ActionType == host.ProbeAction
 	switch {
 	case ok:
-		c.pass(checkProbe, "the plugin answers %s (it is served by plugins.Serve)", plugins.ProbeAction)
+		c.pass(checkProbe, "the plugin answers %s (it is served by plugins.Serve)", host.ProbeAction)
 		return true
 	case o.crashed != "":
-		c.fail(checkProbe, "the plugin process exited when called with the unknown action type %s (%s); answer providers.Permanent for an action type the provider does not know", plugins.ProbeAction, o.crashed)
+		c.fail(checkProbe, "the plugin process exited when called with the unknown action type %s (%s); answer providers.Permanent for an action type the provider does not know", host.ProbeAction, o.crashed)
 	default:
-		c.skip(checkProbe, "the plugin does not answer %s, which plugins.Serve answers for Go plugins; the checks that need it are skipped", plugins.ProbeAction)
+		c.skip(checkProbe, "the plugin does not answer %s, which plugins.Serve answers for Go plugins; the checks that need it are skipped", host.ProbeAction)
 	}
 	for _, name := range following {
 		c.skip(name, "needs the probe, which this plugin does not answer")
@@ -465,7 +466,7 @@ func (c *checker) dedupKey(ctx context.Context) {
 		c.skip(checkDedupKey, "%s", c.down)
 		return
 	}
-	in := c.request(plugins.ProbeAction, json.RawMessage(`{}`), time.Now().Add(c.opts.Timeout))
+	in := c.request(host.ProbeAction, json.RawMessage(`{}`), time.Now().Add(c.opts.Timeout))
 	in.DedupKey = c.runID + "/steps/notify-all/slack-alert"
 	in.Attempt = 3
 	in.Step = "slack-alert"
@@ -508,7 +509,7 @@ func (c *checker) ctxCancel(ctx context.Context) {
 		c.skip(checkCtxCancel, "the plugin does not serve Session, the only way to see when a cancelled call returns")
 		return
 	}
-	id, ch := s.st.start(c.request(plugins.ProbeAction, json.RawMessage(`{"block": true}`), time.Now().Add(c.opts.Timeout)))
+	id, ch := s.st.start(c.request(host.ProbeAction, json.RawMessage(`{"block": true}`), time.Now().Add(c.opts.Timeout)))
 	// Long enough for the call to be under way in the plugin.
 	time.Sleep(50 * time.Millisecond)
 	cancelled := time.Now()
@@ -537,7 +538,7 @@ func (c *checker) ctxDeadline(ctx context.Context) {
 		return
 	}
 	deadline := time.Now().Add(deadlineIn)
-	in := c.request(plugins.ProbeAction, json.RawMessage(`{"block": true}`), deadline)
+	in := c.request(host.ProbeAction, json.RawMessage(`{"block": true}`), deadline)
 	var o outcome
 	if s.st != nil {
 		_, ch := s.st.start(in)
@@ -564,8 +565,8 @@ func (c *checker) ctxDeadline(ctx context.Context) {
 	}
 }
 
-func (c *checker) probeReply(o outcome, waited time.Duration) (plugins.ProbeReply, error) {
-	var reply plugins.ProbeReply
+func (c *checker) probeReply(o outcome, waited time.Duration) (host.ProbeReply, error) {
+	var reply host.ProbeReply
 	switch {
 	case o.resp == nil:
 		return reply, fmt.Errorf("%s", c.noAnswer(o, waited))
@@ -588,7 +589,7 @@ func (c *checker) largeBody(ctx context.Context) {
 	pad := strings.Repeat("x", largeBody)
 	payload := json.RawMessage(`{"pad":"` + pad + `"}`)
 	sum := sha256.Sum256(payload)
-	reply, err := c.probeCall(ctx, s, c.request(plugins.ProbeAction, payload, time.Now().Add(c.opts.Timeout)))
+	reply, err := c.probeCall(ctx, s, c.request(host.ProbeAction, payload, time.Now().Add(c.opts.Timeout)))
 	switch {
 	case err != nil:
 		c.fail(checkLargeBody, "sending a %s request: %v", mib(len(payload)), err)
@@ -597,7 +598,7 @@ func (c *checker) largeBody(ctx context.Context) {
 		c.fail(checkLargeBody, "a %s request arrived as %d bytes with sha256 %s", mib(len(payload)), reply.PayloadBytes, reply.PayloadSHA256)
 		return
 	}
-	o := s.exec(ctx, c.request(plugins.ProbeAction, json.RawMessage(fmt.Sprintf(`{"body_bytes": %d}`, largeBody)), time.Now().Add(c.opts.Timeout)), c.opts.Timeout)
+	o := s.exec(ctx, c.request(host.ProbeAction, json.RawMessage(fmt.Sprintf(`{"body_bytes": %d}`, largeBody)), time.Now().Add(c.opts.Timeout)), c.opts.Timeout)
 	switch {
 	case o.resp == nil:
 		c.fail(checkLargeBody, "asking for a %s answer: %s", mib(largeBody), c.noAnswer(o, c.opts.Timeout))

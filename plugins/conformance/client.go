@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/plugins/proto/providerv1"
 )
 
@@ -112,7 +112,7 @@ func (st *stream) close() { st.stop() }
 
 // session is one running plugin process and the check's way of calling it.
 type session struct {
-	conn *plugins.Conn
+	conn *host.Conn
 	st   *stream // nil when the plugin serves only unary Execute
 }
 

@@ -5,11 +5,11 @@
 // bodies both ways, and the orphan rule. "gateway plugin check" prints it.
 //
 // Some checks need the plugin's cooperation: plugins.Serve answers the
-// reserved action plugins.ProbeAction itself. A plugin that does not (one
+// reserved action host.ProbeAction itself. A plugin that does not (one
 // written in another language) gets those checks skipped, not failed.
 //
 // The binary that runs Check must call ServeOrphanHostIfRequested early in
-// main, as it must call plugins.ServeBuiltinIfRequested: the orphan check
+// main, as it must call host.ServeBuiltinIfRequested: the orphan check
 // re-executes it as the short-lived parent of the plugin.
 package conformance
 

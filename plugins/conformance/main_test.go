@@ -14,6 +14,7 @@ import (
 	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/plugins/conformance"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/plugins/proto/providerv1"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
@@ -24,7 +25,7 @@ import (
 const foreignArg = "foreign-plugin"
 
 func TestMain(m *testing.M) {
-	plugins.ServeBuiltinIfRequested(func(typ string) (providers.Provider, bool) {
+	host.ServeBuiltinIfRequested(func(typ string) (providers.Provider, bool) {
 		if p, ok := testProviders[typ]; ok {
 			return p, true
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 )
 
 // orphanHostEnv makes a re-executed gateway binary the short-lived parent
@@ -36,7 +37,7 @@ type orphanHost struct {
 // ServeOrphanHostIfRequested turns this process into the intermediate
 // parent of the orphan check when the check asks for one, and never
 // returns then; otherwise it returns at once. The gateway's main calls it,
-// after plugins.ServeBuiltinIfRequested, as does the TestMain of every test
+// after host.ServeBuiltinIfRequested, as does the TestMain of every test
 // that runs Check.
 func ServeOrphanHostIfRequested() {
 	raw, ok := os.LookupEnv(orphanHostEnv)
@@ -68,7 +69,7 @@ func startOrphan(t Target, timeout time.Duration) (int, error) {
 	var cmd *exec.Cmd
 	if t.Builtin != "" {
 		cmd = exec.Command(t.Executable, "plugin", t.Builtin)
-		cmd.Env = append(cmd.Env, plugins.BuiltinEnv+"="+t.Builtin)
+		cmd.Env = append(cmd.Env, host.BuiltinEnv+"="+t.Builtin)
 	} else {
 		cmd = exec.Command(t.Path, t.Args...)
 	}

@@ -1,5 +1,5 @@
 // Package builtin is the registry of the providers compiled into the gateway.
-// The gateway serves them from its own binary (see plugins.BuiltinEnv).
+// The gateway serves them from its own binary (see host.BuiltinEnv).
 package builtin
 
 import (

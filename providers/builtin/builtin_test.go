@@ -16,7 +16,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/chaingate/gateway/internal/testutil"
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
 	"github.com/chaingate/gateway/providers/opsgenie/opsgenietest"
@@ -26,7 +26,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	plugins.ServeBuiltinIfRequested(builtin.New)
+	host.ServeBuiltinIfRequested(builtin.New)
 	testutil.QuickRaceExit()
 	os.Exit(m.Run())
 }
@@ -152,7 +152,7 @@ func TestThroughPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &testutil.Buffer{}
-	m := plugins.NewManager(plugins.Options{Executable: exe, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	m := host.NewManager(host.Options{Executable: exe, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	defer m.Close()
 	defer func() {
 		if t.Failed() {
@@ -205,7 +205,7 @@ func TestThroughPlugin(t *testing.T) {
 		},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {
-			p := m.Provider(plugins.Spec{Name: "my-" + tc.typ, Builtin: tc.typ})
+			p := m.Provider(host.Spec{Name: "my-" + tc.typ, Builtin: tc.typ})
 			info, err := p.Describe(context.Background())
 			if err != nil || info.Name != tc.typ || len(info.ConfigSchema) == 0 {
 				t.Fatalf("Describe = %+v, %v", info, err)

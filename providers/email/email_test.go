@@ -16,13 +16,13 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/internal/testutil"
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/email"
 )
 
 func TestMain(m *testing.M) {
-	plugins.ServeBuiltinIfRequested(func(typ string) (providers.Provider, bool) {
+	host.ServeBuiltinIfRequested(func(typ string) (providers.Provider, bool) {
 		if typ == "email" {
 			return email.New(), true
 		}
@@ -413,13 +413,13 @@ func TestPluginProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := plugins.NewManager(plugins.Options{Executable: exe})
+	m := host.NewManager(host.Options{Executable: exe})
 	t.Cleanup(func() {
 		if err := m.Close(); err != nil {
 			t.Errorf("closing the manager: %v", err)
 		}
 	})
-	p := m.Provider(plugins.Spec{Name: "mail", Builtin: "email"})
+	p := m.Provider(host.Spec{Name: "mail", Builtin: "email"})
 
 	info, err := p.Describe(context.Background())
 	if err != nil || info.Name != "email" || !slices.Equal(info.ActionTypes, []string{"send"}) || len(info.ConfigSchema) == 0 {

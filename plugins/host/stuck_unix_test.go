@@ -1,6 +1,6 @@
 //go:build unix
 
-package plugins_test
+package host_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 )
 
@@ -23,10 +23,10 @@ import (
 // still ends with its own deadline or cancellation, and the process is
 // replaced for the calls after.
 func TestStoppedPluginCallsEndOnTime(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "echo", Builtin: "echo"})
+	m, _ := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "echo", Builtin: "echo"})
 	mustCall(t, p, `1`)
-	pid := plugins.PID(p)
+	pid := host.PID(p)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestStoppedPluginCallsEndOnTime(t *testing.T) {
 	if got := m.Restarts("echo"); got != 1 {
 		t.Errorf("Restarts = %d, want 1", got)
 	}
-	if plugins.PID(p) == pid {
+	if host.PID(p) == pid {
 		t.Error("the stopped process is still the provider's")
 	}
 	waitGone(t, pid, 10*time.Second)
@@ -97,8 +97,8 @@ func TestSlowStartIsRetryable(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 30\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m, _ := newManager(t, plugins.Options{StartTimeout: 300 * time.Millisecond})
-	_, err := call(t, m.Provider(plugins.Spec{Name: "slow", Path: script}), `{}`)
+	m, _ := newManager(t, host.Options{StartTimeout: 300 * time.Millisecond})
+	_, err := call(t, m.Provider(host.Spec{Name: "slow", Path: script}), `{}`)
 	if pe := providerError(t, err); !pe.Retryable || pe.Code != "plugin_start" || !strings.Contains(pe.Message, "timeout while waiting for plugin to start") {
 		t.Errorf("a start timeout gave %+v, want a retryable plugin_start error", pe)
 	}

@@ -1,5 +1,5 @@
 // Command badplugin is a plugin that breaks the session protocol on
-// request, for the tests of package plugins. It serves the gRPC service
+// request, for the tests of package host. It serves the gRPC service
 // itself instead of through plugins.Serve, as a plugin in another language
 // would.
 package main

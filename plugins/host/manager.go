@@ -1,26 +1,14 @@
-// Package plugins runs providers as plugin subprocesses over
-// hashicorp/go-plugin (gRPC only, AutoMTLS, versioned protocol), so that a
-// provider that crashes or hangs cannot take the gateway down.
-//
-// A plugin is a program whose main hands a providers.Provider to Serve:
-//
-//	func main() { plugins.Serve(myProvider{}) }
-//
-// Its Execute gets a ctx that ends when the step is cancelled or reaches its
-// deadline, and returns *providers.Error values to say whether a failure is
-// retryable. What it logs with NewLogger, and anything it prints, lands in
-// the gateway's log tagged with the provider's name.
+// Package host is the gateway's side of the plugin protocol: it launches
+// provider plugins, restarts the ones that crash, and calls them. It is the
+// gateway's own, with no compatibility promise; plugin authors import
+// package plugins.
 //
 // The gateway creates one Manager, gets a providers.Provider per configured
 // provider from Manager.Provider, and calls Manager.Close on shutdown.
 // Built-in providers are served by the gateway's own binary, re-executed with
 // BuiltinEnv set (see ServeBuiltinIfRequested), so they take exactly the
 // same path as a team's plugin.
-//
-// Plugins in other languages serve chaingate.provider.v1.Provider from
-// proto/providerv1/provider.proto, with the go-plugin handshake described by
-// ProtocolVersion, MagicCookieKey and MagicCookieValue.
-package plugins
+package host
 
 import (
 	"bytes"
@@ -44,6 +32,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/chaingate/gateway/plugins/internal/wire"
 	"github.com/chaingate/gateway/plugins/proto/providerv1"
 	"github.com/chaingate/gateway/providers"
 )
@@ -100,7 +89,7 @@ func NewManager(opts Options) *Manager {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.MaxMessageBytes <= 0 {
-		opts.MaxMessageBytes = DefaultMaxMessageBytes
+		opts.MaxMessageBytes = wire.DefaultMaxMessageBytes
 	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 10 * time.Second
@@ -293,7 +282,7 @@ func (h *handle) Describe(ctx context.Context) (providers.Info, error) {
 		return providers.Info{}, h.callError(ctx, inst, "describing", err)
 	}
 	if e := resp.GetError(); e != nil {
-		return providers.Info{}, fromWireError(e)
+		return providers.Info{}, wire.FromWireError(e)
 	}
 	return providers.Info{
 		Name:         resp.Name,
@@ -335,7 +324,7 @@ func (h *handle) Execute(ctx context.Context, req providers.Request) (providers.
 		return providers.Response{}, h.callError(ctx, inst, "executing", err)
 	}
 	if e := resp.GetError(); e != nil {
-		pe := fromWireError(e)
+		pe := wire.FromWireError(e)
 		// When the plugin gave up because of the deadline, the caller should
 		// still recognise its own context's end.
 		pe.Err = ctxErr(ctx)
@@ -624,14 +613,14 @@ func (m *Manager) start(spec Spec) (*instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd.Env = append(cmd.Env, maxMessageEnv+"="+strconv.Itoa(m.opts.MaxMessageBytes))
+	cmd.Env = append(cmd.Env, wire.MaxMessageEnv+"="+strconv.Itoa(m.opts.MaxMessageBytes))
 	setDeathSignal(cmd)
 
 	logger := m.opts.Logger.With("provider", spec.Name)
 	stderr := &stderrHead{}
 	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  handshake,
-		VersionedPlugins: pluginSets(nil, nil),
+		HandshakeConfig:  wire.Handshake,
+		VersionedPlugins: wire.PluginSets(nil, nil),
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
@@ -640,7 +629,7 @@ func (m *Manager) start(spec Spec) (*instance, error) {
 		Stderr:           stderr,
 		SyncStdout:       &lineLogger{l: logger.With("stream", "stdout")},
 		SyncStderr:       &lineLogger{l: logger.With("stream", "stderr")},
-		GRPCDialOptions:  dialOptions(m.opts.MaxMessageBytes),
+		GRPCDialOptions:  wire.DialOptions(m.opts.MaxMessageBytes),
 	})
 	proto, err := startLocked(client)
 	if err != nil {
@@ -650,22 +639,22 @@ func (m *Manager) start(spec Spec) (*instance, error) {
 		}
 		return nil, err
 	}
-	raw, err := proto.Dispense(pluginName)
+	raw, err := proto.Dispense(wire.PluginName)
 	if err != nil {
 		client.Kill()
 		return nil, fmt.Errorf("dispensing the provider: %w", err)
 	}
-	d := raw.(*dispensed)
-	inst := &instance{client: client, cmd: cmd, rpc: d.rpc, exited: d.exited, started: time.Now()}
+	d := raw.(*wire.Dispensed)
+	inst := &instance{client: client, cmd: cmd, rpc: d.RPC, exited: d.Exited, started: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.StartTimeout)
 	defer cancel()
-	desc, err := d.rpc.Describe(ctx, &providerv1.DescribeRequest{})
+	desc, err := d.RPC.Describe(ctx, &providerv1.DescribeRequest{})
 	if err != nil {
 		client.Kill()
 		return nil, fmt.Errorf("describing the provider: %w", err)
 	}
 	if desc.Session && !m.unary {
-		if inst.session, err = openSession(d.rpc, m.opts.MaxMessageBytes); err != nil {
+		if inst.session, err = openSession(d.RPC, m.opts.MaxMessageBytes); err != nil {
 			client.Kill()
 			return nil, err
 		}

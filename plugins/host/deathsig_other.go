@@ -1,6 +1,6 @@
 //go:build !linux
 
-package plugins
+package host
 
 import "os/exec"
 

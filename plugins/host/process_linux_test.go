@@ -1,4 +1,4 @@
-package plugins_test
+package host_test
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 )
 
@@ -44,18 +45,18 @@ func startPluginAsHost(mode string) (int, error) {
 	}
 	switch mode {
 	case "manager":
-		m := plugins.NewManager(plugins.Options{Executable: exe})
-		p := m.Provider(plugins.Spec{Name: "echo", Builtin: "echo"})
+		m := host.NewManager(host.Options{Executable: exe})
+		p := m.Provider(host.Spec{Name: "echo", Builtin: "echo"})
 		if _, err := p.Execute(context.Background(), providers.Request{Payload: json.RawMessage(`1`)}); err != nil {
 			return 0, err
 		}
-		return plugins.PID(p), nil
+		return host.PID(p), nil
 	case "raw":
 		// Launch the plugin the way a host that knows nothing of parent-death
 		// signals would, so that only Serve's own watch can end it.
 		cmd := exec.Command(exe, "plugin", "echo")
 		cmd.Env = append(os.Environ(),
-			plugins.BuiltinEnv+"=echo",
+			host.BuiltinEnv+"=echo",
 			plugins.MagicCookieKey+"="+plugins.MagicCookieValue,
 			"PLUGIN_PROTOCOL_VERSIONS="+strconv.Itoa(plugins.ProtocolVersion))
 		out, err := cmd.StdoutPipe()

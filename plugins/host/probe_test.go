@@ -1,4 +1,4 @@
-package plugins_test
+package host_test
 
 import (
 	"context"
@@ -8,30 +8,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 )
 
 // TestProbe calls the action Serve answers itself, through the gateway's
 // own path; the conformance check relies on it.
 func TestProbe(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "probed", Builtin: "echo"})
+	m, _ := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "probed", Builtin: "echo"})
 	deadline := time.Now().Add(time.Minute)
 	resp, err := p.Execute(context.Background(), providers.Request{
-		ActionType: plugins.ProbeAction, Payload: json.RawMessage(`{"pad": "xyz"}`),
+		ActionType: host.ProbeAction, Payload: json.RawMessage(`{"pad": "xyz"}`),
 		DedupKey: "run-1/a", Attempt: 2, RunID: "run-1", Step: "a", Deadline: deadline,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256([]byte(`{"pad": "xyz"}`))
-	var reply plugins.ProbeReply
+	var reply host.ProbeReply
 	if err := json.Unmarshal(resp.Body, &reply); err != nil {
 		t.Fatalf("reply %s: %v", resp.Body, err)
 	}
-	want := plugins.ProbeReply{
-		ActionType: plugins.ProbeAction, DedupKey: "run-1/a", Attempt: 2, RunID: "run-1", Step: "a",
+	want := host.ProbeReply{
+		ActionType: host.ProbeAction, DedupKey: "run-1/a", Attempt: 2, RunID: "run-1", Step: "a",
 		Deadline: deadline.UnixNano(), CtxDeadline: deadline.UnixNano(), PayloadBytes: 14,
 		PayloadSHA256: hex.EncodeToString(sum[:]),
 	}
@@ -39,13 +39,13 @@ func TestProbe(t *testing.T) {
 		t.Errorf("reply = %+v\nwant    %+v", reply, want)
 	}
 
-	body := mustExecute(t, p, plugins.ProbeAction, `{"body_bytes": 10}`)
+	body := mustExecute(t, p, host.ProbeAction, `{"body_bytes": 10}`)
 	if string(body) != `"xxxxxxxx"` {
 		t.Errorf("body_bytes 10 gave %q", body)
 	}
 	for _, tc := range []struct{ action, payload string }{
-		{plugins.ProbeAction, `{"body_bytes": 1}`},
-		{plugins.ProbeAction, `"not a probe request"`},
+		{host.ProbeAction, `{"body_bytes": 1}`},
+		{host.ProbeAction, `"not a probe request"`},
 		{"chaingate.unknown", `{}`},
 	} {
 		_, err := p.Execute(context.Background(), providers.Request{ActionType: tc.action, Payload: json.RawMessage(tc.payload)})

@@ -1,5 +1,5 @@
 // Command extplugin is an external provider plugin used by the tests of
-// package plugins: it is built with go build and launched by path.
+// package host: it is built with go build and launched by path.
 package main
 
 import (

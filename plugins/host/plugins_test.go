@@ -1,4 +1,4 @@
-package plugins_test
+package host_test
 
 import (
 	"context"
@@ -19,14 +19,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chaingate/gateway/internal/testutil"
-	"github.com/chaingate/gateway/plugins"
+	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/plugins/proto/providerv1"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
 )
 
 func TestMain(m *testing.M) {
-	plugins.ServeBuiltinIfRequested(builtin.New)
+	host.ServeBuiltinIfRequested(builtin.New)
 	runHostModeIfRequested()
 	testutil.QuickRaceExit()
 	os.Exit(m.Run())
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 // newManager returns a Manager that re-executes this test binary for
 // built-ins, logs as JSON into the returned buffer (shown if the test fails),
 // and is closed when the test ends.
-func newManager(t testing.TB, opts plugins.Options) (*plugins.Manager, *testutil.Buffer) {
+func newManager(t testing.TB, opts host.Options) (*host.Manager, *testutil.Buffer) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -49,9 +49,9 @@ func newManager(t testing.TB, opts plugins.Options) (*plugins.Manager, *testutil
 			t.Logf("manager log:\n%s", logs)
 		}
 	})
-	m := plugins.NewManager(opts)
+	m := host.NewManager(opts)
 	if unaryTransport {
-		plugins.UnaryOnly(m)
+		host.UnaryOnly(m)
 	}
 	t.Cleanup(func() {
 		if err := m.Close(); err != nil {
@@ -100,9 +100,9 @@ func providerError(t testing.TB, err error) *providers.Error {
 }
 
 func TestEchoRoundTrip(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "my-echo", Builtin: "echo"})
-	if p != m.Provider(plugins.Spec{Name: "my-echo", Builtin: "echo"}) {
+	m, _ := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "my-echo", Builtin: "echo"})
+	if p != m.Provider(host.Spec{Name: "my-echo", Builtin: "echo"}) {
 		t.Error("the same name gave two handles")
 	}
 
@@ -124,8 +124,8 @@ func TestEchoRoundTrip(t *testing.T) {
 // TestInBandErrors checks that a provider error crosses the wire with its
 // class, code and message, exactly as the provider returned it in-process.
 func TestInBandErrors(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{})
-	remote := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	m, _ := newManager(t, host.Options{})
+	remote := m.Provider(host.Spec{Name: "faulty", Builtin: "faulty"})
 	local, _ := builtin.New("faulty")
 
 	for _, tc := range []struct {
@@ -156,8 +156,8 @@ func TestInBandErrors(t *testing.T) {
 }
 
 func TestFailTimes(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	m, _ := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "faulty", Builtin: "faulty"})
 	for attempt := 1; attempt <= 4; attempt++ {
 		resp, err := p.Execute(context.Background(), providers.Request{Payload: json.RawMessage(`{"fail_times":2,"x":"y"}`), Attempt: attempt})
 		if attempt <= 2 {
@@ -174,8 +174,8 @@ func TestFailTimes(t *testing.T) {
 }
 
 func TestCancellation(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	m, _ := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "faulty", Builtin: "faulty"})
 	mustCall(t, p, `{}`) // start the process, so that only the call is timed
 	// Unanswered, the calls would hang or sleep two minutes; ending well
 	// before that shows the cancellation and deadlines got through, with
@@ -225,10 +225,10 @@ func TestCancellation(t *testing.T) {
 }
 
 func TestCrashRelaunches(t *testing.T) {
-	m, logs := newManager(t, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	m, logs := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "faulty", Builtin: "faulty"})
 	mustCall(t, p, `{}`)
-	firstPID := plugins.PID(p)
+	firstPID := host.PID(p)
 
 	_, err := call(t, p, `{"crash":true}`)
 	pe := providerError(t, err)
@@ -241,7 +241,7 @@ func TestCrashRelaunches(t *testing.T) {
 	if got := m.Restarts("faulty"); got != 1 {
 		t.Errorf("Restarts = %d, want 1", got)
 	}
-	if pid := plugins.PID(p); pid == firstPID || pid == 0 {
+	if pid := host.PID(p); pid == firstPID || pid == 0 {
 		t.Errorf("pid after relaunch = %d, before = %d", pid, firstPID)
 	}
 	wantLog := fmt.Sprintf(`"level":"ERROR","msg":"plugin process crashed; the next call relaunches it","provider":"faulty","pid":%d,"status":"exit status 3"`, firstPID)
@@ -261,10 +261,10 @@ func TestCrashRelaunches(t *testing.T) {
 }
 
 func TestRelaunchAfterKillBetweenCalls(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "echo", Builtin: "echo"})
+	m, _ := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "echo", Builtin: "echo"})
 	mustCall(t, p, `1`)
-	proc, err := os.FindProcess(plugins.PID(p))
+	proc, err := os.FindProcess(host.PID(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,8 +286,8 @@ func TestRelaunchAfterKillBetweenCalls(t *testing.T) {
 }
 
 func TestConcurrentCalls(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	m, _ := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "faulty", Builtin: "faulty"})
 	const n = 200
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -313,15 +313,15 @@ func TestConcurrentCalls(t *testing.T) {
 }
 
 func TestCloseKillsPlugins(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{})
+	m, _ := newManager(t, host.Options{})
 	var pids []int
 	var handles []providers.Provider
 	for _, typ := range []string{"echo", "faulty", "http"} {
-		p := m.Provider(plugins.Spec{Name: typ, Builtin: typ})
+		p := m.Provider(host.Spec{Name: typ, Builtin: typ})
 		if _, err := p.Describe(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		pids = append(pids, plugins.PID(p))
+		pids = append(pids, host.PID(p))
 		handles = append(handles, p)
 	}
 	// A call in flight during Close fails instead of hanging.
@@ -349,11 +349,11 @@ func TestCloseKillsPlugins(t *testing.T) {
 		t.Fatal("call in flight during Close did not return")
 	}
 	for _, p := range handles {
-		if _, err := call(t, p, `{}`); !errors.Is(err, plugins.ErrClosed) {
+		if _, err := call(t, p, `{}`); !errors.Is(err, host.ErrClosed) {
 			t.Errorf("call after Close: error %v is not ErrClosed", err)
 		}
 	}
-	if _, err := m.Provider(plugins.Spec{Name: "new", Builtin: "echo"}).Describe(context.Background()); !errors.Is(err, plugins.ErrClosed) {
+	if _, err := m.Provider(host.Spec{Name: "new", Builtin: "echo"}).Describe(context.Background()); !errors.Is(err, host.ErrClosed) {
 		t.Errorf("new handle after Close: error %v is not ErrClosed", err)
 	}
 	if err := m.Close(); err != nil {
@@ -364,16 +364,16 @@ func TestCloseKillsPlugins(t *testing.T) {
 // TestStartFailures checks that a plugin that cannot start says why, and
 // that these failures, which recur on every launch, are permanent.
 func TestStartFailures(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{StartTimeout: 5 * time.Second})
+	m, _ := newManager(t, host.Options{StartTimeout: 5 * time.Second})
 	for _, tc := range []struct {
-		spec plugins.Spec
+		spec host.Spec
 		want []string
 	}{
-		{plugins.Spec{Name: "bogus", Builtin: "nope"}, []string{`starting plugin "bogus"`, `unknown built-in provider type`}},
-		{plugins.Spec{Name: "both", Builtin: "echo", Path: "/bin/true"}, []string{`starting plugin "both"`, "not both"}},
-		{plugins.Spec{Name: "neither"}, []string{`starting plugin "neither"`, "neither a built-in type nor a plugin path"}},
-		{plugins.Spec{Name: "missing", Path: "/nonexistent/plugin"}, []string{`starting plugin "missing"`, "/nonexistent/plugin"}},
-		{plugins.Spec{Name: "not-a-plugin", Path: "/bin/true"}, []string{`starting plugin "not-a-plugin"`}},
+		{host.Spec{Name: "bogus", Builtin: "nope"}, []string{`starting plugin "bogus"`, `unknown built-in provider type`}},
+		{host.Spec{Name: "both", Builtin: "echo", Path: "/bin/true"}, []string{`starting plugin "both"`, "not both"}},
+		{host.Spec{Name: "neither"}, []string{`starting plugin "neither"`, "neither a built-in type nor a plugin path"}},
+		{host.Spec{Name: "missing", Path: "/nonexistent/plugin"}, []string{`starting plugin "missing"`, "/nonexistent/plugin"}},
+		{host.Spec{Name: "not-a-plugin", Path: "/bin/true"}, []string{`starting plugin "not-a-plugin"`}},
 	} {
 		t.Run(tc.spec.Name, func(t *testing.T) {
 			_, err := call(t, m.Provider(tc.spec), `{}`)
@@ -395,8 +395,8 @@ func TestStartFailures(t *testing.T) {
 // TestCrashLoopBacksOff has the plugin crash on every call: the first
 // relaunch is immediate, later ones wait longer each time.
 func TestCrashLoopBacksOff(t *testing.T) {
-	m, logs := newManager(t, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	m, logs := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "faulty", Builtin: "faulty"})
 	mustCall(t, p, `{}`)
 	start := time.Now()
 	for i := range 4 {
@@ -426,9 +426,9 @@ func TestCrashLoopBacksOff(t *testing.T) {
 }
 
 func TestStartFailureIsRetried(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{})
+	m, _ := newManager(t, host.Options{})
 	path := filepath.Join(t.TempDir(), "late-plugin")
-	p := m.Provider(plugins.Spec{Name: "late", Path: path})
+	p := m.Provider(host.Spec{Name: "late", Path: path})
 	if _, err := call(t, p, `{}`); err == nil {
 		t.Fatal("call to a missing plugin binary succeeded")
 	}
@@ -479,8 +479,8 @@ func sizedString(t testing.TB, want int, size func(body []byte) int) string {
 // TestMaxMessageBytes sends calls and answers right at the limit and just
 // over it: the one over fails alone, permanently, and the plugin serves on.
 func TestMaxMessageBytes(t *testing.T) {
-	m, _ := newManager(t, plugins.Options{MaxMessageBytes: testMaxBytes})
-	p := m.Provider(plugins.Spec{Name: "echo", Builtin: "echo"})
+	m, _ := newManager(t, host.Options{MaxMessageBytes: testMaxBytes})
+	p := m.Provider(host.Spec{Name: "echo", Builtin: "echo"})
 	mustCall(t, p, `1`)
 	// Call ids stay below 128 here, so they take one byte as 100 does.
 	const id = 100
@@ -523,8 +523,8 @@ func TestMaxMessageBytes(t *testing.T) {
 // TestMaxMessageBytesAnswer does the same for the plugin's answers.
 func TestMaxMessageBytesAnswer(t *testing.T) {
 	bin := buildTestPlugin(t, "extplugin")
-	m, _ := newManager(t, plugins.Options{MaxMessageBytes: testMaxBytes})
-	p := m.Provider(plugins.Spec{Name: "ext", Path: bin})
+	m, _ := newManager(t, host.Options{MaxMessageBytes: testMaxBytes})
+	p := m.Provider(host.Spec{Name: "ext", Path: bin})
 	answer := func(body []byte) int { return wireSize(100, nil, &providerv1.ExecuteResponse{Body: body}) }
 	innerAtLimit := sizedString(t, testMaxBytes, func(body []byte) int { return proto.Size(&providerv1.ExecuteResponse{Body: body}) })
 	for _, tc := range []struct {
@@ -565,8 +565,8 @@ func TestMaxMessageBytesAnswer(t *testing.T) {
 // gets a new process instead of the broken session.
 func TestBrokenSessionIsReplaced(t *testing.T) {
 	bin := buildTestPlugin(t, "badplugin")
-	m, _ := newManager(t, plugins.Options{MaxMessageBytes: testMaxBytes})
-	p := m.Provider(plugins.Spec{Name: "bad", Path: bin})
+	m, _ := newManager(t, host.Options{MaxMessageBytes: testMaxBytes})
+	p := m.Provider(host.Spec{Name: "bad", Path: bin})
 	exec := func(action string) (json.RawMessage, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -594,8 +594,8 @@ func TestBrokenSessionIsReplaced(t *testing.T) {
 // result fails that call, not the gateway or the other calls.
 func TestAnswerWithoutResult(t *testing.T) {
 	bin := buildTestPlugin(t, "badplugin")
-	m, _ := newManager(t, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "bad", Path: bin})
+	m, _ := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "bad", Path: bin})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := p.Execute(ctx, providers.Request{ActionType: "no_result"})
@@ -633,8 +633,8 @@ func buildTestPlugin(t testing.TB, name string) string {
 
 func TestExternalPlugin(t *testing.T) {
 	bin := buildExtPlugin(t)
-	m, logs := newManager(t, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "team-ext", Path: bin, Args: []string{"--flag", "v"}})
+	m, logs := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "team-ext", Path: bin, Args: []string{"--flag", "v"}})
 
 	info, err := p.Describe(context.Background())
 	if err != nil || info.Name != "ext" || info.Version != "test" || len(info.ActionTypes) != 4 {
@@ -666,13 +666,13 @@ func TestExternalPlugin(t *testing.T) {
 	}
 
 	// A panic fails that call alone; the process serves on.
-	pid := plugins.PID(p)
+	pid := host.PID(p)
 	_, err = p.Execute(context.Background(), providers.Request{ActionType: "panic"})
 	if pe := providerError(t, err); pe.Retryable || pe.Code != "provider_panic" || pe.Message != "provider panicked: provider bug" {
 		t.Errorf("panic gave %+v", pe)
 	}
-	if _, err := p.Describe(context.Background()); err != nil || plugins.PID(p) != pid || m.Restarts("team-ext") != 0 {
-		t.Errorf("after a panic: Describe error %v, pid %d (was %d), %d restarts", err, plugins.PID(p), pid, m.Restarts("team-ext"))
+	if _, err := p.Describe(context.Background()); err != nil || host.PID(p) != pid || m.Restarts("team-ext") != 0 {
+		t.Errorf("after a panic: Describe error %v, pid %d (was %d), %d restarts", err, host.PID(p), pid, m.Restarts("team-ext"))
 	}
 
 	// The plugin's log records and its plain stderr line reach the gateway's
@@ -697,8 +697,8 @@ func TestExternalPlugin(t *testing.T) {
 // the host stopped waiting.
 func TestCancellationReachesPlugin(t *testing.T) {
 	bin := buildExtPlugin(t)
-	m, _ := newManager(t, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "ext", Path: bin})
+	m, _ := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "ext", Path: bin})
 	if _, err := p.Describe(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -743,12 +743,12 @@ func TestCancellationReachesPlugin(t *testing.T) {
 
 func TestSHA256Pin(t *testing.T) {
 	bin := buildExtPlugin(t)
-	m, _ := newManager(t, plugins.Options{})
+	m, _ := newManager(t, host.Options{})
 	actual := sha256File(t, bin)
 	wrong := strings.Repeat("ab", 32)
 
-	_, err := m.Provider(plugins.Spec{Name: "pinned", Path: bin, SHA256: wrong}).Describe(context.Background())
-	var ce *plugins.ChecksumError
+	_, err := m.Provider(host.Spec{Name: "pinned", Path: bin, SHA256: wrong}).Describe(context.Background())
+	var ce *host.ChecksumError
 	if !errors.As(err, &ce) {
 		t.Fatalf("error %v is not a *ChecksumError", err)
 	}
@@ -758,7 +758,7 @@ func TestSHA256Pin(t *testing.T) {
 		}
 	}
 
-	ok := m.Provider(plugins.Spec{Name: "pinned-ok", Path: bin, SHA256: strings.ToUpper(actual)})
+	ok := m.Provider(host.Spec{Name: "pinned-ok", Path: bin, SHA256: strings.ToUpper(actual)})
 	if _, err := ok.Describe(context.Background()); err != nil {
 		t.Errorf("matching pin: %v", err)
 	}
@@ -789,8 +789,8 @@ func waitGone(t testing.TB, pid int, timeout time.Duration) {
 }
 
 func BenchmarkExecuteEcho(b *testing.B) {
-	m, _ := newManager(b, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "echo", Builtin: "echo"})
+	m, _ := newManager(b, host.Options{})
+	p := m.Provider(host.Spec{Name: "echo", Builtin: "echo"})
 	req := providers.Request{ActionType: "post", Payload: json.RawMessage(`{"text":"hello","n":1}`), DedupKey: "run/step", Attempt: 1}
 	ctx := context.Background()
 	if _, err := p.Execute(ctx, req); err != nil {
@@ -805,8 +805,8 @@ func BenchmarkExecuteEcho(b *testing.B) {
 }
 
 func BenchmarkExecuteEchoParallel(b *testing.B) {
-	m, _ := newManager(b, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "echo", Builtin: "echo"})
+	m, _ := newManager(b, host.Options{})
+	p := m.Provider(host.Spec{Name: "echo", Builtin: "echo"})
 	req := providers.Request{ActionType: "post", Payload: json.RawMessage(`{"text":"hello","n":1}`), DedupKey: "run/step", Attempt: 1}
 	if _, err := p.Execute(context.Background(), req); err != nil {
 		b.Fatal(err)
@@ -828,8 +828,8 @@ func BenchmarkExecuteEchoParallel(b *testing.B) {
 // the plugin round trip and timer slack.
 func BenchmarkSleepingCalls(b *testing.B) {
 	const calls, conc = 10000, 100
-	m, _ := newManager(b, plugins.Options{})
-	p := m.Provider(plugins.Spec{Name: "faulty", Builtin: "faulty"})
+	m, _ := newManager(b, host.Options{})
+	p := m.Provider(host.Spec{Name: "faulty", Builtin: "faulty"})
 	req := providers.Request{Payload: json.RawMessage(`{"sleep_ms":10}`), DedupKey: "run/step", Attempt: 1}
 	ctx := context.Background()
 	if _, err := p.Execute(ctx, req); err != nil {

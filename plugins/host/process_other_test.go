@@ -1,6 +1,6 @@
 //go:build !linux
 
-package plugins_test
+package host_test
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"bytes"
@@ -11,39 +11,9 @@ import (
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/chaingate/gateway/plugins/internal/wire"
 )
-
-const levelTrace = slog.LevelDebug - 4
-
-func slogLevel(l hclog.Level) slog.Level {
-	switch l {
-	case hclog.Trace:
-		return levelTrace
-	case hclog.Debug:
-		return slog.LevelDebug
-	case hclog.Warn:
-		return slog.LevelWarn
-	case hclog.Error:
-		return slog.LevelError
-	default:
-		return slog.LevelInfo
-	}
-}
-
-func hclogLevel(l slog.Level) hclog.Level {
-	switch {
-	case l <= levelTrace:
-		return hclog.Trace
-	case l < slog.LevelInfo:
-		return hclog.Debug
-	case l < slog.LevelWarn:
-		return hclog.Info
-	case l < slog.LevelError:
-		return hclog.Warn
-	default:
-		return hclog.Error
-	}
-}
 
 // hclogAdapter is the hclog.Logger that go-plugin writes to on the host side,
 // including every log line the plugin process writes to stderr. It forwards
@@ -57,7 +27,7 @@ type hclogAdapter struct {
 func newHCLogger(l *slog.Logger) hclog.Logger { return &hclogAdapter{l: l} }
 
 func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
-	lvl := slogLevel(level)
+	lvl := wire.SlogLevel(level)
 	ctx := context.Background()
 	if !a.l.Enabled(ctx, lvl) {
 		return
@@ -78,7 +48,7 @@ func (a *hclogAdapter) Warn(msg string, args ...any)  { a.Log(hclog.Warn, msg, a
 func (a *hclogAdapter) Error(msg string, args ...any) { a.Log(hclog.Error, msg, args...) }
 
 func (a *hclogAdapter) enabled(l hclog.Level) bool {
-	return a.l.Enabled(context.Background(), slogLevel(l))
+	return a.l.Enabled(context.Background(), wire.SlogLevel(l))
 }
 
 func (a *hclogAdapter) IsTrace() bool { return a.enabled(hclog.Trace) }
@@ -123,7 +93,7 @@ func (a *hclogAdapter) GetLevel() hclog.Level {
 func (a *hclogAdapter) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logger {
 	level := slog.LevelInfo
 	if opts != nil && opts.ForceLevel != hclog.NoLevel {
-		level = slogLevel(opts.ForceLevel)
+		level = wire.SlogLevel(opts.ForceLevel)
 	}
 	return slog.NewLogLogger(a.l.Handler(), level)
 }
@@ -188,7 +158,7 @@ func logPluginLine(l *slog.Logger, line []byte) {
 			for _, k := range keys {
 				attrs = append(attrs, k, m[k])
 			}
-			l.Log(context.Background(), slogLevel(hclog.LevelFromString(level)), msg, attrs...)
+			l.Log(context.Background(), wire.SlogLevel(hclog.LevelFromString(level)), msg, attrs...)
 			return
 		}
 	}

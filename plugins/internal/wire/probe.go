@@ -1,4 +1,4 @@
-package plugins
+package wire
 
 import (
 	"context"
@@ -46,13 +46,13 @@ type ProbeReply struct {
 	Ended string `json:"ended,omitempty"`
 }
 
-// probing answers the reserved action types and hands every other call to
+// Probing answers the reserved action types and hands every other call to
 // the provider.
-type probing struct {
+type Probing struct {
 	providers.Provider
 }
 
-func (p probing) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
+func (p Probing) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
 	switch {
 	case req.ActionType == ProbeAction:
 		return probe(ctx, req)
@@ -70,7 +70,7 @@ func probe(ctx context.Context, req providers.Request) (providers.Response, erro
 		}
 	}
 	if pr.BodyBytes != 0 {
-		if limit := maxMessageFromEnv(); pr.BodyBytes < 2 || pr.BodyBytes > limit {
+		if limit := MaxMessageFromEnv(); pr.BodyBytes < 2 || pr.BodyBytes > limit {
 			return providers.Response{}, providers.Permanent("bad_payload", "body_bytes must be from 2 to the message limit %d, got %d", limit, pr.BodyBytes)
 		}
 		body := make([]byte, pr.BodyBytes)

@@ -1,4 +1,7 @@
-package plugins
+// Package wire is the plugin protocol's Go side, shared by the SDK that
+// plugins serve with and the host that launches them: the go-plugin
+// handshake, the gRPC adapters and the error mapping.
+package wire
 
 import (
 	"context"
@@ -30,23 +33,24 @@ const (
 // DefaultMaxMessageBytes bounds one gRPC message in either direction.
 const DefaultMaxMessageBytes = 16 << 20
 
-// maxMessageEnv tells the plugin the host's message limit, so both ends of
+// MaxMessageEnv tells the plugin the host's message limit, so both ends of
 // the connection enforce the same one.
-const maxMessageEnv = "CHAINGATE_PLUGIN_MAX_MESSAGE_BYTES"
+const MaxMessageEnv = "CHAINGATE_PLUGIN_MAX_MESSAGE_BYTES"
 
-// pluginName is the single plugin in each versioned set.
-const pluginName = "provider"
+// PluginName is the single plugin in each versioned set.
+const PluginName = "provider"
 
-var handshake = plugin.HandshakeConfig{
+// Handshake is go-plugin's handshake for both ends.
+var Handshake = plugin.HandshakeConfig{
 	MagicCookieKey:   MagicCookieKey,
 	MagicCookieValue: MagicCookieValue,
 }
 
-// pluginSets is keyed by protocol version; a v2 wire protocol is added here
+// PluginSets is keyed by protocol version; a v2 wire protocol is added here
 // next to v1 so that old plugins keep working. impl is nil on the host side.
-func pluginSets(impl providers.Provider, logger hclog.Logger) map[int]plugin.PluginSet {
+func PluginSets(impl providers.Provider, logger hclog.Logger) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{
-		ProtocolVersion: {pluginName: &grpcPlugin{impl: impl, logger: logger}},
+		ProtocolVersion: {PluginName: &grpcPlugin{impl: impl, logger: logger}},
 	}
 }
 
@@ -61,18 +65,19 @@ func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	return nil
 }
 
-// dispensed is what the host gets from Dispense: the client and a channel
+// Dispensed is what the host gets from Dispense: the client and a channel
 // that go-plugin closes once the plugin process has exited and been reaped.
-type dispensed struct {
-	rpc    providerv1.ProviderClient
-	exited <-chan struct{}
+type Dispensed struct {
+	RPC    providerv1.ProviderClient
+	Exited <-chan struct{}
 }
 
 func (p *grpcPlugin) GRPCClient(doneCtx context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return &dispensed{rpc: providerv1.NewProviderClient(c), exited: doneCtx.Done()}, nil
+	return &Dispensed{RPC: providerv1.NewProviderClient(c), Exited: doneCtx.Done()}, nil
 }
 
-func serverOptions(maxBytes int) []grpc.ServerOption {
+// ServerOptions bound messages and leave streams unbounded on the plugin's server.
+func ServerOptions(maxBytes int) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxBytes),
 		grpc.MaxSendMsgSize(maxBytes),
@@ -82,15 +87,17 @@ func serverOptions(maxBytes int) []grpc.ServerOption {
 	}
 }
 
-func dialOptions(maxBytes int) []grpc.DialOption {
+// DialOptions bound messages on the host's connection.
+func DialOptions(maxBytes int) []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithDefaultCallOptions(
 		grpc.MaxCallRecvMsgSize(maxBytes),
 		grpc.MaxCallSendMsgSize(maxBytes),
 	)}
 }
 
-func maxMessageFromEnv() int {
-	n, err := strconv.Atoi(os.Getenv(maxMessageEnv))
+// MaxMessageFromEnv is the message limit the host passed to this plugin.
+func MaxMessageFromEnv() int {
+	n, err := strconv.Atoi(os.Getenv(MaxMessageEnv))
 	if err != nil || n <= 0 {
 		return DefaultMaxMessageBytes
 	}
@@ -108,7 +115,7 @@ func (s *server) Describe(ctx context.Context, _ *providerv1.DescribeRequest) (r
 	defer s.recoverInto(func(e *providerv1.Error) { resp = &providerv1.DescribeResponse{Error: e} })
 	info, err := s.impl.Describe(ctx)
 	if err != nil {
-		return &providerv1.DescribeResponse{Error: toWireError(err)}, nil
+		return &providerv1.DescribeResponse{Error: ToWireError(err)}, nil
 	}
 	return &providerv1.DescribeResponse{
 		Name:         info.Name,
@@ -143,7 +150,7 @@ func (s *server) execute(ctx context.Context, in *providerv1.ExecuteRequest) (re
 	}
 	out, err := s.impl.Execute(ctx, req)
 	if err != nil {
-		return &providerv1.ExecuteResponse{Error: toWireError(err)}
+		return &providerv1.ExecuteResponse{Error: ToWireError(err)}
 	}
 	return &providerv1.ExecuteResponse{Body: out.Body}
 }
@@ -176,7 +183,8 @@ func (s *server) recoverInto(set func(*providerv1.Error)) {
 	}
 }
 
-func toWireError(err error) *providerv1.Error {
+// ToWireError carries a provider's error class across the wire.
+func ToWireError(err error) *providerv1.Error {
 	var pe *providers.Error
 	switch {
 	case errors.As(err, &pe):
@@ -192,6 +200,7 @@ func toWireError(err error) *providerv1.Error {
 	}
 }
 
-func fromWireError(e *providerv1.Error) *providers.Error {
+// FromWireError is the host's end of ToWireError.
+func FromWireError(e *providerv1.Error) *providers.Error {
 	return &providers.Error{Retryable: e.Retryable, Code: e.Code, Message: e.Message, RetryAfter: time.Duration(e.RetryAfterMs) * time.Millisecond}
 }
