@@ -1,11 +1,13 @@
 // Package chain holds the chain model and its loading: strict TOML decoding,
 // validation, and the templates and conditions compiled once at load.
+//
+// It is the gateway's own package, with no compatibility promise.
 package chain
 
 import (
 	"fmt"
 
-	"github.com/chaingate/gateway/chain/condition"
+	"github.com/chaingate/gateway/chain/internal/condition"
 	"github.com/chaingate/gateway/templates"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/chaingate/gateway/chain/condition"
+	"github.com/chaingate/gateway/chain/internal/condition"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/templates"
 )

@@ -1,5 +1,7 @@
 // Package gateway wires a config, a store, the plugin processes and the
 // engine into one running gateway, and serves its HTTP API.
+//
+// It is the gateway's own package, with no compatibility promise.
 package gateway
 
 import (

@@ -9,6 +9,8 @@
 // are never scanned again, and `<<"<<">>` writes a literal `<<`.
 //
 // Templates are compiled once and are safe for concurrent use.
+//
+// It is the gateway's own package, with no compatibility promise.
 package templates
 
 import (

@@ -3,6 +3,8 @@
 // persists the intent, acts, and persists the outcome; the goroutine never
 // holds anything the store does not, so a run resumes from the store after
 // a crash.
+//
+// It is the gateway's own package, with no compatibility promise.
 package engine
 
 import (

@@ -12,7 +12,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/chain/store/redis/redistest"
+	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
 // TestClaims runs the claim protocol against Redis: a live claim holds an

@@ -11,6 +11,8 @@
 // exactly once, and tells the owner through a Redis channel, which reads
 // the results in the order they came, writes them to its store as the
 // same records a local split writes, and joins.
+//
+// It is the gateway's own package, with no compatibility promise.
 package fanout
 
 import (
@@ -27,7 +29,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
-	"github.com/chaingate/gateway/chain/fanout/broker"
+	"github.com/chaingate/gateway/chain/fanout/internal/broker"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
 

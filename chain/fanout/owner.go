@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain/engine"
-	"github.com/chaingate/gateway/chain/fanout/broker"
+	"github.com/chaingate/gateway/chain/fanout/internal/broker"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/internal/jsonx"
 )

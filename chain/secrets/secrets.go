@@ -1,6 +1,8 @@
 // Package secrets loads the values <<secrets.NAME>> reads and keeps them
 // out of everything the gateway writes: the store, events, dead-letter
 // entries, logs and API answers all pass through a Redactor.
+//
+// It is the gateway's own package, with no compatibility promise.
 package secrets
 
 import (

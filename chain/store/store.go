@@ -2,6 +2,8 @@
 // dead-letter entries are persisted. Implementations live in sub-packages
 // (bolt, the embedded default; redis, shared between gateways) and all pass
 // the conformance suite in package storetest.
+//
+// It is the gateway's own package, with no compatibility promise.
 package store
 
 import (

@@ -18,8 +18,8 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	redisstore "github.com/chaingate/gateway/chain/store/redis"
-	"github.com/chaingate/gateway/chain/store/redis/redistest"
 	"github.com/chaingate/gateway/internal/testutil"
+	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
 // These tests run several gateway processes on one Redis, as a team would

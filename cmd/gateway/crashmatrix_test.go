@@ -22,8 +22,8 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/crashpoint"
-	"github.com/chaingate/gateway/chain/store/redis/redistest"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
 // The crash-point matrix kills a real gateway with SIGKILL at named commits

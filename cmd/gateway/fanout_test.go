@@ -16,10 +16,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/chaingate/gateway/chain/fanout/broker/brokertest"
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/chain/store/redis/redistest"
 	"github.com/chaingate/gateway/internal/testutil"
+	"github.com/chaingate/gateway/internal/testutil/brokertest"
+	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
 // These tests run distributed splits across real processes — a gateway

@@ -15,7 +15,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
-	"github.com/chaingate/gateway/chain/store/redis/redistest"
+	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
 const serveConfig = `

@@ -1,5 +1,7 @@
 // Package builtin is the registry of the providers compiled into the gateway.
 // The gateway serves them from its own binary (see host.BuiltinEnv).
+//
+// It is the gateway's own package, with no compatibility promise.
 package builtin
 
 import (

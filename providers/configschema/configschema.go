@@ -6,6 +6,8 @@
 // Beyond JSON Schema, a property with "x-secret": true marks a credential:
 // the gateway requires its value to come from <<secrets.NAME>>, never to be
 // written into a config file.
+//
+// It is the gateway's own package, with no compatibility promise.
 package configschema
 
 import (

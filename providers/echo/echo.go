@@ -1,5 +1,7 @@
 // Package echo is the echo provider: it answers with the payload it was given.
 // It is useful for wiring chains together and for measuring the plugin path.
+//
+// It is the gateway's own package, with no compatibility promise.
 package echo
 
 import (

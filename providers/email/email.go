@@ -17,6 +17,8 @@
 // failures and timeouts are retryable; 5xx replies, TLS certificate failures
 // and bad configs or payloads are permanent. docs/providers/email.md has the
 // details.
+//
+// It is the gateway's own package, with no compatibility promise.
 package email
 
 import (

@@ -17,6 +17,8 @@
 //
 // On success the body is the payload object plus "attempt". A payload that
 // is not an object has no controls and gives {"payload": <it>, "attempt": n}.
+//
+// It is the gateway's own package, with no compatibility promise.
 package faulty
 
 import (

@@ -17,6 +17,8 @@
 // whatever their size, network failures and timeouts are retryable errors;
 // other non-2xx answers and bad payloads (headers that are not valid HTTP
 // included) are permanent. Messages name the URL without its query string.
+//
+// It is the gateway's own package, with no compatibility promise.
 package http
 
 import (

@@ -15,6 +15,8 @@
 // Opsgenie processes alert requests asynchronously: its 202 answer means
 // the request was accepted, and the body's request_id identifies it in
 // GET /v2/alerts/requests/{id}, which tells whether it then succeeded.
+//
+// It is the gateway's own package, with no compatibility promise.
 package opsgenie
 
 import (

@@ -11,6 +11,8 @@
 // a longer key is shortened deterministically (see apicall.ShortenKey), so
 // the same long key always names the same alert. The step body carries the
 // key, for a later acknowledge or resolve step.
+//
+// It is the gateway's own package, with no compatibility promise.
 package pagerduty
 
 import (

@@ -11,6 +11,8 @@
 // Slack takes no idempotency key. A post whose answer was lost (a timeout,
 // a connection reset) is posted again if the step is retried, so the
 // channel may show it twice; update_message is safe to repeat.
+//
+// It is the gateway's own package, with no compatibility promise.
 package slack
 
 import (

@@ -11,6 +11,8 @@
 // when the attempt was sent) and X-Chaingate-Signature: v1=<hex
 // HMAC-SHA256 of "<timestamp>.<body>" keyed with the secret>. Receivers
 // written in Go check them with Verify.
+//
+// It is the gateway's own package, with no compatibility promise.
 package webhook
 
 import (

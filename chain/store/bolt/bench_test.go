@@ -10,7 +10,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
-	"github.com/chaingate/gateway/chain/store/storetest"
+	"github.com/chaingate/gateway/chain/store/internal/storetest"
 )
 
 // stepBatch is what the engine commits for one step: the run record, the

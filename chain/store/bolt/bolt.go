@@ -1,6 +1,8 @@
 // Package bolt is the embedded default store: one bbolt file, written by one
 // process at a time, with concurrent commits grouped into one transaction
 // and one fsync.
+//
+// It is the gateway's own package, with no compatibility promise.
 package bolt
 
 import (

@@ -17,7 +17,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
-	"github.com/chaingate/gateway/chain/store/storetest"
+	"github.com/chaingate/gateway/chain/store/internal/storetest"
 )
 
 // helperEnv makes the test binary act as a second process holding a store.

@@ -15,6 +15,8 @@
 // "loop[05]", "loop[05]/check"), STATUS a step status ("running",
 // "pending", "succeeded", ...). The first commit that matches, of any run,
 // is the one.
+//
+// It is the gateway's own package, with no compatibility promise.
 package crashpoint
 
 import (

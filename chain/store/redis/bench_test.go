@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/chain/store/redis/redistest"
-	"github.com/chaingate/gateway/chain/store/storetest"
+	"github.com/chaingate/gateway/chain/store/internal/storetest"
+	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
 func benchRun(b *testing.B, s store.Store) *store.Run {

@@ -13,10 +13,10 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/chain/store/internal/storetest"
 	"github.com/chaingate/gateway/chain/store/redis"
-	"github.com/chaingate/gateway/chain/store/redis/redistest"
-	"github.com/chaingate/gateway/chain/store/storetest"
 	"github.com/chaingate/gateway/internal/testutil"
+	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
 // TestVolatileRedisRefused: a Redis that keeps nothing across a restart,

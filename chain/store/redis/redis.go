@@ -21,6 +21,8 @@
 // two keys collide.
 //
 // A commit's durability is that of the Redis deployment (AOF, replicas).
+//
+// It is the gateway's own package, with no compatibility promise.
 package redis
 
 import (

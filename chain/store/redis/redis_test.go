@@ -17,9 +17,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/chain/store/internal/storetest"
 	"github.com/chaingate/gateway/chain/store/redis"
-	"github.com/chaingate/gateway/chain/store/redis/redistest"
-	"github.com/chaingate/gateway/chain/store/storetest"
+	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
 func openURL(t testing.TB, u string) *redis.Store {

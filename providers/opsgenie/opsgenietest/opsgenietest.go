@@ -9,6 +9,8 @@
 // an open alert into it, as Opsgenie does. Acknowledging or closing an
 // unknown alias is accepted (202), as Opsgenie accepts it before
 // processing it. Failures are injected with FailNext and the Fault helpers.
+//
+// It is the gateway's own package, with no compatibility promise.
 package opsgenietest
 
 import (

@@ -7,6 +7,8 @@
 // refused as an invalid event. The fake keeps one alert per dedup_key, as
 // PagerDuty does: a trigger for an open alert is deduplicated into it.
 // Failures are injected with FailNext and the Fault helpers.
+//
+// It is the gateway's own package, with no compatibility promise.
 package pagerdutytest
 
 import (

@@ -8,6 +8,8 @@
 // method is refused with invalid_arguments, so a provider that sends one is
 // caught. Every channel exists; a channel given by name (#ops) gets a
 // stable ID. Failures are injected with FailNext and the Fault helpers.
+//
+// It is the gateway's own package, with no compatibility promise.
 package slacktest
 
 import (

@@ -5,6 +5,8 @@
 // answering a repeat as it answered the first (with Idempotent-Replayed:
 // true). A delivery is answered 200 with {"received":true,"delivery":N}.
 // Failures are injected with FailNext and the Fault helpers.
+//
+// It is the gateway's own package, with no compatibility promise.
 package webhooktest
 
 import (

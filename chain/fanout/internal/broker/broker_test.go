@@ -15,8 +15,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/chaingate/gateway/chain/fanout/broker"
-	"github.com/chaingate/gateway/chain/fanout/broker/brokertest"
+	"github.com/chaingate/gateway/chain/fanout/internal/broker"
+	"github.com/chaingate/gateway/internal/testutil/brokertest"
 )
 
 func open(t *testing.T, u, prefix string, maxRedeliveries int) *broker.Broker {

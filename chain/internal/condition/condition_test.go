@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chaingate/gateway/chain/condition"
+	"github.com/chaingate/gateway/chain/internal/condition"
 )
 
 var roots = []string{"origin", "steps", "prev", "run", "chain", "result"}
