@@ -2,6 +2,7 @@ package scaffold_test
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,19 +53,20 @@ func TestGeneratedModuleBuildsAndConforms(t *testing.T) {
 		t.Errorf("go.mod:\n%s", gomod)
 	}
 
-	run := func(args ...string) {
-		t.Helper()
-		start := time.Now()
-		cmd := exec.Command(goTool, args...)
-		cmd.Dir = dir
-		// Only the module's own go.mod counts, whatever surrounds it.
-		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		t.Logf("go %s: %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
-	}
+	run := func(args ...string) string { return goRun(t, goTool, dir, args...) }
 	run("mod", "tidy")
+	// The plugin sees the SDK and the contract, and nothing else of the
+	// gateway's: the SDK's own wire code is all they bring with them.
+	var gateway []string
+	for _, dep := range strings.Fields(run("list", "-deps", ".")) {
+		if strings.HasPrefix(dep, scaffold.GatewayModule+"/") {
+			gateway = append(gateway, strings.TrimPrefix(dep, scaffold.GatewayModule+"/"))
+		}
+	}
+	slices.Sort(gateway)
+	if want := []string{"plugins", "plugins/internal/wire", "plugins/proto/providerv1", "providers"}; !slices.Equal(gateway, want) {
+		t.Errorf("the plugin depends on the gateway's packages %v, want only %v", gateway, want)
+	}
 	run("vet", "./...")
 	run("build", "-o", "bin/pager", ".")
 	run("test", "./...")
@@ -120,4 +122,63 @@ func TestGenerateRefuses(t *testing.T) {
 	if _, err := scaffold.FindGatewaySrc(notGateway); err == nil || !strings.Contains(err.Error(), "--gateway-src") {
 		t.Errorf("FindGatewaySrc outside a checkout = %v, want an error naming --gateway-src", err)
 	}
+}
+
+// goRun runs the go command in dir, as a module of its own.
+func goRun(t *testing.T, goTool, dir string, args ...string) string {
+	t.Helper()
+	start := time.Now()
+	cmd := exec.Command(goTool, args...)
+	cmd.Dir = dir
+	// Only the module's own go.mod counts, whatever surrounds it.
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s%s", strings.Join(args, " "), err, out, stderrOf(err))
+	}
+	t.Logf("go %s: %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+	return string(out)
+}
+
+// TestReadmePluginBuilds builds the plugin the README shows, as a module of
+// its own against this checkout.
+func TestReadmePluginBuilds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a module")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	src, err := scaffold.FindGatewaySrc(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(src, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "```go\npackage main\n")
+	code, _, closed := strings.Cut(rest, "```")
+	if !ok || !closed {
+		t.Fatal("README.md shows no plugin: no go block starting with package main")
+	}
+	dir := t.TempDir()
+	gomod := "module example.com/ticketing\n\ngo 1.24\n\nrequire " + scaffold.GatewayModule + " v0.0.0-00010101000000-000000000000\n\nreplace " + scaffold.GatewayModule + " => " + src + "\n"
+	for name, data := range map[string]string{"go.mod": gomod, "main.go": "package main\n" + code} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goRun(t, goTool, dir, "mod", "tidy")
+	goRun(t, goTool, dir, "vet", ".")
+	goRun(t, goTool, dir, "build", "-o", os.DevNull, ".")
+}
+
+func stderrOf(err error) []byte {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.Stderr
+	}
+	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"strings"
 
-	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/providers"
 )
 
@@ -100,7 +99,7 @@ func probe(ctx context.Context, req providers.Request) (providers.Response, erro
 		<-ctx.Done()
 		reply.Ended = ctx.Err().Error()
 	}
-	body, err := jsonx.Marshal(reply)
+	body, err := json.Marshal(reply)
 	if err != nil {
 		return providers.Response{}, providers.Permanent("bad_response", "encoding the probe reply: %v", err)
 	}
