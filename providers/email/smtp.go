@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/smtp"
 	"net/textproto"
 	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/emersion/go-sasl"
+	"github.com/emersion/go-smtp"
 
 	"github.com/chaingate/gateway/providers"
 )
@@ -28,59 +30,54 @@ func send(ctx context.Context, set *settings, rcpts []string, data []byte) (stri
 	if err != nil {
 		return "", classify(ctx, "dialling "+set.addr, err)
 	}
-	// net/smtp knows no context: closing the connection when ctx is done
-	// unblocks whatever read or write a stalled server is holding up.
+	// The client's own timeouts are per command; closing the connection
+	// when ctx is done unblocks whatever a stalled server holds up, and the
+	// deadline keeps every command within the call's.
 	stop := context.AfterFunc(ctx, func() { raw.Close() })
 	defer stop()
 	defer raw.Close()
+	conn := net.Conn(raw)
 	if deadline, ok := ctx.Deadline(); ok {
-		if err := raw.SetDeadline(deadline); err != nil {
+		conn = &boundedConn{Conn: raw, limit: deadline}
+		if err := conn.SetDeadline(deadline); err != nil {
 			return "", classify(ctx, "setting the deadline of the connection to "+set.addr, err)
 		}
 	}
-
-	conn := raw
-	if set.mode == tlsImplicit {
-		tc := tls.Client(raw, set.tls)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			return "", classify(ctx, "handshaking TLS with "+set.addr, err)
-		}
-		conn = tc
-	}
-	c, err := smtp.NewClient(conn, set.host)
-	if err != nil {
-		return "", classify(ctx, "reading the greeting of "+set.addr, err)
-	}
-	defer func() {
-		if ctx.Err() == nil {
-			if deadline, ok := ctx.Deadline(); !ok || time.Until(deadline) > quitGrace {
-				_ = raw.SetDeadline(time.Now().Add(quitGrace))
-			}
-			_ = c.Quit() // the outcome is already known
-		}
-	}()
 
 	localName := set.localName
 	if localName == "" {
 		localName = helloName(raw.LocalAddr())
 	}
-	if err := c.Hello(localName); err != nil {
-		return "", classify(ctx, "greeting "+set.addr, err)
-	}
-	// net/smtp sends EHLO lazily and Extension drops its error; NOOP makes
-	// it go out now, so that a failed EHLO is not taken for a missing
-	// extension.
-	if err := c.Noop(); err != nil {
-		return "", classify(ctx, "greeting "+set.addr, err)
-	}
-	if set.mode == tlsStartTLS {
-		if ok, _ := c.Extension("STARTTLS"); !ok {
-			return "", providers.Permanent("starttls_unavailable",
-				"%s does not offer STARTTLS; refusing to send in clear text (use tls = \"implicit\" for a port such as 465, or tls = \"none\" only for a trusted local relay)", set.addr)
+	var c *smtp.Client
+	switch set.mode {
+	case tlsImplicit:
+		tc := tls.Client(conn, set.tls)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return "", classify(ctx, "handshaking TLS with "+set.addr, err)
 		}
-		if err := c.StartTLS(set.tls); err != nil {
+		c = smtp.NewClient(tc)
+	case tlsStartTLS:
+		// The client greets with its default name before STARTTLS and with
+		// localName after it, when the session that carries the mail begins.
+		if c, err = smtp.NewClientStartTLS(conn, set.tls); err != nil {
+			if err.Error() == noStartTLS {
+				return "", providers.Permanent("starttls_unavailable",
+					"%s does not offer STARTTLS; refusing to send in clear text (use tls = \"implicit\" for a port such as 465, or tls = \"none\" only for a trusted local relay)", set.addr)
+			}
 			return "", classify(ctx, "starting TLS with "+set.addr, err)
 		}
+	default:
+		c = smtp.NewClient(conn)
+	}
+	defer func() {
+		if ctx.Err() == nil {
+			c.CommandTimeout = quitGrace
+			_ = c.Quit() // the outcome is already known
+		}
+		_ = c.Close()
+	}()
+	if err := c.Hello(localName); err != nil {
+		return "", classify(ctx, "greeting "+set.addr, err)
 	}
 	if set.username != "" {
 		if err := authenticate(ctx, c, set); err != nil {
@@ -88,7 +85,7 @@ func send(ctx context.Context, set *settings, rcpts []string, data []byte) (stri
 		}
 	}
 
-	if err := c.Mail(set.from.Address); err != nil {
+	if err := c.Mail(set.from.Address, nil); err != nil {
 		return "", classify(ctx, fmt.Sprintf("sending MAIL FROM:<%s> to %s", set.from.Address, set.addr), err)
 	}
 	if err := addRecipients(ctx, c, set.addr, rcpts); err != nil {
@@ -99,6 +96,24 @@ func send(ctx context.Context, set *settings, rcpts []string, data []byte) (stri
 		return "", classify(ctx, "sending the message to "+set.addr, err)
 	}
 	return reply, nil
+}
+
+// noStartTLS is how go-smtp says a server offers no STARTTLS; it exports no
+// error for it, so its text is matched (TestErrors pins it).
+const noStartTLS = "smtp: server doesn't support STARTTLS"
+
+// boundedConn keeps every deadline the client sets within the call's: the
+// client sets one per command and clears it after.
+type boundedConn struct {
+	net.Conn
+	limit time.Time
+}
+
+func (b *boundedConn) SetDeadline(t time.Time) error {
+	if t.IsZero() || t.After(b.limit) {
+		t = b.limit
+	}
+	return b.Conn.SetDeadline(t)
 }
 
 // helloName is the EHLO name when local_name is not set: the host name when
@@ -125,12 +140,12 @@ func authenticate(ctx context.Context, c *smtp.Client, set *settings) error {
 	if !ok {
 		return providers.Permanent("auth_unavailable", "%s does not offer AUTH; remove username from the config if the relay needs none", set.addr)
 	}
-	var a smtp.Auth
+	var a sasl.Client
 	switch fields := strings.Fields(strings.ToUpper(mechs)); {
 	case slices.Contains(fields, "PLAIN"):
-		a = plainAuth{set.username, set.password}
+		a = sasl.NewPlainClient("", set.username, set.password)
 	case slices.Contains(fields, "LOGIN"):
-		a = loginAuth{set.username, set.password}
+		a = &loginAuth{username: set.username, password: set.password}
 	default:
 		return providers.Permanent("auth_unsupported", "%s offers AUTH %s; the email provider speaks only PLAIN and LOGIN", set.addr, mechs)
 	}
@@ -147,17 +162,17 @@ func addRecipients(ctx context.Context, c *smtp.Client, addr string, rcpts []str
 	var refused []string
 	var first, firstPermanent *providers.Error
 	for _, r := range rcpts {
-		err := c.Rcpt(r)
+		err := c.Rcpt(r, nil)
 		if err == nil {
 			continue
 		}
-		var tpErr *textproto.Error
-		if !errors.As(err, &tpErr) {
+		var smtpErr *smtp.SMTPError
+		if !errors.As(err, &smtpErr) {
 			// The connection is gone; no later recipient can be tried.
 			return classify(ctx, fmt.Sprintf("sending RCPT TO:<%s> to %s", r, addr), err)
 		}
-		refused = append(refused, fmt.Sprintf("<%s>: %s", r, formatReply(tpErr.Code, tpErr.Msg)))
-		pe := replyError(tpErr)
+		pe := replyError(smtpErr)
+		refused = append(refused, fmt.Sprintf("<%s>: %s", r, pe.Message))
 		if first == nil {
 			first = pe
 		}
@@ -176,36 +191,25 @@ func addRecipients(ctx context.Context, c *smtp.Client, addr string, rcpts []str
 	return pe
 }
 
-// writeData sends the message itself. net/smtp's Data hides the server's
-// final reply, which holds the queue id that ties the message to the
-// relay's logs, so the DATA exchange is made on the client's text conn.
+// writeData sends the message itself and returns the server's final
+// reply, which holds the queue id that ties the message to the relay's logs.
 func writeData(c *smtp.Client, data []byte) (string, error) {
-	id, err := c.Text.Cmd("DATA")
+	w, err := c.Data()
 	if err != nil {
 		return "", err
 	}
-	c.Text.StartResponse(id)
-	_, _, err = c.Text.ReadResponse(354)
-	c.Text.EndResponse(id)
-	if err != nil {
-		return "", err
-	}
-	w := c.Text.DotWriter()
 	if _, err := w.Write(data); err != nil {
 		return "", err
 	}
-	if err := w.Close(); err != nil {
-		return "", err
-	}
-	code, msg, err := c.Text.ReadResponse(250)
+	resp, err := w.CloseWithResponse()
 	if err != nil {
 		return "", err
 	}
-	return formatReply(code, msg), nil
+	return formatReply(250, resp.StatusText), nil
 }
 
 // formatReply writes a reply as the server sent it, its lines joined, for
-// messages and logs: textproto.Error quotes the text, and a server's text
+// messages and logs; a server's text
 // is not trusted to be free of control characters.
 func formatReply(code int, msg string) string {
 	return fmt.Sprintf("%03d %s", code, strings.Map(func(r rune) rune {
@@ -218,7 +222,7 @@ func formatReply(code int, msg string) string {
 
 // classify turns a failure in stage into a providers.Error with its class.
 func classify(ctx context.Context, stage string, err error) error {
-	var tpErr *textproto.Error
+	var smtpErr *smtp.SMTPError
 	var certErr *tls.CertificateVerificationError
 	var recErr tls.RecordHeaderError
 	var protoErr textproto.ProtocolError
@@ -226,10 +230,10 @@ func classify(ctx context.Context, stage string, err error) error {
 	case ctx.Err() != nil:
 		// The gateway gave up on the call; its own error says why.
 		return fmt.Errorf("%s: %w", stage, ctx.Err())
-	case errors.As(err, &tpErr):
-		pe := replyError(tpErr)
+	case errors.As(err, &smtpErr):
+		pe := replyError(smtpErr)
 		pe.Message = fmt.Sprintf("%s: %s", stage, pe.Message)
-		if tpErr.Code == 535 {
+		if smtpErr.Code == 535 {
 			pe.Message += " (check the username and password)"
 		}
 		return pe
@@ -250,43 +254,29 @@ func classify(ctx context.Context, stage string, err error) error {
 
 // replyError classes an SMTP reply: 4xx is transient by definition
 // (RFC 5321, section 4.2.1); 5xx, and any reply the client did not expect,
-// will not change on a retry.
-func replyError(e *textproto.Error) *providers.Error {
+// will not change on a retry. The message is the reply as the server sent
+// it, enhanced status code included.
+func replyError(e *smtp.SMTPError) *providers.Error {
+	msg := e.Message
+	if e.EnhancedCode != smtp.EnhancedCodeNotSet && e.EnhancedCode != smtp.NoEnhancedCode {
+		msg = fmt.Sprintf("%d.%d.%d %s", e.EnhancedCode[0], e.EnhancedCode[1], e.EnhancedCode[2], msg)
+	}
 	return &providers.Error{
 		Retryable: e.Code >= 400 && e.Code < 500,
 		Code:      fmt.Sprintf("smtp_%03d", e.Code),
-		Message:   formatReply(e.Code, e.Msg),
+		Message:   formatReply(e.Code, msg),
 		Err:       e,
 	}
 }
 
-// plainAuth is AUTH PLAIN (RFC 4616). net/smtp's PlainAuth is not used
-// because its own TLS-or-localhost rule differs from the config's rule,
-// which checkConfig enforces before any connection is made.
-type plainAuth struct{ username, password string }
-
-func (a plainAuth) Start(*smtp.ServerInfo) (string, []byte, error) {
-	return "PLAIN", []byte("\x00" + a.username + "\x00" + a.password), nil
-}
-
-func (a plainAuth) Next(_ []byte, more bool) ([]byte, error) {
-	if more {
-		return nil, errors.New("unexpected server challenge to AUTH PLAIN")
-	}
-	return nil, nil
-}
-
-// loginAuth is AUTH LOGIN, the only mechanism some relays offer.
+// loginAuth is AUTH LOGIN, the only mechanism some relays offer. It answers
+// the server's prompts by what they ask, where go-sasl's sends the name
+// unasked and expects the password prompt word for word.
 type loginAuth struct{ username, password string }
 
-func (a loginAuth) Start(*smtp.ServerInfo) (string, []byte, error) {
-	return "LOGIN", nil, nil
-}
+func (a *loginAuth) Start() (string, []byte, error) { return "LOGIN", nil, nil }
 
-func (a loginAuth) Next(challenge []byte, more bool) ([]byte, error) {
-	if !more {
-		return nil, nil
-	}
+func (a *loginAuth) Next(challenge []byte) ([]byte, error) {
 	switch strings.ToLower(strings.TrimSpace(string(challenge))) {
 	case "username:", "user name", "username":
 		return []byte(a.username), nil
