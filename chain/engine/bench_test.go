@@ -144,7 +144,7 @@ type benchHarness struct {
 }
 
 func newBenchHarness(b *testing.B, config string, onEvent func(store.Event)) *benchHarness {
-	return &benchHarness{newHarnessTB(b, config, onEvent)}
+	return &benchHarness{newHarness(b, config, onEvents(onEvent))}
 }
 
 func (h *benchHarness) runOnce(ctx context.Context, b *testing.B) {
@@ -259,7 +259,7 @@ func BenchmarkResume1000(b *testing.B) {
 		b.StopTimer()
 		_ = os.Remove(db)
 		_ = os.Remove(rec)
-		h := newHarnessOn(b, cfg, db, func(store.Event) {})
+		h := newHarness(b, cfg, atStore(db), onEvents(func(store.Event) {}))
 		for range runs {
 			if _, err := h.eng.Start(ctx, "held", engine.Input{}); err != nil {
 				b.Fatal(err)
@@ -272,7 +272,7 @@ func BenchmarkResume1000(b *testing.B) {
 
 		b.StartTimer()
 		start := time.Now()
-		h2 := newHarnessOn(b, cfg, db, func(store.Event) {})
+		h2 := newHarness(b, cfg, atStore(db), onEvents(func(store.Event) {}))
 		if _, err := h2.eng.Resume(ctx); err != nil {
 			b.Fatal(err)
 		}

@@ -88,7 +88,7 @@ func TestNoCallBeforeItsIntentIsDurable(t *testing.T) {
 			dir := t.TempDir()
 			rec := filepath.Join(dir, "calls.jsonl")
 			var hs *heldStore
-			h := newHarnessWrapped(t, fmt.Sprintf(`
+			h := newHarness(t, fmt.Sprintf(`
 [[chains]]
 name = "top"
 [[chains.steps]]
@@ -136,10 +136,10 @@ payload_template = { record = %[1]q, sleep_ms = 100 }
 name = "second"
 provider = "faulty"
 payload_template = { record = %[1]q, after = "<<steps.first.body.sleep_ms>>" }
-`, rec), filepath.Join(dir, "gw.db"), harnessOpts{wrap: func(st store.Store) store.Store {
+`, rec), atStore(filepath.Join(dir, "gw.db")), wrapStore(func(st store.Store) store.Store {
 				hs = &heldStore{Store: st}
 				return hs
-			}})
+			}))
 			held, release := hs.holdUntil(tc.holdOn)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -189,7 +189,7 @@ name = "slow"
 provider = "faulty"
 payload_template = { sleep_ms = 60000 }
 `
-	h1 := newHarnessAt(t, started, db)
+	h1 := newHarness(t, started, atStore(db))
 	ctx := context.Background()
 	run, err := h1.eng.Start(ctx, "c", engine.Input{})
 	if err != nil {
@@ -198,7 +198,7 @@ payload_template = { sleep_ms = 60000 }
 	h1.close()
 	// The chain changed since, so resuming needs the stored definition.
 	changed := strings.Replace(started, "60000", "1", 1)
-	h2 := newHarnessWrapped(t, changed, db, harnessOpts{wrap: func(st store.Store) store.Store { return unreadyStore{st} }})
+	h2 := newHarness(t, changed, atStore(db), wrapStore(func(st store.Store) store.Store { return unreadyStore{st} }))
 	if _, err := h2.eng.Resume(ctx); err == nil || !strings.Contains(err.Error(), "i/o timeout") {
 		t.Fatalf("resume with the store failing: %v", err)
 	}
@@ -206,7 +206,7 @@ payload_template = { sleep_ms = 60000 }
 		t.Fatalf("after a store error the run is %s", got.Status)
 	}
 	h2.close()
-	h3 := newHarnessAt(t, changed, db)
+	h3 := newHarness(t, changed, atStore(db))
 	if ids, err := h3.eng.Resume(ctx); err != nil || len(ids) != 1 {
 		t.Fatalf("resume: %v %v", ids, err)
 	}
@@ -269,7 +269,7 @@ payload_template = { record = %[1]q }
 `, rec)
 	db := filepath.Join(dir, "gw.db")
 	var logs logLines
-	h1 := newHarnessWrapped(t, cfg, db, harnessOpts{logger: logs.logger(), leaseTTL: 300 * time.Millisecond, wrap: func(st store.Store) store.Store { return unrenewableStore{st} }})
+	h1 := newHarness(t, cfg, atStore(db), withLogger(logs.logger()), withLeaseTTL(300 * time.Millisecond), wrapStore(func(st store.Store) store.Store { return unrenewableStore{st} }))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	run, err := h1.eng.Start(ctx, "c", engine.Input{})
@@ -292,7 +292,7 @@ payload_template = { record = %[1]q }
 	if !lost {
 		t.Errorf("the lost lease was not logged with run, chain and step:\n%s", logs.buf.String())
 	}
-	h2 := newHarnessAt(t, cfg, db)
+	h2 := newHarness(t, cfg, atStore(db))
 	if _, err := h2.eng.Resume(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -368,10 +368,10 @@ name = "b"
 provider = "faulty"
 payload_template = { record = "REC/subs.jsonl", sleep_ms = 100 }
 `+tc.next, "REC", dir)
-			h := newHarnessWrapped(t, cfg, filepath.Join(dir, "gw.db"), harnessOpts{wrap: func(st store.Store) store.Store {
+			h := newHarness(t, cfg, atStore(filepath.Join(dir, "gw.db")), wrapStore(func(st store.Store) store.Store {
 				hs = &heldStore{Store: st}
 				return hs
-			}})
+			}))
 			heldA, releaseA := hs.holdUntil(holdsStep("both/a", store.StepSucceeded))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -444,10 +444,10 @@ func TestDamagedRunDoesNotBlockResume(t *testing.T) {
 
 	var logs logLines
 	var ds *damagedStore
-	h2 := newHarnessWrapped(t, cfg, db, harnessOpts{logger: logs.logger(), wrap: func(st store.Store) store.Store {
+	h2 := newHarness(t, cfg, atStore(db), withLogger(logs.logger()), wrapStore(func(st store.Store) store.Store {
 		ds = &damagedStore{Store: st, bad: ids[1]}
 		return ds
-	}})
+	}))
 	resumed, err := h2.eng.Resume(ctx)
 	if err != nil || len(resumed) != 2 {
 		t.Fatalf("resume: %v %v; want the two readable runs resumed and no error", resumed, err)

@@ -68,54 +68,59 @@ func (r resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
 	return r.m.Provider(host.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}), nil
 }
 
-func newHarness(t *testing.T, config string) *harness {
-	t.Helper()
-	return newHarnessTB(t, config, nil)
-}
+// harnessOption adjusts a harness's engine and store.
+type harnessOption func(*harnessOpts)
 
-// newHarnessTB builds an engine on a fresh store; onEvent, when set,
-// replaces the harness's own event recording.
-func newHarnessTB(t testing.TB, config string, onEvent func(store.Event)) *harness {
-	t.Helper()
-	return newHarnessOn(t, config, filepath.Join(t.TempDir(), "gateway.db"), onEvent)
-}
-
-// newHarnessAt builds an engine on the store file db.
-func newHarnessAt(t *testing.T, config, db string) *harness {
-	t.Helper()
-	return newHarnessOn(t, config, db, nil)
-}
-
-func newHarnessOn(t testing.TB, config, db string, onEvent func(store.Event)) *harness {
-	t.Helper()
-	return newHarnessWrapped(t, config, db, harnessOpts{onEvent: onEvent})
-}
-
-// harnessOpts adjust a harness's engine.
 type harnessOpts struct {
-	// onEvent, when set, replaces the harness's own event recording.
-	onEvent func(store.Event)
-	// wrap, when set, wraps the engine's store to watch or hold its calls.
-	wrap     func(store.Store) store.Store
-	leaseTTL time.Duration
-	// logger, when set, gets the engine's logs, outcomes included.
-	logger *slog.Logger
+	db      string                  // the store file; default a fresh one
+	shared  store.Store             // a store another harness owns
+	onEvent func(store.Event)       // replaces the harness's own recording
+	wrap    func(store.Store) store.Store
+	lease   time.Duration
+	logger  *slog.Logger
 }
 
-// newHarnessWrapped is newHarnessOn with the engine adjusted by o.
-func newHarnessWrapped(t testing.TB, config, db string, o harnessOpts) *harness {
+// atStore opens the store file db, so that a second harness on it stands
+// for the gateway restarted.
+func atStore(db string) harnessOption { return func(o *harnessOpts) { o.db = db } }
+
+// sharing runs over st, which another harness owns: the engine stands for
+// another gateway on the same store.
+func sharing(st store.Store) harnessOption { return func(o *harnessOpts) { o.shared = st } }
+
+// onEvents replaces the harness's own event recording with fn.
+func onEvents(fn func(store.Event)) harnessOption { return func(o *harnessOpts) { o.onEvent = fn } }
+
+// wrapStore wraps the engine's store, to watch or hold its calls.
+func wrapStore(fn func(store.Store) store.Store) harnessOption {
+	return func(o *harnessOpts) { o.wrap = fn }
+}
+
+func withLeaseTTL(d time.Duration) harnessOption { return func(o *harnessOpts) { o.lease = d } }
+
+// withLogger gets the engine's logs, outcomes included.
+func withLogger(l *slog.Logger) harnessOption { return func(o *harnessOpts) { o.logger = l } }
+
+// newHarness builds an engine over a bbolt store, on a fresh file unless
+// an option says otherwise, with the test's built-in providers.
+func newHarness(t testing.TB, config string, options ...harnessOption) *harness {
 	t.Helper()
-	st, err := bolt.Open(db, bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
+	var o harnessOpts
+	for _, opt := range options {
+		opt(&o)
 	}
-	return newHarnessOver(t, config, st, true, o)
-}
-
-// newHarnessOver builds an engine over st; one that does not own st
-// stands for another gateway sharing the store.
-func newHarnessOver(t testing.TB, config string, st store.Store, owns bool, o harnessOpts) *harness {
-	t.Helper()
+	st, owns := o.shared, false
+	if st == nil {
+		db := o.db
+		if db == "" {
+			db = filepath.Join(t.TempDir(), "gateway.db")
+		}
+		var err error
+		if st, err = bolt.Open(db, bolt.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		owns = true
+	}
 	opts := chain.LoadOptions{ProviderTypes: builtin.Types()}
 	cfg, err := chain.LoadBytes("test.toml", []byte(testProviders+config), opts)
 	if err != nil {
@@ -135,7 +140,7 @@ func newHarnessOver(t testing.TB, config string, st store.Store, owns bool, o ha
 	if o.wrap != nil {
 		engStore = o.wrap(st)
 	}
-	h.eng, err = engine.New(engine.Options{Store: engStore, Config: cfg, Providers: resolver{pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: onEvent, LeaseTTL: o.leaseTTL,
+	h.eng, err = engine.New(engine.Options{Store: engStore, Config: cfg, Providers: resolver{pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: onEvent, LeaseTTL: o.lease,
 		Logger: o.logger, LogOutcomes: o.logger != nil})
 	if err != nil {
 		t.Fatal(err)

@@ -56,7 +56,7 @@ func (l *logLines) records(t *testing.T) []map[string]any {
 // run, chain, step and error.
 func TestFailuresAreLogged(t *testing.T) {
 	var logs logLines
-	h := newHarnessWrapped(t, `
+	h := newHarness(t, `
 [[chains]]
 name = "pager"
 [[chains.steps]]
@@ -68,7 +68,7 @@ provider = "faulty"
 payload_template = { fail_retryable = "routing key rejected" }
 retry = { max_retries = 1, backoff_ms = 1 }
 on_failure = "dlq"
-`, filepath.Join(t.TempDir(), "gw.db"), harnessOpts{logger: logs.logger()})
+`, atStore(filepath.Join(t.TempDir(), "gw.db")), withLogger(logs.logger()))
 	res := h.run("pager", `{}`)
 	if res.Status != store.RunFailed {
 		t.Fatalf("run %s", res.Status)
@@ -164,16 +164,16 @@ func (s *renewAfterRelease) ReleaseLease(ctx context.Context, l store.Lease) err
 func TestNoLostLeaseWarningAfterRunEnds(t *testing.T) {
 	var logs logLines
 	var wrapped *renewAfterRelease
-	h := newHarnessWrapped(t, `
+	h := newHarness(t, `
 [[chains]]
 name = "c"
 [[chains.steps]]
 name = "one"
 provider = "echo"
-`, filepath.Join(t.TempDir(), "gw.db"), harnessOpts{logger: logs.logger(), leaseTTL: 3 * time.Second, wrap: func(st store.Store) store.Store {
+`, atStore(filepath.Join(t.TempDir(), "gw.db")), withLogger(logs.logger()), withLeaseTTL(3 * time.Second), wrapStore(func(st store.Store) store.Store {
 		wrapped = &renewAfterRelease{Store: st, renewArrived: make(chan struct{}), released: make(chan struct{})}
 		return wrapped
-	}})
+	}))
 	if res := h.run("c", `{}`); res.Status != store.RunSucceeded {
 		t.Fatalf("run %s", res.Status)
 	}

@@ -391,7 +391,7 @@ provider = "echo"
 payload_template = { from = "new definition" }
 `
 	db := filepath.Join(dir, "gw.db")
-	h1 := newHarnessAt(t, started, db)
+	h1 := newHarness(t, started, atStore(db))
 	ctx := context.Background()
 	run, err := h1.eng.Start(ctx, "c", engine.Input{})
 	if err != nil {
@@ -400,7 +400,7 @@ payload_template = { from = "new definition" }
 	waitLines(t, rec, 2)
 	h1.close()
 
-	h2 := newHarnessAt(t, changed, db)
+	h2 := newHarness(t, changed, atStore(db))
 	ids, err := h2.eng.Resume(ctx)
 	if err != nil || len(ids) != 1 || ids[0] != run.ID {
 		t.Fatalf("resume: %v %v", ids, err)
@@ -460,7 +460,7 @@ delay_seconds = 3
 `
 	db := filepath.Join(dir, "gw.db")
 	ctx := context.Background()
-	h1 := newHarnessAt(t, cfg, db)
+	h1 := newHarness(t, cfg, atStore(db))
 	timed, err := h1.eng.Start(ctx, "deadline", engine.Input{})
 	if err != nil {
 		t.Fatal(err)
@@ -472,7 +472,7 @@ delay_seconds = 3
 	time.Sleep(200 * time.Millisecond)
 	h1.close()
 
-	h2 := newHarnessAt(t, cfg, db)
+	h2 := newHarness(t, cfg, atStore(db))
 	recs, err := h2.store.Steps(ctx, delayed.ID, "later")
 	if err != nil || len(recs) != 1 || recs[0].NotBefore.IsZero() {
 		t.Fatalf("the delay was not persisted: %+v %v", recs, err)

@@ -189,7 +189,7 @@ func TestConcurrentResumesTakeEachRunOnce(t *testing.T) {
 	const runs = 40
 	cfg, db, rec, _ := unfinishedRuns(t, runs)
 	ctx := context.Background()
-	h2 := newHarnessAt(t, cfg, db)
+	h2 := newHarness(t, cfg, atStore(db))
 	var wg sync.WaitGroup
 	resumed := make([][]string, 2)
 	for i := range resumed {
@@ -230,7 +230,7 @@ provider = "faulty"
 payload_template = { record = %q, sleep_ms = 3000 }
 `, rec)
 	db = filepath.Join(dir, "gw.db")
-	h := newHarnessAt(t, cfg, db)
+	h := newHarness(t, cfg, atStore(db))
 	for range n {
 		run, err := h.eng.Start(context.Background(), "c", engine.Input{})
 		if err != nil {

@@ -452,7 +452,7 @@ payload_template = { record = %q, sleep_ms = "<<item>>" }
 	}
 	db := filepath.Join(dir, "gw.db")
 	ctx := context.Background()
-	h1 := newHarnessAt(t, cfg, db)
+	h1 := newHarness(t, cfg, atStore(db))
 	run, err := h1.eng.Start(ctx, "c", engine.Input{Payload: json.RawMessage(`{"items":[` + strings.Join(items, ",") + `]}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -463,7 +463,7 @@ payload_template = { record = %q, sleep_ms = "<<item>>" }
 	}
 	h1.close()
 	// The items whose result was written before the stop.
-	h2 := newHarnessAt(t, cfg, db)
+	h2 := newHarness(t, cfg, atStore(db))
 	finished := map[string]bool{}
 	steps, _ := h2.store.Steps(ctx, run.ID, "loop[")
 	for _, s := range steps {
@@ -575,7 +575,7 @@ payload_template = { record = %q, got = "<<steps.first.body.v>> <<steps.both.bod
 `, slow, last)
 	db := filepath.Join(dir, "gw.db")
 	ctx := context.Background()
-	h1 := newHarnessAt(t, cfg, db)
+	h1 := newHarness(t, cfg, atStore(db))
 	run, err := h1.eng.Start(ctx, "c", engine.Input{Payload: json.RawMessage(`{"items":[1,2,3]}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -598,7 +598,7 @@ payload_template = { record = %q, got = "<<steps.first.body.v>> <<steps.both.bod
 		}
 	}
 	h1.close()
-	h2 := newHarnessAt(t, cfg, db)
+	h2 := newHarness(t, cfg, atStore(db))
 	if _, err := h2.eng.Resume(ctx); err != nil {
 		t.Fatal(err)
 	}

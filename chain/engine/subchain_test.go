@@ -134,7 +134,7 @@ func TestSubChainResume(t *testing.T) {
 	cfg := strings.Replace(subChains, `payload_template = "<<origin.payload>>"`, `payload_template = { sleep_ms = 1500 }`, 1)
 	db := filepath.Join(dir, "gw.db")
 	ctx := context.Background()
-	h1 := newHarnessAt(t, cfg, db)
+	h1 := newHarness(t, cfg, atStore(db))
 	run, err := h1.eng.Start(ctx, "parent", engine.Input{Payload: []byte(`{"severity":"low"}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ func TestSubChainResume(t *testing.T) {
 		}
 	}
 	h1.close()
-	h2 := newHarnessAt(t, cfg, db)
+	h2 := newHarness(t, cfg, atStore(db))
 	ids, err := h2.eng.Resume(ctx)
 	if err != nil || len(ids) != 2 {
 		t.Fatalf("resumed %v: %v", ids, err)
@@ -186,7 +186,7 @@ func (s hidingStore) UnfinishedRuns(ctx context.Context) ([]string, error) {
 func TestParentLearnsOfChildOnAnotherGateway(t *testing.T) {
 	dir := t.TempDir()
 	cfg := strings.Replace(subChains, `payload_template = "<<origin.payload>>"`, `payload_template = { sleep_ms = 1000, who = "<<origin.payload.who>>" }`, 1)
-	h1 := newHarnessAt(t, cfg, filepath.Join(dir, "gw.db"))
+	h1 := newHarness(t, cfg, atStore(filepath.Join(dir, "gw.db")))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	parent, err := h1.eng.Start(ctx, "parent", engine.Input{Payload: []byte(`{"severity":"high","who":"alice"}`)})
@@ -205,8 +205,8 @@ func TestParentLearnsOfChildOnAnotherGateway(t *testing.T) {
 	}
 	h1.eng.Close()
 
-	b := newHarnessOver(t, cfg, h1.store, false, harnessOpts{wrap: func(st store.Store) store.Store { return hidingStore{st, parent.ID} }})
-	c := newHarnessOver(t, cfg, h1.store, false, harnessOpts{wrap: func(st store.Store) store.Store { return hidingStore{st, child} }})
+	b := newHarness(t, cfg, sharing(h1.store), wrapStore(func(st store.Store) store.Store { return hidingStore{st, parent.ID} }))
+	c := newHarness(t, cfg, sharing(h1.store), wrapStore(func(st store.Store) store.Store { return hidingStore{st, child} }))
 	if ids, err := b.eng.Resume(ctx); err != nil || len(ids) != 1 || ids[0] != child {
 		t.Fatalf("b resumed %v: %v", ids, err)
 	}
