@@ -269,7 +269,7 @@ payload_template = { record = %[1]q }
 `, rec)
 	db := filepath.Join(dir, "gw.db")
 	var logs logLines
-	h1 := newHarness(t, cfg, atStore(db), withLogger(logs.logger()), withLeaseTTL(300 * time.Millisecond), wrapStore(func(st store.Store) store.Store { return unrenewableStore{st} }))
+	h1 := newHarness(t, cfg, atStore(db), withLogger(logs.logger()), withLeaseTTL(300*time.Millisecond), wrapStore(func(st store.Store) store.Store { return unrenewableStore{st} }))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	run, err := h1.eng.Start(ctx, "c", engine.Input{})

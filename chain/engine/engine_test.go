@@ -72,9 +72,9 @@ func (r resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
 type harnessOption func(*harnessOpts)
 
 type harnessOpts struct {
-	db      string                  // the store file; default a fresh one
-	shared  store.Store             // a store another harness owns
-	onEvent func(store.Event)       // replaces the harness's own recording
+	db      string            // the store file; default a fresh one
+	shared  store.Store       // a store another harness owns
+	onEvent func(store.Event) // replaces the harness's own recording
 	wrap    func(store.Store) store.Store
 	lease   time.Duration
 	logger  *slog.Logger

@@ -170,7 +170,7 @@ name = "c"
 [[chains.steps]]
 name = "one"
 provider = "echo"
-`, atStore(filepath.Join(t.TempDir(), "gw.db")), withLogger(logs.logger()), withLeaseTTL(3 * time.Second), wrapStore(func(st store.Store) store.Store {
+`, atStore(filepath.Join(t.TempDir(), "gw.db")), withLogger(logs.logger()), withLeaseTTL(3*time.Second), wrapStore(func(st store.Store) store.Store {
 		wrapped = &renewAfterRelease{Store: st, renewArrived: make(chan struct{}), released: make(chan struct{})}
 		return wrapped
 	}))
