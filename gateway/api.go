@@ -120,9 +120,9 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 
 // StartResponse answers a POST that started, or found, a run.
 type StartResponse struct {
-	ID     string          `json:"id"`
-	Chain  string          `json:"chain"`
-	Status store.RunStatus `json:"status"`
+	ID     string `json:"id"`
+	Chain  string `json:"chain"`
+	Status string `json:"status"`
 	// Replayed is set when an Idempotency-Key matched an earlier request.
 	Replayed bool              `json:"replayed,omitempty"`
 	Links    map[string]string `json:"links"`
@@ -169,7 +169,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	id := store.NewID()
-	status, replayed := store.RunRunning, false
+	status, replayed := string(store.RunRunning), false
 	if key := r.Header.Get("Idempotency-Key"); key != "" {
 		bound, err := s.gw.Store.ClaimKey(ctx, "run/"+name+"/"+key, id, idempotencyTTL)
 		if err != nil {
@@ -181,7 +181,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		if bound != "" {
 			id = bound
 			if existing, err := s.gw.Store.Run(ctx, id); err == nil {
-				status, replayed = existing.Status, true
+				status, replayed = string(existing.Status), true
 			}
 		}
 	}
@@ -395,14 +395,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	runs, damaged := page.Runs, page.Damaged
-	if runs == nil {
-		runs = []*store.Run{}
-	}
-	if damaged == nil {
-		damaged = []store.DamagedRun{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"runs": runs, "next_cursor": page.Next, "damaged": damaged})
+	writeJSON(w, http.StatusOK, page)
 }
 
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
@@ -429,7 +422,7 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, id string) {
 		s.writeError(w, r, err)
 		return
 	}
-	head, err := jsonx.Marshal(run)
+	head, err := jsonx.Marshal(apiRun(run))
 	if err != nil || len(head) < 2 || head[len(head)-1] != '}' {
 		s.writeError(w, r, fmt.Errorf("encoding run %s: %v", id, err))
 		return
@@ -449,7 +442,7 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, id string) {
 			distributed = append(distributed, rec.Key)
 		}
 		key, _ := jsonx.Marshal(rec.Key)
-		body, err := jsonx.Marshal(rec)
+		body, err := jsonx.Marshal(apiStep(rec))
 		if err != nil {
 			return fmt.Errorf("encoding step %s: %w", rec.Key, err)
 		}
@@ -545,7 +538,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			return err
 		}
-		data, _ := jsonx.Marshal(ev)
+		data, _ := jsonx.Marshal(EventOf(ev))
 		holdOpen(w, streamWriteTimeout)
 		_, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data)
 		lastWrite = time.Now()
@@ -599,9 +592,6 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.writeError(w, r, err)
 		return
-	}
-	if entries == nil {
-		entries = []*store.DLQEntry{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"entries": entries})
 }

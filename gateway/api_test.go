@@ -116,7 +116,17 @@ const testSecret = "tok-9f8e7d6c5b4a"
 
 func newAPI(t *testing.T, extra string) *apiEnv {
 	t.Helper()
+	return newAPIOn(t, extra, "")
+}
+
+// newAPIOn serves the API over the store at state: a redis:// URL, or a
+// fresh bbolt file when empty.
+func newAPIOn(t *testing.T, extra, state string) *apiEnv {
+	t.Helper()
 	dir := t.TempDir()
+	if state == "" {
+		state = filepath.Join(dir, "gw.db")
+	}
 	env := &apiEnv{t: t, dir: dir, cfg: filepath.Join(dir, "gateway.toml"), logs: &testutil.Buffer{}, client: &http.Client{}}
 	if err := os.WriteFile(filepath.Join(dir, "secrets.env"), []byte("API_TOKEN="+testSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -132,7 +142,7 @@ secrets_file = "secrets.env"
 	hub, metrics := gateway.NewHub(), gateway.NewMetrics()
 	logger := slog.New(slog.NewJSONHandler(env.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	gw, err := gateway.Open(context.Background(), gateway.Options{
-		Config: cfg, State: filepath.Join(dir, "gw.db"), Logger: logger, Executable: exe, Observer: metrics,
+		Config: cfg, State: state, Logger: logger, Executable: exe, Observer: metrics,
 		OnEvent: func(ev store.Event) { hub.Publish(ev); metrics.Event(ev) },
 	})
 	if err != nil {
@@ -200,7 +210,7 @@ func TestStartAndReadRun(t *testing.T) {
 	}
 	var done gateway.StartResponse
 	code, _, body = env.call("POST", "/v1/chains/hello/runs?wait=20s", `{"who":"sre"}`, nil, &done)
-	if code != http.StatusOK || done.Run == nil || done.Run.Status != store.RunSucceeded {
+	if code != http.StatusOK || done.Run == nil || done.Run.Status != string(store.RunSucceeded) {
 		t.Fatalf("POST with wait: %d %s", code, body)
 	}
 	if g := done.Run.Steps["greet"]; g == nil || !strings.Contains(string(g.Body), "hello sre") {
@@ -209,7 +219,7 @@ func TestStartAndReadRun(t *testing.T) {
 	var view gateway.RunView
 	waitRun(t, env, started.ID)
 	code, _, body = env.call("GET", "/v1/runs/"+started.ID, "", nil, &view)
-	if code != http.StatusOK || view.Status != store.RunSucceeded || view.Steps["notify/a"] == nil {
+	if code != http.StatusOK || view.Status != string(store.RunSucceeded) || view.Steps["notify/a"] == nil {
 		t.Fatalf("GET run: %d %s", code, body)
 	}
 	var meta map[string]string
@@ -242,7 +252,7 @@ func waitRun(t *testing.T, env *apiEnv, id string) {
 	for time.Now().Before(deadline) {
 		var v gateway.RunView
 		env.call("GET", "/v1/runs/"+id, "", nil, &v)
-		if v.Run != nil && v.Status.Final() {
+		if v.Run != nil && v.Final() {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -464,7 +474,7 @@ func TestEventStreamFollowsReplayedRun(t *testing.T) {
 	env := newAPI(t, "")
 	var failed gateway.StartResponse
 	env.call("POST", "/v1/chains/flaky/runs?wait=20s", `{}`, nil, &failed)
-	if failed.Status != store.RunFailed {
+	if failed.Status != string(store.RunFailed) {
 		t.Fatalf("first attempt: %+v", failed)
 	}
 	var list struct {
@@ -599,7 +609,7 @@ func TestDLQOperations(t *testing.T) {
 	for range 3 {
 		var done gateway.StartResponse
 		env.call("POST", "/v1/chains/breaks/runs?wait=20s", `{}`, nil, &done)
-		if done.Status != store.RunFailed {
+		if done.Status != string(store.RunFailed) {
 			t.Fatalf("run: %+v", done)
 		}
 		runs = append(runs, done.ID)
@@ -754,13 +764,13 @@ provider = "echo"
 	}
 	var done gateway.StartResponse
 	env.call("POST", "/v1/chains/new/runs?wait=20s", `{}`, nil, &done)
-	if done.Status != store.RunSucceeded {
+	if done.Status != string(store.RunSucceeded) {
 		t.Errorf("new chain: %+v", done)
 	}
 	waitRun(t, env, slow.ID)
 	var v gateway.RunView
 	env.call("GET", "/v1/runs/"+slow.ID, "", nil, &v)
-	if v.Status != store.RunSucceeded || v.Steps["notify"] == nil || v.Steps["only"] != nil {
+	if v.Status != string(store.RunSucceeded) || v.Steps["notify"] == nil || v.Steps["only"] != nil {
 		t.Errorf("the running run changed definition: %s %v", v.Status, v.Path)
 	}
 }
@@ -772,7 +782,7 @@ func TestClientBulkLimits(t *testing.T) {
 	for range 4 {
 		var done gateway.StartResponse
 		env.call("POST", "/v1/chains/breaks/runs?wait=20s", `{}`, nil, &done)
-		if done.Status != store.RunFailed {
+		if done.Status != string(store.RunFailed) {
 			t.Fatalf("run: %+v", done)
 		}
 	}

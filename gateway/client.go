@@ -96,7 +96,7 @@ func since(t time.Time) string {
 }
 
 // ListRuns implements Ops.
-func (c *Client) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage, error) {
+func (c *Client) ListRuns(ctx context.Context, f store.RunFilter) (RunPage, error) {
 	q := url.Values{}
 	setIf(q, "chain", f.Chain)
 	setIf(q, "status", string(f.Status))
@@ -105,13 +105,9 @@ func (c *Client) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
-	var out struct {
-		Runs    []*store.Run       `json:"runs"`
-		Next    string             `json:"next_cursor"`
-		Damaged []store.DamagedRun `json:"damaged"`
-	}
+	var out RunPage
 	err := c.do(ctx, http.MethodGet, "/v1/runs", q, nil, &out)
-	return store.RunPage{Runs: out.Runs, Next: out.Next, Damaged: out.Damaged}, err
+	return out, err
 }
 
 func setIf(q url.Values, k, v string) {
@@ -139,7 +135,7 @@ func (c *Client) CancelRun(ctx context.Context, id string) error {
 }
 
 // Events implements Ops by reading the run's Server-Sent Events.
-func (c *Client) Events(ctx context.Context, id string, after uint64, follow bool, fn func(store.Event) error) error {
+func (c *Client) Events(ctx context.Context, id string, after uint64, follow bool, fn func(Event) error) error {
 	q := url.Values{"after": {strconv.FormatUint(after, 10)}}
 	if !follow {
 		q.Set("follow", "false")
@@ -156,7 +152,7 @@ func (c *Client) Events(ctx context.Context, id string, after uint64, follow boo
 		if !ok {
 			continue
 		}
-		var ev store.Event
+		var ev Event
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			return fmt.Errorf("reading an event: %w", err)
 		}
@@ -191,17 +187,17 @@ func dlqValues(f store.DLQFilter) url.Values {
 }
 
 // ListDLQ implements Ops.
-func (c *Client) ListDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEntry, error) {
+func (c *Client) ListDLQ(ctx context.Context, f store.DLQFilter) ([]*DLQEntry, error) {
 	var out struct {
-		Entries []*store.DLQEntry `json:"entries"`
+		Entries []*DLQEntry `json:"entries"`
 	}
 	err := c.do(ctx, http.MethodGet, "/v1/dlq", dlqValues(f), nil, &out)
 	return out.Entries, err
 }
 
 // DLQEntry implements Ops.
-func (c *Client) DLQEntry(ctx context.Context, id string) (*store.DLQEntry, error) {
-	var out store.DLQEntry
+func (c *Client) DLQEntry(ctx context.Context, id string) (*DLQEntry, error) {
+	var out DLQEntry
 	if err := c.do(ctx, http.MethodGet, "/v1/dlq/"+url.PathEscape(id), nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -209,7 +205,7 @@ func (c *Client) DLQEntry(ctx context.Context, id string) (*store.DLQEntry, erro
 }
 
 // Replay implements Ops.
-func (c *Client) Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*store.Run, error) {
+func (c *Client) Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error) {
 	var out struct {
 		Run string `json:"run"`
 	}
@@ -217,7 +213,7 @@ func (c *Client) Replay(ctx context.Context, id string, opts engine.ReplayOption
 	if err := c.do(ctx, http.MethodPost, "/v1/dlq/"+url.PathEscape(id)+"/replay", nil, body, &out); err != nil {
 		return nil, err
 	}
-	return &store.Run{ID: out.Run}, nil
+	return &Run{ID: out.Run}, nil
 }
 
 // ReplayMany implements Ops. An empty filter replays everything.

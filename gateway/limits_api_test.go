@@ -59,7 +59,7 @@ func TestCircuitBreakerAcrossRuns(t *testing.T) {
 		data, _ := os.ReadFile(record)
 		return bytes.Count(data, []byte("\n"))
 	}
-	run := func(chainName string) *store.StepRecord {
+	run := func(chainName string) *gateway.Step {
 		t.Helper()
 		var res gateway.StartResponse
 		code, _, body := env.call("POST", "/v1/chains/"+chainName+"/runs?wait=20s", `{"record":"`+record+`"}`, nil, &res)
@@ -81,7 +81,7 @@ func TestCircuitBreakerAcrossRuns(t *testing.T) {
 	if n := calls(); n != 2 {
 		t.Errorf("the provider was called %d times, want 2", n)
 	}
-	if s := run("up"); s.Status != store.StepSucceeded {
+	if s := run("up"); s.Status != string(store.StepSucceeded) {
 		t.Errorf("a run of another provider: step %s with %+v", s.Status, s.Error)
 	}
 

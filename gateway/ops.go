@@ -16,17 +16,17 @@ import (
 // API serves them, and the command line runs them either through the API
 // (Client) or straight on a store (Local).
 type Ops interface {
-	ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage, error)
+	ListRuns(ctx context.Context, f store.RunFilter) (RunPage, error)
 	Run(ctx context.Context, id string, items bool) (*RunView, error)
 	CancelRun(ctx context.Context, id string) error
 	// Events calls fn with the run's events after the given sequence
 	// number; with follow, it goes on with new ones until the run ends or
 	// ctx is done.
-	Events(ctx context.Context, id string, after uint64, follow bool, fn func(store.Event) error) error
+	Events(ctx context.Context, id string, after uint64, follow bool, fn func(Event) error) error
 	DAG(ctx context.Context, id string) (*DAG, error)
-	ListDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEntry, error)
-	DLQEntry(ctx context.Context, id string) (*store.DLQEntry, error)
-	Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*store.Run, error)
+	ListDLQ(ctx context.Context, f store.DLQFilter) ([]*DLQEntry, error)
+	DLQEntry(ctx context.Context, id string) (*DLQEntry, error)
+	Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error)
 	ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.ReplayOptions, concurrency int) (*BulkReplay, error)
 	DeleteDLQ(ctx context.Context, id string) error
 	PurgeDLQ(ctx context.Context, f store.DLQFilter) (int, error)
@@ -34,8 +34,8 @@ type Ops interface {
 
 // RunView is a run with its step records.
 type RunView struct {
-	*store.Run
-	Steps map[string]*store.StepRecord `json:"steps"`
+	*Run
+	Steps map[string]*Step `json:"steps"`
 	// DistributedSplits are the keys of the run's splits whose items were
 	// handed to workers.
 	DistributedSplits []string `json:"distributed_splits"`
@@ -74,16 +74,16 @@ type DAG struct {
 
 // DAGNode is one step of a DAG.
 type DAGNode struct {
-	Name     string            `json:"name"`
-	Kind     string            `json:"kind"`
-	Provider string            `json:"provider,omitempty"`
-	Status   string            `json:"status"`
-	Attempts int               `json:"attempts,omitempty"`
-	Error    *store.ErrorInfo  `json:"error,omitempty"`
-	Join     string            `json:"join,omitempty"`
-	Split    *store.SplitState `json:"split,omitempty"`
-	ChildRun string            `json:"child_run,omitempty"`
-	Children []*DAGNode        `json:"children,omitempty"`
+	Name     string     `json:"name"`
+	Kind     string     `json:"kind"`
+	Provider string     `json:"provider,omitempty"`
+	Status   string     `json:"status"`
+	Attempts int        `json:"attempts,omitempty"`
+	Error    *ErrorInfo `json:"error,omitempty"`
+	Join     string     `json:"join,omitempty"`
+	Split    *Split     `json:"split,omitempty"`
+	ChildRun string     `json:"child_run,omitempty"`
+	Children []*DAGNode `json:"children,omitempty"`
 }
 
 // Local runs Ops on a gateway's own store and engine.
@@ -95,8 +95,12 @@ type Local struct {
 var _ Ops = (*Local)(nil)
 
 // ListRuns implements Ops.
-func (l *Local) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage, error) {
-	return l.GW.Store.ListRuns(ctx, f)
+func (l *Local) ListRuns(ctx context.Context, f store.RunFilter) (RunPage, error) {
+	page, err := l.GW.Store.ListRuns(ctx, f)
+	if err != nil {
+		return RunPage{}, err
+	}
+	return apiRunPage(page), nil
 }
 
 // Run implements Ops.
@@ -105,9 +109,9 @@ func (l *Local) Run(ctx context.Context, id string, items bool) (*RunView, error
 	if err != nil {
 		return nil, err
 	}
-	v := &RunView{Run: run, Steps: map[string]*store.StepRecord{}, DistributedSplits: []string{}}
+	v := &RunView{Run: apiRun(run), Steps: map[string]*Step{}, DistributedSplits: []string{}}
 	err = l.GW.Store.ForEachStep(ctx, id, store.StepScan{SkipItems: !items}, func(rec *store.StepRecord) error {
-		v.Steps[rec.Key] = rec
+		v.Steps[rec.Key] = apiStep(rec)
 		if distributedSplit(rec) {
 			v.DistributedSplits = append(v.DistributedSplits, rec.Key)
 		}
@@ -126,12 +130,12 @@ func (l *Local) CancelRun(ctx context.Context, id string) error {
 const eventPoll = 250 * time.Millisecond
 
 // Events implements Ops.
-func (l *Local) Events(ctx context.Context, id string, after uint64, follow bool, fn func(store.Event) error) error {
+func (l *Local) Events(ctx context.Context, id string, after uint64, follow bool, fn func(Event) error) error {
 	return l.events(ctx, id, after, follow, func(ev store.Event) error {
 		if ev.Seq == 0 {
 			return nil
 		}
-		return fn(ev)
+		return fn(EventOf(ev))
 	})
 }
 
@@ -229,7 +233,7 @@ func dagNodes(nodes []*chain.Node, prefix string, recs map[string]*store.StepRec
 	for _, n := range nodes {
 		d := &DAGNode{Name: n.Name, Kind: n.Kind, Provider: n.Provider, Join: n.Join, Status: "not_started"}
 		if rec := recs[prefix+n.Name]; rec != nil {
-			d.Status, d.Attempts, d.Error, d.Split, d.ChildRun = string(rec.Status), rec.Attempts, rec.Error, rec.Split, rec.Child
+			d.Status, d.Attempts, d.Error, d.Split, d.ChildRun = string(rec.Status), rec.Attempts, apiErrorInfo(rec.Error), apiSplit(rec.Split), rec.Child
 		}
 		if n.Kind == "parallel" {
 			d.Children = dagNodes(n.Children, prefix+n.Name+"/", recs)
@@ -240,18 +244,34 @@ func dagNodes(nodes []*chain.Node, prefix string, recs map[string]*store.StepRec
 }
 
 // ListDLQ implements Ops.
-func (l *Local) ListDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEntry, error) {
-	return l.GW.Store.ListDLQ(ctx, f)
+func (l *Local) ListDLQ(ctx context.Context, f store.DLQFilter) ([]*DLQEntry, error) {
+	entries, err := l.GW.Store.ListDLQ(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*DLQEntry, len(entries))
+	for i, e := range entries {
+		out[i] = apiDLQEntry(e)
+	}
+	return out, nil
 }
 
 // DLQEntry implements Ops.
-func (l *Local) DLQEntry(ctx context.Context, id string) (*store.DLQEntry, error) {
-	return l.GW.Store.DLQ(ctx, id)
+func (l *Local) DLQEntry(ctx context.Context, id string) (*DLQEntry, error) {
+	e, err := l.GW.Store.DLQ(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return apiDLQEntry(e), nil
 }
 
 // Replay implements Ops.
-func (l *Local) Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*store.Run, error) {
-	return l.GW.Engine.Replay(ctx, id, opts)
+func (l *Local) Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error) {
+	run, err := l.GW.Engine.Replay(ctx, id, opts)
+	if err != nil {
+		return nil, err
+	}
+	return apiRun(run), nil
 }
 
 // ReplayMany implements Ops: it replays every entry the filter selects, at

@@ -365,7 +365,7 @@ func openSession(ctx context.Context, configs []string, state, logLevel string, 
 		fmt.Fprintln(stderr, w.String())
 	}
 	progress := newProgressPrinter(stderr)
-	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: state, Logger: logger, OnEvent: progress.print})
+	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: state, Logger: logger, OnEvent: func(ev store.Event) { progress.print(gateway.EventOf(ev)) }})
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway:", err)
 		return nil, exitUsage
@@ -678,11 +678,11 @@ func newProgressPrinter(w io.Writer) *progressPrinter {
 	return p
 }
 
-func (p *progressPrinter) print(ev store.Event) {
+func (p *progressPrinter) print(ev gateway.Event) {
 	line := progressLine(ev)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.live && ev.Type == store.EventStepProgress {
+	if p.live && ev.Type == string(store.EventStepProgress) {
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
 		p.pending = true
 		return
@@ -694,14 +694,14 @@ func (p *progressPrinter) print(ev store.Event) {
 	fmt.Fprintln(p.w, line)
 }
 
-func progressLine(ev store.Event) string {
+func progressLine(ev gateway.Event) string {
 	subject := ev.Step
 	if subject == "" {
 		subject = "run " + ev.RunID
 	}
-	what := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(string(ev.Type), "step_"), "run_"), "_", " ")
+	what := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(ev.Type, "step_"), "run_"), "_", " ")
 	line := fmt.Sprintf("%s  %-24s %s", ev.Time.Local().Format(time.TimeOnly+".000"), subject, what)
-	if ev.Attempt > 1 || (ev.Type == store.EventStepStarted && ev.Attempt > 0) {
+	if ev.Attempt > 1 || (ev.Type == string(store.EventStepStarted) && ev.Attempt > 0) {
 		line += fmt.Sprintf(" (attempt %d)", ev.Attempt)
 	}
 	if ev.Message != "" {

@@ -159,11 +159,10 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "runs", err)
 		}
 		if t.json() {
-			damaged := page.Damaged
-			if damaged == nil {
-				damaged = []store.DamagedRun{}
+			if page.Damaged == nil {
+				page.Damaged = []gateway.DamagedRun{}
 			}
-			printJSON(stdout, map[string]any{"runs": page.Runs, "next_cursor": page.Next, "damaged": damaged})
+			printJSON(stdout, page)
 			return exitOK
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -195,7 +194,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "cancelling run %s\n", pos[0])
 	case "events":
 		p := &progressPrinter{w: stdout}
-		err := ops.Events(ctx, pos[0], 0, *follow, func(ev store.Event) error {
+		err := ops.Events(ctx, pos[0], 0, *follow, func(ev gateway.Event) error {
 			if t.json() {
 				b, _ := jsonx.Marshal(ev)
 				_, err := fmt.Fprintln(stdout, string(b))
@@ -221,7 +220,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func took(r *store.Run) string {
+func took(r *gateway.Run) string {
 	end := r.FinishedAt
 	if end.IsZero() {
 		end = time.Now()
@@ -229,7 +228,7 @@ func took(r *store.Run) string {
 	return end.Sub(r.CreatedAt).Round(time.Millisecond).String()
 }
 
-func errMsg(e *store.ErrorInfo) string {
+func errMsg(e *gateway.ErrorInfo) string {
 	if e == nil {
 		return ""
 	}
@@ -266,7 +265,7 @@ func showRun(w io.Writer, v *gateway.RunView) {
 	_ = tw.Flush()
 }
 
-func sortedStepKeys(m map[string]*store.StepRecord) []string {
+func sortedStepKeys(m map[string]*gateway.Step) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

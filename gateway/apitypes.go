@@ -1,0 +1,186 @@
+package gateway
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// The HTTP API's answers are these types, not the store's records: a field
+// added to a stored record reaches the API only when it is added here too,
+// and the golden files in testdata/api pin what the API says.
+
+// Run is a run as the API shows it.
+type Run struct {
+	ID        string `json:"id"`
+	Chain     string `json:"chain"`
+	ChainHash string `json:"chain_hash"`
+	Status    string `json:"status"`
+	Origin    Origin `json:"origin,omitzero"`
+	// Path lists the top-level steps taken, in order.
+	Path []string `json:"path"`
+	// Cursor is the top-level step being executed; empty once finished.
+	Cursor     string     `json:"cursor,omitempty"`
+	Deadline   time.Time  `json:"deadline,omitzero"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt time.Time  `json:"finished_at,omitzero"`
+	Error      *ErrorInfo `json:"error,omitempty"`
+	ParentRun  string     `json:"parent_run,omitempty"`
+	ParentStep string     `json:"parent_step,omitempty"`
+	// Body is the run's result once it has succeeded.
+	Body json.RawMessage `json:"body,omitempty"`
+	// Seq is the sequence number of the run's last event.
+	Seq uint64 `json:"seq"`
+}
+
+// Final reports whether the run has ended.
+func (r *Run) Final() bool { return store.RunStatus(r.Status).Final() }
+
+// Origin is what started a run.
+type Origin struct {
+	ID         string          `json:"id"`
+	Payload    json.RawMessage `json:"payload,omitempty"`
+	Metadata   json.RawMessage `json:"metadata,omitempty"`
+	ReceivedAt time.Time       `json:"received_at"`
+}
+
+// ErrorInfo is a failure as shown to operators.
+type ErrorInfo struct {
+	Message   string `json:"message"`
+	Code      string `json:"code,omitempty"`
+	Retryable bool   `json:"retryable,omitempty"`
+}
+
+// Step is one step of a run; Key is its path in the run, "notify/slack"
+// for a parallel sub-step, "fan[3]" for a split's item.
+type Step struct {
+	Key        string          `json:"key"`
+	Name       string          `json:"name"`
+	Status     string          `json:"status"`
+	DedupKey   string          `json:"dedup_key,omitempty"`
+	Attempts   int             `json:"attempts"`
+	Body       json.RawMessage `json:"body,omitempty"`
+	Error      *ErrorInfo      `json:"error,omitempty"`
+	StartedAt  time.Time       `json:"started_at,omitzero"`
+	FinishedAt time.Time       `json:"finished_at,omitzero"`
+	// NotBefore is when a waiting step (delay, retry backoff) goes next.
+	NotBefore time.Time `json:"not_before,omitzero"`
+	Deadline  time.Time `json:"deadline,omitzero"`
+	Split     *Split    `json:"split,omitempty"`
+	// Child is the run a sub_chain step started.
+	Child string `json:"child,omitempty"`
+}
+
+// Split is a split step's progress.
+type Split struct {
+	Total     int `json:"total"`
+	Next      int `json:"next"`
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	Skipped   int `json:"skipped"`
+	// Distributed is set once the items are handed to workers; Gen numbers
+	// the hand-off and Imported counts the results taken in from it.
+	Distributed bool `json:"distributed,omitempty"`
+	Gen         int  `json:"gen,omitempty"`
+	Imported    int  `json:"imported,omitempty"`
+}
+
+// Event is one entry of a run's log.
+type Event struct {
+	RunID   string          `json:"run_id"`
+	Chain   string          `json:"chain,omitempty"`
+	Seq     uint64          `json:"seq"`
+	Time    time.Time       `json:"time"`
+	Type    string          `json:"type"`
+	Step    string          `json:"step,omitempty"`
+	Attempt int             `json:"attempt,omitempty"`
+	Message string          `json:"message,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// DLQEntry is a failure parked for an operator.
+type DLQEntry struct {
+	ID       string    `json:"id"`
+	RunID    string    `json:"run_id"`
+	Chain    string    `json:"chain"`
+	Step     string    `json:"step"`
+	Error    ErrorInfo `json:"error"`
+	Attempts int       `json:"attempts"`
+	// Payload is the rendered payload of the failed call.
+	Payload   json.RawMessage `json:"payload,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// RunPage is one page of a run listing.
+type RunPage struct {
+	Runs []*Run `json:"runs"`
+	// Next is the cursor for the following page; empty at the end.
+	Next string `json:"next_cursor"`
+	// Damaged names runs whose records cannot be read back.
+	Damaged []DamagedRun `json:"damaged"`
+}
+
+// DamagedRun is a run whose record cannot be read back, and why.
+type DamagedRun struct {
+	ID    string `json:"id"`
+	Error string `json:"error"`
+}
+
+func apiRun(r *store.Run) *Run {
+	if r == nil {
+		return nil
+	}
+	return &Run{
+		ID: r.ID, Chain: r.Chain, ChainHash: r.ChainHash, Status: string(r.Status),
+		Origin: Origin{ID: r.Origin.ID, Payload: r.Origin.Payload, Metadata: r.Origin.Metadata, ReceivedAt: r.Origin.ReceivedAt},
+		Path:   r.Path, Cursor: r.Cursor, Deadline: r.Deadline, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
+		Error: apiErrorInfo(r.Error), ParentRun: r.ParentRun, ParentStep: r.ParentStep, Body: r.Body, Seq: r.Seq,
+	}
+}
+
+func apiErrorInfo(e *store.ErrorInfo) *ErrorInfo {
+	if e == nil {
+		return nil
+	}
+	return &ErrorInfo{Message: e.Message, Code: e.Code, Retryable: e.Retryable}
+}
+
+func apiStep(rec *store.StepRecord) *Step {
+	return &Step{
+		Key: rec.Key, Name: rec.Name, Status: string(rec.Status), DedupKey: rec.DedupKey, Attempts: rec.Attempts,
+		Body: rec.Body, Error: apiErrorInfo(rec.Error), StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
+		NotBefore: rec.NotBefore, Deadline: rec.Deadline, Split: apiSplit(rec.Split), Child: rec.Child,
+	}
+}
+
+func apiSplit(s *store.SplitState) *Split {
+	if s == nil {
+		return nil
+	}
+	return &Split{Total: s.Total, Next: s.Next, Succeeded: s.Succeeded, Failed: s.Failed, Skipped: s.Skipped,
+		Distributed: s.Distributed, Gen: s.Gen, Imported: s.Imported}
+}
+
+// EventOf is a stored event as the API shows it.
+func EventOf(ev store.Event) Event {
+	return Event{RunID: ev.RunID, Chain: ev.Chain, Seq: ev.Seq, Time: ev.Time, Type: string(ev.Type), Step: ev.Step,
+		Attempt: ev.Attempt, Message: ev.Message, Data: ev.Data}
+}
+
+func apiDLQEntry(e *store.DLQEntry) *DLQEntry {
+	return &DLQEntry{ID: e.ID, RunID: e.RunID, Chain: e.Chain, Step: e.Step, Error: *apiErrorInfo(&e.Error),
+		Attempts: e.Attempts, Payload: e.Payload, CreatedAt: e.CreatedAt}
+}
+
+func apiRunPage(p store.RunPage) RunPage {
+	out := RunPage{Runs: make([]*Run, len(p.Runs)), Next: p.Next, Damaged: make([]DamagedRun, len(p.Damaged))}
+	for i, r := range p.Runs {
+		out.Runs[i] = apiRun(r)
+	}
+	for i, d := range p.Damaged {
+		out.Damaged[i] = DamagedRun{ID: d.ID, Error: d.Error}
+	}
+	return out
+}
