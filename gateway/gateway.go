@@ -28,6 +28,7 @@ import (
 	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
+	"github.com/chaingate/gateway/providers/limits"
 )
 
 // DefaultState is where runs are kept when neither --state nor
@@ -105,7 +106,7 @@ type Gateway struct {
 	// secrets are the values the engine renders <<secrets.NAME>> with.
 	secrets map[string]string
 	// limits pace and guard calls to each provider, across all runs.
-	limits *limits
+	limits *limits.Set
 }
 
 // Open opens the store and prepares the engine. Plugin processes start when
@@ -167,8 +168,8 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		itemStore = st
 	}
 	pm := host.NewManager(host.Options{Executable: opts.Executable, Logger: log.With("component", "plugins")})
-	lim := newLimits(realClock{}, log.With("component", "limits"))
-	lim.configure(cfg)
+	lim := limits.New(log.With("component", "limits"))
+	lim.Configure(limitPolicies(cfg))
 	eopts := engine.Options{
 		Store:       st,
 		Config:      cfg,
@@ -332,7 +333,7 @@ func (g *Gateway) Close() error {
 // the provider's limits, which follow the current config.
 type resolver struct {
 	m      *host.Manager
-	limits *limits
+	limits *limits.Set
 	mu     sync.Mutex
 	first  map[string]host.Spec
 	// secrets and redactor fill in and hide what providers' configs read.
@@ -342,7 +343,24 @@ type resolver struct {
 }
 
 func (r *resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
-	return r.limits.wrap(p.Name, r.m.Provider(r.spec(p))), nil
+	return r.limits.Wrap(p.Name, r.m.Provider(r.spec(p))), nil
+}
+
+// limitPolicies are the limits cfg's providers declare, by name.
+func limitPolicies(cfg *chain.Config) map[string]limits.Policy {
+	out := make(map[string]limits.Policy, len(cfg.Providers))
+	for name, p := range cfg.Providers {
+		var pol limits.Policy
+		if rl := p.RateLimit; rl != nil {
+			pol.Rate = &limits.Rate{PerSecond: rl.PerSecond, Burst: rl.Burst}
+		}
+		pol.MaxConcurrency = p.MaxConcurrency
+		if cb := p.CircuitBreaker; cb != nil {
+			pol.Breaker = &limits.Breaker{Failures: cb.Failures, OpenSeconds: cb.OpenSeconds}
+		}
+		out[name] = pol
+	}
+	return out
 }
 
 // spec is the plugin process a provider runs in.

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/providers/limits"
 )
 
 // Metrics are the gateway's Prometheus metrics, on a registry of their own
@@ -195,14 +196,14 @@ func (m *Metrics) Register(gw *Gateway) {
 // registerLimits adds the metrics of providers' limits. A provider has a
 // series while it has the limit the series is about, and keeps a counter's
 // series once it has counted something.
-func (m *Metrics) registerLimits(ls *limits) {
+func (m *Metrics) registerLimits(ls *limits.Set) {
 	provider := []string{"provider"}
-	per := func(read func(limitStats) (float64, bool)) func() []sample {
+	per := func(read func(limits.Stats) (float64, bool)) func() []sample {
 		return func() []sample {
 			var out []sample
-			for _, s := range ls.stats() {
+			for _, s := range ls.Stats() {
 				if v, show := read(s); show {
-					out = append(out, sample{labels: []string{s.name}, value: v})
+					out = append(out, sample{labels: []string{s.Name}, value: v})
 				}
 			}
 			return out
@@ -210,27 +211,27 @@ func (m *Metrics) registerLimits(ls *limits) {
 	}
 	counter, gauge := prometheus.CounterValue, prometheus.GaugeValue
 	m.gauge("chaingate_provider_rate_limited_total", counter, "Provider calls that waited for a rate limit token or were refused one, by provider.", provider,
-		per(func(s limitStats) (float64, bool) { return s.rateLimited, s.paced || s.rateLimited > 0 }))
+		per(func(s limits.Stats) (float64, bool) { return s.RateLimited, s.Paced || s.RateLimited > 0 }))
 	m.gauge("chaingate_provider_rate_limit_wait_seconds_total", counter, "Time provider calls spent waiting for rate limit tokens, by provider.", provider,
-		per(func(s limitStats) (float64, bool) { return s.waitSeconds, s.paced || s.waitSeconds > 0 }))
+		per(func(s limits.Stats) (float64, bool) { return s.WaitSeconds, s.Paced || s.WaitSeconds > 0 }))
 	m.gauge("chaingate_provider_concurrency_in_use", gauge, "Provider calls holding one of the provider's max_concurrency slots, by provider.", provider,
-		per(func(s limitStats) (float64, bool) { return float64(s.inUse), s.capped }))
+		per(func(s limits.Stats) (float64, bool) { return float64(s.InUse), s.Capped }))
 	m.gauge("chaingate_provider_concurrency_waiting", gauge, "Provider calls waiting for one of the provider's max_concurrency slots, by provider.", provider,
-		per(func(s limitStats) (float64, bool) { return float64(s.waiting), s.capped }))
+		per(func(s limits.Stats) (float64, bool) { return float64(s.Waiting), s.Capped }))
 	m.gauge("chaingate_provider_concurrency_limit", gauge, "A provider's max_concurrency, by provider.", provider,
-		per(func(s limitStats) (float64, bool) { return float64(s.maxCalls), s.capped }))
+		per(func(s limits.Stats) (float64, bool) { return float64(s.MaxCalls), s.Capped }))
 	m.gauge("chaingate_provider_circuit_state", gauge, "A provider's circuit breaker: 0 closed, 1 open, 2 half-open; by provider.", provider,
-		per(func(s limitStats) (float64, bool) { return float64(s.circuit), s.breaker }))
+		per(func(s limits.Stats) (float64, bool) { return float64(s.Circuit), s.Breaker }))
 	m.gauge("chaingate_provider_circuit_opened_total", counter, "Times a provider's circuit opened, by provider.", provider,
-		per(func(s limitStats) (float64, bool) { return s.opened, s.breaker || s.opened > 0 }))
+		per(func(s limits.Stats) (float64, bool) { return s.Opened, s.Breaker || s.Opened > 0 }))
 	m.gauge("chaingate_provider_calls_rejected_total", counter, "Provider calls refused without being made, by provider and reason (circuit_open, rate_limited).", []string{"provider", "reason"}, func() []sample {
 		var out []sample
-		for _, s := range ls.stats() {
-			if s.breaker || s.refusedOpen > 0 {
-				out = append(out, sample{labels: []string{s.name, "circuit_open"}, value: s.refusedOpen})
+		for _, s := range ls.Stats() {
+			if s.Breaker || s.RefusedOpen > 0 {
+				out = append(out, sample{labels: []string{s.Name, "circuit_open"}, value: s.RefusedOpen})
 			}
-			if s.paced || s.refusedRate > 0 {
-				out = append(out, sample{labels: []string{s.name, "rate_limited"}, value: s.refusedRate})
+			if s.Paced || s.RefusedRate > 0 {
+				out = append(out, sample{labels: []string{s.Name, "rate_limited"}, value: s.RefusedRate})
 			}
 		}
 		return out

@@ -139,7 +139,7 @@ func (s *Server) Reload() (*chain.Config, error) {
 	if s.gw.Items != nil {
 		s.gw.Items.SetConfig(cfg)
 	}
-	s.gw.limits.configure(cfg)
+	s.gw.limits.Configure(limitPolicies(cfg))
 	s.setConfig(cfg)
 	s.log.Info("config reloaded", "chains", len(cfg.Chains), "providers", len(cfg.Providers))
 	return cfg, nil

@@ -1,4 +1,8 @@
-package gateway
+// Package limits is provider middleware: a rate limit, a concurrency cap
+// and a circuit breaker per provider, shared by every run's calls to it.
+//
+// It is the gateway's own package, with no compatibility promise.
+package limits
 
 import (
 	"context"
@@ -14,7 +18,6 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/providers"
 )
 
@@ -39,11 +42,34 @@ func (realClock) Timer(d time.Duration) (<-chan time.Time, func() bool) {
 // moments, and a pause keeps retries from spinning on it.
 const trialRetryAfter = time.Second
 
-// limits holds every provider's limiter, by provider name, for the whole
+// Policy is one provider's limits; its zero value limits nothing.
+type Policy struct {
+	// Rate paces calls; nil means unpaced.
+	Rate *Rate
+	// MaxConcurrency bounds the calls in flight; 0 means unbounded.
+	MaxConcurrency int
+	// Breaker stops calling a failing provider for a while; nil means none.
+	Breaker *Breaker
+}
+
+// Rate is a token bucket: PerSecond tokens a second, up to Burst at once.
+type Rate struct {
+	PerSecond float64
+	Burst     int
+}
+
+// Breaker opens the circuit after Failures retryable failures in a row,
+// for OpenSeconds, then lets one trial call through.
+type Breaker struct {
+	Failures    int
+	OpenSeconds int
+}
+
+// Set holds every provider's limiter, by provider name, for the whole
 // process: all runs' calls to a provider share its rate, its concurrency
-// cap and its circuit. The current config's [[providers]] entries set them,
-// whichever definition a run started with.
-type limits struct {
+// cap and its circuit. The current config sets them, whichever definition
+// a run started with.
+type Set struct {
 	clock clock
 	log   *slog.Logger
 
@@ -51,33 +77,36 @@ type limits struct {
 	byName map[string]*limiter
 }
 
-func newLimits(c clock, log *slog.Logger) *limits {
-	return &limits{clock: c, log: log, byName: map[string]*limiter{}}
+// New returns an empty Set that logs circuit changes to log.
+func New(log *slog.Logger) *Set { return newSet(realClock{}, log) }
+
+func newSet(c clock, log *slog.Logger) *Set {
+	return &Set{clock: c, log: log, byName: map[string]*limiter{}}
 }
 
-// configure applies cfg's limits. A provider keeps its state (tokens, calls
-// in flight, circuit) under new settings; one that cfg no longer has, or
-// that has no limits any more, is no longer limited.
-func (ls *limits) configure(cfg *chain.Config) {
+// Configure applies policies, by provider name. A provider keeps its state
+// (tokens, calls in flight, circuit) under new settings; one that policies
+// no longer name is no longer limited.
+func (ls *Set) Configure(policies map[string]Policy) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for name, l := range ls.byName {
-		if cfg.Providers[name] == nil {
-			l.configure(&chain.Provider{Name: name})
+		if _, ok := policies[name]; !ok {
+			l.configure(Policy{})
 		}
 	}
-	for _, name := range cfg.ProviderNames {
+	for name, p := range policies {
 		l := ls.byName[name]
 		if l == nil {
 			l = &limiter{name: name, clock: ls.clock, log: ls.log}
 			ls.byName[name] = l
 		}
-		l.configure(cfg.Providers[name])
+		l.configure(p)
 	}
 }
 
-// wrap returns p limited as the provider named name is.
-func (ls *limits) wrap(name string, p providers.Provider) providers.Provider {
+// Wrap returns p limited as the provider named name is.
+func (ls *Set) Wrap(name string, p providers.Provider) providers.Provider {
 	ls.mu.Lock()
 	l := ls.byName[name]
 	ls.mu.Unlock()
@@ -89,19 +118,19 @@ func (ls *limits) wrap(name string, p providers.Provider) providers.Provider {
 	return &limited{Provider: p, l: l}
 }
 
-// stats returns each provider's limit state, by name.
-func (ls *limits) stats() []limitStats {
+// Stats returns each provider's limit state, sorted by name.
+func (ls *Set) Stats() []Stats {
 	ls.mu.Lock()
 	all := make([]*limiter, 0, len(ls.byName))
 	for _, l := range ls.byName {
 		all = append(all, l)
 	}
 	ls.mu.Unlock()
-	out := make([]limitStats, len(all))
+	out := make([]Stats, len(all))
 	for i, l := range all {
 		out[i] = l.stats()
 	}
-	slices.SortFunc(out, func(a, b limitStats) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(out, func(a, b Stats) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -168,9 +197,9 @@ func outcomeOf(err error) outcome {
 
 // Circuit states, as chaingate_provider_circuit_state reports them.
 const (
-	circuitClosed   = 0
-	circuitOpen     = 1
-	circuitHalfOpen = 2
+	CircuitClosed   = 0
+	CircuitOpen     = 1
+	CircuitHalfOpen = 2
 )
 
 // limiter is one provider's limits and their state.
@@ -188,7 +217,7 @@ type limiter struct {
 	inUse    int
 	waiters  []chan struct{}
 	// Circuit: breaker nil is no breaker.
-	breaker  *chain.CircuitBreaker
+	breaker  *Breaker
 	failures int // consecutive failed calls
 	open     bool
 	until    time.Time // while open, when a trial call may go out
@@ -202,20 +231,27 @@ type limiter struct {
 	refusedRate, refusedOpen, opened float64
 }
 
-type limitStats struct {
-	name                             string
-	paced, capped, breaker           bool
-	rateLimited, waitSeconds         float64
-	inUse, waiting, maxCalls         int
-	circuit                          int
-	refusedRate, refusedOpen, opened float64
+// Stats is one provider's limits and what they have done.
+type Stats struct {
+	Name string
+	// Paced, Capped and Breaker say which limits the provider has.
+	Paced, Capped, Breaker bool
+	// RateLimited counts calls that waited for a token or were refused
+	// one, WaitSeconds the time they waited.
+	RateLimited, WaitSeconds float64
+	InUse, Waiting, MaxCalls int
+	// Circuit is CircuitClosed, CircuitOpen or CircuitHalfOpen.
+	Circuit int
+	// RefusedRate and RefusedOpen count calls refused without being made;
+	// Opened counts the times the circuit opened.
+	RefusedRate, RefusedOpen, Opened float64
 }
 
-func (l *limiter) configure(p *chain.Provider) {
+func (l *limiter) configure(p Policy) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
-	switch rl := p.RateLimit; {
+	switch rl := p.Rate; {
 	case rl == nil:
 		l.rate = nil
 	case l.rate == nil:
@@ -226,28 +262,28 @@ func (l *limiter) configure(p *chain.Provider) {
 	}
 	l.maxCalls = p.MaxConcurrency
 	l.grant()
-	if p.CircuitBreaker == nil && l.breaker != nil {
+	if p.Breaker == nil && l.breaker != nil {
 		l.failures, l.open, l.trial, l.until = 0, false, false, time.Time{}
 		l.gen++
 	}
-	l.breaker = p.CircuitBreaker
+	l.breaker = p.Breaker
 }
 
-func (l *limiter) stats() limitStats {
+func (l *limiter) stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := limitStats{
-		name: l.name, paced: l.rate != nil, capped: l.maxCalls > 0, breaker: l.breaker != nil,
-		rateLimited: l.rateLimited, waitSeconds: l.waitSeconds, inUse: l.inUse, waiting: len(l.waiters), maxCalls: l.maxCalls,
-		refusedRate: l.refusedRate, refusedOpen: l.refusedOpen, opened: l.opened,
+	s := Stats{
+		Name: l.name, Paced: l.rate != nil, Capped: l.maxCalls > 0, Breaker: l.breaker != nil,
+		RateLimited: l.rateLimited, WaitSeconds: l.waitSeconds, InUse: l.inUse, Waiting: len(l.waiters), MaxCalls: l.maxCalls,
+		RefusedRate: l.refusedRate, RefusedOpen: l.refusedOpen, Opened: l.opened,
 	}
 	switch {
 	case !l.open:
-		s.circuit = circuitClosed
+		s.Circuit = CircuitClosed
 	case l.clock.Now().Before(l.until):
-		s.circuit = circuitOpen
+		s.Circuit = CircuitOpen
 	default:
-		s.circuit = circuitHalfOpen
+		s.Circuit = CircuitHalfOpen
 	}
 	return s
 }

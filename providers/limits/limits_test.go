@@ -1,4 +1,4 @@
-package gateway
+package limits
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/providers"
 )
 
@@ -95,16 +94,15 @@ func (p *fakeProvider) Execute(ctx context.Context, _ providers.Request) (provid
 
 // limitedFake returns a provider "p" with the given limits, its limits and
 // the fake behind it.
-func limitedFake(t *testing.T, c clock, p *chain.Provider) (providers.Provider, *limits, *fakeProvider) {
+func limitedFake(t *testing.T, c clock, p Policy) (providers.Provider, *Set, *fakeProvider) {
 	t.Helper()
-	p.Name = "p"
-	ls := newLimits(c, slog.New(slog.DiscardHandler))
-	ls.configure(&chain.Config{Providers: map[string]*chain.Provider{"p": p}, ProviderNames: []string{"p"}})
+	ls := newSet(c, slog.New(slog.DiscardHandler))
+	ls.Configure(map[string]Policy{"p": p})
 	fake := &fakeProvider{}
-	return ls.wrap("p", fake), ls, fake
+	return ls.Wrap("p", fake), ls, fake
 }
 
-func statsOf(ls *limits) limitStats { return ls.stats()[0] }
+func statsOf(ls *Set) Stats { return ls.Stats()[0] }
 
 // eventually waits for cond, failing the test if it never holds. It bounds
 // a wait for another goroutine; it asserts nothing about time.
@@ -128,7 +126,7 @@ func providerError(t *testing.T, err error, code string) *providers.Error {
 
 func TestRateLimitBurstThenPacing(t *testing.T) {
 	c := newFakeClock()
-	p, ls, fake := limitedFake(t, c, &chain.Provider{RateLimit: &chain.RateLimit{PerSecond: 5, Burst: 3}})
+	p, ls, fake := limitedFake(t, c, Policy{Rate: &Rate{PerSecond: 5, Burst: 3}})
 	ctx := context.Background()
 	call := func(deadline time.Time) error {
 		_, err := p.Execute(ctx, providers.Request{Deadline: deadline})
@@ -152,8 +150,8 @@ func TestRateLimitBurstThenPacing(t *testing.T) {
 	if w := c.takeWaits(); fmt.Sprint(w) != "[200ms 400ms]" {
 		t.Errorf("waits %v, want [200ms 400ms]", w)
 	}
-	if s := statsOf(ls); s.rateLimited != 2 || fmt.Sprintf("%.3f", s.waitSeconds) != "0.600" {
-		t.Errorf("rate limited %v, waited %vs; want 2 and 0.6s", s.rateLimited, s.waitSeconds)
+	if s := statsOf(ls); s.RateLimited != 2 || fmt.Sprintf("%.3f", s.WaitSeconds) != "0.600" {
+		t.Errorf("rate limited %v, waited %vs; want 2 and 0.6s", s.RateLimited, s.WaitSeconds)
 	}
 
 	// A second later the bucket is full again. With it spent, a call whose
@@ -188,14 +186,14 @@ func TestRateLimitBurstThenPacing(t *testing.T) {
 	if w := c.takeWaits(); fmt.Sprint(w) != "[200ms]" {
 		t.Errorf("waits %v, want [200ms]", w)
 	}
-	if s := statsOf(ls); s.refusedRate != 1 || s.rateLimited != 4 {
-		t.Errorf("refused %v, rate limited %v; want 1 and 4", s.refusedRate, s.rateLimited)
+	if s := statsOf(ls); s.RefusedRate != 1 || s.RateLimited != 4 {
+		t.Errorf("refused %v, rate limited %v; want 1 and 4", s.RefusedRate, s.RateLimited)
 	}
 }
 
 func TestRateLimitWaitLeavesOnCancel(t *testing.T) {
 	c := newFakeClock()
-	p, _, fake := limitedFake(t, c, &chain.Provider{RateLimit: &chain.RateLimit{PerSecond: 1, Burst: 1}})
+	p, _, fake := limitedFake(t, c, Policy{Rate: &Rate{PerSecond: 1, Burst: 1}})
 	if _, err := p.Execute(context.Background(), providers.Request{}); err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +247,7 @@ func (g *gate) next(ctx context.Context) error {
 }
 
 func TestConcurrencyCap(t *testing.T) {
-	p, ls, fake := limitedFake(t, newFakeClock(), &chain.Provider{MaxConcurrency: 2})
+	p, ls, fake := limitedFake(t, newFakeClock(), Policy{MaxConcurrency: 2})
 	g := newGate()
 	fake.next = g.next
 	results := make(chan error, 10)
@@ -268,21 +266,21 @@ func TestConcurrencyCap(t *testing.T) {
 	// cancelled, without reaching the provider.
 	ctx, cancel := context.WithCancel(context.Background())
 	start(ctx)
-	eventually(t, "the third call waits", func() bool { return statsOf(ls).waiting == 1 })
-	if s := statsOf(ls); s.inUse != 2 || s.maxCalls != 2 {
-		t.Errorf("in use %d of %d, want 2 of 2", s.inUse, s.maxCalls)
+	eventually(t, "the third call waits", func() bool { return statsOf(ls).Waiting == 1 })
+	if s := statsOf(ls); s.InUse != 2 || s.MaxCalls != 2 {
+		t.Errorf("in use %d of %d, want 2 of 2", s.InUse, s.MaxCalls)
 	}
 	cancel()
 	if err := <-results; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "provider p's 2 call slots") {
 		t.Fatalf("cancelled wait: %v", err)
 	}
-	if s := statsOf(ls); s.waiting != 0 || s.inUse != 2 {
-		t.Errorf("after the cancel: %d waiting, %d in use; want 0 and 2", s.waiting, s.inUse)
+	if s := statsOf(ls); s.Waiting != 0 || s.InUse != 2 {
+		t.Errorf("after the cancel: %d waiting, %d in use; want 0 and 2", s.Waiting, s.InUse)
 	}
 
 	// A fourth call takes the first slot freed.
 	start(context.Background())
-	eventually(t, "the fourth call waits", func() bool { return statsOf(ls).waiting == 1 })
+	eventually(t, "the fourth call waits", func() bool { return statsOf(ls).Waiting == 1 })
 	g.release <- struct{}{}
 	<-g.entered
 	if err := <-results; err != nil {
@@ -297,14 +295,14 @@ func TestConcurrencyCap(t *testing.T) {
 	if n := fake.calls.Load(); n != 3 {
 		t.Errorf("%d calls reached the provider, want 3", n)
 	}
-	if s := statsOf(ls); s.inUse != 0 || s.waiting != 0 {
-		t.Errorf("at rest: %d in use, %d waiting", s.inUse, s.waiting)
+	if s := statsOf(ls); s.InUse != 0 || s.Waiting != 0 {
+		t.Errorf("at rest: %d in use, %d waiting", s.InUse, s.Waiting)
 	}
 }
 
 func TestCircuitBreaker(t *testing.T) {
 	c := newFakeClock()
-	p, ls, fake := limitedFake(t, c, &chain.Provider{CircuitBreaker: &chain.CircuitBreaker{Failures: 3, OpenSeconds: 30}})
+	p, ls, fake := limitedFake(t, c, Policy{Breaker: &Breaker{Failures: 3, OpenSeconds: 30}})
 	var answer error
 	fake.next = func(context.Context) error { return answer }
 	down := providers.Retryable("http_503", "service unavailable")
@@ -319,17 +317,17 @@ func TestCircuitBreaker(t *testing.T) {
 		failures   int
 		state      int
 	}{
-		{name: "first failure", answer: down, called: true, state: circuitClosed},
-		{name: "a permanent error says nothing", answer: providers.Permanent("bad_payload", "no"), called: true, state: circuitClosed},
-		{name: "second failure", answer: down, called: true, state: circuitClosed},
-		{name: "a timeout is the third failure: opens", answer: fmt.Errorf("calling: %w", context.DeadlineExceeded), called: true, state: circuitOpen},
-		{name: "open: fails fast", retryAfter: 30 * time.Second, failures: 3, state: circuitOpen},
-		{name: "still open later", advance: 10 * time.Second, retryAfter: 20 * time.Second, failures: 3, state: circuitOpen},
-		{name: "half-open trial fails: reopens", advance: 20 * time.Second, answer: down, called: true, state: circuitOpen},
-		{name: "reopened for open_seconds", advance: 29 * time.Second, retryAfter: time.Second, failures: 4, state: circuitOpen},
-		{name: "half-open trial succeeds: closes", advance: time.Second, called: true, state: circuitClosed},
-		{name: "closed again, count reset", answer: down, called: true, state: circuitClosed},
-		{name: "second failure after reset", answer: down, called: true, state: circuitClosed},
+		{name: "first failure", answer: down, called: true, state: CircuitClosed},
+		{name: "a permanent error says nothing", answer: providers.Permanent("bad_payload", "no"), called: true, state: CircuitClosed},
+		{name: "second failure", answer: down, called: true, state: CircuitClosed},
+		{name: "a timeout is the third failure: opens", answer: fmt.Errorf("calling: %w", context.DeadlineExceeded), called: true, state: CircuitOpen},
+		{name: "open: fails fast", retryAfter: 30 * time.Second, failures: 3, state: CircuitOpen},
+		{name: "still open later", advance: 10 * time.Second, retryAfter: 20 * time.Second, failures: 3, state: CircuitOpen},
+		{name: "half-open trial fails: reopens", advance: 20 * time.Second, answer: down, called: true, state: CircuitOpen},
+		{name: "reopened for open_seconds", advance: 29 * time.Second, retryAfter: time.Second, failures: 4, state: CircuitOpen},
+		{name: "half-open trial succeeds: closes", advance: time.Second, called: true, state: CircuitClosed},
+		{name: "closed again, count reset", answer: down, called: true, state: CircuitClosed},
+		{name: "second failure after reset", answer: down, called: true, state: CircuitClosed},
 	} {
 		c.advance(step.advance)
 		answer = step.answer
@@ -352,25 +350,25 @@ func TestCircuitBreaker(t *testing.T) {
 				t.Errorf("%d %s: message %q, want %q", i, step.name, pe.Message, want)
 			}
 		}
-		if s := statsOf(ls); s.circuit != step.state {
-			t.Errorf("%d %s: state %d, want %d", i, step.name, s.circuit, step.state)
+		if s := statsOf(ls); s.Circuit != step.state {
+			t.Errorf("%d %s: state %d, want %d", i, step.name, s.Circuit, step.state)
 		}
 	}
-	if s := statsOf(ls); s.opened != 2 || s.refusedOpen != 3 {
-		t.Errorf("opened %v, refused %v; want 2 and 3", s.opened, s.refusedOpen)
+	if s := statsOf(ls); s.Opened != 2 || s.RefusedOpen != 3 {
+		t.Errorf("opened %v, refused %v; want 2 and 3", s.Opened, s.RefusedOpen)
 	}
 }
 
 func TestCircuitHalfOpenLetsOneTrialThrough(t *testing.T) {
 	c := newFakeClock()
-	p, ls, fake := limitedFake(t, c, &chain.Provider{CircuitBreaker: &chain.CircuitBreaker{Failures: 1, OpenSeconds: 5}})
+	p, ls, fake := limitedFake(t, c, Policy{Breaker: &Breaker{Failures: 1, OpenSeconds: 5}})
 	fake.next = func(context.Context) error { return providers.Retryable("down", "down") }
 	if _, err := p.Execute(context.Background(), providers.Request{}); err == nil {
 		t.Fatal("no failure")
 	}
 	c.advance(5 * time.Second)
-	if s := statsOf(ls); s.circuit != circuitHalfOpen {
-		t.Fatalf("state %d, want half-open", s.circuit)
+	if s := statsOf(ls); s.Circuit != CircuitHalfOpen {
+		t.Fatalf("state %d, want half-open", s.Circuit)
 	}
 	g := newGate()
 	fake.next = g.next
@@ -389,8 +387,8 @@ func TestCircuitHalfOpenLetsOneTrialThrough(t *testing.T) {
 	if err := <-trial; err != nil {
 		t.Fatalf("trial: %v", err)
 	}
-	if s := statsOf(ls); s.circuit != circuitClosed {
-		t.Fatalf("state %d after a good trial, want closed", s.circuit)
+	if s := statsOf(ls); s.Circuit != CircuitClosed {
+		t.Fatalf("state %d after a good trial, want closed", s.Circuit)
 	}
 	if _, err := p.Execute(context.Background(), providers.Request{}); err != nil {
 		t.Fatalf("after closing: %v", err)
@@ -405,7 +403,7 @@ func TestCircuitHalfOpenLetsOneTrialThrough(t *testing.T) {
 // that never reached the provider leaves the circuit half-open for the next.
 func TestCircuitIgnoresCallsFromBefore(t *testing.T) {
 	c := newFakeClock()
-	p, ls, fake := limitedFake(t, c, &chain.Provider{CircuitBreaker: &chain.CircuitBreaker{Failures: 1, OpenSeconds: 5}})
+	p, ls, fake := limitedFake(t, c, Policy{Breaker: &Breaker{Failures: 1, OpenSeconds: 5}})
 	g := newGate()
 	var n atomic.Int32
 	fake.next = func(ctx context.Context) error {
@@ -427,15 +425,13 @@ func TestCircuitIgnoresCallsFromBefore(t *testing.T) {
 	if err := <-slow; err != nil {
 		t.Fatal(err)
 	}
-	if s := statsOf(ls); s.circuit != circuitOpen {
-		t.Fatalf("a call from before the opening moved the circuit to %d", s.circuit)
+	if s := statsOf(ls); s.Circuit != CircuitOpen {
+		t.Fatalf("a call from before the opening moved the circuit to %d", s.Circuit)
 	}
 
 	// A trial that gives up waiting for a slot frees the trial for the
 	// next call.
-	ls.configure(&chain.Config{Providers: map[string]*chain.Provider{"p": {
-		Name: "p", CircuitBreaker: &chain.CircuitBreaker{Failures: 1, OpenSeconds: 5}, MaxConcurrency: 1,
-	}}, ProviderNames: []string{"p"}})
+	ls.Configure(map[string]Policy{"p": {Breaker: &Breaker{Failures: 1, OpenSeconds: 5}, MaxConcurrency: 1}})
 	l := ls.byName["p"]
 	if err := l.acquire(context.Background()); err != nil { // another call holds the only slot
 		t.Fatal(err)
@@ -447,7 +443,7 @@ func TestCircuitIgnoresCallsFromBefore(t *testing.T) {
 		_, err := p.Execute(ctx, providers.Request{})
 		gaveUp <- err
 	}()
-	eventually(t, "the trial waits for a slot", func() bool { return statsOf(ls).waiting == 1 })
+	eventually(t, "the trial waits for a slot", func() bool { return statsOf(ls).Waiting == 1 })
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("trial waiting for a slot: %v", err)
@@ -457,15 +453,15 @@ func TestCircuitIgnoresCallsFromBefore(t *testing.T) {
 	if _, err := p.Execute(context.Background(), providers.Request{}); err != nil {
 		t.Fatalf("next trial: %v", err)
 	}
-	if s := statsOf(ls); s.circuit != circuitClosed {
-		t.Errorf("state %d, want closed", s.circuit)
+	if s := statsOf(ls); s.Circuit != CircuitClosed {
+		t.Errorf("state %d, want closed", s.Circuit)
 	}
 }
 
 // TestCircuitOpenedWhileQueued checks that a call queued for a slot while
 // the circuit opened fails fast when its turn comes instead of going out.
 func TestCircuitOpenedWhileQueued(t *testing.T) {
-	p, ls, fake := limitedFake(t, newFakeClock(), &chain.Provider{MaxConcurrency: 1, CircuitBreaker: &chain.CircuitBreaker{Failures: 1, OpenSeconds: 60}})
+	p, ls, fake := limitedFake(t, newFakeClock(), Policy{MaxConcurrency: 1, Breaker: &Breaker{Failures: 1, OpenSeconds: 60}})
 	g := newGate()
 	fake.next = func(ctx context.Context) error {
 		if err := g.next(ctx); err != nil {
@@ -484,7 +480,7 @@ func TestCircuitOpenedWhileQueued(t *testing.T) {
 		_, err := p.Execute(context.Background(), providers.Request{})
 		queued <- err
 	}()
-	eventually(t, "the second call queues", func() bool { return statsOf(ls).waiting == 1 })
+	eventually(t, "the second call queues", func() bool { return statsOf(ls).Waiting == 1 })
 	close(g.release)
 	if err := <-first; err == nil {
 		t.Fatal("no failure")
@@ -495,8 +491,8 @@ func TestCircuitOpenedWhileQueued(t *testing.T) {
 	if n := fake.calls.Load(); n != 1 {
 		t.Errorf("%d calls reached the provider, want 1", n)
 	}
-	if s := statsOf(ls); s.inUse != 0 || s.refusedOpen != 1 {
-		t.Errorf("%d in use, %v refused; want 0 and 1", s.inUse, s.refusedOpen)
+	if s := statsOf(ls); s.InUse != 0 || s.RefusedOpen != 1 {
+		t.Errorf("%d in use, %v refused; want 0 and 1", s.InUse, s.RefusedOpen)
 	}
 }
 
@@ -525,12 +521,9 @@ func TestOutcomeOf(t *testing.T) {
 // closes the circuit.
 func TestLimitsReconfigure(t *testing.T) {
 	c := newFakeClock()
-	prov := &chain.Provider{MaxConcurrency: 1, CircuitBreaker: &chain.CircuitBreaker{Failures: 1, OpenSeconds: 60}}
+	prov := Policy{MaxConcurrency: 1, Breaker: &Breaker{Failures: 1, OpenSeconds: 60}}
 	p, ls, fake := limitedFake(t, c, prov)
-	reload := func(p chain.Provider) {
-		p.Name = "p"
-		ls.configure(&chain.Config{Providers: map[string]*chain.Provider{"p": &p}, ProviderNames: []string{"p"}})
-	}
+	reload := func(p Policy) { ls.Configure(map[string]Policy{"p": p}) }
 	g := newGate()
 	fake.next = g.next
 	results := make(chan error, 2)
@@ -541,8 +534,8 @@ func TestLimitsReconfigure(t *testing.T) {
 		}()
 	}
 	<-g.entered
-	eventually(t, "the second call waits", func() bool { return statsOf(ls).waiting == 1 })
-	reload(chain.Provider{MaxConcurrency: 2, CircuitBreaker: prov.CircuitBreaker})
+	eventually(t, "the second call waits", func() bool { return statsOf(ls).Waiting == 1 })
+	reload(Policy{MaxConcurrency: 2, Breaker: prov.Breaker})
 	<-g.entered
 	close(g.release)
 	for range 2 {
@@ -553,15 +546,15 @@ func TestLimitsReconfigure(t *testing.T) {
 
 	fake.next = func(context.Context) error { return providers.Retryable("down", "down") }
 	_, _ = p.Execute(context.Background(), providers.Request{})
-	if _, err := p.Execute(context.Background(), providers.Request{}); err == nil || statsOf(ls).circuit != circuitOpen {
+	if _, err := p.Execute(context.Background(), providers.Request{}); err == nil || statsOf(ls).Circuit != CircuitOpen {
 		t.Fatalf("circuit did not open: %v", err)
 	}
-	reload(chain.Provider{})
+	reload(Policy{})
 	fake.next = nil
 	if _, err := p.Execute(context.Background(), providers.Request{}); err != nil {
 		t.Fatalf("after the breaker was removed: %v", err)
 	}
-	if s := statsOf(ls); s.breaker || s.capped || s.circuit != circuitClosed || s.opened != 1 {
+	if s := statsOf(ls); s.Breaker || s.Capped || s.Circuit != CircuitClosed || s.Opened != 1 {
 		t.Errorf("after the reload: %+v", s)
 	}
 }
