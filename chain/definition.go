@@ -54,7 +54,7 @@ func (c *Config) closure(name string) ([]*Chain, map[string]bool) {
 		}
 		seen[ch.Name] = true
 		chains = append(chains, ch)
-		walkSteps(ch.Steps, func(s *Step) {
+		WalkSteps(ch.Steps, func(s *Step) {
 			if s.Provider != "" {
 				provs[s.Provider] = true
 			}
@@ -76,7 +76,7 @@ func (c *Config) definition(name string, providerConfig bool) ([]byte, error) {
 	called, provs := c.closure(name)
 	chains := make([]map[string]any, len(called))
 	for i, ch := range called {
-		chains[i] = ch.raw
+		chains[i] = ch.Raw
 	}
 	var providers []map[string]any
 	for _, n := range c.ProviderNames {
@@ -84,12 +84,12 @@ func (c *Config) definition(name string, providerConfig bool) ([]byte, error) {
 		if !provs[n] {
 			continue
 		}
-		raw := maps.Clone(p.raw)
+		raw := maps.Clone(p.Raw)
 		if p.Plugin != "" {
 			// Relative plugin paths were relative to the file they came from.
 			raw["plugin"] = p.Plugin
 		}
-		for _, k := range providerLimitKeys {
+		for _, k := range ProviderLimitKeys {
 			delete(raw, k)
 		}
 		if !providerConfig {

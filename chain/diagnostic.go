@@ -2,7 +2,6 @@ package chain
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 )
 
@@ -66,28 +65,4 @@ func (e *ConfigError) Error() string {
 		lines[i] = d.String()
 	}
 	return strings.Join(lines, "\n")
-}
-
-// diagnostics collects problems while a config is loaded.
-type diagnostics struct {
-	list []Diagnostic
-}
-
-func (ds *diagnostics) add(d Diagnostic) { ds.list = append(ds.list, d) }
-
-// sorted returns the diagnostics ordered by file, then position, so output is
-// stable whatever order the checks ran in.
-func (ds *diagnostics) sorted() []Diagnostic {
-	out := append([]Diagnostic(nil), ds.list...)
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.File != b.File {
-			return a.File < b.File
-		}
-		if a.Line != b.Line {
-			return a.Line < b.Line
-		}
-		return a.Col < b.Col
-	})
-	return out
 }

@@ -1,10 +1,13 @@
-// Package chain holds the chain model and its loading: strict TOML decoding,
-// validation, and the templates and conditions compiled once at load.
+// Package chain holds the chain model: chains, steps and providers as a
+// config defines them, with their templates and conditions compiled, and
+// where each was written. Package loader builds it from TOML.
 //
 // It is the gateway's own package, with no compatibility promise.
 package chain
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/chaingate/gateway/chain/internal/condition"
@@ -32,8 +35,8 @@ type Source struct {
 	Path string
 
 	// Kept so that Key can place a diagnostic on a key inside the table.
-	d  *fileDecoder
-	kp keyPath
+	pos Positions
+	kp  KeyPath
 }
 
 // Key is the source of the key below s's table that rel names, written as
@@ -41,10 +44,10 @@ type Source struct {
 // so a problem found after loading points at the key itself; where that key
 // was not written out, at the nearest enclosing one that was.
 func (s Source) Key(rel string) Source {
-	if s.d == nil {
+	if s.pos == nil {
 		return Source{File: s.File, Line: s.Line, Col: s.Col, Path: s.Path + "." + rel}
 	}
-	return s.d.source(s.kp.sub(rel))
+	return SourceAt(s.File, s.pos, s.kp.Sub(rel))
 }
 
 // Gateway is the [gateway] table.
@@ -177,8 +180,8 @@ type Provider struct {
 	// rendered when the provider is called, so secrets never sit in Config.
 	ConfigTemplate *templates.Template
 	Source         Source
-
-	raw map[string]any
+	// Raw is the table as written, to write the definition out again.
+	Raw map[string]any
 }
 
 // Chain is one [[chains]] entry.
@@ -195,8 +198,9 @@ type Chain struct {
 	Hash   string
 	Source Source
 
+	// Raw is the table as written, to write the definition out again.
+	Raw    map[string]any
 	byName map[string]*Step
-	raw    map[string]any
 	// definition is Config.Definition's document, made once at load.
 	definition []byte
 	// providers is Config.ProvidersUsed, worked out once at load.
@@ -206,7 +210,7 @@ type Chain struct {
 // ChainHint suggests the defined chain nearest to name, for an error about
 // an unknown one: ` (did you mean "x"?)`, or "".
 func (c *Config) ChainHint(name string) string {
-	if s := suggest(name, c.ChainNames); s != "" {
+	if s := Suggest(name, c.ChainNames); s != "" {
 		return fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	return ""
@@ -377,3 +381,45 @@ func (s *Split) Tolerated(total int) int {
 	}
 	return s.ToleratedFailures
 }
+
+// WalkSteps calls fn for every step, nested ones included, in order.
+func WalkSteps(steps []*Step, fn func(*Step)) {
+	for _, s := range steps {
+		fn(s)
+		if s.Parallel != nil {
+			WalkSteps(s.Parallel.Steps, fn)
+		}
+		if s.Split != nil {
+			WalkSteps(s.Split.Steps, fn)
+		}
+	}
+}
+
+// Seal finishes a loaded config: it indexes each chain's steps by name and
+// sets its Hash from the definition a run of it stores, so that changing a
+// sub-chain or a provider it uses changes the hash too (a store keeps the
+// first definition saved under a hash).
+func (c *Config) Seal() error {
+	for _, name := range c.ChainNames {
+		ch := c.Chains[name]
+		ch.byName = map[string]*Step{}
+		WalkSteps(ch.Steps, func(s *Step) { ch.byName[s.Name] = s })
+		def, err := c.definition(name, true)
+		if err != nil {
+			return fmt.Errorf("hashing chain %q: %w", name, err)
+		}
+		sum := sha256.Sum256(def)
+		ch.Hash = hex.EncodeToString(sum[:])
+		ch.definition = def
+		ch.providers = c.ProvidersUsed(name)
+	}
+	return nil
+}
+
+// EndTarget is the branch and default_next target that ends the list: the
+// run at top level (it succeeds), the item inside a split (it is skipped).
+const EndTarget = "end"
+
+// DefaultProviderTimeoutSeconds bounds a provider call when neither the step
+// nor the provider sets timeout_seconds.
+const DefaultProviderTimeoutSeconds = 30

@@ -20,6 +20,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/fanout"
+	"github.com/chaingate/gateway/chain/loader"
 	"github.com/chaingate/gateway/chain/secrets"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
@@ -36,15 +37,15 @@ import (
 const DefaultState = "bolt://./data/gateway.db"
 
 // LoadOptions checks provider types against the built-in providers.
-func LoadOptions() chain.LoadOptions {
-	return chain.LoadOptions{ProviderTypes: builtin.Types()}
+func LoadOptions() loader.Options {
+	return loader.Options{ProviderTypes: builtin.Types()}
 }
 
 // LoadConfig loads config files and directories, and checks the steps and
 // config of built-in providers against what those providers accept (see
 // CheckPlugins for external ones).
 func LoadConfig(paths []string) (*chain.Config, error) {
-	cfg, err := chain.Load(paths, LoadOptions())
+	cfg, err := loader.Load(paths, LoadOptions())
 	if err != nil {
 		return cfg, err
 	}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/loader"
 	"github.com/chaingate/gateway/chain/secrets"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/internal/jsonx"
@@ -64,7 +65,7 @@ type Options struct {
 	Providers ProviderResolver
 	// LoadOptions are used to load a stored definition when a run resumes
 	// on a chain whose definition has changed since it started.
-	LoadOptions chain.LoadOptions
+	LoadOptions loader.Options
 	// Limits bound split sizes and step bodies; zero fields take the
 	// defaults (chain.DefaultMaxSplitItems, chain.DefaultMaxBodyBytes).
 	Limits chain.Limits
@@ -114,7 +115,7 @@ type Engine struct {
 	leaseTTL  time.Duration
 	secrets   map[string]any
 	redactor  *secrets.Redactor
-	loadOpts  chain.LoadOptions
+	loadOpts  loader.Options
 	limits    chain.Limits
 	log       *slog.Logger
 	outcomes  bool

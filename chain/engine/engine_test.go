@@ -16,6 +16,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/loader"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/internal/testutil"
@@ -121,8 +122,8 @@ func newHarness(t testing.TB, config string, options ...harnessOption) *harness 
 		}
 		owns = true
 	}
-	opts := chain.LoadOptions{ProviderTypes: builtin.Types()}
-	cfg, err := chain.LoadBytes("test.toml", []byte(testProviders+config), opts)
+	opts := loader.Options{ProviderTypes: builtin.Types()}
+	cfg, err := loader.LoadBytes("test.toml", []byte(testProviders+config), opts)
 	if err != nil {
 		t.Fatalf("loading config:\n%v", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/loader"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/providers/builtin"
 )
@@ -354,7 +355,7 @@ provider = "echo"`, 1), refused: `step "first" was a provider step and is now a 
 // reload loads config as the gateway's new config, as SIGHUP would.
 func (h *harness) reload(config string) *chain.Config {
 	h.t.Helper()
-	cfg, err := chain.LoadBytes("test.toml", []byte(testProviders+config), chain.LoadOptions{ProviderTypes: builtin.Types()})
+	cfg, err := loader.LoadBytes("test.toml", []byte(testProviders+config), loader.Options{ProviderTypes: builtin.Types()})
 	if err != nil {
 		h.t.Fatalf("loading config:\n%v", err)
 	}

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/loader"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/plugins/host"
@@ -22,7 +22,7 @@ import (
 // checks that nothing the store holds or the events carry contains it.
 func TestSecretsNeverWritten(t *testing.T) {
 	const secret = "s3cr3t-T0KEN-\"quoted\"-value"
-	cfg, err := chain.LoadBytes("test.toml", []byte(testProviders+`
+	cfg, err := loader.LoadBytes("test.toml", []byte(testProviders+`
 [[providers]]
 name = "configured"
 type = "echo"
@@ -43,7 +43,7 @@ name = "fails"
 provider = "faulty"
 payload_template = { fail = "rejected key <<secrets.API_TOKEN>>", key = "<<secrets.API_TOKEN>>" }
 on_failure = "dlq"
-`), chain.LoadOptions{ProviderTypes: builtin.Types()})
+`), loader.Options{ProviderTypes: builtin.Types()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ on_failure = "dlq"
 // nothing written holds it in any form, decoded or not.
 func TestSecretsRedactedWhateverTheEncoding(t *testing.T) {
 	const secret = "hook T0|B1-x9/z"
-	cfg, err := chain.LoadBytes("test.toml", []byte(testProviders+`
+	cfg, err := loader.LoadBytes("test.toml", []byte(testProviders+`
 [[providers]]
 name = "hooks"
 type = "webhook"
@@ -144,7 +144,7 @@ name = "notify"
 provider = "hooks"
 action_type = "post"
 on_failure = "dlq"
-`), chain.LoadOptions{ProviderTypes: builtin.Types()})
+`), loader.Options{ProviderTypes: builtin.Types()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/loader"
 	"github.com/chaingate/gateway/chain/store"
 )
 
@@ -380,7 +381,7 @@ func (e *Engine) definitionFrom(name, hash string, src []byte) (*chain.Chain, *c
 func (e *Engine) loadStored(name string, src []byte) (*chain.Config, error) {
 	opts := e.loadOpts
 	opts.Stored = true
-	cfg, err := chain.LoadBytes("stored definition of "+name, src, opts)
+	cfg, err := loader.LoadBytes("stored definition of "+name, src, opts)
 	if err != nil {
 		return nil, fmt.Errorf("loading the definition of chain %q the run started with: %w: %w", name, errNoDefinition, err)
 	}

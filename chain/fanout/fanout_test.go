@@ -14,6 +14,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/fanout"
+	"github.com/chaingate/gateway/chain/loader"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/internal/testutil"
@@ -89,8 +90,8 @@ func newNode(t *testing.T, config string) *node {
 // metrics in m when set.
 func newNodeAt(t *testing.T, config, db string, m fanout.Metrics) *node {
 	t.Helper()
-	opts := chain.LoadOptions{ProviderTypes: builtin.Types()}
-	cfg, err := chain.LoadBytes("test.toml", []byte(providersTOML+config), opts)
+	opts := loader.Options{ProviderTypes: builtin.Types()}
+	cfg, err := loader.LoadBytes("test.toml", []byte(providersTOML+config), opts)
 	if err != nil {
 		t.Fatalf("loading config:\n%v", err)
 	}

@@ -1,4 +1,4 @@
-package chain_test
+package loader_test
 
 import (
 	"crypto/sha256"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/loader"
 )
 
 // TestPluginPinCheckedWhenLoading checks that a sha256 pin that does not
@@ -38,7 +38,7 @@ func TestPluginPinCheckedWhenLoading(t *testing.T) {
 			if err := os.WriteFile(cfgPath, []byte(src), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			_, err := chain.Load([]string{cfgPath}, chain.LoadOptions{})
+			_, err := loader.Load([]string{cfgPath}, loader.Options{})
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("Load: %v", err)

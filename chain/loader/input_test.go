@@ -1,4 +1,4 @@
-package chain_test
+package loader_test
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/loader"
 )
 
 const inputChains = `
@@ -63,7 +64,7 @@ func TestInputCheck(t *testing.T) {
 	if err := os.WriteFile(path, []byte(inputChains), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := chain.Load([]string{path}, loadOpts)
+	cfg, err := loader.Load([]string{path}, loadOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestInputCheck(t *testing.T) {
 // started, input included; loading it back to resume does not read the
 // schema file again, which may have moved since.
 func TestStoredDefinitionSkipsInput(t *testing.T) {
-	cfg, err := chain.LoadBytes("stored", []byte(`
+	cfg, err := loader.LoadBytes("stored", []byte(`
 [[providers]]
 name = "p"
 type = "echo"

@@ -1,4 +1,11 @@
-package chain
+// Package loader reads chain config files into the model of package chain:
+// strict TOML decoding, validation with file, line, column and key path on
+// every problem, and the templates and conditions compiled once. The model
+// keeps plain key positions, so a problem found after loading still points
+// at its key.
+//
+// It is the gateway's own package, with no compatibility promise.
+package loader
 
 import (
 	"crypto/sha256"
@@ -16,11 +23,12 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/templates"
 )
 
-// LoadOptions tunes loading.
-type LoadOptions struct {
+// Options tunes loading.
+type Options struct {
 	// ProviderTypes are the built-in types a [[providers]] entry may name.
 	ProviderTypes []string
 	// Stored says the document is a definition a run stored when it
@@ -29,14 +37,10 @@ type LoadOptions struct {
 	Stored bool
 }
 
-// DefaultProviderTimeoutSeconds bounds a provider call when neither the step
-// nor the provider sets timeout_seconds.
-const DefaultProviderTimeoutSeconds = 30
-
 // Load reads every path (a file, or a directory whose *.toml files are read
 // in name order) as one config. A config with errors returns a *ConfigError
 // listing all of them.
-func Load(paths []string, opts LoadOptions) (*Config, error) {
+func Load(paths []string, opts Options) (*chain.Config, error) {
 	files, err := expandPaths(paths)
 	if err != nil {
 		return nil, err
@@ -53,7 +57,7 @@ func Load(paths []string, opts LoadOptions) (*Config, error) {
 }
 
 // LoadBytes loads a single file's content; name is used in messages.
-func LoadBytes(name string, data []byte, opts LoadOptions) (*Config, error) {
+func LoadBytes(name string, data []byte, opts Options) (*chain.Config, error) {
 	l := newLoader(opts)
 	l.file(name, string(data))
 	return l.finish()
@@ -87,65 +91,47 @@ func expandPaths(paths []string) ([]string, error) {
 }
 
 type loader struct {
-	opts   LoadOptions
+	opts   Options
 	diags  diagnostics
-	cfg    *Config
-	gwSeen *Source
+	cfg    *chain.Config
+	gwSeen *chain.Source
 	// later holds checks that need every file loaded: references between
 	// chains and providers.
 	later []func()
 }
 
-func newLoader(opts LoadOptions) *loader {
-	return &loader{opts: opts, cfg: &Config{
-		Providers: map[string]*Provider{},
-		Chains:    map[string]*Chain{},
-		Gateway: Gateway{Limits: Limits{
-			MaxSplitItems: DefaultMaxSplitItems, MaxBodyBytes: DefaultMaxBodyBytes, MaxRequestBytes: DefaultMaxRequestBytes,
-			MaxConnections: DefaultMaxConnections, RequestTimeoutSeconds: DefaultRequestTimeout, IdleTimeoutSeconds: DefaultIdleTimeout,
+func newLoader(opts Options) *loader {
+	return &loader{opts: opts, cfg: &chain.Config{
+		Providers: map[string]*chain.Provider{},
+		Chains:    map[string]*chain.Chain{},
+		Gateway: chain.Gateway{Limits: chain.Limits{
+			MaxSplitItems: chain.DefaultMaxSplitItems, MaxBodyBytes: chain.DefaultMaxBodyBytes, MaxRequestBytes: chain.DefaultMaxRequestBytes,
+			MaxConnections: chain.DefaultMaxConnections, RequestTimeoutSeconds: chain.DefaultRequestTimeout, IdleTimeoutSeconds: chain.DefaultIdleTimeout,
 		}},
 	}}
 }
 
-func (l *loader) finish() (*Config, error) {
+func (l *loader) finish() (*chain.Config, error) {
 	for _, f := range l.later {
 		f()
 	}
 	l.checkSubChainCycles()
 	all := l.diags.sorted()
-	var errs []Diagnostic
+	var errs []chain.Diagnostic
 	for _, d := range all {
-		if d.Severity == SeverityError {
+		if d.Severity == chain.SeverityError {
 			errs = append(errs, d)
 		} else {
 			l.cfg.Warnings = append(l.cfg.Warnings, d)
 		}
 	}
 	if len(errs) > 0 {
-		return nil, &ConfigError{Diagnostics: all}
+		return nil, &chain.ConfigError{Diagnostics: all}
 	}
-	if err := l.hashChains(); err != nil {
+	if err := l.cfg.Seal(); err != nil {
 		return nil, err
 	}
 	return l.cfg, nil
-}
-
-// hashChains sets each chain's Hash from the definition a run of it stores,
-// so that changing a sub-chain or a provider it uses changes the hash too:
-// a store keeps the first definition saved under a hash.
-func (l *loader) hashChains() error {
-	for _, name := range l.cfg.ChainNames {
-		c := l.cfg.Chains[name]
-		def, err := l.cfg.definition(name, true)
-		if err != nil {
-			return fmt.Errorf("hashing chain %q: %w", name, err)
-		}
-		sum := sha256.Sum256(def)
-		c.Hash = hex.EncodeToString(sum[:])
-		c.definition = def
-		c.providers = l.cfg.ProvidersUsed(name)
-	}
-	return nil
 }
 
 var topLevelKeys = []string{"gateway", "providers", "chains"}
@@ -153,7 +139,7 @@ var topLevelKeys = []string{"gateway", "providers", "chains"}
 func (l *loader) file(name, src string) {
 	var root map[string]any
 	if _, err := toml.Decode(src, &root); err != nil {
-		d := Diagnostic{File: name, Message: err.Error()}
+		d := chain.Diagnostic{File: name, Message: err.Error()}
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
 			d.Line, d.Col = pe.Position.Line, pe.Position.Col
@@ -184,7 +170,7 @@ func (l *loader) file(name, src string) {
 func (l *loader) gateway(t *table) {
 	src := t.d.source(t.path)
 	if l.gwSeen != nil {
-		t.d.errorf(t.path, "[gateway] is already defined at %s", l.gwSeen.where())
+		t.d.errorf(t.path, "[gateway] is already defined at %s", where(*l.gwSeen))
 		return
 	}
 	l.gwSeen = &src
@@ -230,35 +216,35 @@ var (
 // decodeFanout decodes [gateway.fanout]. It returns a Fanout even when the
 // table has errors, so that a distributed split is not also reported as
 // having no broker.
-func decodeFanout(t *table) *Fanout {
-	f := &Fanout{
+func decodeFanout(t *table) *chain.Fanout {
+	f := &chain.Fanout{
 		RabbitMQURL: t.brokerURL("rabbitmq_url", "the broker that hands split items to workers",
 			[]string{"amqp", "amqps"}, "amqp://guest:guest@127.0.0.1:5672/"),
 		RedisURL: t.brokerURL("redis_url", "where workers commit item results",
 			[]string{"redis", "rediss"}, "redis://127.0.0.1:6379/0"),
-		Prefix: DefaultFanoutPrefix,
+		Prefix: chain.DefaultFanoutPrefix,
 	}
 	if t.has("prefix") {
 		if p := t.str("prefix"); fanoutPrefixRE.MatchString(p) {
 			f.Prefix = p
 		} else if t.isString("prefix") {
-			t.d.errorf(t.path.key("prefix"), "must be 1 to 64 letters, digits, '.', '_', ':' or '-', got %q", p)
+			t.d.errorf(t.path.Key("prefix"), "must be 1 to 64 letters, digits, '.', '_', ':' or '-', got %q", p)
 		}
 	}
-	f.Threshold, _ = t.bounded("threshold", "items", 1, 0, DefaultFanoutThreshold)
+	f.Threshold, _ = t.bounded("threshold", "items", 1, 0, chain.DefaultFanoutThreshold)
 	var batchOK, inFlightOK bool
-	f.BatchSize, batchOK = t.bounded("batch_size", "items", 1, 10_000, DefaultFanoutBatchSize)
-	f.MaxInFlight, inFlightOK = t.bounded("max_in_flight", "items", 1, 0, DefaultFanoutMaxInFlight)
+	f.BatchSize, batchOK = t.bounded("batch_size", "items", 1, 10_000, chain.DefaultFanoutBatchSize)
+	f.MaxInFlight, inFlightOK = t.bounded("max_in_flight", "items", 1, 0, chain.DefaultFanoutMaxInFlight)
 	// Items are published a whole batch at a time, so a smaller window
 	// would never let one out.
 	if batchOK && inFlightOK && f.MaxInFlight < f.BatchSize {
-		t.d.errorf(t.path.key("max_in_flight"), "is smaller than batch_size (%d < %d); a split must be able to publish one whole batch", f.MaxInFlight, f.BatchSize)
+		t.d.errorf(t.path.Key("max_in_flight"), "is smaller than batch_size (%d < %d); a split must be able to publish one whole batch", f.MaxInFlight, f.BatchSize)
 	}
-	f.ItemTimeoutSeconds, _ = t.bounded("item_timeout_seconds", "seconds", 1, 0, DefaultFanoutItemTimeoutSeconds)
-	f.MaxRedeliveries, _ = t.bounded("max_redeliveries", "redeliveries", 1, 0, DefaultFanoutMaxRedeliveries)
-	f.Prefetch, _ = t.bounded("prefetch", "messages", 1, 1000, DefaultFanoutPrefetch)
-	f.WorkerConcurrency, _ = t.bounded("worker_concurrency", "items", 1, 10_000, DefaultFanoutWorkerConcurrency)
-	f.ClaimTTLSeconds, _ = t.bounded("claim_ttl_seconds", "seconds", 1, 600, DefaultFanoutClaimTTLSeconds)
+	f.ItemTimeoutSeconds, _ = t.bounded("item_timeout_seconds", "seconds", 1, 0, chain.DefaultFanoutItemTimeoutSeconds)
+	f.MaxRedeliveries, _ = t.bounded("max_redeliveries", "redeliveries", 1, 0, chain.DefaultFanoutMaxRedeliveries)
+	f.Prefetch, _ = t.bounded("prefetch", "messages", 1, 1000, chain.DefaultFanoutPrefetch)
+	f.WorkerConcurrency, _ = t.bounded("worker_concurrency", "items", 1, 10_000, chain.DefaultFanoutWorkerConcurrency)
+	f.ClaimTTLSeconds, _ = t.bounded("claim_ttl_seconds", "seconds", 1, 600, chain.DefaultFanoutClaimTTLSeconds)
 	t.finish(fanoutKeys)
 	return f
 }
@@ -272,10 +258,10 @@ func (t *table) bounded(k, unit string, least, most, def int) (int, bool) {
 	if n, isInt := t.m[k].(int64); isInt {
 		switch {
 		case n < int64(least):
-			t.d.errorf(t.path.key(k), "must be at least %d, got %d", least, n)
+			t.d.errorf(t.path.Key(k), "must be at least %d, got %d", least, n)
 			return def, false
 		case most > 0 && n > int64(most):
-			t.d.errorf(t.path.key(k), "must be at most %d, got %d", most, n)
+			t.d.errorf(t.path.Key(k), "must be at most %d, got %d", most, n)
 			return def, false
 		}
 	}
@@ -301,15 +287,15 @@ func (t *table) brokerURL(k, what string, schemes []string, example string) stri
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		t.d.errorf(t.path.key(k), "is not a valid URL (percent-encode reserved characters in the user name and password), e.g. %s", example)
+		t.d.errorf(t.path.Key(k), "is not a valid URL (percent-encode reserved characters in the user name and password), e.g. %s", example)
 		return ""
 	}
 	if strings.Contains(u.Opaque+u.EscapedPath()+u.RawQuery+u.EscapedFragment(), "@") {
-		t.d.errorf(t.path.key(k), "holds an '@' past its host; percent-encode reserved characters in the user name and password ('/' as %%2F, '@' as %%40), e.g. %s", example)
+		t.d.errorf(t.path.Key(k), "holds an '@' past its host; percent-encode reserved characters in the user name and password ('/' as %%2F, '@' as %%40), e.g. %s", example)
 		return ""
 	}
 	if !contains(schemes, u.Scheme) || u.Host == "" {
-		t.d.errorf(t.path.key(k), "%q is not a URL with a host and scheme %s, e.g. %s", withoutQuery(u.Redacted()), strings.Join(schemes, " or "), example)
+		t.d.errorf(t.path.Key(k), "%q is not a URL with a host and scheme %s, e.g. %s", withoutQuery(u.Redacted()), strings.Join(schemes, " or "), example)
 		return ""
 	}
 	return raw
@@ -323,7 +309,7 @@ func withoutQuery(u string) string {
 	return u
 }
 
-func (s Source) where() string {
+func where(s chain.Source) string {
 	if s.Line > 0 {
 		return fmt.Sprintf("%s:%d", s.File, s.Line)
 	}
@@ -338,15 +324,15 @@ var (
 func (l *loader) checkName(t *table, kind string) string {
 	name := t.requiredStr("name")
 	if name != "" && !nameRE.MatchString(name) {
-		t.d.errorf(t.path.key("name"), "%s name %q may hold only letters, digits, '_' and '-', and must not start with '-'", kind, name)
+		t.d.errorf(t.path.Key("name"), "%s name %q may hold only letters, digits, '_' and '-', and must not start with '-'", kind, name)
 	}
 	return name
 }
 
-var providerKeys = append([]string{"name", "type", "plugin", "sha256", "timeout_seconds", "config"}, providerLimitKeys...)
+var providerKeys = append([]string{"name", "type", "plugin", "sha256", "timeout_seconds", "config"}, chain.ProviderLimitKeys...)
 
 func (l *loader) provider(t *table, dir string) {
-	p := &Provider{Name: l.checkName(t, "provider"), Source: t.d.source(t.path), raw: t.m}
+	p := &chain.Provider{Name: l.checkName(t, "provider"), Source: t.d.source(t.path), Raw: t.m}
 	p.Type = t.nonEmpty("type")
 	p.Plugin = t.nonEmpty("plugin")
 	p.SHA256 = strings.ToLower(t.str("sha256"))
@@ -364,32 +350,32 @@ func (l *loader) provider(t *table, dir string) {
 	case !t.has("type") && !t.has("plugin"):
 		t.d.errorf(t.path, "sets neither type nor plugin; name a built-in type (%s) or a plugin binary", strings.Join(l.opts.ProviderTypes, ", "))
 	case p.Type != "" && !contains(l.opts.ProviderTypes, p.Type):
-		t.d.errorf(t.path.key("type"), "unknown provider type %q; built-in types are %s", p.Type, quoteList(l.opts.ProviderTypes))
+		t.d.errorf(t.path.Key("type"), "unknown provider type %q; built-in types are %s", p.Type, quoteList(l.opts.ProviderTypes))
 	case p.Plugin != "":
 		if !filepath.IsAbs(p.Plugin) {
 			p.Plugin = filepath.Join(dir, p.Plugin)
 		}
 		if info, err := os.Stat(p.Plugin); err != nil {
-			t.d.errorf(t.path.key("plugin"), "plugin binary: %v", err)
+			t.d.errorf(t.path.Key("plugin"), "plugin binary: %v", err)
 		} else if info.IsDir() || info.Mode()&0o111 == 0 {
-			t.d.errorf(t.path.key("plugin"), "plugin binary %s is not an executable file", p.Plugin)
+			t.d.errorf(t.path.Key("plugin"), "plugin binary %s is not an executable file", p.Plugin)
 		}
 	}
 	if t.has("sha256") {
 		if p.Plugin == "" && t.has("type") {
-			t.d.errorf(t.path.key("sha256"), "only an external plugin can be pinned by sha256")
+			t.d.errorf(t.path.Key("sha256"), "only an external plugin can be pinned by sha256")
 		} else if !sha256RE.MatchString(p.SHA256) {
-			t.d.errorf(t.path.key("sha256"), "must be 64 hexadecimal digits")
+			t.d.errorf(t.path.Key("sha256"), "must be 64 hexadecimal digits")
 		} else if sum, err := fileSHA256(p.Plugin); err == nil && sum != p.SHA256 {
 			// Caught here rather than when the first run reaches the provider.
-			t.d.errorf(t.path.key("sha256"), "plugin binary %s has sha256 %s, not the pinned %s; rebuild the plugin or update the pin (sha256sum %s)", p.Plugin, sum, p.SHA256, p.Plugin)
+			t.d.errorf(t.path.Key("sha256"), "plugin binary %s has sha256 %s, not the pinned %s; rebuild the plugin or update the pin (sha256sum %s)", p.Plugin, sum, p.SHA256, p.Plugin)
 		}
 	}
 	if v, ok := t.value("config"); ok {
 		if _, isTable := v.(map[string]any); !isTable {
-			t.d.errorf(t.path.key("config"), "must be a table, got %s", describe(v))
+			t.d.errorf(t.path.Key("config"), "must be a table, got %s", describe(v))
 		} else if data, err := json.Marshal(v); err != nil {
-			t.d.errorf(t.path.key("config"), "cannot be encoded as JSON: %v", err)
+			t.d.errorf(t.path.Key("config"), "cannot be encoded as JSON: %v", err)
 		} else {
 			p.Config = data
 			l.providerConfigTemplate(t, p, v)
@@ -400,7 +386,7 @@ func (l *loader) provider(t *table, dir string) {
 		return
 	}
 	if prev, ok := l.cfg.Providers[p.Name]; ok {
-		t.d.errorf(t.path.key("name"), "provider %q is already defined at %s", p.Name, prev.Source.where())
+		t.d.errorf(t.path.Key("name"), "provider %q is already defined at %s", p.Name, where(prev.Source))
 		return
 	}
 	l.cfg.Providers[p.Name] = p
@@ -410,10 +396,10 @@ func (l *loader) provider(t *table, dir string) {
 // providerConfigTemplate compiles a provider config that reads secrets.
 // Nothing else is known when a provider is configured, so secrets are the
 // only root it may read.
-func (l *loader) providerConfigTemplate(t *table, p *Provider, v any) {
+func (l *loader) providerConfigTemplate(t *table, p *chain.Provider, v any) {
 	tpl, err := templates.Compile(v)
 	if err != nil {
-		t.d.errorf(t.path.key("config"), "%v", err)
+		t.d.errorf(t.path.Key("config"), "%v", err)
 		return
 	}
 	if tpl.Static() {
@@ -421,7 +407,7 @@ func (l *loader) providerConfigTemplate(t *table, p *Provider, v any) {
 	}
 	for _, r := range tpl.Refs() {
 		if r.Root != "secrets" {
-			t.d.errorf(t.path.key("config"), "<<%s>>: a provider's config may only read secrets.NAME", r.Text)
+			t.d.errorf(t.path.Key("config"), "<<%s>>: a provider's config may only read secrets.NAME", r.Text)
 			return
 		}
 	}
@@ -440,17 +426,17 @@ func contains(list []string, s string) bool {
 var chainKeys = []string{"name", "timeout_seconds", "input", "steps"}
 
 func (l *loader) chain(t *table) {
-	c := &Chain{Name: l.checkName(t, "chain"), Source: t.d.source(t.path), byName: map[string]*Step{}, raw: t.m}
+	c := &chain.Chain{Name: l.checkName(t, "chain"), Source: t.d.source(t.path), Raw: t.m}
 	c.TimeoutSeconds = t.count("timeout_seconds", "seconds")
 	// A stored definition's run has started: its input was checked then.
 	if it, ok := t.sub("input"); ok && !l.opts.Stored {
 		c.Input = decodeInput(it)
 	}
-	b := &chainBuild{l: l, c: c, d: t.d, sources: map[string]Source{}}
+	b := &chainBuild{l: l, c: c, d: t.d, sources: map[string]chain.Source{}, byName: map[string]*chain.Step{}}
 	top := &scope{names: map[string]bool{}}
 	if steps, ok := t.tables("steps"); ok {
 		if len(steps) == 0 {
-			t.d.errorf(t.path.key("steps"), "a chain needs at least one step")
+			t.d.errorf(t.path.Key("steps"), "a chain needs at least one step")
 		}
 		c.Steps = b.steps(steps, nil, top)
 	} else if !t.has("steps") {
@@ -464,7 +450,7 @@ func (l *loader) chain(t *table) {
 		return
 	}
 	if prev, ok := l.cfg.Chains[c.Name]; ok {
-		t.d.errorf(t.path.key("name"), "chain %q is already defined at %s", c.Name, prev.Source.where())
+		t.d.errorf(t.path.Key("name"), "chain %q is already defined at %s", c.Name, where(prev.Source))
 		return
 	}
 	l.cfg.Chains[c.Name] = c
@@ -489,8 +475,8 @@ func (l *loader) checkSubChainCycles() {
 		}
 		state[name] = active
 		stack = append(stack, name)
-		walkSteps(c.Steps, func(s *Step) {
-			if s.Kind != KindSubChain {
+		chain.WalkSteps(c.Steps, func(s *chain.Step) {
+			if s.Kind != chain.KindSubChain {
 				return
 			}
 			switch state[s.SubChain] {
@@ -517,19 +503,6 @@ func indexOf(list []string, s string) int {
 		}
 	}
 	return -1
-}
-
-// walkSteps calls fn for every step, nested ones included, in order.
-func walkSteps(steps []*Step, fn func(*Step)) {
-	for _, s := range steps {
-		fn(s)
-		if s.Parallel != nil {
-			walkSteps(s.Parallel.Steps, fn)
-		}
-		if s.Split != nil {
-			walkSteps(s.Split.Steps, fn)
-		}
-	}
 }
 
 // fileSHA256 is the hex SHA-256 of the file at path.

@@ -1,4 +1,4 @@
-package chain_test
+package loader_test
 
 import (
 	"errors"
@@ -9,14 +9,15 @@ import (
 	"testing"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/loader"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-var loadOpts = chain.LoadOptions{ProviderTypes: []string{"echo", "faulty", "http"}}
+var loadOpts = loader.Options{ProviderTypes: []string{"echo", "faulty", "http"}}
 
 // storedOpts load a definition a run stored, which has no [gateway] table.
-var storedOpts = chain.LoadOptions{ProviderTypes: loadOpts.ProviderTypes, Stored: true}
+var storedOpts = loader.Options{ProviderTypes: loadOpts.ProviderTypes, Stored: true}
 
 // render formats what loading paths produced, one diagnostic per line.
 func render(cfg *chain.Config, err error) string {
@@ -67,7 +68,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".toml"), func(t *testing.T) {
-			cfg, err := chain.Load([]string{f}, loadOpts)
+			cfg, err := loader.Load([]string{f}, loadOpts)
 			got := render(cfg, err)
 			if err == nil {
 				t.Errorf("%s loaded without errors", f)
@@ -80,7 +81,7 @@ func TestConfigErrors(t *testing.T) {
 // TestConfigErrorsAcrossFiles checks that names defined in two files are
 // reported with both places, and references resolve across files.
 func TestConfigErrorsAcrossFiles(t *testing.T) {
-	cfg, err := chain.Load([]string{"testdata/multi"}, loadOpts)
+	cfg, err := loader.Load([]string{"testdata/multi"}, loadOpts)
 	checkGolden(t, "testdata/multi.golden", render(cfg, err))
 }
 

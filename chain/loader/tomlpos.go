@@ -1,9 +1,11 @@
-package chain
+package loader
 
 import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/chaingate/gateway/chain"
 )
 
 // The TOML decoder does not expose where each key is, so a light scanner
@@ -15,10 +17,6 @@ import (
 
 const pathSep = "\x1f"
 
-type position struct{ line, col int }
-
-type positions map[string]position
-
 type posScanner struct {
 	src  string
 	i    int
@@ -27,29 +25,29 @@ type posScanner struct {
 	// scanner moves, since counting from the line's start for every
 	// element made long inline arrays quadratic.
 	col    int
-	out    positions
+	out    chain.Positions
 	arrays map[string]int // array-of-tables path → number of elements seen
 }
 
-func scanPositions(src string) (out positions) {
+func scanPositions(src string) (out chain.Positions) {
 	defer func() {
 		// Input the scanner did not foresee must cost only positions.
 		if recover() != nil {
-			out = positions{}
+			out = chain.Positions{}
 		}
 	}()
 	return scanPositionsStrict(src)
 }
 
 // scanPositionsStrict is scanPositions without the safety net, for tests.
-func scanPositionsStrict(src string) positions {
-	s := &posScanner{src: src, line: 1, out: positions{}, arrays: map[string]int{}}
+func scanPositionsStrict(src string) chain.Positions {
+	s := &posScanner{src: src, line: 1, out: chain.Positions{}, arrays: map[string]int{}}
 	s.document()
 	return s.out
 }
 
-func (s *posScanner) pos() position {
-	return position{line: s.line, col: s.col + 1}
+func (s *posScanner) pos() chain.Position {
+	return chain.Position{Line: s.line, Col: s.col + 1}
 }
 
 func (s *posScanner) eof() bool { return s.i >= len(s.src) }
@@ -90,8 +88,8 @@ func (s *posScanner) skipSpace(nl bool) {
 	}
 }
 
-func (s *posScanner) record(path []string, p position) {
-	k := strings.Join(path, pathSep)
+func (s *posScanner) record(path []string, p chain.Position) {
+	k := chain.PosKey(path)
 	if _, ok := s.out[k]; !ok {
 		s.out[k] = p
 	}

@@ -1,11 +1,11 @@
-package chain_test
+package loader_test
 
 import (
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/loader"
 )
 
 // BenchmarkLoadLongLine loads a stored-definition shape: the TOML encoder
@@ -17,7 +17,7 @@ func BenchmarkLoadLongLine(b *testing.B) {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			b.SetBytes(int64(len(src)))
 			for b.Loop() {
-				if _, err := chain.LoadBytes("long.toml", src, chain.LoadOptions{}); err != nil {
+				if _, err := loader.LoadBytes("long.toml", src, loader.Options{}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,4 +1,4 @@
-package chain_test
+package loader_test
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/loader"
 )
 
 const fanoutChain = `
@@ -56,7 +57,7 @@ func TestFanoutDefaults(t *testing.T) {
 		{"bounds", fanoutTable + "batch_size = 10000\nmax_in_flight = 10000\nprefix = \"a\"\n", &withBatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := chain.LoadBytes("x.toml", []byte(tc.src), loadOpts)
+			cfg, err := loader.LoadBytes("x.toml", []byte(tc.src), loadOpts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +87,7 @@ func TestSplitModeSet(t *testing.T) {
 		}
 	}
 	for _, f := range files {
-		cfg, err := chain.Load([]string{f}, loadOpts)
+		cfg, err := loader.Load([]string{f}, loadOpts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +122,7 @@ func TestFanoutURLs(t *testing.T) {
 			urls := map[string]string{"rabbitmq_url": "amqp://127.0.0.1/", "redis_url": "redis://127.0.0.1/"}
 			urls[tc.key] = tc.url
 			src := "[gateway.fanout]\nrabbitmq_url = \"" + urls["rabbitmq_url"] + "\"\nredis_url = \"" + urls["redis_url"] + "\"\n"
-			cfg, err := chain.LoadBytes("x.toml", []byte(src), loadOpts)
+			cfg, err := loader.LoadBytes("x.toml", []byte(src), loadOpts)
 			got := render(cfg, err)
 			if tc.want == "" {
 				if err != nil {
@@ -146,7 +147,7 @@ func TestDistributedSplitNeedsBroker(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		files []string
-		opts  chain.LoadOptions
+		opts  loader.Options
 		want  string
 	}{
 		{"broker in the first file", []string{fanoutTable, fanoutChain}, loadOpts, "ok\n"},
@@ -163,7 +164,7 @@ func TestDistributedSplitNeedsBroker(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			cfg, err := chain.Load([]string{dir}, tc.opts)
+			cfg, err := loader.Load([]string{dir}, tc.opts)
 			if got := strings.ReplaceAll(render(cfg, err), dir+string(filepath.Separator), ""); got != tc.want {
 				t.Errorf("got\n%swant\n%s", got, tc.want)
 			}
@@ -175,7 +176,7 @@ func TestDistributedSplitNeedsBroker(t *testing.T) {
 // with a distributed split, which has no [gateway] table, loads only as a
 // stored one.
 func TestStoredDefinitionNeedsStored(t *testing.T) {
-	cfg, err := chain.LoadBytes("x.toml", []byte(fanoutTable+fanoutChain), loadOpts)
+	cfg, err := loader.LoadBytes("x.toml", []byte(fanoutTable+fanoutChain), loadOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,10 +184,10 @@ func TestStoredDefinitionNeedsStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := chain.LoadBytes("definition.toml", def, loadOpts); err == nil || !strings.Contains(err.Error(), "needs a broker") {
+	if _, err := loader.LoadBytes("definition.toml", def, loadOpts); err == nil || !strings.Contains(err.Error(), "needs a broker") {
 		t.Errorf("loaded as a config: %v", err)
 	}
-	again, err := chain.LoadBytes("definition.toml", def, storedOpts)
+	again, err := loader.LoadBytes("definition.toml", def, storedOpts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,11 @@
-package chain
+package loader
 
 import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/chaingate/gateway/chain"
 )
 
 // What each template root holds, as the engine builds it: a path naming
@@ -22,7 +24,7 @@ var (
 // checkRef checks one path a template or condition reads: root and the
 // segments after it, indexes as decimal strings. text is the path as
 // written, for messages.
-func (b *chainBuild) checkRef(at keyPath, root string, path []string, text string, sc *scope) {
+func (b *chainBuild) checkRef(at chain.KeyPath, root string, path []string, text string, sc *scope) {
 	fail := func(format string, args ...any) {
 		b.d.errorf(at, "%s: %s", text, fmt.Sprintf(format, args...))
 	}
@@ -34,7 +36,7 @@ func (b *chainBuild) checkRef(at keyPath, root string, path []string, text strin
 		switch path[0] {
 		case "payload":
 			if b.c.Input != nil {
-				if msg := b.c.Input.checkPath(path[1:]); msg != "" {
+				if msg := inputPathProblem(b.c.Input, path[1:]); msg != "" {
 					fail("%s", msg)
 				}
 			}
@@ -111,7 +113,7 @@ func resultPathProblem(what string, path []string) string {
 // bodyPathProblem checks the first field read in the body of a parallel
 // group (keyed by sub-step) or a split (results and counts).
 func (b *chainBuild) bodyPathProblem(name, field string) string {
-	s := b.c.byName[name]
+	s := b.byName[name]
 	if s == nil {
 		return ""
 	}
@@ -136,7 +138,7 @@ func unknownField(what, field string, known []string) string {
 
 // didYouMean suggests the nearest of known, or lists them all.
 func didYouMean(name string, known []string, what string) string {
-	if s := suggest(name, known); s != "" {
+	if s := chain.Suggest(name, known); s != "" {
 		return fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	return fmt.Sprintf("; its %s are %s", what, strings.Join(known, ", "))

@@ -1,4 +1,4 @@
-package chain
+package loader
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/internal/condition"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/templates"
@@ -15,9 +16,10 @@ import (
 // chainBuild carries what decoding one chain needs across its steps.
 type chainBuild struct {
 	l       *loader
-	c       *Chain
+	c       *chain.Chain
 	d       *fileDecoder
-	sources map[string]Source
+	sources map[string]chain.Source
+	byName  map[string]*chain.Step
 	// checks run once every step of the chain is known: references to
 	// steps by name may point forward.
 	checks []func()
@@ -51,8 +53,8 @@ var kindKeys = []string{"provider", "parallel", "split", "sub_chain"}
 // stepRoots are the names a step's templates and when condition may read.
 var stepRoots = []string{"origin", "steps", "prev", "run", "chain"}
 
-func (b *chainBuild) steps(tables []*table, parent *Step, sc *scope) []*Step {
-	list := make([]*Step, 0, len(tables))
+func (b *chainBuild) steps(tables []*table, parent *chain.Step, sc *scope) []*chain.Step {
+	list := make([]*chain.Step, 0, len(tables))
 	for _, t := range tables {
 		if s := b.step(t, parent, sc); s != nil {
 			s.Index = len(list)
@@ -65,18 +67,18 @@ func (b *chainBuild) steps(tables []*table, parent *Step, sc *scope) []*Step {
 	return list
 }
 
-func (b *chainBuild) step(t *table, parent *Step, sc *scope) *Step {
-	s := &Step{Parent: parent, Source: t.d.source(t.path)}
+func (b *chainBuild) step(t *table, parent *chain.Step, sc *scope) *chain.Step {
+	s := &chain.Step{Parent: parent, Source: t.d.source(t.path)}
 	s.Name = b.l.checkName(t, "step")
-	if s.Name == EndTarget {
-		t.d.errorf(t.path.key("name"), "step name %q is reserved: a branch or default_next target %q ends the list", EndTarget, EndTarget)
+	if s.Name == chain.EndTarget {
+		t.d.errorf(t.path.Key("name"), "step name %q is reserved: a branch or default_next target %q ends the list", chain.EndTarget, chain.EndTarget)
 	}
 	if s.Name != "" {
 		if prev, ok := b.sources[s.Name]; ok {
-			t.d.errorf(t.path.key("name"), "step %q is already defined at %s; step names are unique within a chain, sub-steps included", s.Name, prev.where())
+			t.d.errorf(t.path.Key("name"), "step %q is already defined at %s; step names are unique within a chain, sub-steps included", s.Name, where(prev))
 		} else {
 			b.sources[s.Name] = s.Source
-			b.c.byName[s.Name] = s
+			b.byName[s.Name] = s
 			sc.names[s.Name] = true
 		}
 	}
@@ -94,89 +96,89 @@ func (b *chainBuild) step(t *table, parent *Step, sc *scope) *Step {
 	default:
 		t.d.errorf(t.path, "step sets %s; a step is exactly one of provider, parallel, split or sub_chain", strings.Join(kinds, " and "))
 	}
-	inParallel := parent != nil && parent.Kind == KindParallel
+	inParallel := parent != nil && parent.Kind == chain.KindParallel
 
-	s.OnFailure = OnFailure(t.enum("on_failure", []string{"abort", "skip", "dlq"}, "abort"))
+	s.OnFailure = chain.OnFailure(t.enum("on_failure", []string{"abort", "skip", "dlq"}, "abort"))
 	s.TimeoutSeconds = t.count("timeout_seconds", "seconds")
 	s.DelaySeconds = t.count("delay_seconds", "seconds")
 	if rt, ok := t.sub("retry"); ok {
 		s.Retry = decodeRetry(rt)
 	}
 	if src := t.nonEmpty("when"); src != "" {
-		s.When = b.condition(t.path.key("when"), src, sc, false)
+		s.When = b.condition(t.path.Key("when"), src, sc, false)
 	}
 
 	switch {
 	case t.has("provider"):
-		s.Kind = KindProvider
+		s.Kind = chain.KindProvider
 		s.Provider = t.nonEmpty("provider")
 		s.ActionType = t.nonEmpty("action_type")
 		if strings.HasPrefix(s.ActionType, providers.ReservedActionPrefix) {
-			t.d.errorf(t.path.key("action_type"), "action type %q is in the %q namespace, which the gateway reserves for its own use (the conformance probe); name the provider's action instead", s.ActionType, providers.ReservedActionPrefix)
+			t.d.errorf(t.path.Key("action_type"), "action type %q is in the %q namespace, which the gateway reserves for its own use (the conformance probe); name the provider's action instead", s.ActionType, providers.ReservedActionPrefix)
 		}
 		if s.Provider != "" {
 			b.l.later = append(b.l.later, func() {
 				if _, ok := b.l.cfg.Providers[s.Provider]; !ok {
-					t.d.errorf(t.path.key("provider"), "unknown provider %q%s", s.Provider, b.l.providerHint(s.Provider))
+					t.d.errorf(t.path.Key("provider"), "unknown provider %q%s", s.Provider, b.l.providerHint(s.Provider))
 				}
 			})
 		}
 		if v, ok := t.value("payload_template"); ok {
-			s.Payload = b.template(t.path.key("payload_template"), v, sc)
+			s.Payload = b.template(t.path.Key("payload_template"), v, sc)
 		}
 	case t.has("parallel"):
-		s.Kind = KindParallel
+		s.Kind = chain.KindParallel
 		if inParallel {
-			t.d.errorf(t.path.key("parallel"), "a parallel group cannot nest another parallel group")
+			t.d.errorf(t.path.Key("parallel"), "a parallel group cannot nest another parallel group")
 		} else if pt, ok := t.sub("parallel"); ok {
 			s.Parallel = b.parallel(pt, s, sc)
 		}
 	case t.has("split"):
-		s.Kind = KindSplit
+		s.Kind = chain.KindSplit
 		if inParallel {
-			t.d.errorf(t.path.key("split"), "a parallel sub-step cannot be a split; put the parallel group inside the split's steps instead")
+			t.d.errorf(t.path.Key("split"), "a parallel sub-step cannot be a split; put the parallel group inside the split's steps instead")
 		} else if st, ok := t.sub("split"); ok {
 			s.Split = b.split(st, s, sc)
 		}
 	case t.has("sub_chain"):
-		s.Kind = KindSubChain
+		s.Kind = chain.KindSubChain
 		s.SubChain = t.nonEmpty("sub_chain")
 		if inParallel {
-			t.d.errorf(t.path.key("sub_chain"), "a parallel sub-step cannot call a sub-chain")
+			t.d.errorf(t.path.Key("sub_chain"), "a parallel sub-step cannot call a sub-chain")
 		}
 		input, hasInput := t.value("input")
 		if hasInput {
-			s.Input = b.template(t.path.key("input"), input, sc)
+			s.Input = b.template(t.path.Key("input"), input, sc)
 		}
 		if s.SubChain != "" {
 			b.l.later = append(b.l.later, func() {
 				sub, ok := b.l.cfg.Chains[s.SubChain]
 				switch {
 				case !ok:
-					t.d.errorf(t.path.key("sub_chain"), "unknown chain %q%s", s.SubChain, b.l.cfg.ChainHint(s.SubChain))
+					t.d.errorf(t.path.Key("sub_chain"), "unknown chain %q%s", s.SubChain, b.l.cfg.ChainHint(s.SubChain))
 				case sub.Input != nil && hasInput:
-					sub.Input.checkCall(t.d, t.path.key("input"), sub.Name, input)
+					checkInputCall(sub.Input, t.d, t.path.Key("input"), sub.Name, input)
 				case sub.Input != nil && len(sub.Input.Required) > 0:
 					t.d.errorf(t.path, "chain %q requires the input fields %s; give them in input = { ... }", sub.Name, quoteList(sub.Input.Required))
 				}
 			})
 		}
 	}
-	if s.Kind != KindProvider {
+	if s.Kind != chain.KindProvider {
 		for _, k := range []string{"action_type", "payload_template"} {
 			if t.has(k) {
-				t.d.errorf(t.path.key(k), "only a provider step takes %s", k)
+				t.d.errorf(t.path.Key(k), "only a provider step takes %s", k)
 			}
 		}
 	}
-	if s.Kind != KindSubChain && t.has("input") {
-		t.d.errorf(t.path.key("input"), "only a sub_chain step takes input")
+	if s.Kind != chain.KindSubChain && t.has("input") {
+		t.d.errorf(t.path.Key("input"), "only a sub_chain step takes input")
 	}
 
 	if inParallel {
 		for _, k := range []string{"branches", "default_next"} {
 			if t.has(k) {
-				t.d.errorf(t.path.key(k), "a parallel sub-step cannot have %s; branch on the parallel step itself, which sees every sub-step's result", k)
+				t.d.errorf(t.path.Key(k), "a parallel sub-step cannot have %s; branch on the parallel step itself, which sees every sub-step's result", k)
 			}
 		}
 	} else {
@@ -199,7 +201,7 @@ func roots(sc *scope, branch bool) []string {
 }
 
 func (l *loader) providerHint(name string) string {
-	if s := suggest(name, l.cfg.ProviderNames); s != "" {
+	if s := chain.Suggest(name, l.cfg.ProviderNames); s != "" {
 		return fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	if len(l.cfg.ProviderNames) == 0 {
@@ -208,16 +210,16 @@ func (l *loader) providerHint(name string) string {
 	return "; defined providers are " + quoteList(l.cfg.ProviderNames)
 }
 
-func decodeRetry(t *table) *Retry {
-	r := &Retry{
+func decodeRetry(t *table) *chain.Retry {
+	r := &chain.Retry{
 		MaxRetries:   t.count("max_retries", "retries"),
 		BackoffMS:    t.count("backoff_ms", "milliseconds"),
-		Strategy:     BackoffStrategy(t.enum("strategy", []string{"fixed", "linear", "exponential"}, "exponential")),
+		Strategy:     chain.BackoffStrategy(t.enum("strategy", []string{"fixed", "linear", "exponential"}, "exponential")),
 		MaxBackoffMS: t.count("max_backoff_ms", "milliseconds"),
 		JitterMS:     t.count("jitter_ms", "milliseconds"),
 	}
 	if r.MaxBackoffMS > 0 && r.BackoffMS > r.MaxBackoffMS {
-		t.d.errorf(t.path.key("max_backoff_ms"), "is smaller than backoff_ms (%d < %d)", r.MaxBackoffMS, r.BackoffMS)
+		t.d.errorf(t.path.Key("max_backoff_ms"), "is smaller than backoff_ms (%d < %d)", r.MaxBackoffMS, r.BackoffMS)
 	}
 	t.finish([]string{"max_retries", "backoff_ms", "strategy", "max_backoff_ms", "jitter_ms"})
 	return r
@@ -225,20 +227,20 @@ func decodeRetry(t *table) *Retry {
 
 // routing decodes branches and default_next, whose targets must be steps of
 // the same list.
-func (b *chainBuild) routing(t *table, s *Step, sc *scope) {
+func (b *chainBuild) routing(t *table, s *chain.Step, sc *scope) {
 	if target := t.nonEmpty("default_next"); target != "" {
 		s.DefaultNext = target
-		b.checkTarget(t.path.key("default_next"), s, target)
+		b.checkTarget(t.path.Key("default_next"), s, target)
 	}
 	branches, ok := t.tables("branches")
 	if !ok {
 		return
 	}
 	for _, bt := range branches {
-		br := &Branch{Source: bt.d.source(bt.path)}
+		br := &chain.Branch{Source: bt.d.source(bt.path)}
 		br.Target = bt.requiredStr("target")
 		if br.Target != "" {
-			b.checkTarget(bt.path.key("target"), s, br.Target)
+			b.checkTarget(bt.path.Key("target"), s, br.Target)
 		}
 		hasField := bt.has("field") || bt.has("operator") || bt.has("value")
 		switch {
@@ -246,7 +248,7 @@ func (b *chainBuild) routing(t *table, s *Step, sc *scope) {
 			bt.d.errorf(bt.path, "a branch has either when or field/operator/value, not both")
 		case bt.has("when"):
 			if src := bt.nonEmpty("when"); src != "" {
-				if c := b.condition(bt.path.key("when"), src, sc, true); c != nil {
+				if c := b.condition(bt.path.Key("when"), src, sc, true); c != nil {
 					br.Cond = c
 				}
 			}
@@ -259,7 +261,7 @@ func (b *chainBuild) routing(t *table, s *Step, sc *scope) {
 				var fe *condition.FieldError
 				switch {
 				case errors.As(err, &fe):
-					bt.d.errorf(bt.path.key(fe.Key), "%s", fe.Msg)
+					bt.d.errorf(bt.path.Key(fe.Key), "%s", fe.Msg)
 				case err != nil:
 					bt.d.errorf(bt.path, "%v", err)
 				default:
@@ -274,12 +276,8 @@ func (b *chainBuild) routing(t *table, s *Step, sc *scope) {
 	}
 }
 
-// EndTarget is the branch and default_next target that ends the list: the
-// run at top level (it succeeds), the item inside a split (it is skipped).
-const EndTarget = "end"
-
-func (b *chainBuild) checkTarget(p keyPath, s *Step, target string) {
-	if target == EndTarget {
+func (b *chainBuild) checkTarget(p chain.KeyPath, s *chain.Step, target string) {
+	if target == chain.EndTarget {
 		return
 	}
 	b.checks = append(b.checks, func() {
@@ -291,7 +289,7 @@ func (b *chainBuild) checkTarget(p keyPath, s *Step, target string) {
 				return
 			}
 		}
-		if b.c.byName[target] != nil {
+		if b.byName[target] != nil {
 			b.d.errorf(p, "target %q is not in the same step list as %q; branches and default_next route between steps of one list", target, s.Name)
 			return
 		}
@@ -299,12 +297,12 @@ func (b *chainBuild) checkTarget(p keyPath, s *Step, target string) {
 	})
 }
 
-func hint(name string, list []*Step) string {
+func hint(name string, list []*chain.Step) string {
 	names := make([]string, len(list))
 	for i, s := range list {
 		names[i] = s.Name
 	}
-	if s := suggest(name, names); s != "" {
+	if s := chain.Suggest(name, names); s != "" {
 		return fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	return ""
@@ -312,15 +310,15 @@ func hint(name string, list []*Step) string {
 
 var parallelKeys = []string{"join", "on_failure", "timeout_seconds", "max_concurrency", "steps"}
 
-func (b *chainBuild) parallel(t *table, owner *Step, sc *scope) *Parallel {
-	p := &Parallel{
-		Join:           Join(t.enum("join", []string{"all", "any"}, "all")),
-		OnFailure:      GroupFailure(t.enum("on_failure", []string{"fail_fast", "best_effort"}, "fail_fast")),
+func (b *chainBuild) parallel(t *table, owner *chain.Step, sc *scope) *chain.Parallel {
+	p := &chain.Parallel{
+		Join:           chain.Join(t.enum("join", []string{"all", "any"}, "all")),
+		OnFailure:      chain.GroupFailure(t.enum("on_failure", []string{"fail_fast", "best_effort"}, "fail_fast")),
 		TimeoutSeconds: t.count("timeout_seconds", "seconds"),
 		MaxConcurrency: t.count("max_concurrency", "sub-steps"),
 	}
 	if p.TimeoutSeconds == 0 {
-		p.TimeoutSeconds = DefaultParallelTimeoutSeconds
+		p.TimeoutSeconds = chain.DefaultParallelTimeoutSeconds
 	}
 	if steps, ok := t.tables("steps"); ok && len(steps) > 0 {
 		p.Steps = b.steps(steps, owner, sc)
@@ -335,27 +333,27 @@ var splitKeys = []string{"items", "mode", "max_concurrency", "tolerated_failures
 
 var percentRE = regexp.MustCompile(`^(\d{1,3})%$`)
 
-func (b *chainBuild) split(t *table, owner *Step, sc *scope) *Split {
-	sp := &Split{
-		Mode:           SplitMode(t.enum("mode", []string{string(SplitAuto), string(SplitLocal), string(SplitDistributed)}, string(SplitAuto))),
+func (b *chainBuild) split(t *table, owner *chain.Step, sc *scope) *chain.Split {
+	sp := &chain.Split{
+		Mode:           chain.SplitMode(t.enum("mode", []string{string(chain.SplitAuto), string(chain.SplitLocal), string(chain.SplitDistributed)}, string(chain.SplitAuto))),
 		MaxConcurrency: t.count("max_concurrency", "items"),
 		TimeoutSeconds: t.count("timeout_seconds", "seconds"),
 	}
 	// [gateway] may be in a file read after this one. A stored definition
 	// has none; its broker is checked when the run gets here.
-	if sp.Mode == SplitDistributed && !b.l.opts.Stored {
+	if sp.Mode == chain.SplitDistributed && !b.l.opts.Stored {
 		b.l.later = append(b.l.later, func() {
 			if b.l.cfg.Gateway.Fanout == nil {
-				t.d.errorf(t.path.key("mode"), "mode %q needs a broker: add [gateway.fanout] with rabbitmq_url and redis_url (or use mode = %q, which runs locally without one)", SplitDistributed, SplitAuto)
+				t.d.errorf(t.path.Key("mode"), "mode %q needs a broker: add [gateway.fanout] with rabbitmq_url and redis_url (or use mode = %q, which runs locally without one)", chain.SplitDistributed, chain.SplitAuto)
 			}
 		})
 	}
 	if t.has("items") {
 		if src := t.nonEmpty("items"); src != "" {
-			sp.Items = b.template(t.path.key("items"), src, sc)
+			sp.Items = b.template(t.path.Key("items"), src, sc)
 			// A string that reads nothing renders to itself, never to an array.
 			if sp.Items != nil && sp.Items.Static() {
-				t.d.errorf(t.path.key("items"), "reads nothing, so it cannot render to an array; write a placeholder, e.g. items = \"<<steps.inventory.body.hosts>>\"")
+				t.d.errorf(t.path.Key("items"), "reads nothing, so it cannot render to an array; write a placeholder, e.g. items = \"<<steps.inventory.body.hosts>>\"")
 				sp.Items = nil
 			}
 		}
@@ -366,7 +364,7 @@ func (b *chainBuild) split(t *table, owner *Step, sc *scope) *Split {
 		switch tv := v.(type) {
 		case int64:
 			if tv < 0 {
-				t.d.errorf(t.path.key("tolerated_failures"), "must not be negative")
+				t.d.errorf(t.path.Key("tolerated_failures"), "must not be negative")
 			}
 			sp.ToleratedFailures = int(max(tv, 0))
 		case string:
@@ -376,11 +374,11 @@ func (b *chainBuild) split(t *table, owner *Step, sc *scope) *Split {
 				n, _ = strconv.Atoi(m[1])
 			}
 			if m == nil || n > 100 {
-				t.d.errorf(t.path.key("tolerated_failures"), "must be a count (3) or a percentage from 0%% to 100%% (\"10%%\"), got %q", tv)
+				t.d.errorf(t.path.Key("tolerated_failures"), "must be a count (3) or a percentage from 0%% to 100%% (\"10%%\"), got %q", tv)
 			}
 			sp.ToleratedFailures, sp.ToleratedPercent = n, true
 		default:
-			t.d.errorf(t.path.key("tolerated_failures"), "must be a count (3) or a percentage (\"10%%\"), got %s", describe(v))
+			t.d.errorf(t.path.Key("tolerated_failures"), "must be a count (3) or a percentage (\"10%%\"), got %s", describe(v))
 		}
 	}
 	inner := &scope{names: map[string]bool{}, parent: sc, split: owner.Name}
@@ -395,7 +393,7 @@ func (b *chainBuild) split(t *table, owner *Step, sc *scope) *Split {
 
 // template compiles a payload, input or items template and checks that the
 // steps it reads exist and are visible from scope sc.
-func (b *chainBuild) template(p keyPath, v any, sc *scope) *templates.Template {
+func (b *chainBuild) template(p chain.KeyPath, v any, sc *scope) *templates.Template {
 	tpl, err := templates.Compile(v)
 	if err != nil {
 		errs := []error{err}
@@ -405,7 +403,7 @@ func (b *chainBuild) template(p keyPath, v any, sc *scope) *templates.Template {
 		for _, err := range errs {
 			var ce *templates.CompileError
 			if errors.As(err, &ce) && ce.Key != "" {
-				b.d.errorf(p.sub(ce.Key), "%s at offset %d", ce.Msg, ce.Offset)
+				b.d.errorf(p.Sub(ce.Key), "%s at offset %d", ce.Msg, ce.Offset)
 			} else {
 				b.d.errorf(p, "%v", err)
 			}
@@ -413,7 +411,7 @@ func (b *chainBuild) template(p keyPath, v any, sc *scope) *templates.Template {
 		return nil
 	}
 	for _, r := range tpl.Refs() {
-		at := p.sub(r.Key)
+		at := p.Sub(r.Key)
 		switch r.Root {
 		case "item", "item_index":
 			if sc.split == "" {
@@ -431,7 +429,7 @@ func (b *chainBuild) template(p keyPath, v any, sc *scope) *templates.Template {
 }
 
 // condition compiles a when condition and checks the steps it reads.
-func (b *chainBuild) condition(p keyPath, src string, sc *scope, branch bool) *condition.Expr {
+func (b *chainBuild) condition(p chain.KeyPath, src string, sc *scope, branch bool) *condition.Expr {
 	e, err := condition.CompileExpr(src, roots(sc, branch))
 	if err != nil {
 		msg := err.Error()
@@ -450,12 +448,12 @@ func (b *chainBuild) condition(p keyPath, src string, sc *scope, branch bool) *c
 	return e
 }
 
-func (b *chainBuild) checkStepRef(p keyPath, sc *scope, name, text string) {
+func (b *chainBuild) checkStepRef(p chain.KeyPath, sc *scope, name, text string) {
 	b.checks = append(b.checks, func() {
 		if sc.visible(name) {
 			return
 		}
-		if s := b.c.byName[name]; s != nil {
+		if s := b.byName[name]; s != nil {
 			b.d.errorf(p, "%s: step %q is inside split %q and its results are private to each item; read the split's body instead", text, name, enclosingSplit(s))
 			return
 		}
@@ -464,16 +462,16 @@ func (b *chainBuild) checkStepRef(p keyPath, sc *scope, name, text string) {
 		for n := range b.sources {
 			names = append(names, n)
 		}
-		if s := suggest(name, names); s != "" {
+		if s := chain.Suggest(name, names); s != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", s)
 		}
 		b.d.errorf(p, "%s", msg)
 	})
 }
 
-func enclosingSplit(s *Step) string {
+func enclosingSplit(s *chain.Step) string {
 	for p := s.Parent; p != nil; p = p.Parent {
-		if p.Kind == KindSplit {
+		if p.Kind == chain.KindSplit {
 			return p.Name
 		}
 	}
@@ -484,7 +482,7 @@ var curlyRE = regexp.MustCompile(`\{\{\s*((?:origin|steps|prev|run|chain|item)[^
 
 // warnCurlyPlaceholders flags Acteon-style {{...}} text, which this gateway
 // would send literally.
-func (b *chainBuild) warnCurlyPlaceholders(p keyPath, v any) {
+func (b *chainBuild) warnCurlyPlaceholders(p chain.KeyPath, v any) {
 	switch t := v.(type) {
 	case string:
 		if m := curlyRE.FindStringSubmatch(t); m != nil {
@@ -492,11 +490,11 @@ func (b *chainBuild) warnCurlyPlaceholders(p keyPath, v any) {
 		}
 	case map[string]any:
 		for k, e := range t {
-			b.warnCurlyPlaceholders(p.key(k), e)
+			b.warnCurlyPlaceholders(p.Key(k), e)
 		}
 	case []any:
 		for i, e := range t {
-			b.warnCurlyPlaceholders(p.elem(i, ""), e)
+			b.warnCurlyPlaceholders(p.Elem(i, ""), e)
 		}
 	}
 }

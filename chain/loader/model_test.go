@@ -1,4 +1,4 @@
-package chain_test
+package loader_test
 
 import (
 	"crypto/sha256"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/loader"
 )
 
 // dump renders a loaded config as indented JSON, so golden files show what
@@ -109,7 +110,7 @@ func TestValidConfigs(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			cfg, err := chain.Load([]string{f}, loadOpts)
+			cfg, err := loader.Load([]string{f}, loadOpts)
 			if err != nil {
 				t.Fatalf("loading %s:\n%v", f, err)
 			}
@@ -120,7 +121,7 @@ func TestValidConfigs(t *testing.T) {
 
 func TestChainHashFollowsDefinition(t *testing.T) {
 	load := func(src string) *chain.Chain {
-		cfg, err := chain.LoadBytes("x.toml", []byte(`
+		cfg, err := loader.LoadBytes("x.toml", []byte(`
 [[providers]]
 name = "p"
 type = "echo"
@@ -172,7 +173,7 @@ provider = "unused"
 `
 	hash := func(src string) string {
 		t.Helper()
-		cfg, err := chain.LoadBytes("x.toml", []byte(src), loadOpts)
+		cfg, err := loader.LoadBytes("x.toml", []byte(src), loadOpts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -239,7 +240,7 @@ func FuzzLoad(f *testing.F) {
 		f.Add([]byte(head + tail))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := chain.LoadBytes("fuzz.toml", data, loadOpts)
+		cfg, err := loader.LoadBytes("fuzz.toml", data, loadOpts)
 		if err != nil {
 			return
 		}
@@ -260,7 +261,7 @@ func FuzzLoad(f *testing.F) {
 			if err != nil {
 				t.Fatalf("chain %s: %v", name, err)
 			}
-			again, err := chain.LoadBytes("definition.toml", def, storedOpts)
+			again, err := loader.LoadBytes("definition.toml", def, storedOpts)
 			if err != nil {
 				t.Fatalf("chain %s: its definition does not load:\n%v\n%s", name, err, def)
 			}
@@ -274,7 +275,7 @@ func FuzzLoad(f *testing.F) {
 // TestDefinitionRoundTrip checks that a chain's stored definition loads back
 // to the same chain, hash included, with the chains and providers it needs.
 func TestDefinitionRoundTrip(t *testing.T) {
-	cfg, err := chain.Load([]string{"testdata/valid/everything.toml"}, loadOpts)
+	cfg, err := loader.Load([]string{"testdata/valid/everything.toml"}, loadOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +283,7 @@ func TestDefinitionRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := chain.LoadBytes("definition.toml", src, storedOpts)
+	again, err := loader.LoadBytes("definition.toml", src, storedOpts)
 	if err != nil {
 		t.Fatalf("stored definition does not load:\n%v\n%s", err, src)
 	}
@@ -306,7 +307,7 @@ func TestDefinitionRoundTrip(t *testing.T) {
 // TestOutlineLeavesOutProviderConfig checks that the definition shown to
 // people has no provider config tables, where credentials may be written.
 func TestOutlineLeavesOutProviderConfig(t *testing.T) {
-	cfg, err := chain.Load([]string{"testdata/valid/everything.toml"}, loadOpts)
+	cfg, err := loader.Load([]string{"testdata/valid/everything.toml"}, loadOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +326,7 @@ func TestOutlineLeavesOutProviderConfig(t *testing.T) {
 
 // TestMermaid compares the drawing of the example chain with its golden file.
 func TestMermaid(t *testing.T) {
-	cfg, err := chain.Load([]string{"testdata/valid/everything.toml"}, loadOpts)
+	cfg, err := loader.Load([]string{"testdata/valid/everything.toml"}, loadOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
