@@ -132,7 +132,7 @@ type Engine struct {
 	// runner here advances them and the runner's start.
 	reserved map[string]bool
 	// workers are the runners running items handed to this gateway.
-	workers map[*runner]bool
+	workers map[*runner]*workerItems
 	// damaged are the unfinished runs whose records cannot be read back,
 	// reported once and passed over by later resumes.
 	damaged map[string]string
@@ -204,7 +204,7 @@ func New(opts Options) (*Engine, error) {
 		observer:   opts.Observer,
 		runners:    map[string]*runner{},
 		reserved:   map[string]bool{},
-		workers:    map[*runner]bool{},
+		workers:    map[*runner]*workerItems{},
 		damaged:    map[string]string{},
 		fanout:     opts.Fanout,
 		sources:    map[string][]byte{},

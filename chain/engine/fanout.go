@@ -111,9 +111,11 @@ type FanoutHandle interface {
 	Detach()
 }
 
-// fanSplit is the run's side of a split whose items workers run.
-type fanSplit struct {
-	h FanoutHandle
+// handedItems is the run's side of a split whose items workers run.
+type handedItems struct {
+	// items are the rendered items, until every one is out.
+	items []any
+	h     FanoutHandle
 	// attachAfter is the batch recording that the split is distributed;
 	// nothing goes out before it is durable.
 	attachAfter uint64
@@ -139,19 +141,11 @@ type importAck struct {
 	n     int
 }
 
-// fanEnd is a hand-off to end once the batch with the split's final
-// record is durable.
-type fanEnd struct {
-	h      FanoutHandle
-	status store.StepStatus
-	batch  uint64
-}
-
 // distribute decides where a new split's items run.
 func (r *runner) distribute(s *chain.Step, n int) (bool, *store.ErrorInfo) {
 	// An item a worker runs runs its nested splits itself; an empty split
 	// has nothing to hand out.
-	if r.work != nil || n == 0 {
+	if r.onWorker() || n == 0 {
 		return false, nil
 	}
 	switch s.Split.Mode {
@@ -168,10 +162,9 @@ func (r *runner) distribute(s *chain.Step, n int) (bool, *store.ErrorInfo) {
 	return r.e.fanout != nil && n >= r.e.fanout.Threshold(), nil
 }
 
-// progressFanout follows a distributed split: it hands the items out once
-// that decision is durable, and joins once every item has a result.
-func (r *runner) progressFanout(now time.Time, sp *split) ([]launch, bool) {
-	f := sp.fan
+// progress follows a distributed split: it hands the items out once that
+// decision is durable, and joins once every item has a result.
+func (f *handedItems) progress(r *runner, sp *split, now time.Time) ([]launch, bool) {
 	if f.h == nil {
 		if r.ackedSeq < f.attachAfter {
 			return nil, false
@@ -180,7 +173,7 @@ func (r *runner) progressFanout(now time.Time, sp *split) ([]launch, bool) {
 			r.finishSplit(sp, store.StepFailed, fmt.Sprintf("split %q was handed to workers, but this gateway has no [gateway.fanout] to follow it", sp.step.Name))
 			return nil, true
 		}
-		r.attach(sp)
+		f.attach(r, sp)
 	}
 	if f.state == FanoutGone {
 		r.finishSplit(sp, store.StepFailed, f.message)
@@ -212,9 +205,19 @@ func (r *runner) progressFanout(now time.Time, sp *split) ([]launch, bool) {
 		r.finishSplit(sp, f.ending, f.endMessage)
 		return nil, true
 	}
-	r.reportEnqueued(sp, now)
+	f.reportEnqueued(r, sp, now)
 	r.reportProgress(sp, now)
 	return r.joinWhenDone(sp, nil)
+}
+
+// The items run on workers: none is started, ended or read here.
+func (f *handedItems) value(int) any                 { return nil }
+func (f *handedItems) starting(*runner, *split, int) {}
+func (f *handedItems) ended(*runner, *split)         {}
+
+// results reads the items' slot records from the barrier, in item order.
+func (f *handedItems) results(_ *runner, _ *split, fn func(*store.StepRecord) error) error {
+	return f.h.Results(context.Background(), fn)
 }
 
 // salvageWait bounds how long a split that will not succeed waits for its
@@ -222,11 +225,11 @@ func (r *runner) progressFanout(now time.Time, sp *split) ([]launch, bool) {
 const salvageWait = 30 * time.Second
 
 // attach hands the split's items out, or takes the hand-off up again.
-func (r *runner) attach(sp *split) {
+func (f *handedItems) attach(r *runner, sp *split) {
 	st := sp.rec.Split
 	job := &FanoutJob{
 		Work:      r.workSplit(sp),
-		Items:     sp.items,
+		Items:     f.items,
 		Gen:       st.Gen,
 		Imported:  st.Imported,
 		Tolerated: sp.step.Split.Tolerated(sp.total),
@@ -246,26 +249,30 @@ func (r *runner) attach(sp *split) {
 			})
 		}
 	}
-	if sp.fan.fresh {
+	if f.fresh {
 		r.event(store.EventSplitFanoutStarted, sp.key, 0, fmt.Sprintf("handing %d items to workers", sp.total))
 	}
 	key := sp.key
-	sp.fan.h = r.e.fanout.Attach(job, func(n *FanoutNews) {
+	f.h = r.e.fanout.Attach(job, func(n *FanoutNews) {
 		select {
 		case r.inbox <- outcome{key: key, attempt: -1, news: n}:
 		case <-r.done:
 		}
 	})
-	sp.fan.state = FanoutOpen
+	f.state = FanoutOpen
 }
 
 // fanNews takes in what the workers of a split did.
 func (r *runner) fanNews(key string, n *FanoutNews) {
 	sp := r.splits[key]
-	if sp == nil || sp.fan == nil || sp.fan.h == nil {
+	if sp == nil {
 		return // the split ended meanwhile
 	}
-	f, st := sp.fan, sp.rec.Split
+	f, ok := sp.place.(*handedItems)
+	if !ok || f.h == nil {
+		return
+	}
+	st := sp.rec.Split
 	st.Succeeded, st.Failed, st.Skipped = n.Succeeded, n.Failed, n.Skipped
 	for _, rec := range n.Records {
 		r.put(rec)
@@ -287,57 +294,48 @@ func (r *runner) fanNews(key string, n *FanoutNews) {
 	if f.published == sp.total {
 		// Every item is out: only a restart, which renders them again,
 		// would hand one out again.
-		sp.items = nil
+		f.items = nil
 	}
 	r.markDirty(sp.owner)
 }
 
-// fanAcked passes on which news and which ends are durable now.
-func (r *runner) fanAcked(seq uint64) {
-	for _, sp := range r.splits {
-		f := sp.fan
-		if f == nil || f.h == nil {
-			continue
-		}
-		for len(f.imports) > 0 && f.imports[0].batch <= seq {
-			f.h.Imported(f.imports[0].n)
-			f.imports = f.imports[1:]
-		}
-	}
-	for len(r.fanEnds) > 0 && r.fanEnds[0].batch <= seq {
-		r.fanEnds[0].h.End(r.fanEnds[0].status)
-		r.fanEnds = r.fanEnds[1:]
-	}
-}
-
-// endFan schedules the end of a split's hand-off, if it has one, for when
-// its final record is durable.
-func (r *runner) endFan(sp *split, status store.StepStatus) {
-	if sp.fan == nil || sp.fan.h == nil {
+// durable passes on which news is durable now.
+func (f *handedItems) durable(seq uint64) {
+	if f.h == nil {
 		return
 	}
-	r.fanEnds = append(r.fanEnds, fanEnd{h: sp.fan.h, status: status, batch: r.nextBatch})
-	sp.fan.h = nil
+	for len(f.imports) > 0 && f.imports[0].batch <= seq {
+		f.h.Imported(f.imports[0].n)
+		f.imports = f.imports[1:]
+	}
 }
 
-// detachFans lets go of every hand-off still followed, as the runner stops.
-func (r *runner) detachFans() {
-	for _, sp := range r.splits {
-		if sp.fan != nil && sp.fan.h != nil {
-			sp.fan.h.Detach()
-			sp.fan.h = nil
-		}
+// stop ends the hand-off once the split's final record is durable:
+// workers drop what is left of it, and its state is removed.
+func (f *handedItems) stop(r *runner, sp *split, status store.StepStatus) {
+	if f.h == nil {
+		return
 	}
-	for _, e := range r.fanEnds {
-		e.h.Detach()
+	if status == store.StepSucceeded && !sp.owner.inItem() {
+		st := sp.rec.Split
+		r.event(store.EventSplitFaninCompleted, sp.key, 0, fmt.Sprintf("every result is back from the workers: %d succeeded, %d failed, %d skipped", st.Succeeded, st.Failed, st.Skipped))
 	}
-	r.fanEnds = nil
+	h := f.h
+	f.h = nil
+	r.whenDurable(func() { h.End(status) }, h.Detach)
+}
+
+// detach lets go of the hand-off as the runner stops.
+func (f *handedItems) detach() {
+	if f.h != nil {
+		f.h.Detach()
+		f.h = nil
+	}
 }
 
 // reportEnqueued appends an event on how many items are out, at most
 // twice a second.
-func (r *runner) reportEnqueued(sp *split, now time.Time) {
-	f := sp.fan
+func (f *handedItems) reportEnqueued(r *runner, sp *split, now time.Time) {
 	if f.published == f.enqReported || (now.Sub(f.enqAt) < 500*time.Millisecond && f.published < sp.total) {
 		return
 	}

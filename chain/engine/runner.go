@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
@@ -72,18 +71,79 @@ type runner struct {
 	// doneItems holds, on resume, the items each split had finished.
 	doneItems map[string]*bitset
 
-	// fanEnds are hand-offs of ended splits to end once durable.
-	fanEnds []fanEnd
-	// work is set when the runner is a worker's, running items handed to
-	// it (work.go); workHeld counts them for other goroutines.
-	work     *workSplit
-	workHeld atomic.Int64
+	// hooks are work to do once batches are durable.
+	hooks []durableHook
+	// role is what the runner advances: a run, or items handed to this
+	// process as a worker; sink is where it commits.
+	role runnerRole
+	sink recordSink
 
 	inbox     chan outcome
 	cancelReq chan struct{}
 	stopReq   chan struct{}
 	done      chan struct{} // closed when the loop has returned
 	err       error         // why the loop stopped early, if it did
+}
+
+// runnerRole is what a runner advances: a run it owns (ownRun), or the
+// items of a split handed to this process as a worker (workerItems).
+type runnerRole interface {
+	advance(r *runner, now time.Time) []launch
+	// acked is told a batch is durable.
+	acked(r *runner, c *commit)
+}
+
+// ownRun is the role of a run's own runner.
+type ownRun struct{}
+
+func (ownRun) advance(r *runner, now time.Time) []launch { return r.advanceRun(now) }
+func (ownRun) acked(*runner, *commit)                    {}
+
+// onWorker reports whether the runner runs items handed to this process.
+func (r *runner) onWorker() bool {
+	_, ok := r.role.(*workerItems)
+	return ok
+}
+
+// recordSink is where a runner commits and reads back step records: the
+// run's store, or a worker's sink.
+type recordSink interface {
+	Commit(ctx context.Context, b *store.Batch) error
+	ForEachStep(ctx context.Context, prefix string, fn func(*store.StepRecord) error) error
+}
+
+// storeSink is a run's store, as its own runner writes to it.
+type storeSink struct {
+	st  store.Store
+	run string
+}
+
+func (s storeSink) Commit(ctx context.Context, b *store.Batch) error { return s.st.Commit(ctx, b) }
+
+func (s storeSink) ForEachStep(ctx context.Context, prefix string, fn func(*store.StepRecord) error) error {
+	return s.st.ForEachStep(ctx, s.run, store.StepScan{Prefix: prefix}, fn)
+}
+
+// durableUpTo runs what waited for the batches up to seq.
+func (r *runner) durableUpTo(seq uint64) {
+	for _, sp := range r.splits {
+		sp.place.durable(seq)
+	}
+	for len(r.hooks) > 0 && r.hooks[0].batch <= seq {
+		r.hooks[0].then()
+		r.hooks = r.hooks[1:]
+	}
+}
+
+// detach lets go of what the splits hold elsewhere, as the runner stops.
+func (r *runner) detach() {
+	for _, sp := range r.splits {
+		sp.place.detach()
+	}
+	for _, h := range r.hooks {
+		h.abandon()
+	}
+	r.hooks = nil
 }
 
 // commit is one batch handed to the committer.
@@ -121,6 +181,8 @@ type outcome struct {
 	child *store.Run
 	// news is what the workers of a distributed split did.
 	news *FanoutNews
+	// do is work handed to the runner's goroutine.
+	do func(*runner)
 	// timedOut is set when the call hit its own deadline.
 	timedOut bool
 	timeout  time.Duration
@@ -169,6 +231,8 @@ func (e *Engine) newRunner(def *chain.Chain, cfg *chain.Config, run *store.Run, 
 		drainReq:   make(chan struct{}),
 		stopReq:    make(chan struct{}),
 		done:       make(chan struct{}),
+		role:       ownRun{},
+		sink:       storeSink{st: e.store, run: run.ID},
 	}
 	r.top = &seq{steps: def.Steps, cursor: run.Cursor, path: append([]string(nil), run.Path...), vars: map[string]any{}}
 	for _, rec := range recs {
@@ -235,13 +299,7 @@ func (r *runner) loop() {
 	defer timer.Stop()
 
 	drainReq := r.drainReq
-	var workIn chan []WorkItem
-	var workCancel chan struct{}
-	var workDrop chan []int
-	if r.work != nil {
-		workIn, workCancel, workDrop = r.work.in, r.work.cancel, r.work.drop
-	}
-	defer r.detachFans()
+	defer r.detach()
 	for {
 		if !r.draining {
 			for _, l := range r.advance(time.Now()) {
@@ -273,12 +331,6 @@ func (r *runner) loop() {
 		case <-wake:
 		case <-r.cancelReq:
 			r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled", Code: "cancelled"})
-		case items := <-workIn:
-			r.take(items)
-		case <-workCancel:
-			r.dropItems(heldItems(r.work))
-		case indexes := <-workDrop:
-			r.dropItems(indexes)
 		case <-drainReq:
 			r.draining = true
 			// Their intent is written; they go out on resume.
@@ -319,7 +371,7 @@ func (r *runner) contain() {
 	if p == nil {
 		return
 	}
-	if r.work != nil {
+	if r.onWorker() {
 		// Nothing is recorded: the items are delivered again, and parked as
 		// poison if they keep hitting it.
 		r.err = fmt.Errorf("running split items hit a bug: %v", p)
@@ -371,10 +423,8 @@ func (r *runner) acked(ctx context.Context, c *commit) bool {
 	r.ackedSeq = c.seq
 	r.logOutcomes(c.batch)
 	r.published(c.batch.Events)
-	r.fanAcked(c.seq)
-	if r.work != nil {
-		r.workAcked(c)
-	}
+	r.durableUpTo(c.seq)
+	r.role.acked(r, c)
 	for _, sp := range r.splits {
 		if sp.joining && sp.joinAfter <= c.seq {
 			r.markDirty(sp.owner) // its results can be read back now
@@ -412,6 +462,10 @@ func (r *runner) hasCalls() bool {
 }
 
 func (r *runner) receive(o outcome) {
+	if o.do != nil {
+		o.do(r)
+		return
+	}
 	if o.news != nil {
 		r.fanNews(o.key, o.news)
 		return
@@ -621,7 +675,7 @@ func (r *runner) flush(ctx context.Context) error {
 func (r *runner) commitWithRetry(ctx context.Context, b *store.Batch) error {
 	var err error
 	for attempt, delay := 0, 50*time.Millisecond; attempt < 5; attempt, delay = attempt+1, delay*2 {
-		if err = r.commit(ctx, b); err == nil {
+		if err = r.sink.Commit(ctx, b); err == nil {
 			return nil
 		}
 		if errors.Is(err, store.ErrClosed) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) || ctx.Err() != nil {
@@ -689,14 +743,14 @@ func (r *runner) finishRun(status store.RunStatus, errInfo *store.ErrorInfo) {
 		}
 	}
 	for _, sp := range r.splits {
-		r.endFan(sp, stepStatus)
+		sp.place.stop(r, sp, stepStatus)
 	}
 	clear(r.groups)
 	clear(r.owner)
 	clear(r.splits)
 	now := time.Now().UTC()
 	r.endedAt = r.run.Cursor
-	if c := r.run.Cursor; c != "" && r.work == nil && !slices.Contains(r.top.path, c) && (status == store.RunCancelled || status == store.RunTimedOut) {
+	if c := r.run.Cursor; c != "" && !r.onWorker() && !slices.Contains(r.top.path, c) && (status == store.RunCancelled || status == store.RunTimedOut) {
 		// The step the run was stopped at is where its path ends; a step
 		// that failed is on it already.
 		r.top.path = append(r.top.path, c)

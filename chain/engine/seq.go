@@ -57,11 +57,11 @@ type Frame struct {
 	Total int
 }
 
-// advanceTop moves the run's own steps along and returns the calls to start.
-func (r *runner) advance(now time.Time) []launch {
-	if r.work != nil {
-		return r.advanceWork(now)
-	}
+// advance moves the runner's work along and returns the calls to start.
+func (r *runner) advance(now time.Time) []launch { return r.role.advance(r, now) }
+
+// advanceRun moves the run's own steps along and returns the calls to start.
+func (r *runner) advanceRun(now time.Time) []launch {
 	if r.run.Status.Final() {
 		return nil
 	}

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,7 +26,7 @@ type split struct {
 	key      string
 	rec      *store.StepRecord // the split's own record, with its progress
 	owner    *seq              // the list holding the split step
-	items    []any             // the rendered items; nil on a worker
+	place    placement         // where the items run
 	total    int
 	width    int // digits of the item index in keys, so they sort in order
 	deadline time.Time
@@ -42,11 +41,6 @@ type split struct {
 	joinAfter  uint64
 	reportedAt time.Time
 	reported   int
-
-	// Set when the items are handed to workers (fanout.go), or when this
-	// runner is a worker's (work.go).
-	fan  *fanSplit
-	work *workSplit
 }
 
 // advance records that items below next may start once batch is durable.
@@ -65,14 +59,6 @@ func (sp *split) limit() int {
 func (sp *split) processed() int {
 	st := sp.rec.Split
 	return st.Succeeded + st.Failed + st.Skipped
-}
-
-// item is item i's value.
-func (sp *split) item(i int) any {
-	if sp.work != nil {
-		return sp.work.items[i]
-	}
-	return sp.items[i]
 }
 
 func (sp *split) itemKey(i int) string {
@@ -175,36 +161,7 @@ func (r *runner) progressSplit(now time.Time, q *seq, s *chain.Step, rec *store.
 		r.joinSplit(sp)
 		return nil, true
 	}
-	if sp.fan != nil {
-		return r.progressFanout(now, sp)
-	}
-
-	var out []launch
-	for len(sp.dirty) > 0 {
-		item := sp.dirty[len(sp.dirty)-1]
-		sp.dirty = sp.dirty[:len(sp.dirty)-1]
-		if item.status == "" {
-			ls, _ := r.advanceSeq(now, item)
-			out = append(out, ls...)
-		}
-	}
-	if r.tooManyFailures(sp) {
-		return nil, true
-	}
-	for len(sp.active) < sp.limit() {
-		i, ok := sp.nextItem()
-		if !ok {
-			break
-		}
-		item := r.startItem(sp, i)
-		ls, _ := r.advanceSeq(now, item)
-		out = append(out, ls...)
-	}
-	if r.tooManyFailures(sp) {
-		return nil, true
-	}
-	r.reportProgress(sp, now)
-	return r.joinWhenDone(sp, out)
+	return sp.place.progress(r, sp, now)
 }
 
 // joinWhenDone joins the split once every item has its record, and that
@@ -233,7 +190,7 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 		r.finishStep(q, rec, store.StepFailed, errInfo)
 		return nil
 	}
-	sp := &split{step: s, key: rec.Key, rec: rec, owner: q, items: items, total: len(items), width: indexWidth(len(items)), active: map[int]*seq{}}
+	sp := &split{step: s, key: rec.Key, rec: rec, owner: q, place: &localItems{items: items}, total: len(items), width: indexWidth(len(items)), active: map[int]*seq{}}
 	if rec.Status == store.StepPending {
 		distributed, errInfo := r.distribute(s, len(items))
 		if errInfo != nil {
@@ -245,9 +202,11 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 		rec.StartedAt = now
 		rec.NotBefore = time.Time{}
 		rec.Split = &store.SplitState{Total: len(items)}
+		var handed *handedItems
 		if distributed {
 			rec.Split.Distributed, rec.Split.Gen = true, 1
-			sp.fan = &fanSplit{fresh: true}
+			handed = &handedItems{items: items, fresh: true}
+			sp.place = handed
 		}
 		if t := s.Split.TimeoutSeconds; t > 0 {
 			rec.Deadline = now.Add(time.Duration(t) * time.Second)
@@ -258,8 +217,8 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 			}
 		}
 		r.put(rec)
-		if sp.fan != nil {
-			sp.fan.attachAfter = r.nextBatch
+		if handed != nil {
+			handed.attachAfter = r.nextBatch
 		}
 		if !q.inItem() {
 			r.event(store.EventStepStarted, rec.Key, 1, fmt.Sprintf("split over %d items", len(items)))
@@ -282,7 +241,7 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 		if rec.Split.Distributed {
 			// What the workers did is taken up where the store says; the
 			// items finished in an earlier hand-off are not handed out.
-			sp.fan = &fanSplit{}
+			sp.place = &handedItems{items: items}
 		} else {
 			done := r.doneItems[rec.Key]
 			for i := 0; i < rec.Split.Next; i++ {
@@ -317,16 +276,9 @@ func (sp *split) nextItem() (int, bool) {
 	return 0, false
 }
 
-// startItem sets up item i. Before its first call may go out, the split's
-// record must say that items up to i may have started (Next > i); Next is
-// raised a chunk at a time so that this costs one small write per chunk.
+// startItem sets up item i.
 func (r *runner) startItem(sp *split, i int) *seq {
-	st := sp.rec.Split
-	if sp.work == nil && i >= st.Next {
-		st.Next = min(sp.total, i+max(sp.limit(), 64))
-		r.put(sp.rec)
-		sp.advances = append(sp.advances, advance{next: st.Next, batch: r.nextBatch})
-	}
+	sp.place.starting(r, sp, i)
 	lineage := append(append([]Frame(nil), sp.owner.lineage...), Frame{Split: sp.step.Name, Index: i, Total: sp.total})
 	q := &seq{
 		steps:   sp.step.Split.Steps,
@@ -335,7 +287,7 @@ func (r *runner) startItem(sp *split, i int) *seq {
 		vars:    make(map[string]any, len(sp.owner.vars)+len(sp.step.Split.Steps)),
 		split:   sp,
 		index:   i,
-		item:    sp.item(i),
+		item:    sp.place.value(i),
 		lineage: lineage,
 	}
 	for k, v := range sp.owner.vars {
@@ -388,11 +340,7 @@ func (r *runner) endItem(q *seq, status store.StepStatus, result json.RawMessage
 		rec.Body = json.RawMessage("null")
 	}
 	r.put(rec)
-	if sp.work == nil {
-		// A worker's runner writes items' slots; the split's record is the
-		// run's to write.
-		r.put(sp.rec)
-	}
+	sp.place.ended(r, sp)
 	r.forgetItem(q)
 	delete(r.recs, rec.Key)
 	delete(sp.active, q.index)
@@ -408,7 +356,7 @@ func (r *runner) forgetItem(q *seq) {
 			delete(r.calls, k)
 		}
 		if sp := r.splits[k]; sp != nil {
-			r.endFan(sp, store.StepCancelled)
+			sp.place.stop(r, sp, store.StepCancelled)
 		}
 		delete(r.recs, k)
 		delete(r.seqOf, k)
@@ -455,15 +403,7 @@ func (r *runner) joinSplit(sp *split) {
 	start := buf.Len() - 1
 	n := 0
 	prefix := sp.key + "["
-	// A distributed split's results are in its barrier, in item order; a
-	// local one's are its slot records.
-	read := func(fn func(*store.StepRecord) error) error {
-		return r.forEachStep(context.Background(), prefix, fn)
-	}
-	if sp.fan != nil {
-		read = func(fn func(*store.StepRecord) error) error { return sp.fan.h.Results(context.Background(), fn) }
-	}
-	err := read(func(rec *store.StepRecord) error {
+	err := sp.place.results(r, sp, func(rec *store.StepRecord) error {
 		if strings.Contains(rec.Key[len(prefix):], "/") {
 			return nil // a step inside an item, not an item's slot
 		}
@@ -499,10 +439,7 @@ func (r *runner) joinSplit(sp *split) {
 	rec.FinishedAt = time.Now().UTC()
 	r.put(rec)
 	delete(r.splits, sp.key)
-	if sp.fan != nil && !sp.owner.inItem() {
-		r.event(store.EventSplitFaninCompleted, sp.key, 0, fmt.Sprintf("every result is back from the workers: %d succeeded, %d failed, %d skipped", st.Succeeded, st.Failed, st.Skipped))
-	}
-	r.endFan(sp, store.StepSucceeded)
+	sp.place.stop(r, sp, store.StepSucceeded)
 	// Counts read cheaply; results are decoded only if something reads them.
 	sp.owner.vars[sp.step.Name] = stepValue(rec, map[string]any{
 		"results": &lazyJSON{raw: results}, "succeeded": int64(st.Succeeded), "failed": int64(st.Failed),
@@ -520,7 +457,7 @@ func (r *runner) finishSplit(sp *split, status store.StepStatus, msg string) {
 		r.abandonItem(item, msg)
 	}
 	delete(r.splits, sp.key)
-	r.endFan(sp, status)
+	sp.place.stop(r, sp, status)
 	st := sp.rec.Split
 	rec := sp.rec
 	rec.Status = status

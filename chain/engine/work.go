@@ -60,21 +60,22 @@ type WorkOptions struct {
 // ItemRunner runs the items of one split that a worker was handed.
 type ItemRunner struct {
 	r *runner
+	w *workerItems
 }
 
-// workSplit is a worker runner's split and what it was handed.
-type workSplit struct {
+// workerItems runs, in this process as a worker, the items of a split
+// handed to it: it is both the split's placement and its runner's role.
+type workerItems struct {
 	sp    *split
 	items map[int]any
 	queue []int
-	sink  WorkSink
 	opts  WorkOptions
 	// checkAt is when the items' deadlines are next looked at.
 	checkAt time.Time
-	in      chan []WorkItem
-	cancel  chan struct{}
-	drop    chan []int
-	over    atomic.Bool
+	// over is set once the split is over: what is held is dropped.
+	over atomic.Bool
+	// held counts the items held, for other goroutines.
+	held atomic.Int64
 }
 
 // Work starts a runner for the items of a split handed to this worker.
@@ -116,22 +117,15 @@ func (e *Engine) Work(ws *WorkSplit, sink WorkSink, opts WorkOptions) (*ItemRunn
 	if ws.Prev != "" {
 		owner.path = []string{ws.Prev}
 	}
-	w := &workSplit{
-		items:  map[int]any{},
-		sink:   sink,
-		opts:   opts,
-		in:     make(chan []WorkItem, 16),
-		cancel: make(chan struct{}, 1),
-		drop:   make(chan []int, 16),
-	}
+	w := &workerItems{items: map[int]any{}, opts: opts}
 	w.sp = &split{
 		step: s, key: ws.Key, owner: owner, total: ws.Total, width: indexWidth(ws.Total), deadline: ws.Deadline,
 		rec:    &store.StepRecord{Key: ws.Key, Name: s.Name, Status: store.StepRunning, Split: &store.SplitState{Total: ws.Total}},
-		active: map[int]*seq{}, work: w,
+		active: map[int]*seq{}, place: w,
 	}
-	r.work = w
+	r.role, r.sink = w, sink
 	r.splits[ws.Key] = w.sp
-	if !e.addWorker(r) {
+	if !e.addWorker(r, w) {
 		return nil, ErrClosed
 	}
 	e.wg.Add(1)
@@ -140,13 +134,13 @@ func (e *Engine) Work(ws *WorkSplit, sink WorkSink, opts WorkOptions) (*ItemRunn
 		r.loop()
 		e.removeWorker(r)
 	}()
-	return &ItemRunner{r: r}, nil
+	return &ItemRunner{r: r, w: w}, nil
 }
 
 // Add hands items to the runner. Items it runs already are left alone.
 func (w *ItemRunner) Add(items []WorkItem) error {
 	select {
-	case w.r.work.in <- items:
+	case w.r.inbox <- outcome{do: func(r *runner) { w.w.take(r, items) }}:
 		return nil
 	case <-w.r.done:
 		return w.Err()
@@ -156,9 +150,11 @@ func (w *ItemRunner) Add(items []WorkItem) error {
 // Cancel drops every item: the split is over. Each is reported to Finished
 // as dropped.
 func (w *ItemRunner) Cancel() {
-	w.r.work.over.Store(true)
+	w.w.over.Store(true)
+	// Were the inbox full, the runner drops what it holds when it next
+	// advances all the same.
 	select {
-	case w.r.work.cancel <- struct{}{}:
+	case w.r.inbox <- outcome{do: func(r *runner) { w.w.drop(r, w.w.heldItems()) }}:
 	default:
 	}
 }
@@ -168,7 +164,7 @@ func (w *ItemRunner) Cancel() {
 // them. Each is reported to Finished as dropped.
 func (w *ItemRunner) Drop(indexes []int) {
 	select {
-	case w.r.work.drop <- indexes:
+	case w.r.inbox <- outcome{do: func(r *runner) { w.w.drop(r, indexes) }}:
 	case <-w.r.done:
 	}
 }
@@ -193,8 +189,7 @@ func (w *ItemRunner) Err() error {
 }
 
 // take adds items handed over.
-func (r *runner) take(items []WorkItem) {
-	w := r.work
+func (w *workerItems) take(r *runner, items []WorkItem) {
 	for _, it := range items {
 		if _, held := w.items[it.Index]; held || it.Index < 0 || it.Index >= w.sp.total {
 			continue
@@ -219,13 +214,12 @@ func (r *runner) take(items []WorkItem) {
 		}
 		w.queue = append(w.queue, it.Index)
 	}
-	r.workHeld.Store(int64(len(w.items)))
+	w.held.Store(int64(len(w.items)))
 }
 
-// dropItems forgets items without writing anything about them, and
-// reports them finished: the split is over.
-func (r *runner) dropItems(indexes []int) {
-	w := r.work
+// drop forgets items without writing anything about them, and reports
+// them finished: the split is over.
+func (w *workerItems) drop(r *runner, indexes []int) {
 	for _, i := range indexes {
 		if _, held := w.items[i]; !held {
 			continue
@@ -248,12 +242,11 @@ func (r *runner) dropItems(indexes []int) {
 		}
 	}
 	w.queue = kept
-	r.workHeld.Store(int64(len(w.items)))
+	w.held.Store(int64(len(w.items)))
 }
 
-// advanceWork moves a worker's items along and returns the calls to start.
-func (r *runner) advanceWork(now time.Time) []launch {
-	w := r.work
+// advance moves the worker's items along and returns the calls to start.
+func (w *workerItems) advance(r *runner, now time.Time) []launch {
 	sp := w.sp
 	due := r.dueTimers(now)
 	for _, key := range due {
@@ -262,7 +255,7 @@ func (r *runner) advanceWork(now time.Time) []launch {
 	if w.over.Load() || (!sp.deadline.IsZero() && !now.Before(sp.deadline)) || (!r.run.Deadline.IsZero() && !now.Before(r.run.Deadline)) {
 		// The split is over, or its time is: the run that owns it records
 		// that; what is left here is dropped.
-		r.dropItems(heldItems(w))
+		w.drop(r, w.heldItems())
 		return nil
 	}
 	if !w.checkAt.IsZero() && !now.Before(w.checkAt) {
@@ -273,7 +266,7 @@ func (r *runner) advanceWork(now time.Time) []launch {
 			if !q.deadline.IsZero() && !now.Before(q.deadline) {
 				r.abandonItem(q, "item timed out")
 				r.endItem(q, store.StepFailed, nil, &store.ErrorInfo{
-					Message: fmt.Sprintf("item %d of split %q took longer than %s (item_timeout_seconds)", q.index, sp.step.Name, r.work.opts.ItemTimeout), Code: "timeout",
+					Message: fmt.Sprintf("item %d of split %q took longer than %s (item_timeout_seconds)", q.index, sp.step.Name, w.opts.ItemTimeout), Code: "timeout",
 				})
 			}
 		}
@@ -286,6 +279,14 @@ func (r *runner) advanceWork(now time.Time) []launch {
 			r.addTimer(w.checkAt, sp.key)
 		}
 	}
+	out, _ := w.progress(r, sp, now)
+	w.held.Store(int64(len(w.items)))
+	return out
+}
+
+// progress advances the items with news and starts held ones up to the
+// worker's concurrency. The split joins in the run that owns it.
+func (w *workerItems) progress(r *runner, sp *split, now time.Time) ([]launch, bool) {
 	var out []launch
 	for len(sp.dirty) > 0 {
 		item := sp.dirty[len(sp.dirty)-1]
@@ -312,11 +313,24 @@ func (r *runner) advanceWork(now time.Time) []launch {
 		ls, _ := r.advanceSeq(now, q)
 		out = append(out, ls...)
 	}
-	r.workHeld.Store(int64(len(w.items)))
-	return out
+	return out, false
 }
 
-func heldItems(w *workSplit) []int {
+func (w *workerItems) value(i int) any { return w.items[i] }
+
+// A worker's runner writes its items' slots; the split's own record, its
+// results and its end are the run's.
+func (w *workerItems) starting(*runner, *split, int)          {}
+func (w *workerItems) ended(*runner, *split)                  {}
+func (w *workerItems) durable(uint64)                         {}
+func (w *workerItems) stop(*runner, *split, store.StepStatus) {}
+func (w *workerItems) detach()                                {}
+
+func (w *workerItems) results(*runner, *split, func(*store.StepRecord) error) error {
+	return errors.New("a worker does not join the splits it runs items of")
+}
+
+func (w *workerItems) heldItems() []int {
 	out := make([]int, 0, len(w.items))
 	for i := range w.items {
 		out = append(out, i)
@@ -324,11 +338,10 @@ func heldItems(w *workSplit) []int {
 	return out
 }
 
-// workAcked tells the worker which items' slots a durable batch held. An
-// item stays held until then, so that a second delivery of it is not run
-// again meanwhile.
-func (r *runner) workAcked(c *commit) {
-	w := r.work
+// acked tells the worker which items' slots a durable batch held. An item
+// stays held until then, so that a second delivery of it is not run again
+// meanwhile.
+func (w *workerItems) acked(_ *runner, c *commit) {
 	for _, rec := range c.batch.Steps {
 		if splitKey, i, ok := itemSlot(rec.Key); ok && splitKey == w.sp.key {
 			if _, held := w.items[i]; held {
@@ -337,24 +350,7 @@ func (r *runner) workAcked(c *commit) {
 			}
 		}
 	}
-	r.workHeld.Store(int64(len(w.items)))
-}
-
-// commit writes a batch where this runner writes: the run's store, or a
-// worker's sink.
-func (r *runner) commit(ctx context.Context, b *store.Batch) error {
-	if r.work != nil {
-		return r.work.sink.Commit(ctx, b)
-	}
-	return r.e.store.Commit(ctx, b)
-}
-
-// forEachStep reads back committed step records, where this runner writes.
-func (r *runner) forEachStep(ctx context.Context, prefix string, fn func(*store.StepRecord) error) error {
-	if r.work != nil {
-		return r.work.sink.ForEachStep(ctx, prefix, fn)
-	}
-	return r.e.store.ForEachStep(ctx, r.run.ID, store.StepScan{Prefix: prefix}, fn)
+	w.held.Store(int64(len(w.items)))
 }
 
 // definitionFrom returns a chain from a definition document a worker was
@@ -391,13 +387,13 @@ func (e *Engine) loadStored(name string, src []byte) (*chain.Config, error) {
 	return cfg, nil
 }
 
-func (e *Engine) addWorker(r *runner) bool {
+func (e *Engine) addWorker(r *runner, w *workerItems) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return false
 	}
-	e.workers[r] = true
+	e.workers[r] = w
 	return true
 }
 
@@ -412,8 +408,8 @@ func (e *Engine) WorkHeld() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	n := 0
-	for r := range e.workers {
-		n += int(r.workHeld.Load())
+	for _, w := range e.workers {
+		n += int(w.held.Load())
 	}
 	return n
 }

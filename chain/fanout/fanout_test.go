@@ -509,7 +509,9 @@ func TestOwnerRestartReattaches(t *testing.T) {
 	dir := t.TempDir()
 	rec := filepath.Join(dir, "calls.jsonl")
 	db := filepath.Join(dir, "owner.db")
-	cfg := servers(t, "batch_size = 5\nmax_in_flight = 30") + twoSteps(rec, 20)
+	// Items take 200 ms, 30 at a time: a third are in some 600 ms before
+	// the last, however quick the machine, so the owner stops mid-split.
+	cfg := servers(t, "batch_size = 5\nmax_in_flight = 30") + twoSteps(rec, 200)
 	defer newNode(t, cfg).work()()
 	m := &counter{}
 	a := newNodeAt(t, cfg, db, m)
