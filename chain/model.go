@@ -67,6 +67,19 @@ type Gateway struct {
 	// Fanout is the [gateway.fanout] table; nil when the config has none,
 	// and every split runs in the gateway that runs its chain.
 	Fanout *Fanout
+	UI     UI
+}
+
+// UI is the [gateway.ui] table: the web console that serve answers.
+type UI struct {
+	// Disabled turns the console off (enabled = false).
+	Disabled bool
+	// BasePath is where the console is served, "/ui" by default; behind a
+	// reverse proxy that adds a prefix, the prefix with it.
+	BasePath string
+	// ReadOnly shows no write actions, and refuses them, whatever the
+	// token.
+	ReadOnly bool
 }
 
 // Fanout is the [gateway.fanout] table: where distributed splits hand their

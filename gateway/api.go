@@ -3,11 +3,13 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"path"
 	"strconv"
@@ -38,6 +40,7 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/runs/{id}/cancel", writeAccess, s.cancelRun)
 	route("GET /v1/runs/{id}/events", readAccess, s.runEvents)
 	route("GET /v1/runs/{id}/dag", readAccess, s.runDAG)
+	route("GET /v1/runs/{id}/items", readAccess, s.splitItems)
 
 	route("GET /v1/dlq", readAccess, s.listDLQ)
 	route("GET /v1/dlq/{id}", readAccess, s.getDLQ)
@@ -47,6 +50,12 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/dlq/purge", writeAccess, s.purgeDLQ)
 
 	route("POST /v1/admin/reload", writeAccess, s.reload)
+	if ui := s.config().Gateway.UI; !ui.Disabled {
+		base := cmp.Or(ui.BasePath, DefaultUIBasePath)
+		con := newConsole(s, base).handler()
+		mux.Handle(base, con)
+		mux.Handle(base+"/", con)
+	}
 	mux.HandleFunc("/", s.noRoute(mux))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !canonicalPath(r.URL.Path) {
@@ -559,6 +568,52 @@ func (s *Server) runDAG(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, d)
+}
+
+// MaxItemPage bounds a page of split items.
+const MaxItemPage = 1000
+
+func (s *Server) splitItems(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	split := q.Get("split")
+	if split == "" {
+		s.writeError(w, r, badRequest("invalid_parameter", "split is required: the split step's record key, such as fan or notify/fan"))
+		return
+	}
+	status := q.Get("status")
+	if status != "" && !store.StepStatus(status).Final() {
+		s.writeError(w, r, badRequest("invalid_parameter", "status must be a finished item's: succeeded, failed or skipped; got %q", status))
+		return
+	}
+	offset, err := intParam(q.Get("offset"), "offset", 0, 0, math.MaxInt32)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	limit, err := intParam(q.Get("limit"), "limit", 100, 1, MaxItemPage)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	page, err := s.ops.SplitItems(r.Context(), r.PathValue("id"), split, status, offset, limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// intParam reads a whole-number query parameter from least to most; def
+// when it is missing.
+func intParam(v, name string, def, least, most int) (int, error) {
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least || n > most {
+		return 0, badRequest("invalid_parameter", "%s must be a number from %d to %d", name, least, most)
+	}
+	return n, nil
 }
 
 // readJSON reads a request body into v; an empty body leaves v as it is.

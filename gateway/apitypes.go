@@ -184,3 +184,26 @@ func apiRunPage(p store.RunPage) RunPage {
 	}
 	return out
 }
+
+// ItemPage is one page of a split's items, filtered by status.
+type ItemPage struct {
+	Split string `json:"split"`
+	// Total counts the split's items; Counts those with a slot record,
+	// by status. Items without one have not finished.
+	Total  int            `json:"total"`
+	Counts map[string]int `json:"counts"`
+	Status string         `json:"status,omitempty"`
+	Offset int            `json:"offset"`
+	// Matched counts the items the status selects.
+	Matched int     `json:"matched"`
+	Items   []*Item `json:"items"`
+}
+
+// Item is one finished item of a split: its result or its error.
+type Item struct {
+	Index  int             `json:"index"`
+	Key    string          `json:"key"`
+	Status string          `json:"status"`
+	Body   json.RawMessage `json:"body,omitempty"`
+	Error  *ErrorInfo      `json:"error,omitempty"`
+}

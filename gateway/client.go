@@ -186,6 +186,17 @@ func dlqValues(f store.DLQFilter) url.Values {
 	return q
 }
 
+// SplitItems implements Ops.
+func (c *Client) SplitItems(ctx context.Context, id, split, status string, offset, limit int) (*ItemPage, error) {
+	q := url.Values{"split": {split}, "offset": {strconv.Itoa(offset)}, "limit": {strconv.Itoa(limit)}}
+	setIf(q, "status", status)
+	var out ItemPage
+	if err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/items", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // ListDLQ implements Ops.
 func (c *Client) ListDLQ(ctx context.Context, f store.DLQFilter) ([]*DLQEntry, error) {
 	var out struct {

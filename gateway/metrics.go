@@ -237,3 +237,39 @@ func (m *Metrics) registerLimits(ls *limits.Set) {
 		return out
 	})
 }
+
+// metricValue is one series of a metric as the console reads it.
+type metricValue struct {
+	labels map[string]string
+	value  float64
+}
+
+// samples reads the series of the metric called name, now.
+func (m *Metrics) samples(name string) []metricValue {
+	families, err := m.reg.Gather()
+	if err != nil {
+		return nil
+	}
+	var out []metricValue
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			v := metricValue{labels: map[string]string{}}
+			for _, l := range mt.GetLabel() {
+				v.labels[l.GetName()] = l.GetValue()
+			}
+			switch {
+			case mt.Counter != nil:
+				v.value = mt.Counter.GetValue()
+			case mt.Gauge != nil:
+				v.value = mt.Gauge.GetValue()
+			case mt.Untyped != nil:
+				v.value = mt.Untyped.GetValue()
+			}
+			out = append(out, v)
+		}
+	}
+	return out
+}

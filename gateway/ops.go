@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +26,9 @@ type Ops interface {
 	// ctx is done.
 	Events(ctx context.Context, id string, after uint64, follow bool, fn func(Event) error) error
 	DAG(ctx context.Context, id string) (*DAG, error)
+	// SplitItems pages through the finished items of the split whose
+	// record key is split, those with status only when status is set.
+	SplitItems(ctx context.Context, id, split, status string, offset, limit int) (*ItemPage, error)
 	ListDLQ(ctx context.Context, f store.DLQFilter) ([]*DLQEntry, error)
 	DLQEntry(ctx context.Context, id string) (*DLQEntry, error)
 	Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error)
@@ -241,6 +246,43 @@ func dagNodes(nodes []*chain.Node, prefix string, recs map[string]*store.StepRec
 		out = append(out, d)
 	}
 	return out
+}
+
+// SplitItems implements Ops. It reads the split's slot records in item
+// order, keeping only the page asked for.
+func (l *Local) SplitItems(ctx context.Context, id, split, status string, offset, limit int) (*ItemPage, error) {
+	var rec *store.StepRecord
+	err := l.GW.Store.ForEachStep(ctx, id, store.StepScan{Prefix: split, SkipItems: !store.IsItemKey(split)}, func(r *store.StepRecord) error {
+		if r.Key == split {
+			rec = r
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil || rec.Split == nil {
+		return nil, fmt.Errorf("%w: run %s has no split %q", store.ErrNotFound, id, split)
+	}
+	page := &ItemPage{Split: split, Total: rec.Split.Total, Counts: map[string]int{}, Status: status, Offset: offset, Items: []*Item{}}
+	prefix := split + "["
+	err = l.GW.Store.ForEachStep(ctx, id, store.StepScan{Prefix: prefix}, func(r *store.StepRecord) error {
+		idx, ok := strings.CutSuffix(r.Key[len(prefix):], "]")
+		i, err := strconv.Atoi(idx)
+		if !ok || err != nil {
+			return nil // a step inside an item, not its slot
+		}
+		page.Counts[string(r.Status)]++
+		if status != "" && string(r.Status) != status {
+			return nil
+		}
+		if page.Matched >= offset && len(page.Items) < limit {
+			page.Items = append(page.Items, &Item{Index: i, Key: r.Key, Status: string(r.Status), Body: r.Body, Error: apiErrorInfo(r.Error)})
+		}
+		page.Matched++
+		return nil
+	})
+	return page, err
 }
 
 // ListDLQ implements Ops.

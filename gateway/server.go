@@ -45,6 +45,8 @@ type Server struct {
 	aborting context.Context
 	abort    context.CancelFunc
 	reloadMu sync.Mutex
+	// reloadErr is why the last reload was refused; empty once one works.
+	reloadErr atomic.Pointer[string]
 	// workItems makes the server work the items of distributed splits too.
 	workItems bool
 }
@@ -133,8 +135,11 @@ func (s *Server) Reload() (*chain.Config, error) {
 	}
 	if err != nil {
 		s.log.Error("config reload refused; the running config stays", "err", err)
+		msg := err.Error()
+		s.reloadErr.Store(&msg)
 		return nil, err
 	}
+	s.reloadErr.Store(nil)
 	s.gw.Engine.SetConfig(cfg)
 	if s.gw.Items != nil {
 		s.gw.Items.SetConfig(cfg)
@@ -213,6 +218,15 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 		err = srv.Close()
 	}
 	return err
+}
+
+// lastReloadError is why the last reload was refused, as validate prints
+// it; empty when it was not.
+func (s *Server) lastReloadError() string {
+	if p := s.reloadErr.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // Abort cuts a shutdown short: calls still in flight are cancelled instead

@@ -74,6 +74,20 @@ func (t *table) str(k string) string {
 	return s
 }
 
+// boolean reads k as true or false; def when it is missing.
+func (t *table) boolean(k string, def bool) bool {
+	v, ok := t.value(k)
+	if !ok {
+		return def
+	}
+	b, ok := v.(bool)
+	if !ok {
+		t.d.errorf(t.path.Key(k), "must be true or false, got %s", describe(v))
+		return def
+	}
+	return b
+}
+
 func (t *table) requiredStr(k string) string {
 	if !t.has(k) {
 		t.d.errorf(t.path, "missing required key %q", k)

@@ -189,6 +189,9 @@ func (l *loader) gateway(t *table) {
 	if ft, ok := t.sub("fanout"); ok {
 		l.cfg.Gateway.Fanout = decodeFanout(ft)
 	}
+	if ut, ok := t.sub("ui"); ok {
+		l.cfg.Gateway.UI = decodeUI(ut)
+	}
 	if at, ok := t.sub("auth"); ok {
 		l.cfg.Gateway.Auth.Tokens = at.strings("tokens")
 		l.cfg.Gateway.Auth.ReadTokens = at.strings("read_tokens")
@@ -202,7 +205,22 @@ func (l *loader) gateway(t *table) {
 	}
 	l.cfg.Gateway.LeaseTTLSeconds = t.count("lease_ttl_seconds", "seconds")
 	l.cfg.Gateway.ShutdownGraceSeconds = t.count("shutdown_grace_seconds", "seconds")
-	t.finish([]string{"listen", "state", "limits", "fanout", "auth", "secrets_file", "lease_ttl_seconds", "shutdown_grace_seconds"})
+	t.finish([]string{"listen", "state", "limits", "fanout", "ui", "auth", "secrets_file", "lease_ttl_seconds", "shutdown_grace_seconds"})
+}
+
+var uiBasePathRE = regexp.MustCompile(`^(/[A-Za-z0-9._~-]+)+$`)
+
+// decodeUI decodes [gateway.ui].
+func decodeUI(t *table) chain.UI {
+	ui := chain.UI{Disabled: !t.boolean("enabled", true), ReadOnly: t.boolean("read_only", false)}
+	if p := t.str("base_path"); p != "" {
+		if !uiBasePathRE.MatchString(p) {
+			t.d.errorf(t.path.Key("base_path"), "must be a path such as \"/ui\" or \"/ops/console\": a leading slash, no trailing one, letters, digits and ._~- between slashes; got %q", p)
+		}
+		ui.BasePath = p
+	}
+	t.finish([]string{"enabled", "base_path", "read_only"})
+	return ui
 }
 
 var (

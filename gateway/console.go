@@ -1,0 +1,302 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// The console is the operator's web UI, served under [gateway.ui]
+// base_path. Its pages are rendered here from the same operations the API
+// serves (Ops); a little script follows runs live. Everything it needs is
+// compiled in: no CDN, no font, nothing fetched from elsewhere.
+
+//go:embed ui/templates/*.html
+var uiTemplates embed.FS
+
+//go:embed ui/static
+var uiStatic embed.FS
+
+// DefaultUIBasePath is where the console is served unless [gateway.ui]
+// says otherwise.
+const DefaultUIBasePath = "/ui"
+
+const (
+	sessionCookie = "chaingate_console"
+	sessionTTL    = 12 * time.Hour
+)
+
+// console serves the web UI of one Server.
+type console struct {
+	s    *Server
+	base string
+	tmpl *template.Template
+
+	mu       sync.Mutex
+	sessions map[string]*uiSession
+}
+
+// uiSession is one signed-in browser. The API token it signed in with is
+// not kept: only what it may do.
+type uiSession struct {
+	write   bool
+	csrf    string
+	expires time.Time
+}
+
+func newConsole(s *Server, base string) *console {
+	c := &console{s: s, base: base, sessions: map[string]*uiSession{}}
+	c.tmpl = template.Must(template.New("").Funcs(c.funcs()).ParseFS(uiTemplates, "ui/templates/*.html"))
+	return c
+}
+
+// handler answers everything under the base path.
+func (c *console) handler() http.Handler {
+	mux := http.NewServeMux()
+	b := c.base
+	static, _ := fs.Sub(uiStatic, "ui/static")
+	mux.Handle("GET "+b+"/static/", http.StripPrefix(b+"/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET "+b+"/login", c.loginPage)
+	mux.HandleFunc("POST "+b+"/login", c.login)
+	mux.HandleFunc("POST "+b+"/logout", c.signedIn(false, c.logout))
+	mux.HandleFunc("GET "+b+"/{$}", c.signedIn(false, c.nowPage))
+	mux.HandleFunc("GET "+b+"/runs", c.signedIn(false, c.runsPage))
+	mux.HandleFunc("GET "+b+"/runs/{id}", c.signedIn(false, c.runPage))
+	mux.HandleFunc("GET "+b+"/runs/{id}/live", c.signedIn(false, c.runLive))
+	mux.HandleFunc("GET "+b+"/runs/{id}/stream", c.signedIn(false, c.runStream))
+	mux.HandleFunc("GET "+b+"/runs/{id}/steps/{key...}", c.signedIn(false, c.stepPage))
+	mux.HandleFunc("GET "+b+"/runs/{id}/items/{key...}", c.signedIn(false, c.itemsPage))
+	mux.HandleFunc("POST "+b+"/runs/{id}/cancel", c.signedIn(true, c.cancelRun))
+	mux.HandleFunc("GET "+b+"/dlq", c.signedIn(false, c.dlqPage))
+	mux.HandleFunc("GET "+b+"/dlq/{id}", c.signedIn(false, c.dlqEntryPage))
+	mux.HandleFunc("POST "+b+"/dlq/{id}/replay", c.signedIn(true, c.replayEntry))
+	mux.HandleFunc("POST "+b+"/dlq/{id}/delete", c.signedIn(true, c.deleteEntry))
+	mux.HandleFunc("POST "+b+"/dlq-bulk", c.signedIn(true, c.bulkDLQ))
+	mux.HandleFunc("GET "+b+"/chains", c.signedIn(false, c.chainsPage))
+	mux.HandleFunc("GET "+b+"/chains/{name}", c.signedIn(false, c.chainPage))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		// Nothing the console serves runs script or loads anything from
+		// elsewhere, so provider output that slipped past escaping still
+		// could not run.
+		h.Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		if !c.s.AuthEnabled() {
+			if err := loopbackOnly(r); err != nil {
+				c.fail(w, r, err.Status, err.Message)
+				return
+			}
+		}
+		if r.URL.Path == b {
+			http.Redirect(w, r, b+"/", http.StatusSeeOther)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// pageData is what every page's layout reads.
+type pageData struct {
+	Title    string
+	Base     string
+	Nav      string
+	CanWrite bool
+	ReadOnly bool
+	CSRF     string
+	Flash    string
+	Auth     bool
+	Body     any
+}
+
+func (c *console) page(w http.ResponseWriter, r *http.Request, sess *uiSession, name, title, nav string, body any) {
+	d := pageData{Title: title, Base: c.base, Nav: nav, Body: body, Flash: r.URL.Query().Get("done"), Auth: c.s.AuthEnabled(), ReadOnly: c.readOnly()}
+	if sess != nil {
+		d.CanWrite, d.CSRF = c.canWrite(sess), sess.csrf
+	}
+	c.render(w, http.StatusOK, name, d)
+}
+
+func (c *console) render(w http.ResponseWriter, status int, name string, d any) {
+	var b strings.Builder
+	if err := c.tmpl.ExecuteTemplate(&b, name, d); err != nil {
+		c.s.log.Error("rendering a console page", "page", name, "err", err)
+		http.Error(w, "rendering the page failed; the gateway's log has the details", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+func (c *console) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	c.render(w, status, "error.html", pageData{Title: http.StatusText(status), Base: c.base, Body: map[string]any{"Status": status, "Message": msg}})
+}
+
+// failErr answers an operation's error with the status the API gives it.
+func (c *console) failErr(w http.ResponseWriter, r *http.Request, err error) {
+	ae := apiError(err)
+	c.fail(w, r, ae.Status, ae.Message)
+}
+
+func (c *console) readOnly() bool { return c.s.config().Gateway.UI.ReadOnly }
+
+func (c *console) canWrite(sess *uiSession) bool { return sess.write && !c.readOnly() }
+
+// signedIn guards a page or action: the browser needs a session, and an
+// action needs write access and the session's CSRF token.
+func (c *console) signedIn(write bool, h func(http.ResponseWriter, *http.Request, *uiSession)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sess := c.session(r)
+		if sess == nil && !c.s.AuthEnabled() {
+			// Without tokens the console, like the API, answers loopback
+			// requests only; a session still carries the CSRF token.
+			sess = c.newSession(w, r, true)
+		}
+		if sess == nil {
+			if r.Method == http.MethodGet {
+				http.Redirect(w, r, c.base+"/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			c.fail(w, r, http.StatusUnauthorized, "sign in first")
+			return
+		}
+		if r.Method != http.MethodGet {
+			if err := sameOrigin(r); err != nil {
+				c.fail(w, r, http.StatusForbidden, err.Error())
+				return
+			}
+			if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(sess.csrf)) != 1 {
+				c.fail(w, r, http.StatusForbidden, "the form's CSRF token is missing or stale; reload the page and try again")
+				return
+			}
+		}
+		if write && !c.canWrite(sess) {
+			msg := "this session may only read"
+			if c.readOnly() {
+				msg = "the console is read-only ([gateway.ui] read_only)"
+			}
+			c.fail(w, r, http.StatusForbidden, msg)
+			return
+		}
+		h(w, r, sess)
+	}
+}
+
+// sameOrigin refuses a state change sent from another origin, whatever
+// cookie it carries.
+func sameOrigin(r *http.Request) error {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+			return errors.New("a request from another site may change nothing")
+		}
+		return nil
+	}
+	u, err := url.Parse(origin)
+	if err != nil || !strings.EqualFold(u.Host, r.Host) {
+		return fmt.Errorf("a request from origin %q may change nothing here", origin)
+	}
+	return nil
+}
+
+func (c *console) session(r *http.Request) *uiSession {
+	ck, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sess := c.sessions[ck.Value]
+	if sess == nil || time.Now().After(sess.expires) {
+		delete(c.sessions, ck.Value)
+		return nil
+	}
+	return sess
+}
+
+func (c *console) newSession(w http.ResponseWriter, r *http.Request, write bool) *uiSession {
+	id, csrf := randomToken(), randomToken()
+	sess := &uiSession{write: write, csrf: csrf, expires: time.Now().Add(sessionTTL)}
+	c.mu.Lock()
+	now := time.Now()
+	for k, v := range c.sessions {
+		if now.After(v.expires) {
+			delete(c.sessions, k)
+		}
+	}
+	c.sessions[id] = sess
+	c.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{
+		Name: sessionCookie, Value: id, Path: c.base, MaxAge: int(sessionTTL / time.Second),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+	})
+	return sess
+}
+
+func randomToken() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (c *console) loginPage(w http.ResponseWriter, r *http.Request) {
+	if !c.s.AuthEnabled() {
+		http.Redirect(w, r, c.base+"/", http.StatusSeeOther)
+		return
+	}
+	c.render(w, http.StatusOK, "login.html", pageData{Title: "Sign in", Base: c.base, Body: map[string]string{"Next": safeNext(c.base, r.URL.Query().Get("next"))}})
+}
+
+// login exchanges an API token for a session cookie, once.
+func (c *console) login(w http.ResponseWriter, r *http.Request) {
+	if err := sameOrigin(r); err != nil {
+		c.fail(w, r, http.StatusForbidden, err.Error())
+		return
+	}
+	tok := strings.TrimSpace(r.PostFormValue("token"))
+	c.s.mu.RLock()
+	write, read := matches(tok, c.s.writeTok), matches(tok, c.s.readTok)
+	c.s.mu.RUnlock()
+	if tok == "" || (!write && !read) {
+		c.render(w, http.StatusUnauthorized, "login.html", pageData{Title: "Sign in", Base: c.base, Flash: "that token is not one of the gateway's API tokens",
+			Body: map[string]string{"Next": safeNext(c.base, r.PostFormValue("next"))}})
+		return
+	}
+	c.newSession(w, r, write)
+	http.Redirect(w, r, safeNext(c.base, r.PostFormValue("next")), http.StatusSeeOther)
+}
+
+// safeNext keeps a redirect after sign-in inside the console.
+func safeNext(base, next string) string {
+	if !strings.HasPrefix(next, base+"/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return base + "/"
+	}
+	return next
+}
+
+func (c *console) logout(w http.ResponseWriter, r *http.Request, _ *uiSession) {
+	if ck, err := r.Cookie(sessionCookie); err == nil {
+		c.mu.Lock()
+		delete(c.sessions, ck.Value)
+		c.mu.Unlock()
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: c.base, MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, c.base+"/login", http.StatusSeeOther)
+}
+
+// runStatuses are the statuses the runs page filters by.
+var runStatuses = []store.RunStatus{store.RunRunning, store.RunSucceeded, store.RunFailed, store.RunCancelled, store.RunTimedOut}

@@ -1,0 +1,225 @@
+package gateway
+
+import (
+	"fmt"
+	"html"
+	"html/template"
+	"net/url"
+	"strings"
+
+	"github.com/chaingate/gateway/chain"
+)
+
+// The run page draws a chain as SVG, top to bottom, one box per top-level
+// step. A parallel group is one box holding its sub-steps side by side, with
+// its join and failure policy; a split is one box with a stacked bar of its
+// items' outcomes, however many items it has, so the page's size does not
+// grow with them.
+
+const (
+	gNodeW   = 300
+	gNodeH   = 50
+	gGap     = 34
+	gLeft    = 20
+	gChildW  = 150
+	gChildH  = 42
+	gBarH    = 12
+	gRouteDX = 40
+)
+
+type placedNode struct {
+	node *DAGNode
+	y, h int
+	w    int
+}
+
+// graphSVG renders nodes; run is nil on a chain's page, and then nothing
+// links to a step.
+func (c *console) graphSVG(nodes []*DAGNode, edges []chain.Edge, def *chain.Chain, run *RunView, runID string) template.HTML {
+	var b strings.Builder
+	placed := map[string]*placedNode{}
+	y := 10
+	width := gLeft + gNodeW
+	var order []*placedNode
+	for _, n := range nodes {
+		p := &placedNode{node: n, y: y, h: gNodeH, w: gNodeW}
+		switch {
+		case n.Kind == "parallel":
+			p.h = gNodeH + gChildH + 14
+			p.w = max(gNodeW, len(n.Children)*(gChildW+10)+10)
+		case n.Kind == "split":
+			p.h = gNodeH + gBarH + 10
+		}
+		width = max(width, gLeft+p.w)
+		placed[n.Name] = p
+		order = append(order, p)
+		y += p.h + gGap
+	}
+	height := max(y-gGap+10, 60)
+	width += 3 * gRouteDX
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="chain graph">`, width, height, width, height)
+	b.WriteString(`<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="arrowhead"/></marker></defs>`)
+	routes := 0
+	for _, e := range edges {
+		from, to := placed[e.From], placed[e.To]
+		if from == nil || to == nil {
+			continue
+		}
+		if to.y == from.y+from.h+gGap && e.Label == "" {
+			fmt.Fprintf(&b, `<line class="edge" x1="%d" y1="%d" x2="%d" y2="%d" marker-end="url(#arrow)"/>`, gLeft+gNodeW/2, from.y+from.h, gLeft+gNodeW/2, to.y)
+			continue
+		}
+		// A branch, or a jump past the next step: routed on the right.
+		routes++
+		rx := gLeft + max(from.w, to.w) + routes*gRouteDX/2 + 10
+		fy, ty := from.y+from.h/2, to.y+to.h/2
+		fmt.Fprintf(&b, `<path class="edge route" d="M%d,%d H%d V%d H%d" marker-end="url(#arrow)"/>`, gLeft+from.w, fy, rx, ty, gLeft+to.w)
+		if e.Label != "" {
+			fmt.Fprintf(&b, `<text class="route-label" x="%d" y="%d">%s</text>`, rx+4, (fy+ty)/2, esc(short(e.Label, 28)))
+		}
+	}
+	for _, p := range order {
+		c.drawNode(&b, p, def, run, runID)
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, run *RunView, runID string) {
+	n := p.node
+	status := n.Status
+	href := ""
+	if run != nil {
+		href = c.base + "/runs/" + url.PathEscape(runID) + "/steps/" + n.Name
+	}
+	openLink(b, href, "node st-"+statusClass(status), n.Name)
+	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" rx="6"/>`, gLeft, p.y, p.w, p.h)
+	title := n.Name
+	kind := n.Kind
+	if n.Provider != "" {
+		kind += " · " + n.Provider
+	}
+	fmt.Fprintf(b, `<text class="name" x="%d" y="%d">%s</text>`, gLeft+10, p.y+20, esc(short(title, 36)))
+	detail := kind
+	if status != "" {
+		detail += " · " + statusWord(status)
+		if n.Attempts > 1 {
+			detail += fmt.Sprintf(" · %d attempts", n.Attempts)
+		}
+	}
+	if n.Kind == "parallel" {
+		detail = "parallel · join " + n.Join
+		if def != nil {
+			if s := def.Step(n.Name); s != nil && s.Parallel != nil {
+				detail += " · " + string(s.Parallel.OnFailure)
+			}
+		}
+		if status != "" {
+			detail += " · " + statusWord(status)
+		}
+	}
+	fmt.Fprintf(b, `<text class="detail" x="%d" y="%d">%s</text>`, gLeft+10, p.y+38, esc(short(detail, 48)))
+	closeLink(b, href)
+	if n.ChildRun != "" && run != nil {
+		childHref := c.base + "/runs/" + url.PathEscape(n.ChildRun)
+		openLink(b, childHref, "child-link", "child run "+n.ChildRun)
+		fmt.Fprintf(b, `<text x="%d" y="%d">child run →</text>`, gLeft+p.w-90, p.y+20)
+		closeLink(b, childHref)
+	}
+	switch n.Kind {
+	case "parallel":
+		for i, ch := range n.Children {
+			x := gLeft + 10 + i*(gChildW+10)
+			cy := p.y + gNodeH
+			chHref := ""
+			if run != nil {
+				chHref = c.base + "/runs/" + url.PathEscape(runID) + "/steps/" + n.Name + "/" + ch.Name
+			}
+			openLink(b, chHref, "node sub st-"+statusClass(ch.Status), ch.Name)
+			fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" rx="5"/>`, x, cy, gChildW, gChildH)
+			fmt.Fprintf(b, `<text class="name" x="%d" y="%d">%s</text>`, x+8, cy+17, esc(short(ch.Name, 18)))
+			sub := ch.Kind
+			if ch.Status != "" {
+				sub = statusWord(ch.Status)
+			}
+			fmt.Fprintf(b, `<text class="detail" x="%d" y="%d">%s</text>`, x+8, cy+33, esc(short(sub, 20)))
+			closeLink(b, chHref)
+		}
+	case "split":
+		c.drawSplitBar(b, p, run, runID)
+	}
+}
+
+// drawSplitBar draws a split's items as one stacked bar: succeeded,
+// failed, skipped (filtered), running, pending.
+func (c *console) drawSplitBar(b *strings.Builder, p *placedNode, run *RunView, runID string) {
+	s := p.node.Split
+	x, y, w := gLeft+10, p.y+gNodeH-4, p.w-20
+	if s == nil || s.Total == 0 {
+		fmt.Fprintf(b, `<rect class="bar pending" x="%d" y="%d" width="%d" height="%d"/>`, x, y, w, gBarH)
+		return
+	}
+	processed := s.Succeeded + s.Failed + s.Skipped
+	running := 0
+	if !s.Distributed && p.node.Status == "running" {
+		running = max(min(s.Next, s.Total)-processed, 0)
+	}
+	parts := []struct {
+		class string
+		n     int
+	}{{"succeeded", s.Succeeded}, {"failed", s.Failed}, {"skipped", s.Skipped}, {"running", running}, {"pending", s.Total - processed - running}}
+	href := c.base + "/runs/" + url.PathEscape(runID) + "/items/" + p.node.Name
+	label := fmt.Sprintf("%d/%d items: %d succeeded, %d failed, %d filtered", processed, s.Total, s.Succeeded, s.Failed, s.Skipped)
+	if s.Distributed {
+		label += " · on workers"
+	}
+	openLink(b, href, "split-bar", label)
+	at := x
+	for i, part := range parts {
+		pw := part.n * w / s.Total
+		if i == len(parts)-1 {
+			pw = x + w - at
+		}
+		if pw > 0 {
+			fmt.Fprintf(b, `<rect class="bar %s" x="%d" y="%d" width="%d" height="%d"><title>%d %s</title></rect>`, part.class, at, y, pw, gBarH, part.n, part.class)
+		}
+		at += pw
+	}
+	fmt.Fprintf(b, `<text class="bar-label" x="%d" y="%d">%s</text>`, x, y+gBarH+12, esc(label))
+	closeLink(b, href)
+}
+
+func openLink(b *strings.Builder, href, class, title string) {
+	if href != "" {
+		fmt.Fprintf(b, `<a href="%s" class="%s"><title>%s</title>`, esc(href), esc(class), esc(title))
+		return
+	}
+	fmt.Fprintf(b, `<g class="%s"><title>%s</title>`, esc(class), esc(title))
+}
+
+func closeLink(b *strings.Builder, href string) {
+	if href != "" {
+		b.WriteString(`</a>`)
+		return
+	}
+	b.WriteString(`</g>`)
+}
+
+func esc(s string) string { return html.EscapeString(s) }
+
+func short(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+func statusClass(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return strings.ReplaceAll(s, "_", "-")
+}
+
+func statusWord(s string) string { return strings.ReplaceAll(s, "_", " ") }

@@ -1,0 +1,648 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/providers/limits"
+)
+
+func (c *console) funcs() template.FuncMap {
+	return template.FuncMap{
+		"ago": func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return time.Since(t).Round(time.Second).String() + " ago"
+		},
+		"when": func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return t.UTC().Format("2006-01-02 15:04:05.000Z")
+		},
+		"took": func(from, to time.Time) string {
+			if from.IsZero() {
+				return ""
+			}
+			if to.IsZero() {
+				to = time.Now()
+			}
+			return to.Sub(from).Round(time.Millisecond).String()
+		},
+		"json": func(b []byte) string { return prettyJSON(b) },
+		"esc":  url.PathEscape,
+		"q":    url.QueryEscape,
+		"add":  func(a, b int) int { return a + b },
+	}
+}
+
+// ---- Now ----
+
+// nowView is the home page: what is broken now.
+type nowView struct {
+	Since     string
+	Failures  []*failureGroup
+	DLQDepth  int
+	DLQRecent int
+	DLQBefore int
+	InFlight  []*runLine
+	Slow      int
+	Providers []limits.Stats
+	Calls     map[string][2]float64 // provider → ok, error
+	Fanout    bool
+	FanStats  map[string]float64
+}
+
+type failureGroup struct {
+	Chain, Step, Error string
+	Count              int
+	Link               string
+}
+
+type runLine struct {
+	*Run
+	Slow bool
+	Step string
+}
+
+// failureWindow is how far back the home page looks for failures.
+const failureWindow = 15 * time.Minute
+
+var (
+	idLike     = regexp.MustCompile(`\b[0-9a-hjkmnp-tv-z]{26}\b|\b[0-9a-f]{8,}\b`)
+	numberLike = regexp.MustCompile(`\b\d+(\.\d+)?\b`)
+	quotedLike = regexp.MustCompile(`"[^"]*"`)
+)
+
+// normaliseError groups messages that differ only in ids, numbers and
+// quoted values.
+func normaliseError(msg string) string {
+	msg = idLike.ReplaceAllString(msg, "…")
+	msg = quotedLike.ReplaceAllString(msg, `"…"`)
+	msg = numberLike.ReplaceAllString(msg, "N")
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	return msg
+}
+
+func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
+	ctx := r.Context()
+	ops := c.s.ops
+	v := &nowView{Since: failureWindow.String(), Calls: map[string][2]float64{}, FanStats: map[string]float64{}, Fanout: c.s.gw.Fanout != nil}
+	since := time.Now().Add(-failureWindow)
+	failed, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunFailed, Since: since, Limit: MaxPageLimit})
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	groups := map[string]*failureGroup{}
+	for _, run := range failed.Runs {
+		step := run.Cursor
+		if step == "" && len(run.Path) > 0 {
+			step = run.Path[len(run.Path)-1]
+		}
+		msg := ""
+		if run.Error != nil {
+			msg = normaliseError(run.Error.Message)
+		}
+		k := run.Chain + "\x00" + step + "\x00" + msg
+		g := groups[k]
+		if g == nil {
+			g = &failureGroup{Chain: run.Chain, Step: step, Error: msg,
+				Link: c.base + "/runs?status=failed&since=" + url.QueryEscape(failureWindow.String()) + "&chain=" + url.QueryEscape(run.Chain)}
+			groups[k] = g
+			v.Failures = append(v.Failures, g)
+		}
+		g.Count++
+	}
+	sort.SliceStable(v.Failures, func(i, j int) bool { return v.Failures[i].Count > v.Failures[j].Count })
+
+	entries, err := ops.allDLQ(ctx, store.DLQFilter{Limit: maxConsoleDLQ})
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	v.DLQDepth = len(entries)
+	for _, e := range entries {
+		switch {
+		case e.CreatedAt.After(since):
+			v.DLQRecent++
+		case e.CreatedAt.After(since.Add(-failureWindow)):
+			v.DLQBefore++
+		}
+	}
+
+	running, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunRunning, Limit: 200})
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	usual := c.usualDurations(ctx, running.Runs)
+	for _, run := range running.Runs {
+		l := &runLine{Run: run, Step: run.Cursor}
+		if d, ok := usual[run.Chain]; ok && time.Since(run.CreatedAt) > 2*d+time.Second {
+			l.Slow = true
+			v.Slow++
+		}
+		v.InFlight = append(v.InFlight, l)
+	}
+	v.Providers = c.s.gw.limits.Stats()
+	for _, smp := range c.s.metrics.samples("chaingate_provider_calls_total") {
+		cur := v.Calls[smp.labels["provider"]]
+		if smp.labels["result"] == "ok" {
+			cur[0] = smp.value
+		} else {
+			cur[1] += smp.value
+		}
+		v.Calls[smp.labels["provider"]] = cur
+	}
+	for _, name := range []string{"chaingate_fanout_items_in_flight", "chaingate_fanout_items_published_total", "chaingate_fanout_items_redelivered_total", "chaingate_fanout_items_poisoned_total", "chaingate_fanout_worker_items"} {
+		for _, smp := range c.s.metrics.samples(name) {
+			v.FanStats[strings.TrimPrefix(name, "chaingate_fanout_")] += smp.value
+		}
+	}
+	c.page(w, r, sess, "now.html", "Now", "now", v)
+}
+
+// maxConsoleDLQ bounds the dead-letter entries one console page reads.
+const maxConsoleDLQ = 10000
+
+// usualDurations is, by chain, the median time its last successful runs
+// took: a running run well past it is worth a look.
+func (c *console) usualDurations(ctx context.Context, running []*Run) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, run := range running {
+		if _, seen := out[run.Chain]; seen {
+			continue
+		}
+		page, err := c.s.ops.ListRuns(ctx, store.RunFilter{Chain: run.Chain, Status: store.RunSucceeded, Limit: 50})
+		if err != nil || len(page.Runs) < 5 {
+			out[run.Chain] = 0
+			continue
+		}
+		ds := make([]time.Duration, 0, len(page.Runs))
+		for _, r := range page.Runs {
+			ds = append(ds, r.FinishedAt.Sub(r.CreatedAt))
+		}
+		slices.Sort(ds)
+		out[run.Chain] = ds[len(ds)/2]
+	}
+	for k, d := range out {
+		if d == 0 {
+			delete(out, k)
+		}
+	}
+	return out
+}
+
+// ---- Runs ----
+
+type runsView struct {
+	Chain, Status, Since, ID, Cursor string
+	Chains                           []string
+	Statuses                         []store.RunStatus
+	Runs                             []*Run
+	Damaged                          []DamagedRun
+	Next                             string
+	Query                            string
+	Live                             bool
+}
+
+func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
+	q := r.URL.Query()
+	v := &runsView{Chain: q.Get("chain"), Status: q.Get("status"), Since: q.Get("since"), ID: strings.TrimSpace(q.Get("id")), Cursor: q.Get("cursor"),
+		Chains: c.s.config().ChainNames, Statuses: runStatuses}
+	v.Live = v.Cursor == ""
+	if v.ID != "" {
+		if _, err := c.s.ops.Run(r.Context(), v.ID, false); err == nil {
+			http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(v.ID), http.StatusSeeOther)
+			return
+		}
+	}
+	since, err := ParseSince(v.Since)
+	if err == nil {
+		err = CheckRunStatus(store.RunStatus(v.Status))
+	}
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	page, err := c.s.ops.ListRuns(r.Context(), store.RunFilter{Chain: v.Chain, Status: store.RunStatus(v.Status), Since: since, Limit: 50, Cursor: v.Cursor})
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	for _, run := range page.Runs {
+		if v.ID == "" || strings.HasPrefix(run.ID, v.ID) {
+			v.Runs = append(v.Runs, run)
+		}
+	}
+	v.Damaged, v.Next = page.Damaged, page.Next
+	keep := url.Values{}
+	for _, k := range []string{"chain", "status", "since", "id"} {
+		if val := q.Get(k); val != "" {
+			keep.Set(k, val)
+		}
+	}
+	v.Query = keep.Encode()
+	if q.Get("fragment") == "1" {
+		c.render(w, http.StatusOK, "runs-table", pageData{Base: c.base, Body: v})
+		return
+	}
+	c.page(w, r, sess, "runs.html", "Runs", "runs", v)
+}
+
+// ---- Run ----
+
+type runView struct {
+	View     *RunView
+	Graph    template.HTML
+	Events   []Event
+	Omitted  int
+	Final    bool
+	Entries  []*DLQEntry
+	CanWrite bool
+	CSRF     string
+	Base     string
+}
+
+// maxTimeline bounds the events the run page shows.
+const maxTimeline = 200
+
+func (c *console) runView(ctx context.Context, id string, sess *uiSession) (*runView, error) {
+	v, err := c.s.ops.Run(ctx, id, false)
+	if err != nil {
+		return nil, err
+	}
+	d, err := c.s.ops.DAG(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	def, _ := c.s.gw.Engine.Definition(ctx, v.Chain, v.ChainHash)
+	rv := &runView{View: v, Final: v.Final(), CanWrite: c.canWrite(sess), CSRF: sess.csrf, Base: c.base}
+	rv.Graph = c.graphSVG(d.Nodes, d.Edges, def, v, id)
+	err = c.s.ops.Events(ctx, id, 0, false, func(ev Event) error {
+		rv.Events = append(rv.Events, ev)
+		if len(rv.Events) > maxTimeline {
+			rv.Events = rv.Events[1:]
+			rv.Omitted++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Reverse(rv.Events)
+	if v.Status == string(store.RunFailed) {
+		entries, err := c.s.ops.allDLQ(ctx, store.DLQFilter{Chain: v.Chain, Limit: maxConsoleDLQ})
+		if err == nil {
+			for _, e := range entries {
+				if e.RunID == id {
+					rv.Entries = append(rv.Entries, apiDLQEntry(e))
+				}
+			}
+		}
+	}
+	return rv, nil
+}
+
+func (c *console) runPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
+	rv, err := c.runView(r.Context(), r.PathValue("id"), sess)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	c.page(w, r, sess, "run.html", "Run "+rv.View.ID, "runs", rv)
+}
+
+// runLive is the part of the run page that changes, for the page's script
+// to swap in when the run's events say something happened.
+func (c *console) runLive(w http.ResponseWriter, r *http.Request, sess *uiSession) {
+	rv, err := c.runView(r.Context(), r.PathValue("id"), sess)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	c.render(w, http.StatusOK, "run-live", rv)
+}
+
+// runStream is the run's event stream, as the API serves it, for the
+// page's EventSource.
+func (c *console) runStream(w http.ResponseWriter, r *http.Request, _ *uiSession) {
+	c.s.runEvents(w, r)
+}
+
+type stepView struct {
+	RunID   string
+	Record  *Step
+	Waiting string
+	Node    *chain.Step
+	Items   bool
+	Child   string
+	Base    string
+}
+
+func (c *console) stepPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
+	id, key := r.PathValue("id"), r.PathValue("key")
+	v, err := c.s.ops.Run(r.Context(), id, store.IsItemKey(key))
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	rec := v.Steps[key]
+	if rec == nil {
+		name := key[strings.LastIndexByte(key, '/')+1:]
+		rec = &Step{Key: key, Name: name, Status: "not_started"}
+	}
+	sv := &stepView{RunID: id, Record: rec, Base: c.base, Items: rec.Split != nil, Child: rec.Child}
+	if def, err := c.s.gw.Engine.Definition(r.Context(), v.Chain, v.ChainHash); err == nil {
+		sv.Node = def.Step(rec.Name)
+	}
+	sv.Waiting = waitingOn(rec, sv.Node, v)
+	c.page(w, r, sess, "step.html", "Step "+key, "runs", sv)
+}
+
+// waitingOn says what a running step waits for.
+func waitingOn(rec *Step, def *chain.Step, v *RunView) string {
+	if rec.Status != string(store.StepRunning) && rec.Status != string(store.StepPending) {
+		return ""
+	}
+	switch {
+	case !rec.NotBefore.IsZero() && time.Until(rec.NotBefore) > 0:
+		return fmt.Sprintf("a timer (delay or retry backoff): it goes again at %s, in %s", rec.NotBefore.UTC().Format(time.RFC3339), time.Until(rec.NotBefore).Round(time.Second))
+	case rec.Split != nil && rec.Split.Distributed:
+		return fmt.Sprintf("workers: %d of %d items have a result", rec.Split.Succeeded+rec.Split.Failed+rec.Split.Skipped, rec.Split.Total)
+	case rec.Split != nil:
+		return fmt.Sprintf("its items: %d of %d have a result", rec.Split.Succeeded+rec.Split.Failed+rec.Split.Skipped, rec.Split.Total)
+	case rec.Child != "":
+		return "its sub-chain run " + rec.Child
+	case def != nil && def.Parallel != nil:
+		done, pending := 0, []string{}
+		for _, sub := range def.Parallel.Steps {
+			if s := v.Steps[rec.Key+"/"+sub.Name]; s != nil && store.StepStatus(s.Status).Final() {
+				done++
+			} else {
+				pending = append(pending, sub.Name)
+			}
+		}
+		return fmt.Sprintf("join %s: %d of %d branches finished; still pending: %s", def.Parallel.Join, done, len(def.Parallel.Steps), strings.Join(pending, ", "))
+	case rec.Status == string(store.StepRunning):
+		return fmt.Sprintf("a provider call (attempt %d)", max(rec.Attempts, 1))
+	}
+	return "its turn"
+}
+
+type itemsView struct {
+	RunID, Key, Status string
+	Page               *ItemPage
+	Prev, Next         int
+	HasPrev, HasNext   bool
+	Statuses           []string
+	Base               string
+}
+
+// itemsPerPage is the size of a page of a split's items.
+const itemsPerPage = 50
+
+func (c *console) itemsPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
+	id, key := r.PathValue("id"), r.PathValue("key")
+	q := r.URL.Query()
+	status := q.Get("status")
+	if status != "" && !store.StepStatus(status).Final() {
+		c.fail(w, r, http.StatusBadRequest, "status must be succeeded, failed or skipped")
+		return
+	}
+	offset, err := intParam(q.Get("offset"), "offset", 0, 0, 1<<31-1)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	page, err := c.s.ops.SplitItems(r.Context(), id, key, status, offset, itemsPerPage)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	v := &itemsView{RunID: id, Key: key, Status: status, Page: page, Base: c.base, Statuses: []string{"succeeded", "failed", "skipped"},
+		Prev: max(offset-itemsPerPage, 0), Next: offset + itemsPerPage, HasPrev: offset > 0, HasNext: offset+itemsPerPage < page.Matched}
+	c.page(w, r, sess, "items.html", "Items of "+key, "runs", v)
+}
+
+func (c *console) cancelRun(w http.ResponseWriter, r *http.Request, _ *uiSession) {
+	id := r.PathValue("id")
+	if err := c.s.ops.CancelRun(r.Context(), id); err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(id)+"?done="+url.QueryEscape("cancel requested"), http.StatusSeeOther)
+}
+
+// ---- Dead letters ----
+
+type dlqView struct {
+	Chain, Step, Text, Since string
+	Chains                   []string
+	Entries                  []*DLQEntry
+	Matched                  int
+	Shown                    int
+	Filtered                 bool
+	Query                    string
+}
+
+// dlqMatches lists the entries a console filter selects: the store's
+// filter, and the error text on top.
+func (c *console) dlqMatches(ctx context.Context, chainName, step, text, sinceArg string) ([]*DLQEntry, error) {
+	since, err := ParseSince(sinceArg)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := c.s.ops.allDLQ(ctx, store.DLQFilter{Chain: chainName, Step: step, Since: since, Limit: maxConsoleDLQ})
+	if err != nil {
+		return nil, err
+	}
+	text = strings.ToLower(strings.TrimSpace(text))
+	out := []*DLQEntry{}
+	for _, e := range entries {
+		if text == "" || strings.Contains(strings.ToLower(e.Error.Message), text) || strings.Contains(strings.ToLower(e.Error.Code), text) {
+			out = append(out, apiDLQEntry(e))
+		}
+	}
+	return out, nil
+}
+
+func (c *console) dlqPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
+	q := r.URL.Query()
+	v := &dlqView{Chain: q.Get("chain"), Step: q.Get("step"), Text: q.Get("text"), Since: q.Get("since"), Chains: c.s.config().ChainNames}
+	v.Filtered = v.Chain != "" || v.Step != "" || v.Text != "" || v.Since != ""
+	all, err := c.dlqMatches(r.Context(), v.Chain, v.Step, v.Text, v.Since)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	v.Matched = len(all)
+	v.Entries = all[:min(len(all), 200)]
+	v.Shown = len(v.Entries)
+	c.page(w, r, sess, "dlq.html", "Dead letters", "dlq", v)
+}
+
+func (c *console) dlqEntryPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
+	e, err := c.s.ops.DLQEntry(r.Context(), r.PathValue("id"))
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	c.page(w, r, sess, "dlq-entry.html", "Dead letter "+e.ID, "dlq", e)
+}
+
+func (c *console) replayEntry(w http.ResponseWriter, r *http.Request, _ *uiSession) {
+	opts, err := replayOptions(r.PostFormValue("mode"), r.PostFormValue("definition"))
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	run, err := c.s.ops.Replay(r.Context(), r.PathValue("id"), opts)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(run.ID)+"?done="+url.QueryEscape("replayed ("+string(opts.Mode)+")"), http.StatusSeeOther)
+}
+
+func (c *console) deleteEntry(w http.ResponseWriter, r *http.Request, _ *uiSession) {
+	id := r.PathValue("id")
+	if r.PostFormValue("confirm") != id {
+		c.fail(w, r, http.StatusBadRequest, "type the entry's id to confirm deleting it")
+		return
+	}
+	if err := c.s.ops.DeleteDLQ(r.Context(), id); err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	http.Redirect(w, r, c.base+"/dlq?done="+url.QueryEscape("deleted "+id), http.StatusSeeOther)
+}
+
+// bulkDLQ replays or purges every entry a filter selects, once the form
+// confirms how many that is: the number typed must be the number the
+// filter selects now.
+func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) {
+	chainName, step, text, since := r.PostFormValue("chain"), r.PostFormValue("step"), r.PostFormValue("text"), r.PostFormValue("since")
+	if chainName == "" && step == "" && text == "" && since == "" {
+		c.fail(w, r, http.StatusBadRequest, "give a filter (chain, step, error text or age): an empty filter would act on every entry")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), bulkTimeout)
+	defer cancel()
+	holdOpen(w, bulkTimeout)
+	matched, err := c.dlqMatches(ctx, chainName, step, text, since)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(r.PostFormValue("confirm"))); err != nil || n != len(matched) {
+		c.fail(w, r, http.StatusConflict, fmt.Sprintf("the filter selects %d entries now; type that number to confirm", len(matched)))
+		return
+	}
+	var done, failed int
+	var firstErr string
+	switch action := r.PostFormValue("action"); action {
+	case "replay":
+		opts, err := replayOptions(r.PostFormValue("mode"), "")
+		if err != nil {
+			c.failErr(w, r, err)
+			return
+		}
+		for _, e := range matched {
+			if _, err := c.s.ops.Replay(ctx, e.ID, opts); err != nil {
+				failed++
+				if firstErr == "" {
+					firstErr = err.Error()
+				}
+				continue
+			}
+			done++
+		}
+	case "purge":
+		for _, e := range matched {
+			if err := c.s.ops.DeleteDLQ(ctx, e.ID); err != nil {
+				failed++
+				if firstErr == "" {
+					firstErr = err.Error()
+				}
+				continue
+			}
+			done++
+		}
+	default:
+		c.fail(w, r, http.StatusBadRequest, "action must be replay or purge")
+		return
+	}
+	msg := fmt.Sprintf("%s: %d of %d entries", r.PostFormValue("action"), done, len(matched))
+	if failed > 0 {
+		msg += fmt.Sprintf("; %d failed (first: %s)", failed, firstErr)
+	}
+	http.Redirect(w, r, c.base+"/dlq?done="+url.QueryEscape(msg), http.StatusSeeOther)
+}
+
+// ---- Chains ----
+
+type chainLine struct {
+	Name, Hash string
+	Steps      int
+	Providers  []string
+}
+
+func (c *console) chainsPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
+	cfg := c.s.config()
+	var out []chainLine
+	for _, name := range cfg.ChainNames {
+		ch := cfg.Chains[name]
+		out = append(out, chainLine{Name: name, Hash: ch.Hash, Steps: len(ch.Steps), Providers: cfg.ProvidersUsed(name)})
+	}
+	c.page(w, r, sess, "chains.html", "Chains", "chains", map[string]any{"Chains": out, "ReloadError": c.s.lastReloadError()})
+}
+
+type chainView struct {
+	Name, Hash string
+	Graph      template.HTML
+	Lines      []string
+}
+
+func (c *console) chainPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
+	cfg := c.s.config()
+	name := r.PathValue("name")
+	ch := cfg.Chains[name]
+	if ch == nil {
+		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("no chain %q%s", name, cfg.ChainHint(name)))
+		return
+	}
+	src, err := cfg.Outline(name)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	g := ch.Graph()
+	v := &chainView{Name: name, Hash: ch.Hash, Lines: strings.Split(strings.TrimRight(string(src), "\n"), "\n")}
+	v.Graph = c.graphSVG(dagOf(g.Nodes), g.Edges, ch, nil, "")
+	c.page(w, r, sess, "chain.html", "Chain "+name, "chains", v)
+}
+
+// dagOf is a chain's graph as DAG nodes without a run.
+func dagOf(nodes []*chain.Node) []*DAGNode {
+	out := make([]*DAGNode, len(nodes))
+	for i, n := range nodes {
+		out[i] = &DAGNode{Name: n.Name, Kind: n.Kind, Provider: n.Provider, Join: n.Join, Children: dagOf(n.Children)}
+	}
+	return out
+}
