@@ -1,0 +1,369 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/net/html"
+
+	"github.com/chaingate/gateway/gateway"
+)
+
+// consoleConfig adds a split whose items fail on demand to the API's test
+// config.
+const consoleConfig = `
+[[chains]]
+name = "fleet"
+[[chains.steps]]
+name = "check"
+[chains.steps.split]
+items = "<<origin.payload.hosts>>"
+tolerated_failures = "100%"
+max_concurrency = 5
+[[chains.steps.split.steps]]
+name = "ping"
+provider = "faulty"
+payload_template = { fail = "<<item.fail ?? \"\">>", sleep_ms = "<<origin.payload.sleep_ms ?? 0>>", host = "<<item.host>>" }
+`
+
+// browser is a console user: a cookie jar and the last page's CSRF token.
+type browser struct {
+	t    *testing.T
+	env  *apiEnv
+	c    *http.Client
+	csrf string
+}
+
+func newBrowser(t *testing.T, env *apiEnv) *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: t, env: env, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// get fetches a console page and parses it.
+func (b *browser) get(path string) (int, *html.Node, string) {
+	b.t.Helper()
+	resp, err := b.c.Get(b.env.url + path)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	doc, err := html.Parse(strings.NewReader(string(body)))
+	if err != nil {
+		b.t.Fatalf("%s: %v", path, err)
+	}
+	if m := find(doc, func(n *html.Node) bool { return n.Data == "meta" && attr(n, "name") == "csrf" }); m != nil {
+		b.csrf = attr(m, "content")
+	}
+	return resp.StatusCode, doc, string(body)
+}
+
+// post submits a form; the CSRF token of the last page goes with it unless
+// form sets one.
+func (b *browser) post(path string, form url.Values, header ...string) (int, string, string) {
+	b.t.Helper()
+	if _, ok := form["csrf"]; !ok {
+		form.Set("csrf", b.csrf)
+	}
+	req, _ := http.NewRequest(http.MethodPost, b.env.url+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Location"), string(body)
+}
+
+func find(n *html.Node, match func(*html.Node) bool) *html.Node {
+	if n.Type == html.ElementNode && match(n) {
+		return n
+	}
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		if f := find(c, match); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+func findAll(n *html.Node, match func(*html.Node) bool) []*html.Node {
+	var out []*html.Node
+	if n.Type == html.ElementNode && match(n) {
+		out = append(out, n)
+	}
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		out = append(out, findAll(c, match)...)
+	}
+	return out
+}
+
+func attr(n *html.Node, key string) string {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return a.Val
+		}
+	}
+	return ""
+}
+
+// writeForms are the forms that change something.
+func writeForms(doc *html.Node) []string {
+	var out []string
+	for _, f := range findAll(doc, func(n *html.Node) bool { return n.Data == "form" && attr(n, "method") == "post" }) {
+		if a := attr(f, "action"); !strings.HasSuffix(a, "/logout") && !strings.HasSuffix(a, "/login") {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// startWait starts a run through the API and waits for it to end.
+func startWait(t *testing.T, env *apiEnv, chainName, payload string) string {
+	t.Helper()
+	var res gateway.StartResponse
+	code, _, body := env.call("POST", "/v1/chains/"+chainName+"/runs?wait=30s", payload, nil, &res)
+	if code != http.StatusOK || res.Run == nil {
+		t.Fatalf("run of %s: %d %s", chainName, code, body)
+	}
+	return res.ID
+}
+
+func fleetPayload(n int, failing ...int) string {
+	hosts := make([]map[string]string, n)
+	for i := range hosts {
+		hosts[i] = map[string]string{"host": fmt.Sprintf("host-%02d", i)}
+	}
+	for _, i := range failing {
+		hosts[i]["fail"] = fmt.Sprintf("host-%02d unreachable", i)
+	}
+	b, _ := json.Marshal(map[string]any{"hosts": hosts})
+	return string(b)
+}
+
+func TestConsolePagesRender(t *testing.T) {
+	env := newAPI(t, "")
+	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+consoleConfig, 1))
+	if _, err := env.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	// The console was mounted with the first config; its routes do not
+	// depend on the chains, so the reloaded config's chain is served.
+	hello := startWait(t, env, "hello", `{"who": "ops"}`)
+	fleet := startWait(t, env, "fleet", fleetPayload(12, 2, 7, 9))
+	b := newBrowser(t, env)
+	for _, path := range []string{"/ui/", "/ui/runs", "/ui/runs/" + hello, "/ui/runs/" + fleet, "/ui/dlq", "/ui/chains", "/ui/chains/hello",
+		"/ui/runs/" + hello + "/steps/notify", "/ui/runs/" + hello + "/steps/notify/a", "/ui/runs/" + fleet + "/items/check"} {
+		code, doc, body := b.get(path)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", path, code, body)
+		}
+		if find(doc, func(n *html.Node) bool { return n.Data == "h1" }) == nil {
+			t.Errorf("GET %s: no heading", path)
+		}
+		// The secret the hello chain's payload reads is never shown.
+		if strings.Contains(body, testSecret) {
+			t.Errorf("GET %s shows the secret's value", path)
+		}
+	}
+
+	_, doc, _ := b.get("/ui/runs/" + hello)
+	svg := find(doc, func(n *html.Node) bool { return n.Data == "svg" })
+	if svg == nil {
+		t.Fatal("the run page has no graph")
+	}
+	for _, step := range []string{"greet", "notify"} {
+		node := find(svg, func(n *html.Node) bool { return n.Data == "a" && strings.HasSuffix(attr(n, "href"), "/steps/"+step) })
+		if node == nil || !strings.Contains(attr(node, "class"), "st-succeeded") {
+			t.Errorf("step %s is not drawn as succeeded", step)
+		}
+	}
+	for _, sub := range []string{"notify/a", "notify/b"} {
+		if find(svg, func(n *html.Node) bool { return strings.HasSuffix(attr(n, "href"), "/steps/"+sub) }) == nil {
+			t.Errorf("sub-step %s is not drawn", sub)
+		}
+	}
+
+	// A split is one node with a bar, whatever its item count; its items
+	// page filters by status.
+	_, doc, _ = b.get("/ui/runs/" + fleet)
+	bars := findAll(doc, func(n *html.Node) bool { return n.Data == "rect" && strings.HasPrefix(attr(n, "class"), "bar ") })
+	if len(bars) == 0 || len(bars) > 5 {
+		t.Errorf("the split is drawn with %d bar segments, want 1 to 5", len(bars))
+	}
+	_, doc, _ = b.get("/ui/runs/" + fleet + "/items/check?status=failed")
+	rows := findAll(doc, func(n *html.Node) bool { return n.Data == "tr" && attr(n, "data-status") != "" })
+	if len(rows) != 3 {
+		t.Fatalf("the failed filter shows %d items, want 3", len(rows))
+	}
+	for _, r := range rows {
+		if attr(r, "data-status") != "failed" {
+			t.Errorf("the failed filter shows a %s item", attr(r, "data-status"))
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestConsoleSignInAndAccess(t *testing.T) {
+	env := newAPI(t, "[gateway.auth]\ntokens = [\"write-tok\"]\nread_tokens = [\"read-tok\"]\n")
+	env.token = "write-tok"
+	id := startWait(t, env, "breaks", `{}`)
+
+	anon := newBrowser(t, env)
+	code, _, _ := anon.get("/ui/runs")
+	if code != http.StatusSeeOther {
+		t.Fatalf("a page without a session answered %d, want a redirect to sign in", code)
+	}
+	if code, _, _ := anon.post("/ui/login", url.Values{"token": {"nope"}}); code != http.StatusUnauthorized {
+		t.Errorf("a wrong token signed in: %d", code)
+	}
+
+	reader := newBrowser(t, env)
+	if code, loc, _ := reader.post("/ui/login", url.Values{"token": {"read-tok"}, "next": {"/ui/runs/" + id}}); code != http.StatusSeeOther || loc != "/ui/runs/"+id {
+		t.Fatalf("sign-in: %d to %q", code, loc)
+	}
+	for _, p := range []string{"/ui/runs/" + id, "/ui/dlq?chain=breaks"} {
+		_, doc, _ := reader.get(p)
+		if forms := writeForms(doc); len(forms) > 0 {
+			t.Errorf("a read token sees write actions on %s: %v", p, forms)
+		}
+	}
+	entries := dlqIDs(t, env, "breaks")
+	if code, _, _ := reader.post("/ui/dlq/"+entries[0]+"/replay", url.Values{"mode": {"resume"}}); code != http.StatusForbidden {
+		t.Errorf("a read session's replay answered %d, want 403", code)
+	}
+
+	writer := newBrowser(t, env)
+	writer.post("/ui/login", url.Values{"token": {"write-tok"}})
+	_, doc, _ := writer.get("/ui/dlq/" + entries[0])
+	if len(writeForms(doc)) == 0 {
+		t.Fatal("a write token sees no actions on a dead letter")
+	}
+	// A forged request: the session cookie alone is not enough.
+	if code, _, _ := writer.post("/ui/dlq/"+entries[0]+"/replay", url.Values{"mode": {"resume"}, "csrf": {"forged"}}); code != http.StatusForbidden {
+		t.Errorf("a POST with a forged CSRF token answered %d, want 403", code)
+	}
+	if code, _, _ := writer.post("/ui/dlq/"+entries[0]+"/replay", url.Values{"mode": {"resume"}}, "Origin", "https://evil.example"); code != http.StatusForbidden {
+		t.Errorf("a POST from another origin answered %d, want 403", code)
+	}
+	if code, loc, body := writer.post("/ui/dlq/"+entries[0]+"/replay", url.Values{"mode": {"resume"}}); code != http.StatusSeeOther || !strings.Contains(loc, "/ui/runs/"+id) {
+		t.Fatalf("replay: %d %q %s", code, loc, body)
+	}
+}
+
+func dlqIDs(t *testing.T, env *apiEnv, chainName string) []string {
+	t.Helper()
+	var list struct {
+		Entries []gateway.DLQEntry `json:"entries"`
+	}
+	env.call("GET", "/v1/dlq?chain="+chainName, "", nil, &list)
+	var out []string
+	for _, e := range list.Entries {
+		out = append(out, e.ID)
+	}
+	if len(out) == 0 {
+		t.Fatalf("no dead letters of %s", chainName)
+	}
+	return out
+}
+
+func TestConsoleReadOnly(t *testing.T) {
+	env := newAPI(t, "[gateway.ui]\nread_only = true\n")
+	id := startWait(t, env, "breaks", `{}`)
+	b := newBrowser(t, env)
+	_, doc, _ := b.get("/ui/runs/" + id)
+	if forms := writeForms(doc); len(forms) > 0 {
+		t.Errorf("a read-only console shows write actions: %v", forms)
+	}
+	entry := dlqIDs(t, env, "breaks")[0]
+	if code, _, body := b.post("/ui/dlq/"+entry+"/replay", url.Values{"mode": {"resume"}}); code != http.StatusForbidden || !strings.Contains(body, "read-only") {
+		t.Errorf("a read-only console's replay answered %d", code)
+	}
+}
+
+func TestConsoleBulkReplayNeedsFilterAndCount(t *testing.T) {
+	env := newAPI(t, "")
+	for range 3 {
+		startWait(t, env, "breaks", `{}`)
+	}
+	startWait(t, env, "flaky", `{}`)
+	b := newBrowser(t, env)
+	_, doc, _ := b.get("/ui/dlq?chain=breaks")
+	if m := find(doc, func(n *html.Node) bool { return attr(n, "id") == "matched" }); m == nil || !strings.HasPrefix(textOf(m), "3 entries match") {
+		t.Fatalf("the preview does not say 3 entries match")
+	}
+	if code, _, _ := b.post("/ui/dlq-bulk", url.Values{"action": {"replay"}, "confirm": {"4"}}); code != http.StatusBadRequest {
+		t.Errorf("an empty filter answered %d, want 400", code)
+	}
+	if code, _, body := b.post("/ui/dlq-bulk", url.Values{"action": {"replay"}, "chain": {"breaks"}, "confirm": {"4"}}); code != http.StatusConflict || !strings.Contains(body, "selects 3 entries") {
+		t.Errorf("a wrong count answered %d", code)
+	}
+	if code, loc, body := b.post("/ui/dlq-bulk", url.Values{"action": {"purge"}, "chain": {"breaks"}, "confirm": {"3"}}); code != http.StatusSeeOther || !strings.Contains(loc, "3+of+3") {
+		t.Fatalf("purge: %d %q %s", code, loc, body)
+	}
+	var list struct {
+		Entries []gateway.DLQEntry `json:"entries"`
+	}
+	env.call("GET", "/v1/dlq", "", nil, &list)
+	if len(list.Entries) != 1 || list.Entries[0].Chain != "flaky" {
+		t.Errorf("after purging breaks, the queue holds %+v, want flaky's entry alone", list.Entries)
+	}
+}
+
+func textOf(n *html.Node) string {
+	var b strings.Builder
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.TextNode {
+			b.WriteString(n.Data)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(n)
+	return strings.TrimSpace(b.String())
+}
+
+func TestSplitItemsAPI(t *testing.T) {
+	env := newAPI(t, "")
+	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+consoleConfig, 1))
+	if _, err := env.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	id := startWait(t, env, "fleet", fleetPayload(30, 4, 20))
+	var page gateway.ItemPage
+	code, _, body := env.call("GET", "/v1/runs/"+id+"/items?split=check&status=failed&limit=1", "", nil, &page)
+	if code != http.StatusOK || page.Matched != 2 || len(page.Items) != 1 || page.Items[0].Index != 4 || page.Counts["succeeded"] != 28 {
+		t.Fatalf("failed items: %d %s", code, body)
+	}
+	env.call("GET", "/v1/runs/"+id+"/items?split=check&status=failed&offset=1", "", nil, &page)
+	if len(page.Items) != 1 || page.Items[0].Index != 20 || page.Items[0].Error == nil {
+		t.Errorf("second page: %+v", page.Items)
+	}
+	for _, q := range []string{"", "?split=check&status=running", "?split=check&limit=0", "?split=nope"} {
+		code, _, _ := env.call("GET", "/v1/runs/"+id+"/items"+q, "", nil, nil)
+		if code != http.StatusBadRequest && code != http.StatusNotFound {
+			t.Errorf("items%s answered %d", q, code)
+		}
+	}
+}
