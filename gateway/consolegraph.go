@@ -48,7 +48,7 @@ func (c *console) graphSVG(nodes []*DAGNode, edges []chain.Edge, def *chain.Chai
 			p.h = gNodeH + gChildH + 14
 			p.w = max(gNodeW, len(n.Children)*(gChildW+10)+10)
 		case n.Kind == "split":
-			p.h = gNodeH + gBarH + 10
+			p.h = gNodeH + gBarH + 18
 		}
 		width = max(width, gLeft+p.w)
 		placed[n.Name] = p

@@ -1,0 +1,345 @@
+package gateway_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/testutil/brokertest"
+	"github.com/chaingate/gateway/internal/testutil/redistest"
+)
+
+var screenshots = flag.Bool("screenshots", false, "write the console's screenshots in docs/img")
+
+// recoversConfig is a chain that fails until its config is fixed, so a
+// replay of its dead letters after the fix succeeds.
+const recoversConfig = `
+[[chains]]
+name = "recovers"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { fail = "the service is down" }
+on_failure = "dlq"
+`
+
+// newConsoleAPI is the API's test gateway with the console's chains too.
+func newConsoleAPI(t *testing.T, extra string) *apiEnv {
+	t.Helper()
+	env := newAPI(t, extra)
+	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+consoleConfig+recoversConfig, 1))
+	if _, err := env.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// chromiumPath finds Debian's headless Chromium: the tests skip without
+// one, except under CI=true, where .ci/run has installed it.
+func chromiumPath(t *testing.T) string {
+	for _, name := range []string{os.Getenv("CHROMIUM"), "chromium", "chromium-browser", "google-chrome"} {
+		if name == "" {
+			continue
+		}
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("CI=true and no Chromium found (chromium, chromium-browser, google-chrome or $CHROMIUM); .ci/run installs it with apt-get install -y chromium")
+	}
+	t.Skip("SKIP: no Chromium found; apt-get install -y chromium (or set $CHROMIUM) to run the console's browser tests")
+	return ""
+}
+
+// chrome is one headless browser tab for a test; a failing test leaves a
+// screenshot of where the page was.
+func chrome(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox, chromedp.WindowSize(1300, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	if err := chromedp.Do(ctx); err != nil {
+		cancel()
+		cancelAlloc()
+		t.Fatalf("starting Chromium: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+			if png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100)); err == nil {
+				dir := filepath.Join(os.TempDir(), "chaingate-console-failures")
+				_ = os.MkdirAll(dir, 0o755)
+				file := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".png")
+				if os.WriteFile(file, png, 0o644) == nil {
+					t.Logf("screenshot of the page at the failure: %s", file)
+				}
+			}
+			scancel()
+		}
+		cancel()
+		cancelAlloc()
+	})
+	return ctx
+}
+
+// do runs browser steps, each bounded so a page that never gets there
+// fails the test instead of hanging it.
+func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(sctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(sctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	return v
+}
+
+// poll waits for a JavaScript condition, up to a minute.
+func poll(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(sctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(60*time.Second))); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// startRun starts a run through the API without waiting for it.
+func startRun(t *testing.T, env *apiEnv, chainName, payload string) string {
+	t.Helper()
+	var res gateway.StartResponse
+	if code, _, body := env.call("POST", "/v1/chains/"+chainName+"/runs", payload, nil, &res); code != http.StatusAccepted {
+		t.Fatalf("starting %s: %d %s", chainName, code, body)
+	}
+	return res.ID
+}
+
+const barLabel = `(document.querySelector('.bar-label') || {}).textContent || ''`
+
+// TestBrowserSplitFollowedLive opens a run while its 50-item split runs:
+// the bar moves without a reload and ends at 47 succeeded and 3 failed,
+// and the items page's failed filter shows exactly those three.
+func TestBrowserSplitFollowedLive(t *testing.T) {
+	env := newConsoleAPI(t, "")
+	ctx := chrome(t)
+	id := startRun(t, env, "fleet", strings.Replace(fleetPayload(50, 3, 17, 42), `{"hosts"`, `{"sleep_ms": 300, "hosts"`, 1))
+	do(t, ctx, "opening the run", chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("svg.graph")))
+	eval[bool](t, ctx, `window.__sameDocument = true`)
+	if eval[string](t, ctx, `document.querySelector('.run-meta').dataset.final`) == "true" {
+		t.Fatal("the run ended before its page opened; nothing was left to follow")
+	}
+	poll(t, ctx, "the live badge", `document.getElementById('badge').dataset.state === 'live' || document.getElementById('badge').dataset.state === 'ended'`)
+	poll(t, ctx, "the split's items counted as they finish", `/^([1-9]|[1-4][0-9])\/50 items/.test(`+barLabel+`)`)
+	poll(t, ctx, "the split's end", barLabel+`.startsWith('50/50 items: 47 succeeded, 3 failed')`)
+	poll(t, ctx, "the run's end", `document.querySelector('.run-meta').dataset.final === 'true'`)
+	if !eval[bool](t, ctx, `window.__sameDocument === true`) {
+		t.Fatal("the page was reloaded")
+	}
+	do(t, ctx, "opening the failed items", chromedp.Click(chromedp.CSS("a.split-bar")), chromedp.WaitVisible(chromedp.CSS("#filter-failed")),
+		chromedp.Click(chromedp.CSS("#filter-failed")), chromedp.WaitVisible(chromedp.CSS("table.items")))
+	got := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('table.items tr[data-status]')).map(r => r.dataset.status + ' ' + r.cells[0].textContent)`)
+	if strings.Join(got, ",") != "failed 3,failed 17,failed 42" {
+		t.Errorf("the failed filter shows %v, want items 3, 17 and 42", got)
+	}
+}
+
+// TestBrowserDistributedSplitMoves follows a split handed to workers over
+// RabbitMQ and Redis: its counts move on the page while the workers run it.
+func TestBrowserDistributedSplitMoves(t *testing.T) {
+	amqpURL, prefix := brokertest.Open(t)
+	redisURL, _, _ := strings.Cut(redistest.OpenPrefix(t, prefix), "?")
+	env := newConsoleAPI(t, fmt.Sprintf("[gateway.fanout]\nrabbitmq_url = %q\nredis_url = %q\nprefix = %q\nthreshold = 10\nbatch_size = 5\n", amqpURL, redisURL, prefix))
+	wctx, stop := context.WithCancel(context.Background())
+	worked := make(chan error, 1)
+	go func() { worked <- env.gw.WorkItems(wctx) }()
+	t.Cleanup(func() {
+		stop()
+		<-worked
+	})
+	ctx := chrome(t)
+	id := startRun(t, env, "fleet", strings.Replace(fleetPayload(60, 5, 6, 50), `{"hosts"`, `{"sleep_ms": 300, "hosts"`, 1))
+	do(t, ctx, "opening the run", chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("svg.graph")))
+	poll(t, ctx, "counts moving while the workers run the items", `/^([1-9]|[1-5][0-9])\/60 items.*on workers/.test(`+barLabel+`)`)
+	poll(t, ctx, "the split's end", barLabel+`.startsWith('60/60 items: 57 succeeded, 3 failed')`)
+}
+
+// TestBrowserCancelStopsRun cancels a running run from its page.
+func TestBrowserCancelStopsRun(t *testing.T) {
+	env := newConsoleAPI(t, "")
+	ctx := chrome(t)
+	id := startRun(t, env, "fleet", strings.Replace(fleetPayload(20), `{"hosts"`, `{"sleep_ms": 3000, "hosts"`, 1))
+	do(t, ctx, "cancelling the run", chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("#cancel")), chromedp.Click(chromedp.CSS("#cancel")),
+		chromedp.WaitVisible(chromedp.CSS("#flash")))
+	poll(t, ctx, "the run cancelled", `(document.querySelector('.run-meta') || {dataset: {}}).dataset.status === 'cancelled'`)
+	var v gateway.RunView
+	env.call("GET", "/v1/runs/"+id, "", nil, &v)
+	if v.Status != "cancelled" {
+		t.Errorf("the run is %s, want cancelled", v.Status)
+	}
+}
+
+// TestBrowserBulkReplay replays the dead letters one filter selects: they
+// are gone, the others stay.
+func TestBrowserBulkReplay(t *testing.T) {
+	env := newConsoleAPI(t, "")
+	ctx := chrome(t)
+	var runs []string
+	for range 3 {
+		runs = append(runs, startWait(t, env, "recovers", `{}`))
+	}
+	startWait(t, env, "breaks", `{}`)
+	env.write(strings.Replace(mustRead(t, env.cfg), `fail = "the service is down"`, `fail = ""`, 1))
+	if _, err := env.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, "previewing", chromedp.Navigate(env.url+"/ui/dlq?chain=recovers"), chromedp.WaitVisible(chromedp.CSS("#confirm")))
+	if m := eval[string](t, ctx, `document.getElementById('matched').textContent`); !strings.HasPrefix(m, "3 entries match") {
+		t.Fatalf("preview: %q", m)
+	}
+	do(t, ctx, "replaying", chromedp.SendKeys(chromedp.CSS("#confirm"), "3"), chromedp.Click(chromedp.CSS("#bulk-replay")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	if f := eval[string](t, ctx, `document.getElementById('flash').textContent`); !strings.Contains(f, "replay: 3 of 3 entries") {
+		t.Errorf("the page says %q", f)
+	}
+	for _, id := range runs {
+		var v gateway.RunView
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if env.call("GET", "/v1/runs/"+id, "", nil, &v); v.Final() {
+				break
+			}
+		}
+		if v.Status != "succeeded" {
+			t.Errorf("replayed run %s is %s", id, v.Status)
+		}
+	}
+	var list struct {
+		Entries []gateway.DLQEntry `json:"entries"`
+	}
+	env.call("GET", "/v1/dlq", "", nil, &list)
+	if len(list.Entries) != 1 || list.Entries[0].Chain != "breaks" {
+		t.Errorf("the queue holds %+v, want the breaks entry alone", list.Entries)
+	}
+}
+
+// TestBrowserReadTokenAndSecrets signs in with a read token: no write
+// action shows, a forged POST from the page is refused, and the secret a
+// run's payload read appears on no page.
+func TestBrowserReadTokenAndSecrets(t *testing.T) {
+	env := newConsoleAPI(t, "[gateway.auth]\ntokens = [\"write-tok\"]\nread_tokens = [\"read-tok\"]\n")
+	env.token = "write-tok"
+	hello := startWait(t, env, "hello", `{"who": "ops"}`)
+	failed := startWait(t, env, "breaks", `{}`)
+	ctx := chrome(t)
+	do(t, ctx, "signing in", chromedp.Navigate(env.url+"/ui/runs/"+failed), chromedp.WaitVisible(chromedp.CSS("input[name=token]")),
+		chromedp.SendKeys(chromedp.CSS("input[name=token]"), "read-tok"), chromedp.Submit(chromedp.CSS("input[name=token]")),
+		chromedp.WaitVisible(chromedp.CSS("svg.graph")))
+	if n := eval[int](t, ctx, `document.querySelectorAll('form[method=post]:not([action$="/logout"])').length`); n != 0 {
+		t.Errorf("a read token sees %d write forms", n)
+	}
+	status := eval[int](t, ctx, `fetch(location.pathname + '/cancel', {method: 'POST', body: new URLSearchParams({csrf: 'forged'})}).then(r => r.status)`)
+	if status != http.StatusForbidden {
+		t.Errorf("a forged POST answered %d, want 403", status)
+	}
+	for _, p := range []string{"/ui/runs/" + hello, "/ui/runs/" + hello + "/steps/greet", "/ui/runs/" + failed, "/ui/dlq", "/ui/"} {
+		do(t, ctx, "opening "+p, chromedp.Navigate(env.url+p), chromedp.WaitVisible(chromedp.CSS("main")))
+		if html := eval[string](t, ctx, `document.documentElement.outerHTML`); strings.Contains(html, testSecret) {
+			t.Errorf("%s shows the secret's value", p)
+		}
+	}
+}
+
+// cuttingProxy stands between the browser and the gateway, and can cut
+// the run's event stream while letting every other request through, as a
+// proxy that buffers or times out streams does.
+type cuttingProxy struct {
+	srv *httptest.Server
+	cut atomic.Bool
+}
+
+func newCuttingProxy(t *testing.T, target string) *cuttingProxy {
+	u, _ := url.Parse(target)
+	p := &cuttingProxy{}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p.cut.Load() && strings.HasSuffix(r.URL.Path, "/stream") {
+			http.Error(w, "stream cut", http.StatusBadGateway)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+// TestBrowserStreamCutFallsBackToPolling cuts the run's event stream: the
+// badge says so, and the page goes on updating by polling.
+func TestBrowserStreamCutFallsBackToPolling(t *testing.T) {
+	env := newConsoleAPI(t, "")
+	proxy := newCuttingProxy(t, env.url)
+	ctx := chrome(t)
+	id := startRun(t, env, "fleet", strings.Replace(fleetPayload(40), `{"hosts"`, `{"sleep_ms": 250, "hosts"`, 1))
+	// The proxy's address is another origin than the gateway's, but it is
+	// a loopback name, which is all a gateway without tokens asks.
+	do(t, ctx, "opening the run", chromedp.Navigate(proxy.srv.URL+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("svg.graph")))
+	poll(t, ctx, "the live badge", `document.getElementById('badge').dataset.state === 'live'`)
+	proxy.cut.Store(true)
+	proxy.srv.CloseClientConnections()
+	poll(t, ctx, "the polling badge", `document.getElementById('badge').dataset.state === 'polling'`)
+	before := eval[string](t, ctx, barLabel)
+	poll(t, ctx, "the page updating by polling", fmt.Sprintf(`%s !== %q`, barLabel, before))
+	poll(t, ctx, "the run's end, by polling", `document.querySelector('.run-meta').dataset.final === 'true'`)
+}
+
+// TestBrowserScreenshots writes docs/img/console-*.png, one per page, when
+// asked with -screenshots; docs/console.md shows them.
+func TestBrowserScreenshots(t *testing.T) {
+	if !*screenshots {
+		t.Skip("writes docs/img only with -screenshots")
+	}
+	env := newConsoleAPI(t, "")
+	ctx := chrome(t)
+	startWait(t, env, "hello", `{"who": "ops"}`)
+	fleet := startWait(t, env, "fleet", fleetPayload(50, 3, 17, 42))
+	for range 2 {
+		startWait(t, env, "breaks", `{}`)
+	}
+	pages := map[string]string{
+		"now": "/ui/", "runs": "/ui/runs", "run": "/ui/runs/" + fleet, "items": "/ui/runs/" + fleet + "/items/check?status=failed",
+		"dlq": "/ui/dlq?chain=breaks", "chain": "/ui/chains/hello",
+	}
+	for name, p := range pages {
+		do(t, ctx, "opening "+p, chromedp.Navigate(env.url+p), chromedp.WaitVisible(chromedp.CSS("main")))
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join("..", "docs", "img", "console-"+name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
