@@ -101,7 +101,7 @@ payload_template = { alert = "<<origin.payload.alert_name>>", severity = "<<orig
 `
 
 type apiEnv struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	cfg    string
 	url    string
@@ -121,7 +121,7 @@ func newAPI(t *testing.T, extra string) *apiEnv {
 
 // newAPIOn serves the API over the store at state: a redis:// URL, or a
 // fresh bbolt file when empty.
-func newAPIOn(t *testing.T, extra, state string) *apiEnv {
+func newAPIOn(t testing.TB, extra, state string) *apiEnv {
 	t.Helper()
 	dir := t.TempDir()
 	if state == "" {
