@@ -36,7 +36,7 @@ type Run struct {
 }
 
 // Final reports whether the run has ended.
-func (r *Run) Final() bool { return store.RunStatus(r.Status).Final() }
+func (r *Run) Final() bool { return r != nil && store.RunStatus(r.Status).Final() }
 
 // Origin is what started a run.
 type Origin struct {

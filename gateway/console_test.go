@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/net/html"
 
@@ -364,6 +365,84 @@ func TestSplitItemsAPI(t *testing.T) {
 		code, _, _ := env.call("GET", "/v1/runs/"+id+"/items"+q, "", nil, nil)
 		if code != http.StatusBadRequest && code != http.StatusNotFound {
 			t.Errorf("items%s answered %d", q, code)
+		}
+	}
+}
+
+// sweepConfig is a split whose items park their failures in the
+// dead-letter queue, one item at a time, so the split fails at the first
+// failing item with the items before it done and those after it not begun.
+const sweepConfig = `
+[[chains]]
+name = "sweep"
+[[chains.steps]]
+name = "check"
+[chains.steps.split]
+items = "<<origin.payload.hosts>>"
+max_concurrency = 1
+[[chains.steps.split.steps]]
+name = "ping"
+provider = "faulty"
+payload_template = { fail = "<<item.fail ?? \"\">>", record = "<<origin.payload.record>>", host = "<<item.host>>" }
+on_failure = "dlq"
+`
+
+// TestConsoleReplaysOnlyFailedItems fixes the config of a split whose items
+// failed and replays from the dead-letter page: the failed items run
+// again, and the ones that succeeded are not called again.
+func TestConsoleReplaysOnlyFailedItems(t *testing.T) {
+	env := newAPI(t, "")
+	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+sweepConfig, 1))
+	if _, err := env.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	rec := env.dir + "/calls.jsonl"
+	payload := strings.Replace(fleetPayload(10, 2, 6), `{"hosts"`, fmt.Sprintf(`{"record": %q, "hosts"`, rec), 1)
+	var res gateway.StartResponse
+	env.call("POST", "/v1/chains/sweep/runs?wait=30s", payload, nil, &res)
+	if res.Run == nil || res.Run.Status != "failed" {
+		t.Fatalf("the sweep did not fail: %+v", res)
+	}
+	entries := dlqIDs(t, env, "sweep")
+
+	env.write(strings.Replace(mustRead(t, env.cfg), `fail = "<<item.fail ?? \"\">>"`, `fail = ""`, 1))
+	if _, err := env.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t, env)
+	b.get("/ui/dlq/" + entries[0])
+	if code, loc, body := b.post("/ui/dlq/"+entries[0]+"/replay", url.Values{"mode": {"resume"}}); code != http.StatusSeeOther || !strings.Contains(loc, res.ID) {
+		t.Fatalf("replay: %d %q %s", code, loc, body)
+	}
+	var v gateway.RunView
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !v.Final(); time.Sleep(20 * time.Millisecond) {
+		env.call("GET", "/v1/runs/"+res.ID, "", nil, &v)
+	}
+	if v.Status != "succeeded" {
+		t.Fatalf("the replayed run is %s", v.Status)
+	}
+	data, _ := os.ReadFile(rec)
+	calls := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var c struct {
+			Payload struct {
+				Host string `json:"host"`
+			} `json:"payload"`
+		}
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatal(err)
+		}
+		calls[c.Payload.Host]++
+	}
+	// Items 0 and 1 succeeded before item 2 failed the split; item 2 runs
+	// again, and the rest run for the first time.
+	for i := range 10 {
+		want := 1
+		if i == 2 {
+			want = 2
+		}
+		if host := fmt.Sprintf("host-%02d", i); calls[host] != want {
+			t.Errorf("%s was called %d times, want %d", host, calls[host], want)
 		}
 	}
 }
