@@ -136,6 +136,9 @@ type Auth struct {
 	Tokens []string
 	// ReadTokens may only read (GET).
 	ReadTokens []string
+	// Names are the names given to tokens, by token, so that what a
+	// token's holder does is recorded with who did it.
+	Names map[string]string
 }
 
 // Limits bound what one run may hold, so that a runaway input fails with a

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 )
 
@@ -46,18 +47,20 @@ type console struct {
 
 	mu       sync.Mutex
 	sessions map[string]*uiSession
+	jobs     map[string]*bulkJob
 }
 
 // uiSession is one signed-in browser. The API token it signed in with is
 // not kept: only what it may do.
 type uiSession struct {
+	who     string // as a run's events name who acted
 	write   bool
 	csrf    string
 	expires time.Time
 }
 
 func newConsole(s *Server, base string) *console {
-	c := &console{s: s, base: base, sessions: map[string]*uiSession{}}
+	c := &console{s: s, base: base, sessions: map[string]*uiSession{}, jobs: map[string]*bulkJob{}}
 	c.tmpl = template.Must(template.New("").Funcs(c.funcs()).ParseFS(uiTemplates, "ui/templates/*.html"))
 	return c
 }
@@ -84,6 +87,7 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("POST "+b+"/dlq/{id}/replay", c.signedIn(true, c.replayEntry))
 	mux.HandleFunc("POST "+b+"/dlq/{id}/delete", c.signedIn(true, c.deleteEntry))
 	mux.HandleFunc("POST "+b+"/dlq-bulk", c.signedIn(true, c.bulkDLQ))
+	mux.HandleFunc("GET "+b+"/dlq-jobs/{id}", c.signedIn(false, c.jobPage))
 	mux.HandleFunc("GET "+b+"/chains", c.signedIn(false, c.chainsPage))
 	mux.HandleFunc("GET "+b+"/chains/{name}", c.signedIn(false, c.chainPage))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -119,11 +123,17 @@ type pageData struct {
 	CSRF     string
 	Flash    string
 	Auth     bool
-	Body     any
+	// Refresh reloads the page every second, for progress that has no
+	// stream of its own.
+	Refresh bool
+	Body    any
 }
 
 func (c *console) page(w http.ResponseWriter, r *http.Request, sess *uiSession, name, title, nav string, body any) {
 	d := pageData{Title: title, Base: c.base, Nav: nav, Body: body, Flash: r.URL.Query().Get("done"), Auth: c.s.AuthEnabled(), ReadOnly: c.readOnly()}
+	if job, ok := body.(*bulkJob); ok {
+		d.Refresh = !job.Finished
+	}
 	if sess != nil {
 		d.CanWrite, d.CSRF = c.canWrite(sess), sess.csrf
 	}
@@ -164,7 +174,7 @@ func (c *console) signedIn(write bool, h func(http.ResponseWriter, *http.Request
 		if sess == nil && !c.s.AuthEnabled() {
 			// Without tokens the console, like the API, answers loopback
 			// requests only; a session still carries the CSRF token.
-			sess = c.newSession(w, r, true)
+			sess = c.newSession(w, r, true, "a loopback client")
 		}
 		if sess == nil {
 			if r.Method == http.MethodGet {
@@ -192,7 +202,7 @@ func (c *console) signedIn(write bool, h func(http.ResponseWriter, *http.Request
 			c.fail(w, r, http.StatusForbidden, msg)
 			return
 		}
-		h(w, r, sess)
+		h(w, r.WithContext(engine.WithActor(r.Context(), sess.who+" (console)")), sess)
 	}
 }
 
@@ -228,9 +238,9 @@ func (c *console) session(r *http.Request) *uiSession {
 	return sess
 }
 
-func (c *console) newSession(w http.ResponseWriter, r *http.Request, write bool) *uiSession {
+func (c *console) newSession(w http.ResponseWriter, r *http.Request, write bool, who string) *uiSession {
 	id, csrf := randomToken(), randomToken()
-	sess := &uiSession{write: write, csrf: csrf, expires: time.Now().Add(sessionTTL)}
+	sess := &uiSession{who: who, write: write, csrf: csrf, expires: time.Now().Add(sessionTTL)}
 	c.mu.Lock()
 	now := time.Now()
 	for k, v := range c.sessions {
@@ -276,7 +286,7 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 			Body: map[string]string{"Next": safeNext(c.base, r.PostFormValue("next"))}})
 		return
 	}
-	c.newSession(w, r, write)
+	c.newSession(w, r, write, c.s.tokenName(tok))
 	http.Redirect(w, r, safeNext(c.base, r.PostFormValue("next")), http.StatusSeeOther)
 }
 

@@ -221,9 +221,10 @@ func TestBrowserBulkReplay(t *testing.T) {
 	if m := eval[string](t, ctx, `document.getElementById('matched').textContent`); !strings.HasPrefix(m, "3 entries match") {
 		t.Fatalf("preview: %q", m)
 	}
-	do(t, ctx, "replaying", chromedp.SendKeys(chromedp.CSS("#confirm"), "3"), chromedp.Click(chromedp.CSS("#bulk-replay")), chromedp.WaitVisible(chromedp.CSS("#flash")))
-	if f := eval[string](t, ctx, `document.getElementById('flash').textContent`); !strings.Contains(f, "replay: 3 of 3 entries") {
-		t.Errorf("the page says %q", f)
+	do(t, ctx, "replaying", chromedp.SendKeys(chromedp.CSS("#confirm"), "3"), chromedp.Click(chromedp.CSS("#bulk-replay")),
+		chromedp.WaitVisible(chromedp.CSS("#progress[data-finished=true]")))
+	if f := eval[string](t, ctx, `document.getElementById('progress').textContent`); !strings.HasPrefix(f, "replay: 3 of 3 entries") {
+		t.Errorf("the progress page says %q", f)
 	}
 	for _, id := range runs {
 		var v gateway.RunView

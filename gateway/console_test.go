@@ -318,8 +318,24 @@ func TestConsoleBulkReplayNeedsFilterAndCount(t *testing.T) {
 	if code, _, body := b.post("/ui/dlq-bulk", url.Values{"action": {"replay"}, "chain": {"breaks"}, "confirm": {"4"}}); code != http.StatusConflict || !strings.Contains(body, "selects 3 entries") {
 		t.Errorf("a wrong count answered %d", code)
 	}
-	if code, loc, body := b.post("/ui/dlq-bulk", url.Values{"action": {"purge"}, "chain": {"breaks"}, "confirm": {"3"}}); code != http.StatusSeeOther || !strings.Contains(loc, "3+of+3") {
+	code, loc, body := b.post("/ui/dlq-bulk", url.Values{"action": {"purge"}, "chain": {"breaks"}, "confirm": {"3"}})
+	if code != http.StatusSeeOther || !strings.Contains(loc, "/ui/dlq-jobs/") {
 		t.Fatalf("purge: %d %q %s", code, loc, body)
+	}
+	// The progress page follows the action to its end.
+	var progress string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		_, doc, _ := b.get(loc)
+		p := find(doc, func(n *html.Node) bool { return attr(n, "id") == "progress" })
+		if p == nil {
+			t.Fatal("the bulk action's page shows no progress")
+		}
+		if progress = textOf(p); attr(p, "data-finished") == "true" {
+			break
+		}
+	}
+	if !strings.HasPrefix(progress, "purge: 3 of 3 entries") || !strings.Contains(progress, "done") {
+		t.Fatalf("the bulk action ended with %q", progress)
 	}
 	var list struct {
 		Entries []gateway.DLQEntry `json:"entries"`
@@ -444,5 +460,76 @@ func TestConsoleReplaysOnlyFailedItems(t *testing.T) {
 		if host := fmt.Sprintf("host-%02d", i); calls[host] != want {
 			t.Errorf("%s was called %d times, want %d", host, calls[host], want)
 		}
+	}
+}
+
+// TestActionsNamedInEvents checks that a cancel or a replay, from the
+// console or the API, is recorded in the run's events with the name the
+// config gives the token.
+func TestActionsNamedInEvents(t *testing.T) {
+	env := newAPI(t, "[gateway.auth]\ntokens = [{ name = \"alice\", token = \"write-tok\" }, \"bare-tok\"]\n")
+	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+consoleConfig, 1))
+	if _, err := env.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	env.token = "write-tok"
+	slow := strings.Replace(fleetPayload(10), `{"hosts"`, `{"sleep_ms": 5000, "hosts"`, 1)
+	lastEvent := func(id string, typ string) string {
+		t.Helper()
+		var v struct {
+			Events []gateway.Event
+		}
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			code, _, body := env.call("GET", "/v1/runs/"+id+"/events?follow=false", "", nil, nil)
+			if code != http.StatusOK {
+				t.Fatalf("events: %d", code)
+			}
+			v.Events = nil
+			for _, line := range strings.Split(body, "\n") {
+				if data, ok := strings.CutPrefix(line, "data: "); ok {
+					var ev gateway.Event
+					_ = json.Unmarshal([]byte(data), &ev)
+					v.Events = append(v.Events, ev)
+				}
+			}
+			for i := len(v.Events) - 1; i >= 0; i-- {
+				if v.Events[i].Type == typ {
+					return v.Events[i].Message
+				}
+			}
+		}
+		t.Fatalf("run %s has no %s event", id, typ)
+		return ""
+	}
+
+	b := newBrowser(t, env)
+	b.post("/ui/login", url.Values{"token": {"write-tok"}})
+	viaConsole := startRun(t, env, "fleet", slow)
+	b.get("/ui/runs/" + viaConsole)
+	if code, _, body := b.post("/ui/runs/"+viaConsole+"/cancel", url.Values{}); code != http.StatusSeeOther {
+		t.Fatalf("console cancel: %d %s", code, body)
+	}
+	if msg := lastEvent(viaConsole, "run_cancelled"); msg != "run cancelled by alice (console)" {
+		t.Errorf("the console's cancel is recorded as %q", msg)
+	}
+
+	viaAPI := startRun(t, env, "fleet", slow)
+	env.token = "bare-tok"
+	if code, _, body := env.call("POST", "/v1/runs/"+viaAPI+"/cancel", "", nil, nil); code != http.StatusAccepted {
+		t.Fatalf("API cancel: %d %s", code, body)
+	}
+	if msg := lastEvent(viaAPI, "run_cancelled"); !strings.HasPrefix(msg, "run cancelled by token sha256:") || !strings.HasSuffix(msg, " (API)") || strings.Contains(msg, "bare-tok") {
+		t.Errorf("the API's cancel with an unnamed token is recorded as %q", msg)
+	}
+
+	env.token = "write-tok"
+	failed := startWait(t, env, "breaks", `{}`)
+	entry := dlqIDs(t, env, "breaks")[0]
+	b.get("/ui/dlq/" + entry)
+	if code, _, body := b.post("/ui/dlq/"+entry+"/replay", url.Values{"mode": {"resume"}}); code != http.StatusSeeOther {
+		t.Fatalf("console replay: %d %s", code, body)
+	}
+	if msg := lastEvent(failed, "run_replayed"); !strings.HasSuffix(msg, "by alice (console)") {
+		t.Errorf("the console's replay is recorded as %q", msg)
 	}
 }

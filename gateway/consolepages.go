@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/providers/limits"
 )
@@ -533,19 +534,36 @@ func (c *console) deleteEntry(w http.ResponseWriter, r *http.Request, _ *uiSessi
 	http.Redirect(w, r, c.base+"/dlq?done="+url.QueryEscape("deleted "+id), http.StatusSeeOther)
 }
 
+// bulkJob is a bulk replay or purge under way, for its progress page.
+type bulkJob struct {
+	Action, Filter      string
+	Total, Done, Failed int
+	FirstErr            string
+	Finished            bool
+	Started, FinishedAt time.Time
+}
+
 // bulkDLQ replays or purges every entry a filter selects, once the form
 // confirms how many that is: the number typed must be the number the
-// filter selects now.
+// filter selects now. The work goes on in the background; its page shows
+// how far it is.
 func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) {
 	chainName, step, text, since := r.PostFormValue("chain"), r.PostFormValue("step"), r.PostFormValue("text"), r.PostFormValue("since")
 	if chainName == "" && step == "" && text == "" && since == "" {
 		c.fail(w, r, http.StatusBadRequest, "give a filter (chain, step, error text or age): an empty filter would act on every entry")
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), bulkTimeout)
-	defer cancel()
-	holdOpen(w, bulkTimeout)
-	matched, err := c.dlqMatches(ctx, chainName, step, text, since)
+	action := r.PostFormValue("action")
+	if action != "replay" && action != "purge" {
+		c.fail(w, r, http.StatusBadRequest, "action must be replay or purge")
+		return
+	}
+	opts, err := replayOptions(r.PostFormValue("mode"), "")
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	matched, err := c.dlqMatches(r.Context(), chainName, step, text, since)
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -554,45 +572,66 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 		c.fail(w, r, http.StatusConflict, fmt.Sprintf("the filter selects %d entries now; type that number to confirm", len(matched)))
 		return
 	}
-	var done, failed int
-	var firstErr string
-	switch action := r.PostFormValue("action"); action {
-	case "replay":
-		opts, err := replayOptions(r.PostFormValue("mode"), "")
-		if err != nil {
-			c.failErr(w, r, err)
-			return
+	filter := url.Values{}
+	for k, v := range map[string]string{"chain": chainName, "step": step, "text": text, "since": since} {
+		if v != "" {
+			filter.Set(k, v)
 		}
+	}
+	job := &bulkJob{Action: action, Filter: filter.Encode(), Total: len(matched), Started: time.Now()}
+	id := randomToken()[:16]
+	c.mu.Lock()
+	c.jobs[id] = job
+	c.mu.Unlock()
+	// The work outlives the request, up to the server's shutdown; who
+	// asked for it stays on it.
+	ctx, cancel := context.WithTimeout(c.s.stopping, bulkTimeout)
+	ctx = engine.WithActor(ctx, engine.Actor(r.Context()))
+	go func() {
+		defer cancel()
 		for _, e := range matched {
-			if _, err := c.s.ops.Replay(ctx, e.ID, opts); err != nil {
-				failed++
-				if firstErr == "" {
-					firstErr = err.Error()
-				}
-				continue
+			if ctx.Err() != nil {
+				break
 			}
-			done++
-		}
-	case "purge":
-		for _, e := range matched {
-			if err := c.s.ops.DeleteDLQ(ctx, e.ID); err != nil {
-				failed++
-				if firstErr == "" {
-					firstErr = err.Error()
-				}
-				continue
+			var err error
+			if action == "replay" {
+				_, err = c.s.ops.Replay(ctx, e.ID, opts)
+			} else {
+				err = c.s.ops.DeleteDLQ(ctx, e.ID)
 			}
-			done++
+			c.mu.Lock()
+			if err != nil {
+				job.Failed++
+				if job.FirstErr == "" {
+					job.FirstErr = err.Error()
+				}
+			} else {
+				job.Done++
+			}
+			c.mu.Unlock()
 		}
-	default:
-		c.fail(w, r, http.StatusBadRequest, "action must be replay or purge")
+		c.mu.Lock()
+		job.Finished, job.FinishedAt = true, time.Now()
+		c.mu.Unlock()
+	}()
+	http.Redirect(w, r, c.base+"/dlq-jobs/"+id, http.StatusSeeOther)
+}
+
+// jobPage shows a bulk action's progress; it refreshes itself until the
+// action is done.
+func (c *console) jobPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
+	c.mu.Lock()
+	job := c.jobs[r.PathValue("id")]
+	var snap bulkJob
+	if job != nil {
+		snap = *job
+	}
+	c.mu.Unlock()
+	if job == nil {
+		c.fail(w, r, http.StatusNotFound, "no such bulk action: they are kept until the gateway restarts")
 		return
 	}
-	msg := fmt.Sprintf("%s: %d of %d entries", r.PostFormValue("action"), done, len(matched))
-	if failed > 0 {
-		msg += fmt.Sprintf("; %d failed (first: %s)", failed, firstErr)
-	}
-	http.Redirect(w, r, c.base+"/dlq?done="+url.QueryEscape(msg), http.StatusSeeOther)
+	c.page(w, r, sess, "dlq-job.html", "Bulk "+snap.Action, "dlq", &snap)
 }
 
 // ---- Chains ----

@@ -640,7 +640,7 @@ func (e *Engine) CancelStored(ctx context.Context, id string) error {
 	}
 	r := e.newRunner(&chain.Chain{Name: run.Chain}, e.config(), run, recs)
 	r.lease = lease
-	r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled", Code: "cancelled"})
+	r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled" + by(ctx), Code: "cancelled"})
 	if err := r.flush(ctx); err != nil {
 		return fmt.Errorf("cancelling run %s: %w", id, err)
 	}
@@ -755,7 +755,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 		return e.CancelStored(ctx, id)
 	}
 	select {
-	case r.cancelReq <- struct{}{}:
+	case r.cancelReq <- by(ctx):
 	case <-r.done:
 	case <-ctx.Done():
 		return ctx.Err()

@@ -104,6 +104,9 @@ func (e *Engine) restart(ctx context.Context, entry *store.DLQEntry) (*store.Run
 	}
 	meta["replay_of"] = old.ID
 	meta["dead_letter_entry"] = entry.ID
+	if who := by(ctx); who != "" {
+		meta["replayed_by"] = who[len(" by "):]
+	}
 	mb, _ := jsonx.Marshal(meta)
 	return e.Start(ctx, old.Chain, Input{Payload: old.Origin.Payload, Metadata: mb, OriginID: old.Origin.ID})
 }
@@ -208,7 +211,7 @@ func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry, current 
 	run.Cursor = top
 	run.Path = run.Path[:at]
 	run.Seq++
-	msg := fmt.Sprintf("replaying from step %q (dead-letter entry %s)", top, entry.ID)
+	msg := fmt.Sprintf("replaying from step %q (dead-letter entry %s)%s", top, entry.ID, by(ctx))
 	if switchTo != nil {
 		msg += fmt.Sprintf(" on the current definition (%.12s, was %.12s)", switchTo.Hash, run.ChainHash)
 		run.ChainHash = switchTo.Hash

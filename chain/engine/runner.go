@@ -79,7 +79,7 @@ type runner struct {
 	sink recordSink
 
 	inbox     chan outcome
-	cancelReq chan struct{}
+	cancelReq chan string // who cancels, as " by WHO"
 	stopReq   chan struct{}
 	done      chan struct{} // closed when the loop has returned
 	err       error         // why the loop stopped early, if it did
@@ -227,7 +227,7 @@ func (e *Engine) newRunner(def *chain.Chain, cfg *chain.Config, run *store.Run, 
 		groups:     map[string]*group{},
 		owner:      map[string]*group{},
 		inbox:      make(chan outcome, 64),
-		cancelReq:  make(chan struct{}, 1),
+		cancelReq:  make(chan string, 1),
 		drainReq:   make(chan struct{}),
 		stopReq:    make(chan struct{}),
 		done:       make(chan struct{}),
@@ -329,8 +329,8 @@ func (r *runner) loop() {
 			r.receive(o)
 			r.drainInbox()
 		case <-wake:
-		case <-r.cancelReq:
-			r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled", Code: "cancelled"})
+		case who := <-r.cancelReq:
+			r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled" + who, Code: "cancelled"})
 		case <-drainReq:
 			r.draining = true
 			// Their intent is written; they go out on resume.

@@ -193,8 +193,10 @@ func (l *loader) gateway(t *table) {
 		l.cfg.Gateway.UI = decodeUI(ut)
 	}
 	if at, ok := t.sub("auth"); ok {
-		l.cfg.Gateway.Auth.Tokens = at.strings("tokens")
-		l.cfg.Gateway.Auth.ReadTokens = at.strings("read_tokens")
+		names := map[string]string{}
+		l.cfg.Gateway.Auth.Tokens = at.tokens("tokens", names)
+		l.cfg.Gateway.Auth.ReadTokens = at.tokens("read_tokens", names)
+		l.cfg.Gateway.Auth.Names = names
 		at.finish([]string{"tokens", "read_tokens"})
 	}
 	if f := t.str("secrets_file"); f != "" {
@@ -206,6 +208,45 @@ func (l *loader) gateway(t *table) {
 	l.cfg.Gateway.LeaseTTLSeconds = t.count("lease_ttl_seconds", "seconds")
 	l.cfg.Gateway.ShutdownGraceSeconds = t.count("shutdown_grace_seconds", "seconds")
 	t.finish([]string{"listen", "state", "limits", "fanout", "ui", "auth", "secrets_file", "lease_ttl_seconds", "shutdown_grace_seconds"})
+}
+
+// tokens reads an array of API tokens: each a string, or a table
+// { name = "...", token = "..." } that names its holder; names collects
+// the names by token.
+func (t *table) tokens(k string, names map[string]string) []string {
+	v, ok := t.value(k)
+	if !ok {
+		return nil
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		t.d.errorf(t.path.Key(k), "must be an array of tokens, got %s", describe(v))
+		return nil
+	}
+	var out []string
+	for i, e := range arr {
+		at := t.path.Key(k).Elem(i, "")
+		switch x := e.(type) {
+		case string:
+			if x == "" {
+				t.d.errorf(at, "must be a non-empty token")
+				continue
+			}
+			out = append(out, x)
+		case map[string]any:
+			tt := &table{d: t.d, path: at, m: x}
+			name, tok := tt.requiredStr("name"), tt.requiredStr("token")
+			tt.finish([]string{"name", "token"})
+			if name == "" || tok == "" {
+				continue
+			}
+			names[tok] = name
+			out = append(out, tok)
+		default:
+			t.d.errorf(at, "must be a token, or a table { name = \"...\", token = \"...\" }, got %s", describe(e))
+		}
+	}
+	return out
 }
 
 var uiBasePathRE = regexp.MustCompile(`^(/[A-Za-z0-9._~-]+)+$`)
