@@ -534,26 +534,30 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 	lastWrite := time.Now()
 	ctx, cancel := s.untilStop(r.Context())
 	defer cancel()
+	// Events are written as they come and sent a batch at a time, when the
+	// stream has caught up: one write for a commit's events, however many
+	// consoles follow the run.
+	unsent := false
 	err := s.ops.events(ctx, id, after, follow, func(ev store.Event) error {
 		if ev.Seq == 0 {
-			if time.Since(lastWrite) < heartbeat {
+			if !unsent && time.Since(lastWrite) < heartbeat {
 				return nil
 			}
 			holdOpen(w, streamWriteTimeout)
-			_, err := fmt.Fprint(w, ": heartbeat\n\n")
-			lastWrite = time.Now()
+			var err error
+			if !unsent {
+				_, err = fmt.Fprint(w, ": heartbeat\n\n")
+			}
+			unsent, lastWrite = false, time.Now()
 			if flusher != nil {
 				flusher.Flush()
 			}
 			return err
 		}
-		data, _ := jsonx.Marshal(EventOf(ev))
+		data := s.hub.eventJSON(ev)
 		holdOpen(w, streamWriteTimeout)
 		_, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data)
-		lastWrite = time.Now()
-		if flusher != nil {
-			flusher.Flush()
-		}
+		unsent = true
 		return err
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {

@@ -92,7 +92,7 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 	if run != nil {
 		href = c.base + "/runs/" + url.PathEscape(runID) + "/steps/" + n.Name
 	}
-	openLink(b, href, "node st-"+statusClass(status), n.Name)
+	openNode(b, href, "node st-"+statusClass(status), n.Name, n.Name)
 	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" rx="6"/>`, gLeft, p.y, p.w, p.h)
 	title := n.Name
 	kind := n.Kind
@@ -135,7 +135,7 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 			if run != nil {
 				chHref = c.base + "/runs/" + url.PathEscape(runID) + "/steps/" + n.Name + "/" + ch.Name
 			}
-			openLink(b, chHref, "node sub st-"+statusClass(ch.Status), ch.Name)
+			openNode(b, chHref, "node sub st-"+statusClass(ch.Status), ch.Name, n.Name+"/"+ch.Name)
 			fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" rx="5"/>`, x, cy, gChildW, gChildH)
 			fmt.Fprintf(b, `<text class="name" x="%d" y="%d">%s</text>`, x+8, cy+17, esc(short(ch.Name, 18)))
 			sub := ch.Kind
@@ -173,20 +173,29 @@ func (c *console) drawSplitBar(b *strings.Builder, p *placedNode, run *RunView, 
 	if s.Distributed {
 		label += " · on workers"
 	}
-	openLink(b, href, "split-bar", label)
+	fmt.Fprintf(b, `<a href="%s" class="split-bar" data-key="%s" data-x="%d" data-w="%d" data-total="%d" data-distributed="%t"><title>%s</title>`,
+		esc(href), esc(p.node.Name), x, w, s.Total, s.Distributed, esc(label))
 	at := x
 	for i, part := range parts {
 		pw := part.n * w / s.Total
 		if i == len(parts)-1 {
 			pw = x + w - at
 		}
-		if pw > 0 {
-			fmt.Fprintf(b, `<rect class="bar %s" x="%d" y="%d" width="%d" height="%d"><title>%d %s</title></rect>`, part.class, at, y, pw, gBarH, part.n, part.class)
-		}
+		fmt.Fprintf(b, `<rect class="bar %s" x="%d" y="%d" width="%d" height="%d"><title>%d %s</title></rect>`, part.class, at, y, max(pw, 0), gBarH, part.n, part.class)
 		at += pw
 	}
 	fmt.Fprintf(b, `<text class="bar-label" x="%d" y="%d">%s</text>`, x, y+gBarH+12, esc(label))
-	closeLink(b, href)
+	b.WriteString(`</a>`)
+}
+
+// openNode opens a step's node; data-key is the step's record key, by
+// which the page's script finds it when an event names the step.
+func openNode(b *strings.Builder, href, class, title, key string) {
+	if href != "" {
+		fmt.Fprintf(b, `<a href="%s" class="%s" data-key="%s"><title>%s</title>`, esc(href), esc(class), esc(key), esc(title))
+		return
+	}
+	fmt.Fprintf(b, `<g class="%s" data-key="%s"><title>%s</title>`, esc(class), esc(key), esc(title))
 }
 
 func openLink(b *strings.Builder, href, class, title string) {

@@ -284,22 +284,23 @@ type runView struct {
 const maxTimeline = 200
 
 func (c *console) runView(ctx context.Context, id string, sess *uiSession) (*runView, error) {
-	v, err := c.s.ops.Run(ctx, id, false)
+	run, d, err := c.s.ops.runDAG(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	d, err := c.s.ops.DAG(ctx, id)
-	if err != nil {
-		return nil, err
-	}
+	v := &RunView{Run: apiRun(run)}
 	def, _ := c.s.gw.Engine.Definition(ctx, v.Chain, v.ChainHash)
 	rv := &runView{View: v, Final: v.Final(), CanWrite: c.canWrite(sess), CSRF: sess.csrf, Base: c.base}
 	rv.Graph = c.graphSVG(d.Nodes, d.Edges, def, v, id)
-	err = c.s.ops.Events(ctx, id, 0, false, func(ev Event) error {
-		rv.Events = append(rv.Events, ev)
-		if len(rv.Events) > maxTimeline {
-			rv.Events = rv.Events[1:]
-			rv.Omitted++
+	// The latest events only: a long run's whole log is the API's.
+	after := uint64(0)
+	if run.Seq > maxTimeline {
+		after = run.Seq - maxTimeline
+		rv.Omitted = int(after)
+	}
+	err = c.s.ops.events(ctx, id, after, false, func(ev store.Event) error {
+		if ev.Seq != 0 {
+			rv.Events = append(rv.Events, EventOf(ev))
 		}
 		return nil
 	})

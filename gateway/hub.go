@@ -4,15 +4,29 @@ import (
 	"sync"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // Hub wakes whoever watches a run when one of its events is durable: the
-// API's event streams, which then read the events from the store. Only
-// the wake-up matters, so the engine never waits on a slow client.
+// API's and the console's event streams. It keeps a watched run's latest
+// events, so that streams following a run this gateway advances take them
+// from memory instead of each reading the store; a stream that finds a gap
+// reads the store. The engine never waits on a slow client.
 type Hub struct {
 	mu       sync.Mutex
 	watchers map[string]map[*Watch]struct{}
+	recent   map[string][]keptEvent
 }
+
+// keptEvent is an event the hub keeps, with its JSON once a stream has
+// encoded it: every stream following the run sends the same bytes.
+type keptEvent struct {
+	ev   store.Event
+	data []byte
+}
+
+// recentMax is how many of a watched run's latest events the hub keeps.
+const recentMax = 256
 
 // Watch is one subscription to a run's events. C holds at most one
 // wake-up, standing for every event published since it was last read.
@@ -24,13 +38,26 @@ type Watch struct {
 }
 
 // NewHub returns an empty hub.
-func NewHub() *Hub { return &Hub{watchers: map[string]map[*Watch]struct{}{}} }
+func NewHub() *Hub {
+	return &Hub{watchers: map[string]map[*Watch]struct{}{}, recent: map[string][]keptEvent{}}
+}
 
 // Publish wakes the run's watchers without blocking.
 func (h *Hub) Publish(ev store.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for w := range h.watchers[ev.RunID] {
+	ws := h.watchers[ev.RunID]
+	if len(ws) > 0 {
+		r := h.recent[ev.RunID]
+		if n := len(r); n > 0 && r[n-1].ev.Seq+1 != ev.Seq {
+			r = r[:0] // a gap: what is kept must run without one
+		}
+		if len(r) == recentMax {
+			r = append(r[:0], r[1:]...)
+		}
+		h.recent[ev.RunID] = append(r, keptEvent{ev: ev})
+	}
+	for w := range ws {
 		select {
 		case w.c <- struct{}{}:
 		default: // already woken
@@ -59,5 +86,56 @@ func (w *Watch) Close() {
 	delete(h.watchers[w.runID], w)
 	if len(h.watchers[w.runID]) == 0 {
 		delete(h.watchers, w.runID)
+		delete(h.recent, w.runID)
 	}
+}
+
+// since returns the run's events after seq from memory, and whether memory
+// has them all: false when the events kept do not reach back to seq+1.
+func (h *Hub) since(runID string, seq uint64) ([]store.Event, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.recent[runID]
+	if len(r) == 0 || r[0].ev.Seq > seq+1 {
+		return nil, false
+	}
+	var out []store.Event
+	for _, k := range r {
+		if k.ev.Seq > seq {
+			out = append(out, k.ev)
+		}
+	}
+	return out, true
+}
+
+// eventJSON is ev as a stream sends it, encoded once for every stream
+// while the hub keeps the event.
+func (h *Hub) eventJSON(ev store.Event) []byte {
+	h.mu.Lock()
+	k := h.kept(ev)
+	if k != nil && k.data != nil {
+		data := k.data
+		h.mu.Unlock()
+		return data
+	}
+	h.mu.Unlock()
+	data, _ := jsonx.Marshal(EventOf(ev))
+	h.mu.Lock()
+	if k := h.kept(ev); k != nil {
+		k.data = data
+	}
+	h.mu.Unlock()
+	return data
+}
+
+// kept finds ev among the events kept; the caller holds mu.
+func (h *Hub) kept(ev store.Event) *keptEvent {
+	r := h.recent[ev.RunID]
+	if len(r) == 0 || ev.Seq < r[0].ev.Seq {
+		return nil
+	}
+	if i := int(ev.Seq - r[0].ev.Seq); i < len(r) && r[i].ev.Seq == ev.Seq {
+		return &r[i]
+	}
+	return nil
 }

@@ -134,8 +134,15 @@ func (l *Local) CancelRun(ctx context.Context, id string) error {
 // when they may come from another gateway.
 const eventPoll = 250 * time.Millisecond
 
+// heldPoll is how often a followed run this gateway advances is read from
+// the store all the same.
+const heldPoll = 2 * time.Second
+
 // Events implements Ops.
 func (l *Local) Events(ctx context.Context, id string, after uint64, follow bool, fn func(Event) error) error {
+	if _, err := l.GW.Store.Run(ctx, id); err != nil {
+		return err
+	}
 	return l.events(ctx, id, after, follow, func(ev store.Event) error {
 		if ev.Seq == 0 {
 			return nil
@@ -144,21 +151,29 @@ func (l *Local) Events(ctx context.Context, id string, after uint64, follow bool
 	})
 }
 
-// events is Events, calling fn with a zero Event at every quiet wait so a
-// stream can send heartbeats.
+// events is Events for a run known to exist, calling fn with a zero Event
+// whenever it has delivered
+// what there is and waits for more, so that a stream writes a batch of
+// events at once and sends heartbeats while the run is quiet.
 func (l *Local) events(ctx context.Context, id string, after uint64, follow bool, fn func(store.Event) error) error {
-	if _, err := l.GW.Store.Run(ctx, id); err != nil {
-		return err
-	}
 	var w *Watch
 	if follow && l.Hub != nil {
 		w = l.Hub.Watch(id)
 		defer w.Close()
 	}
+	fromStore := true
 	for {
-		evs, err := l.GW.Store.Events(ctx, id, after, 0)
-		if err != nil {
-			return err
+		var evs []store.Event
+		if !fromStore {
+			var whole bool
+			evs, whole = l.Hub.since(id, after)
+			fromStore = !whole
+		}
+		if fromStore {
+			var err error
+			if evs, err = l.GW.Store.Events(ctx, id, after, 0); err != nil {
+				return err
+			}
 		}
 		// The last event decides: a run that failed and was replayed from
 		// the dead-letter queue has an end event in its history but goes on.
@@ -173,23 +188,39 @@ func (l *Local) events(ctx context.Context, id string, after uint64, follow bool
 		if !follow || ended {
 			return nil
 		}
-		if len(evs) == 0 {
+		if len(evs) > 0 {
+			// What there is has been delivered: a stream sends it now.
+			if err := fn(store.Event{}); err != nil {
+				return err
+			}
+		}
+		if len(evs) == 0 && fromStore {
+			// A run that ended elsewhere with no event to say so, as a
+			// damaged or hand-edited one might.
 			if run, err := l.GW.Store.Run(ctx, id); err == nil && run.Status.Final() {
 				return nil
 			}
 		}
-		// Wait for news: an event here, or a poll for other gateways'.
-		wait := time.NewTimer(eventPoll)
+		// Wait for news: an event here, or a poll for other gateways'. A
+		// run this gateway advances publishes every event here, so its
+		// store is read only now and then, in case it is taken over.
+		poll := eventPoll
+		if w != nil && l.GW.Engine.Advancing(id) {
+			poll = heldPoll
+		}
+		wait := time.NewTimer(poll)
 		select {
 		case <-ctx.Done():
 			wait.Stop()
 			return ctx.Err()
 		case <-wait.C:
+			fromStore = true
 			if err := fn(store.Event{}); err != nil {
 				return err
 			}
 		case <-watchC(w):
 			wait.Stop()
+			fromStore = w == nil
 		}
 	}
 }
@@ -213,13 +244,20 @@ func runEnded(t store.EventType) bool {
 
 // DAG implements Ops.
 func (l *Local) DAG(ctx context.Context, id string) (*DAG, error) {
+	_, d, err := l.runDAG(ctx, id)
+	return d, err
+}
+
+// runDAG reads a run and its step records once, for its record and its
+// DAG together.
+func (l *Local) runDAG(ctx context.Context, id string) (*store.Run, *DAG, error) {
 	run, err := l.GW.Store.Run(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	def, err := l.GW.Engine.Definition(ctx, run.Chain, run.ChainHash)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	recs := map[string]*store.StepRecord{}
 	err = l.GW.Store.ForEachStep(ctx, id, store.StepScan{SkipItems: true}, func(rec *store.StepRecord) error {
@@ -227,10 +265,10 @@ func (l *Local) DAG(ctx context.Context, id string) (*DAG, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	g := def.Graph()
-	return &DAG{Run: run.ID, Chain: run.Chain, Nodes: dagNodes(g.Nodes, "", recs), Edges: g.Edges}, nil
+	return run, &DAG{Run: run.ID, Chain: run.Chain, Nodes: dagNodes(g.Nodes, "", recs), Edges: g.Edges}, nil
 }
 
 func dagNodes(nodes []*chain.Node, prefix string, recs map[string]*store.StepRecord) []*DAGNode {

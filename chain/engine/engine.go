@@ -722,6 +722,10 @@ func (e *Engine) active(id string) *runner {
 	return e.runners[id]
 }
 
+// Advancing reports whether this engine advances the run now: every event
+// the run gets, it gets from here.
+func (e *Engine) Advancing(id string) bool { return e.active(id) != nil }
+
 // Wait blocks until the run reaches a final status and returns its record.
 // A run this engine does not advance, or stopped advancing because another
 // took it over, returns its stored record with ErrNotActive unless final.

@@ -60,6 +60,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "split" {
 		return runSplit(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "console" {
+		return runConsole(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "providers" {
 		return runProviders(ctx, args[1:], stdout, stderr)
 	}

@@ -3,7 +3,8 @@
 "use strict";
 
 (function () {
-  const pollEvery = 2000;
+  const pollEvery = 2000; // while the stream is broken
+  const timelineMax = 200;
 
   // swap replaces el's content with the HTML at url, when it answers.
   async function swap(el, url) {
@@ -12,14 +13,23 @@
     el.innerHTML = await resp.text();
   }
 
-  // followRun keeps the run page's live part current: it refreshes on
-  // every event from the run's stream, and by polling while the stream is
-  // broken. The badge says which.
+  const stepStatus = {
+    step_started: "running", step_succeeded: "succeeded", step_failed: "failed", step_skipped: "skipped",
+    step_retrying: "pending", step_timed_out: "timed-out", step_cancelled: "cancelled",
+  };
+  const runEnds = ["run_succeeded", "run_failed", "run_cancelled", "run_timed_out"];
+
+  // followRun keeps the run page current. Each event from the run's stream
+  // is applied where it lands (a node's status, a split's bar, a line of
+  // the timeline); the server renders the whole again only when the run
+  // ends, when the stream comes back after a break, and every two seconds
+  // while it is broken.
   function followRun(live) {
     const badge = document.getElementById("badge");
-    const setBadge = (state, text) => { badge.dataset.state = state; badge.textContent = text; };
-    let source = null, poller = null, pending = false, brokenSince = 0, retry = null;
-    const ended = () => live.querySelector(".run-meta[data-final='true']") !== null;
+    const setBadge = (state) => { badge.dataset.state = state; badge.textContent = state; };
+    let source = null, poller = null, retry = null, brokenSince = 0, pending = false, opened = false;
+    const meta = () => live.querySelector(".run-meta");
+    const ended = () => meta() !== null && meta().dataset.final === "true";
 
     async function refresh() {
       if (pending) return;
@@ -30,35 +40,101 @@
         if (ended()) stop();
       }, 250);
     }
+
     function stop() {
       if (source) source.close();
-      if (poller) clearInterval(poller);
-      if (retry) clearTimeout(retry);
+      clearInterval(poller);
+      clearTimeout(retry);
       source = poller = retry = null;
-      setBadge("ended", "ended");
+      setBadge("ended");
     }
+
+    function nodeOf(key) {
+      for (const n of live.querySelectorAll("[data-key]")) {
+        if (n.dataset.key === key && !n.classList.contains("split-bar")) return n;
+      }
+      return null;
+    }
+
+    function setBar(key, d) {
+      let bar = null;
+      for (const b of live.querySelectorAll(".split-bar")) if (b.dataset.key === key) bar = b;
+      if (!bar || !d.total) return;
+      const x = +bar.dataset.x, w = +bar.dataset.w, total = d.total;
+      const processed = d.succeeded + d.failed + d.skipped;
+      const parts = { succeeded: d.succeeded, failed: d.failed, skipped: d.skipped, running: 0, pending: total - processed };
+      let at = x;
+      for (const cls of ["succeeded", "failed", "skipped", "running", "pending"]) {
+        const r = bar.querySelector("rect.bar." + cls);
+        if (!r) continue;
+        const pw = cls === "pending" ? x + w - at : Math.floor(parts[cls] * w / total);
+        r.setAttribute("x", at);
+        r.setAttribute("width", Math.max(pw, 0));
+        at += pw;
+      }
+      const label = bar.querySelector(".bar-label");
+      if (label) {
+        label.textContent = processed + "/" + total + " items: " + d.succeeded + " succeeded, " + d.failed + " failed, " +
+          d.skipped + " filtered" + (bar.dataset.distributed === "true" ? " · on workers" : "");
+      }
+    }
+
+    function addLine(ev) {
+      const ol = live.querySelector("ol.timeline");
+      if (!ol) return;
+      const li = document.createElement("li");
+      li.className = "ev ev-" + ev.type;
+      const span = (cls, text) => { const s = document.createElement("span"); s.className = cls; s.textContent = text; return s; };
+      li.append(span("t", new Date(ev.time).toISOString().replace("T", " ")), " ", span("type", ev.type));
+      if (ev.step) li.append(" ", span("step", ev.step));
+      if (ev.attempt > 1) li.append(" (attempt " + ev.attempt + ")");
+      if (ev.message) li.append(": " + ev.message);
+      ol.prepend(li);
+      while (ol.children.length > timelineMax) ol.lastElementChild.remove();
+    }
+
+    function apply(msg) {
+      let ev;
+      try { ev = JSON.parse(msg.data); } catch (e) { return; }
+      const m = meta();
+      if (m && ev.seq <= +m.dataset.seq) return; // already on the page
+      if (m) m.dataset.seq = ev.seq;
+      const st = stepStatus[ev.type];
+      const node = ev.step ? nodeOf(ev.step) : null;
+      if (st && node) {
+        for (const c of Array.from(node.classList)) if (c.startsWith("st-")) node.classList.remove(c);
+        node.classList.add("st-" + st);
+      }
+      if (ev.type === "step_progress" && ev.data) setBar(ev.step, ev.data);
+      addLine(ev);
+      if (runEnds.includes(ev.type)) refresh();
+    }
+
     function startPolling() {
       if (poller) return;
-      setBadge("polling", "polling");
+      setBadge("polling");
       poller = setInterval(refresh, pollEvery);
-      // Try the stream again now and then.
-      retry = setTimeout(() => { retry = null; connect(); }, 10000);
+      retry = setTimeout(() => { retry = null; connect(); }, 10000); // the stream, again
     }
+
     function connect() {
       if (ended()) { stop(); return; }
       if (source) source.close();
       source = new EventSource(live.dataset.stream);
       source.onopen = () => {
         brokenSince = 0;
-        if (poller) { clearInterval(poller); poller = null; }
-        setBadge("live", "live");
-        refresh();
+        clearInterval(poller);
+        poller = null;
+        setBadge("live");
+        // The page was rendered just before the first opening; after a
+        // break, what happened meanwhile is rendered again.
+        if (opened) refresh();
+        opened = true;
       };
-      source.onmessage = refresh;
-      for (const t of ["run_started", "run_resumed", "run_replayed", "run_succeeded", "run_failed", "run_cancelled", "run_timed_out",
-        "step_started", "step_succeeded", "step_failed", "step_skipped", "step_retrying", "step_timed_out", "step_cancelled",
-        "step_progress", "dead_lettered", "split_fanout_started", "split_items_enqueued", "split_fanin_completed"]) {
-        source.addEventListener(t, refresh);
+      source.onmessage = apply;
+      for (const t of Object.keys(stepStatus).concat(runEnds, ["run_started", "run_resumed", "run_replayed", "step_progress",
+        "dead_lettered", "split_fanout_started", "split_items_enqueued", "split_fanin_completed"])) {
+        source.addEventListener(t, apply);
       }
       source.onerror = () => {
         if (ended()) { stop(); return; }
@@ -68,11 +144,12 @@
           source = null;
           startPolling();
         } else {
-          setBadge("reconnecting", "reconnecting");
+          setBadge("reconnecting");
         }
       };
     }
-    if (ended()) { setBadge("ended", "ended"); return; }
+
+    if (ended()) { setBadge("ended"); return; }
     connect();
   }
 
