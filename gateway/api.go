@@ -37,6 +37,7 @@ func (s *Server) Handler() http.Handler {
 
 	route("GET /v1/runs", readAccess, s.listRuns)
 	route("GET /v1/runs/{id}", readAccess, s.getRun)
+	route("GET /v1/events", readAccess, s.runChanges)
 	route("POST /v1/runs/{id}/cancel", writeAccess, s.cancelRun)
 	route("GET /v1/runs/{id}/events", readAccess, s.runEvents)
 	route("GET /v1/runs/{id}/dag", readAccess, s.runDAG)
@@ -562,6 +563,55 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		s.log.Debug("event stream ended", "run", id, "err", err)
+	}
+}
+
+// runChanges streams, as Server-Sent Events, every run's status changes
+// that this gateway makes: runs starting, resuming, replayed, ending. A
+// client that falls behind gets a "resync" event and reads the runs again.
+// Runs advanced by other gateways on the same store do not appear here.
+func (s *Server) runChanges(w http.ResponseWriter, r *http.Request) {
+	watch := s.hub.WatchRuns()
+	defer watch.Close()
+	holdOpen(w, streamWriteTimeout)
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	ctx, cancel := s.untilStop(r.Context())
+	defer cancel()
+	beat := time.NewTicker(heartbeat)
+	defer beat.Stop()
+	send := func(format string, args ...any) bool {
+		holdOpen(w, streamWriteTimeout)
+		if _, err := fmt.Fprintf(w, format, args...); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return true
+	}
+	if !send(": following every run's status\n\n") {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-beat.C:
+			if !send(": heartbeat\n\n") {
+				return
+			}
+		case ev := <-watch.C:
+			if watch.Lost() && !send("event: resync\ndata: {}\n\n") {
+				return
+			}
+			if !send("event: %s\ndata: %s\n\n", ev.Type, s.hub.eventJSON(ev)) {
+				return
+			}
+		}
 	}
 }
 

@@ -77,6 +77,7 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("GET "+b+"/{$}", c.signedIn(false, c.nowPage))
 	mux.HandleFunc("GET "+b+"/runs", c.signedIn(false, c.runsPage))
 	mux.HandleFunc("GET "+b+"/runs/{id}", c.signedIn(false, c.runPage))
+	mux.HandleFunc("GET "+b+"/runs-stream", c.signedIn(false, func(w http.ResponseWriter, r *http.Request, _ *uiSession) { c.s.runChanges(w, r) }))
 	mux.HandleFunc("GET "+b+"/runs/{id}/live", c.signedIn(false, c.runLive))
 	mux.HandleFunc("GET "+b+"/runs/{id}/stream", c.signedIn(false, c.runStream))
 	mux.HandleFunc("GET "+b+"/runs/{id}/steps/{key...}", c.signedIn(false, c.stepPage))

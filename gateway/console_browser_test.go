@@ -188,6 +188,22 @@ func TestBrowserDistributedSplitMoves(t *testing.T) {
 	poll(t, ctx, "the split's end", barLabel+`.startsWith('60/60 items: 57 succeeded, 3 failed')`)
 }
 
+// TestBrowserRunsListLive keeps the runs list open while a run starts and
+// ends: its row appears, then shows the run's end, with no reload.
+func TestBrowserRunsListLive(t *testing.T) {
+	env := newConsoleAPI(t, "")
+	ctx := chrome(t)
+	do(t, ctx, "opening the runs", chromedp.Navigate(env.url+"/ui/runs?chain=fleet"), chromedp.WaitVisible(chromedp.CSS("#runs")))
+	eval[bool](t, ctx, `window.__sameDocument = true`)
+	id := startRun(t, env, "fleet", strings.Replace(fleetPayload(10), `{"hosts"`, `{"sleep_ms": 400, "hosts"`, 1))
+	row := fmt.Sprintf(`document.querySelector('#runs a[href$="/runs/%s"]')`, id)
+	poll(t, ctx, "the new run's row", row+` !== null`)
+	poll(t, ctx, "the run's end in its row", row+` && `+row+`.closest('tr').dataset.status === 'succeeded'`)
+	if !eval[bool](t, ctx, `window.__sameDocument === true`) {
+		t.Fatal("the page was reloaded")
+	}
+}
+
 // TestBrowserCancelStopsRun cancels a running run from its page.
 func TestBrowserCancelStopsRun(t *testing.T) {
 	env := newConsoleAPI(t, "")

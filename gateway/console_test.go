@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -531,5 +533,40 @@ func TestActionsNamedInEvents(t *testing.T) {
 	}
 	if msg := lastEvent(failed, "run_replayed"); !strings.HasSuffix(msg, "by alice (console)") {
 		t.Errorf("the console's replay is recorded as %q", msg)
+	}
+}
+
+// TestRunChangesStream follows GET /v1/events while a run starts and ends.
+func TestRunChangesStream(t *testing.T) {
+	env := newAPI(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.url+"/v1/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("GET /v1/events: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Scan() // the opening comment: the stream is following
+	id := startWait(t, env, "hello", `{}`)
+	var seen []string
+	for sc.Scan() && len(seen) < 2 {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var ev gateway.Event
+			if err := json.Unmarshal([]byte(data), &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.RunID != id {
+				t.Errorf("an event of run %s, want %s", ev.RunID, id)
+			}
+			seen = append(seen, ev.Type)
+		}
+	}
+	if strings.Join(seen, ",") != "run_started,run_succeeded" {
+		t.Errorf("the stream carried %v, want the run's start and end and no step's", seen)
 	}
 }

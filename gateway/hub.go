@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/chaingate/gateway/chain/store"
@@ -16,7 +17,22 @@ type Hub struct {
 	mu       sync.Mutex
 	watchers map[string]map[*Watch]struct{}
 	recent   map[string][]keptEvent
+	// runWatchers follow every run's status changes.
+	runWatchers map[*RunWatch]struct{}
 }
+
+// RunWatch follows the status changes of every run this gateway advances:
+// a run starting, resuming, being replayed, or ending. C drops what a slow
+// reader has not taken, and Lost says so, so that the reader reads again.
+type RunWatch struct {
+	C    <-chan store.Event
+	c    chan store.Event
+	lost bool
+	hub  *Hub
+}
+
+// runWatchBuffer is how many status changes a run watch holds unread.
+const runWatchBuffer = 256
 
 // keptEvent is an event the hub keeps, with its JSON once a stream has
 // encoded it: every stream following the run sends the same bytes.
@@ -39,7 +55,7 @@ type Watch struct {
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	return &Hub{watchers: map[string]map[*Watch]struct{}{}, recent: map[string][]keptEvent{}}
+	return &Hub{watchers: map[string]map[*Watch]struct{}{}, recent: map[string][]keptEvent{}, runWatchers: map[*RunWatch]struct{}{}}
 }
 
 // Publish wakes the run's watchers without blocking.
@@ -56,6 +72,15 @@ func (h *Hub) Publish(ev store.Event) {
 			r = append(r[:0], r[1:]...)
 		}
 		h.recent[ev.RunID] = append(r, keptEvent{ev: ev})
+	}
+	if strings.HasPrefix(string(ev.Type), "run_") {
+		for w := range h.runWatchers {
+			select {
+			case w.c <- ev:
+			default:
+				w.lost = true
+			}
+		}
 	}
 	for w := range ws {
 		select {
@@ -88,6 +113,32 @@ func (w *Watch) Close() {
 		delete(h.watchers, w.runID)
 		delete(h.recent, w.runID)
 	}
+}
+
+// WatchRuns follows every run's status changes; Close ends it.
+func (h *Hub) WatchRuns() *RunWatch {
+	c := make(chan store.Event, runWatchBuffer)
+	w := &RunWatch{C: c, c: c, hub: h}
+	h.mu.Lock()
+	h.runWatchers[w] = struct{}{}
+	h.mu.Unlock()
+	return w
+}
+
+// Lost reports, once, that changes were dropped since it was last asked.
+func (w *RunWatch) Lost() bool {
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	lost := w.lost
+	w.lost = false
+	return lost
+}
+
+// Close ends the watch.
+func (w *RunWatch) Close() {
+	w.hub.mu.Lock()
+	delete(w.hub.runWatchers, w)
+	w.hub.mu.Unlock()
 }
 
 // since returns the run's events after seq from memory, and whether memory

@@ -153,9 +153,24 @@
     connect();
   }
 
-  // followList refreshes a list that asks to be kept live.
+  // followList keeps the runs list current: it renders the list again
+  // when a run starts or ends, as the stream of every run's status says,
+  // and every few seconds while that stream is broken (or for runs other
+  // gateways advance, which it does not carry).
   function followList(el) {
-    setInterval(() => { swap(el, el.dataset.live).catch(() => {}); }, 3000);
+    let pending = false, source = null;
+    const refresh = () => {
+      if (pending) return;
+      pending = true;
+      setTimeout(() => { pending = false; swap(el, el.dataset.live).catch(() => {}); }, 500);
+    };
+    setInterval(() => { if (!source || source.readyState !== EventSource.OPEN) refresh(); }, 3000);
+    setInterval(refresh, 30000);
+    if (el.dataset.stream) {
+      source = new EventSource(el.dataset.stream);
+      source.onmessage = refresh;
+      for (const t of ["resync"].concat(runEnds, ["run_started", "run_resumed", "run_replayed"])) source.addEventListener(t, refresh);
+    }
   }
 
   document.addEventListener("DOMContentLoaded", () => {
