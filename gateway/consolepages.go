@@ -102,7 +102,7 @@ func normaliseError(msg string) string {
 func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
 	ctx := r.Context()
 	ops := c.s.ops
-	v := &nowView{Since: failureWindow.String(), Calls: map[string][2]float64{}, FanStats: map[string]float64{}, Fanout: c.s.gw.Fanout != nil}
+	v := &nowView{Since: "15 minutes", Calls: map[string][2]float64{}, FanStats: map[string]float64{}, Fanout: c.s.gw.Fanout != nil}
 	since := time.Now().Add(-failureWindow)
 	failed, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunFailed, Since: since, Limit: MaxPageLimit})
 	if err != nil {

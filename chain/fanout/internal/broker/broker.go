@@ -168,8 +168,17 @@ func (b *Broker) Close() error {
 func (b *Broker) Depth(ctx context.Context, q Queue) (int, error) {
 	for attempt := 1; ; attempt++ {
 		n, err := b.depth(ctx, q)
-		if err == nil || !errors.Is(err, amqp.ErrClosed) || attempt == 3 || ctx.Err() != nil {
+		// A connection the server closed shows as amqp.ErrClosed, or, when
+		// the socket went first, as net.ErrClosed; the client notices a
+		// moment later, so the next try waits that moment.
+		closed := errors.Is(err, amqp.ErrClosed) || errors.Is(err, net.ErrClosed)
+		if err == nil || !closed || attempt == 3 || ctx.Err() != nil {
 			return n, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, err
+		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
 		}
 	}
 }
