@@ -204,6 +204,24 @@ func TestBrowserRunsListLive(t *testing.T) {
 	}
 }
 
+// TestBrowserStepPanel opens a step's panel beside the graph.
+func TestBrowserStepPanel(t *testing.T) {
+	env := newConsoleAPI(t, "")
+	ctx := chrome(t)
+	id := startWait(t, env, "hello", `{"who": "ops"}`)
+	do(t, ctx, "opening the step's panel", chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("svg.graph")),
+		chromedp.Click(chromedp.CSS(`a.node[data-key="greet"]`)), chromedp.WaitVisible(chromedp.CSS("#panel .step-panel")))
+	text := eval[string](t, ctx, `document.getElementById('panel').textContent`)
+	for _, want := range []string{"dedup key", id + "/greet", "hello ops"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the panel does not show %q:\n%s", want, text)
+		}
+	}
+	if loc := eval[string](t, ctx, `location.pathname`); loc != "/ui/runs/"+id {
+		t.Errorf("the page went to %s; the panel opens in place", loc)
+	}
+}
+
 // TestBrowserCancelStopsRun cancels a running run from its page.
 func TestBrowserCancelStopsRun(t *testing.T) {
 	env := newConsoleAPI(t, "")

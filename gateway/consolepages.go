@@ -374,6 +374,10 @@ func (c *console) stepPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		sv.Node = def.Step(rec.Name)
 	}
 	sv.Waiting = waitingOn(rec, sv.Node, v)
+	if r.URL.Query().Get("fragment") == "1" {
+		c.render(w, http.StatusOK, "step-panel", sv)
+		return
+	}
 	c.page(w, r, sess, "step.html", "Step "+key, "runs", sv)
 }
 

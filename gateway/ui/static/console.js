@@ -28,6 +28,7 @@
     const badge = document.getElementById("badge");
     const setBadge = (state) => { badge.dataset.state = state; badge.textContent = state; };
     let source = null, poller = null, retry = null, brokenSince = 0, pending = false, opened = false;
+    let panelFollows = () => {};
     const meta = () => live.querySelector(".run-meta");
     const ended = () => meta() !== null && meta().dataset.final === "true";
 
@@ -107,6 +108,7 @@
       }
       if (ev.type === "step_progress" && ev.data) setBar(ev.step, ev.data);
       addLine(ev);
+      panelFollows(ev);
       if (runEnds.includes(ev.type)) refresh();
     }
 
@@ -145,6 +147,35 @@
           startPolling();
         } else {
           setBadge("reconnecting");
+        }
+      };
+    }
+
+    // A step's panel opens beside the graph, and follows the step.
+    const panel = document.getElementById("panel");
+    async function showPanel(href, key) {
+      const resp = await fetch(href + "?fragment=1", { credentials: "same-origin" });
+      if (!resp.ok) return;
+      panel.innerHTML = await resp.text();
+      const close = document.createElement("button");
+      close.className = "close";
+      close.textContent = "close";
+      close.onclick = () => { panel.hidden = true; panel.dataset.key = ""; };
+      panel.prepend(close);
+      panel.dataset.key = key;
+      panel.dataset.href = href;
+      panel.hidden = false;
+    }
+    if (panel) {
+      live.addEventListener("click", (e) => {
+        const a = e.target.closest("a.node");
+        if (!a || e.ctrlKey || e.metaKey || e.shiftKey) return;
+        e.preventDefault();
+        showPanel(a.getAttribute("href"), a.dataset.key);
+      });
+      panelFollows = (ev) => {
+        if (!panel.hidden && ev.step && (ev.step === panel.dataset.key || ev.step.startsWith(panel.dataset.key + "/"))) {
+          showPanel(panel.dataset.href, panel.dataset.key);
         }
       };
     }
