@@ -510,17 +510,22 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 	if last == "" {
 		last, source = r.URL.Query().Get("after"), "after"
 	}
-	if last != "" {
+	fromNow := last == "now" && source == "after"
+	if last != "" && !fromNow {
 		n, err := strconv.ParseUint(last, 10, 64)
 		if err != nil {
-			s.writeError(w, r, badRequest("invalid_parameter", "%s %q is not an event sequence number", source, last))
+			s.writeError(w, r, badRequest("invalid_parameter", "%s %q is not an event sequence number (or, for after, now)", source, last))
 			return
 		}
 		after = n
 	}
-	if _, err := s.gw.Store.Run(r.Context(), id); err != nil {
+	run, err := s.gw.Store.Run(r.Context(), id)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	if fromNow {
+		after = run.Seq
 	}
 	holdOpen(w, streamWriteTimeout)
 	flusher, _ := w.(http.Flusher)
@@ -539,7 +544,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 	// stream has caught up: one write for a commit's events, however many
 	// consoles follow the run.
 	unsent := false
-	err := s.ops.events(ctx, id, after, follow, func(ev store.Event) error {
+	err = s.ops.events(ctx, id, after, follow, func(ev store.Event) error {
 		if ev.Seq == 0 {
 			if !unsent && time.Since(lastWrite) < heartbeat {
 				return nil

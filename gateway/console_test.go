@@ -570,3 +570,17 @@ func TestRunChangesStream(t *testing.T) {
 		t.Errorf("the stream carried %v, want the run's start and end and no step's", seen)
 	}
 }
+
+// TestEventsAfterNow follows a finished run's events from now: nothing
+// of its history comes.
+func TestEventsAfterNow(t *testing.T) {
+	env := newAPI(t, "")
+	id := startWait(t, env, "hello", `{}`)
+	code, _, body := env.call("GET", "/v1/runs/"+id+"/events?after=now&follow=false", "", nil, nil)
+	if code != http.StatusOK || strings.Contains(body, "data:") {
+		t.Errorf("after=now: %d %q", code, body)
+	}
+	if code, _, _ := env.call("GET", "/v1/runs/"+id+"/events?after=later", "", nil, nil); code != http.StatusBadRequest {
+		t.Errorf("after=later answered %d, want 400", code)
+	}
+}

@@ -62,7 +62,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	stepMS := fs.Int("step-ms", 100, "how long each step's call takes")
 	duration := fs.Duration("duration", 15*time.Second, "how long each phase is measured")
 	profile := fs.String("profile", "", "write the gateway's CPU profile to this file")
-	pages := fs.Bool("pages", true, "open each run's page before following it; false follows the stream alone")
+	pages := fs.Bool("pages", true, "open each run's page before following it; false follows the stream alone, from its next event")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -219,7 +219,7 @@ func (l *tickerLoad) follow(ctx context.Context, n int) {
 			sleep(ctx, 50*time.Millisecond)
 			continue
 		}
-		stream := "/ui/runs/" + id + "/stream"
+		stream := "/ui/runs/" + id + "/stream?after=now"
 		if l.pages {
 			var err error
 			if stream, err = l.openPage(ctx, c, id); err != nil {
