@@ -199,11 +199,16 @@ type ItemPage struct {
 	Items   []*Item `json:"items"`
 }
 
-// Item is one finished item of a split: its result or its error.
+// Item is one finished item of a split: its input, its result or its
+// error, and the most attempts any of its steps took.
 type Item struct {
-	Index  int             `json:"index"`
-	Key    string          `json:"key"`
-	Status string          `json:"status"`
-	Body   json.RawMessage `json:"body,omitempty"`
-	Error  *ErrorInfo      `json:"error,omitempty"`
+	Index  int    `json:"index"`
+	Key    string `json:"key"`
+	Status string `json:"status"`
+	// Input is the item as the split's items template renders it from the
+	// run; absent for a split inside another split's item.
+	Input    json.RawMessage `json:"input,omitempty"`
+	Body     json.RawMessage `json:"body,omitempty"`
+	Error    *ErrorInfo      `json:"error,omitempty"`
+	Attempts int             `json:"attempts"`
 }

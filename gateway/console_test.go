@@ -377,7 +377,11 @@ func TestSplitItemsAPI(t *testing.T) {
 	}
 	env.call("GET", "/v1/runs/"+id+"/items?split=check&status=failed&offset=1", "", nil, &page)
 	if len(page.Items) != 1 || page.Items[0].Index != 20 || page.Items[0].Error == nil {
-		t.Errorf("second page: %+v", page.Items)
+		t.Fatalf("second page: %+v", page.Items)
+	}
+	var input map[string]string
+	if err := json.Unmarshal(page.Items[0].Input, &input); err != nil || input["host"] != "host-20" || input["fail"] != "host-20 unreachable" || page.Items[0].Attempts != 1 {
+		t.Errorf("item 20's input %s (%v), attempts %d", page.Items[0].Input, err, page.Items[0].Attempts)
 	}
 	for _, q := range []string{"", "?split=check&status=running", "?split=check&limit=0", "?split=nope"} {
 		code, _, _ := env.call("GET", "/v1/runs/"+id+"/items"+q, "", nil, nil)

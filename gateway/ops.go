@@ -320,7 +320,31 @@ func (l *Local) SplitItems(ctx context.Context, id, split, status string, offset
 		page.Matched++
 		return nil
 	})
-	return page, err
+	if err != nil || len(page.Items) == 0 {
+		return page, err
+	}
+	indexes := make([]int, len(page.Items))
+	for i, it := range page.Items {
+		indexes[i] = it.Index
+		err := l.GW.Store.ForEachStep(ctx, id, store.StepScan{Prefix: it.Key + "/"}, func(r *store.StepRecord) error {
+			it.Attempts = max(it.Attempts, r.Attempts)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		it.Attempts = max(it.Attempts, 1)
+	}
+	// Inputs are the items template's, rendered again; secrets it reads are
+	// hidden as everywhere else.
+	if inputs, err := l.GW.Engine.SplitItemValues(ctx, id, split, indexes); err == nil {
+		for _, it := range page.Items {
+			if in, ok := inputs[it.Index]; ok {
+				it.Input = l.GW.Redactor.JSON(in)
+			}
+		}
+	}
+	return page, nil
 }
 
 // ListDLQ implements Ops.
