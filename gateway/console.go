@@ -37,6 +37,8 @@ const DefaultUIBasePath = "/ui"
 const (
 	sessionCookie = "chaingate_console"
 	sessionTTL    = 12 * time.Hour
+	// maxSessions bounds the sessions kept at once.
+	maxSessions = 10000
 )
 
 // console serves the web UI of one Server.
@@ -243,10 +245,20 @@ func (c *console) newSession(w http.ResponseWriter, r *http.Request, write bool,
 	id, csrf := randomToken(), randomToken()
 	sess := &uiSession{who: who, write: write, csrf: csrf, expires: time.Now().Add(sessionTTL)}
 	c.mu.Lock()
-	now := time.Now()
-	for k, v := range c.sessions {
-		if now.After(v.expires) {
-			delete(c.sessions, k)
+	if len(c.sessions) >= maxSessions {
+		// Expired sessions go first; past the cap, the one to expire
+		// soonest, so that clients without cookies cannot grow the map.
+		now := time.Now()
+		var oldest string
+		for k, v := range c.sessions {
+			if now.After(v.expires) {
+				delete(c.sessions, k)
+			} else if oldest == "" || v.expires.Before(c.sessions[oldest].expires) {
+				oldest = k
+			}
+		}
+		if len(c.sessions) >= maxSessions {
+			delete(c.sessions, oldest)
 		}
 	}
 	c.sessions[id] = sess
