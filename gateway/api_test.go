@@ -404,11 +404,27 @@ tokens = ["writer"]
 }
 
 // readSSE reads events from a stream until the run ends or n events came.
+// waitRunEnd waits, up to 30 s, for a run to end and returns its view.
+func waitRunEnd(t *testing.T, env *apiEnv, id string) *gateway.RunView {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var v gateway.RunView
+		if code, _, _ := env.call("GET", "/v1/runs/"+id, "", nil, &v); code == http.StatusOK && v.Final() {
+			return &v
+		}
+	}
+	t.Fatalf("run %s did not end within 30 s", id)
+	return nil
+}
+
 func readSSE(t *testing.T, env *apiEnv, id string, lastID string) []store.Event {
 	t.Helper()
 	req, _ := http.NewRequest("GET", env.url+"/v1/runs/"+id+"/events", nil)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
+	}
+	if env.token != "" {
+		req.Header.Set("Authorization", "Bearer "+env.token)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -261,13 +261,7 @@ func TestBrowserBulkReplay(t *testing.T) {
 		t.Errorf("the progress page says %q", f)
 	}
 	for _, id := range runs {
-		var v gateway.RunView
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if env.call("GET", "/v1/runs/"+id, "", nil, &v); v.Final() {
-				break
-			}
-		}
-		if v.Status != "succeeded" {
+		if v := waitRunEnd(t, env, id); v.Status != "succeeded" {
 			t.Errorf("replayed run %s is %s", id, v.Status)
 		}
 	}

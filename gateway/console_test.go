@@ -436,11 +436,7 @@ func TestConsoleReplaysOnlyFailedItems(t *testing.T) {
 	if code, loc, body := b.post("/ui/dlq/"+entries[0]+"/replay", url.Values{"mode": {"resume"}}); code != http.StatusSeeOther || !strings.Contains(loc, res.ID) {
 		t.Fatalf("replay: %d %q %s", code, loc, body)
 	}
-	var v gateway.RunView
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !v.Final(); time.Sleep(20 * time.Millisecond) {
-		env.call("GET", "/v1/runs/"+res.ID, "", nil, &v)
-	}
-	if v.Status != "succeeded" {
+	if v := waitRunEnd(t, env, res.ID); v.Status != "succeeded" {
 		t.Fatalf("the replayed run is %s", v.Status)
 	}
 	data, _ := os.ReadFile(rec)
@@ -480,28 +476,13 @@ func TestActionsNamedInEvents(t *testing.T) {
 	}
 	env.token = "write-tok"
 	slow := strings.Replace(fleetPayload(10), `{"hosts"`, `{"sleep_ms": 5000, "hosts"`, 1)
+	// The last event of a type in a run's log, once the run has ended.
 	lastEvent := func(id string, typ string) string {
 		t.Helper()
-		var v struct {
-			Events []gateway.Event
-		}
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			code, _, body := env.call("GET", "/v1/runs/"+id+"/events?follow=false", "", nil, nil)
-			if code != http.StatusOK {
-				t.Fatalf("events: %d", code)
-			}
-			v.Events = nil
-			for _, line := range strings.Split(body, "\n") {
-				if data, ok := strings.CutPrefix(line, "data: "); ok {
-					var ev gateway.Event
-					_ = json.Unmarshal([]byte(data), &ev)
-					v.Events = append(v.Events, ev)
-				}
-			}
-			for i := len(v.Events) - 1; i >= 0; i-- {
-				if v.Events[i].Type == typ {
-					return v.Events[i].Message
-				}
+		evs := readSSE(t, env, id, "")
+		for i := len(evs) - 1; i >= 0; i-- {
+			if string(evs[i].Type) == typ {
+				return evs[i].Message
 			}
 		}
 		t.Fatalf("run %s has no %s event", id, typ)

@@ -539,6 +539,9 @@ func (c *console) deleteEntry(w http.ResponseWriter, r *http.Request, _ *uiSessi
 	http.Redirect(w, r, c.base+"/dlq?done="+url.QueryEscape("deleted "+id), http.StatusSeeOther)
 }
 
+// jobKept is how long a finished bulk action's page stays.
+const jobKept = time.Hour
+
 // bulkJob is a bulk replay or purge under way, for its progress page.
 type bulkJob struct {
 	Action, Filter      string
@@ -586,6 +589,11 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 	job := &bulkJob{Action: action, Filter: filter.Encode(), Total: len(matched), Started: time.Now()}
 	id := randomToken()[:16]
 	c.mu.Lock()
+	for k, j := range c.jobs {
+		if j.Finished && time.Since(j.FinishedAt) > jobKept {
+			delete(c.jobs, k)
+		}
+	}
 	c.jobs[id] = job
 	c.mu.Unlock()
 	// The work outlives the request, up to the server's shutdown; who
@@ -633,7 +641,7 @@ func (c *console) jobPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 	}
 	c.mu.Unlock()
 	if job == nil {
-		c.fail(w, r, http.StatusNotFound, "no such bulk action: they are kept until the gateway restarts")
+		c.fail(w, r, http.StatusNotFound, "no such bulk action: a finished one is kept for an hour, and none survives a restart")
 		return
 	}
 	c.page(w, r, sess, "dlq-job.html", "Bulk "+snap.Action, "dlq", &snap)

@@ -6,14 +6,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
@@ -89,7 +87,7 @@ func (g *goldenAPI) walk(t *testing.T) {
 	g.check(t, "dlq_get", "GET", "/v1/dlq/"+entry, "")
 	replay := g.check(t, "dlq_replay", "POST", "/v1/dlq/"+entry+"/replay", `{"mode": "resume"}`)
 	replayed := g.id(t, replay, "replayed run", "run")
-	g.waitFinal(t, replayed)
+	waitRunEnd(t, g.env, replayed)
 	g.check(t, "dlq_replay_many_no_filter", "POST", "/v1/dlq/replay", `{}`)
 	g.check(t, "dlq_delete_unknown", "DELETE", "/v1/dlq/no-such-entry", "")
 	g.check(t, "dlq_purge", "POST", "/v1/dlq/purge", `{"chain": "breaks"}`)
@@ -146,19 +144,6 @@ func (g *goldenAPI) id(t *testing.T, answer []byte, what, key string) string {
 		t.Fatalf("%s: no %s in %s", what, key, answer)
 	}
 	return id
-}
-
-func (g *goldenAPI) waitFinal(t *testing.T, id string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		var v gateway.RunView
-		if code, _, _ := g.env.call("GET", "/v1/runs/"+id, "", nil, &v); code == http.StatusOK && v.Final() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("run %s did not end within 30 s", id)
 }
 
 func (g *goldenAPI) writeEvents(t *testing.T, w *bytes.Buffer, stream string) {
