@@ -359,18 +359,30 @@ type stepView struct {
 
 func (c *console) stepPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
 	id, key := r.PathValue("id"), r.PathValue("key")
-	v, err := c.s.ops.Run(r.Context(), id, store.IsItemKey(key))
+	v, err := c.s.ops.Run(r.Context(), id, false)
 	if err != nil {
 		c.failErr(w, r, err)
 		return
 	}
 	rec := v.Steps[key]
+	if rec == nil && store.IsItemKey(key) {
+		// One record inside an item, not every item's.
+		if rec, err = c.s.ops.step(r.Context(), id, key); err != nil {
+			c.failErr(w, r, err)
+			return
+		}
+	}
+	def, _ := c.s.gw.Engine.Definition(r.Context(), v.Chain, v.ChainHash)
 	if rec == nil {
 		name := key[strings.LastIndexByte(key, '/')+1:]
+		if def == nil || def.Step(name) == nil {
+			c.fail(w, r, http.StatusNotFound, fmt.Sprintf("run %s has no step %q", id, key))
+			return
+		}
 		rec = &Step{Key: key, Name: name, Status: "not_started"}
 	}
 	sv := &stepView{RunID: id, Record: rec, Base: c.base, Items: rec.Split != nil, Child: rec.Child}
-	if def, err := c.s.gw.Engine.Definition(r.Context(), v.Chain, v.ChainHash); err == nil {
+	if def != nil {
 		sv.Node = def.Step(rec.Name)
 	}
 	sv.Waiting = waitingOn(rec, sv.Node, v)

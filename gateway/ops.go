@@ -286,6 +286,19 @@ func dagNodes(nodes []*chain.Node, prefix string, recs map[string]*store.StepRec
 	return out
 }
 
+// step reads one step record of a run, or nil when the run has none
+// under key.
+func (l *Local) step(ctx context.Context, id, key string) (*Step, error) {
+	var found *Step
+	err := l.GW.Store.ForEachStep(ctx, id, store.StepScan{Prefix: key}, func(r *store.StepRecord) error {
+		if r.Key == key {
+			found = apiStep(r)
+		}
+		return nil
+	})
+	return found, err
+}
+
 // SplitItems implements Ops. It reads the split's slot records in item
 // order, keeping only the page asked for.
 func (l *Local) SplitItems(ctx context.Context, id, split, status string, offset, limit int) (*ItemPage, error) {
