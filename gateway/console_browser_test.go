@@ -35,6 +35,23 @@ name = "call"
 provider = "faulty"
 payload_template = { fail = "the service is down" }
 on_failure = "dlq"
+
+[[chains]]
+name = "fleet-later"
+[[chains.steps]]
+name = "first"
+provider = "faulty"
+payload_template = { sleep_ms = "<<origin.payload.first_ms>>" }
+[[chains.steps]]
+name = "check"
+[chains.steps.split]
+items = "<<origin.payload.hosts>>"
+tolerated_failures = "100%"
+max_concurrency = 5
+[[chains.steps.split.steps]]
+name = "ping"
+provider = "faulty"
+payload_template = { fail = "<<item.fail ?? \"\">>", sleep_ms = "<<origin.payload.sleep_ms>>", host = "<<item.host>>" }
 `
 
 // newConsoleAPI is the API's test gateway with the console's chains too.
@@ -141,17 +158,21 @@ func startRun(t *testing.T, env *apiEnv, chainName, payload string) string {
 
 const barLabel = `(document.querySelector('.bar-label') || {}).textContent || ''`
 
-// TestBrowserSplitFollowedLive opens a run while its 50-item split runs:
-// the bar moves without a reload and ends at 47 succeeded and 3 failed,
-// and the items page's failed filter shows exactly those three.
+// TestBrowserSplitFollowedLive opens a run before its 50-item split
+// starts: the split's bar appears and moves without a reload, ends at 47
+// succeeded and 3 failed, and the items page's failed filter shows exactly
+// those three.
 func TestBrowserSplitFollowedLive(t *testing.T) {
 	env := newConsoleAPI(t, "")
 	ctx := chrome(t)
-	id := startRun(t, env, "fleet", strings.Replace(fleetPayload(50, 3, 17, 42), `{"hosts"`, `{"sleep_ms": 300, "hosts"`, 1))
+	id := startRun(t, env, "fleet-later", strings.Replace(fleetPayload(50, 3, 17, 42), `{"hosts"`, `{"first_ms": 1500, "sleep_ms": 300, "hosts"`, 1))
 	do(t, ctx, "opening the run", chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("svg.graph")))
 	eval[bool](t, ctx, `window.__sameDocument = true`)
 	if eval[string](t, ctx, `document.querySelector('.run-meta').dataset.final`) == "true" {
 		t.Fatal("the run ended before its page opened; nothing was left to follow")
+	}
+	if eval[bool](t, ctx, `document.querySelector('.split-bar') !== null`) {
+		t.Log("the split had started before its page opened; only the bar's moves are tested")
 	}
 	poll(t, ctx, "the live badge", `document.getElementById('badge').dataset.state === 'live' || document.getElementById('badge').dataset.state === 'ended'`)
 	poll(t, ctx, "the split's items counted as they finish", `/^([1-9]|[1-4][0-9])\/50 items/.test(`+barLabel+`)`)

@@ -57,10 +57,13 @@
       return null;
     }
 
+    // setBar moves a split's bar; false when the split's node has none yet
+    // (the page was rendered before the split counted its items).
     function setBar(key, d) {
       let bar = null;
       for (const b of live.querySelectorAll(".split-bar")) if (b.dataset.key === key) bar = b;
-      if (!bar || !d.total) return;
+      if (!d.total) return true;
+      if (!bar) return nodeOf(key) === null;
       const x = +bar.dataset.x, w = +bar.dataset.w, total = d.total;
       const processed = d.succeeded + d.failed + d.skipped;
       const parts = { succeeded: d.succeeded, failed: d.failed, skipped: d.skipped, running: 0, pending: total - processed };
@@ -78,6 +81,7 @@
         label.textContent = processed + "/" + total + " items: " + d.succeeded + " succeeded, " + d.failed + " failed, " +
           d.skipped + " filtered" + (bar.dataset.distributed === "true" ? " · on workers" : "");
       }
+      return true;
     }
 
     function addLine(ev) {
@@ -106,10 +110,10 @@
         for (const c of Array.from(node.classList)) if (c.startsWith("st-")) node.classList.remove(c);
         node.classList.add("st-" + st);
       }
-      if (ev.type === "step_progress" && ev.data) setBar(ev.step, ev.data);
+      const barMissing = ev.type === "step_progress" && ev.data && !setBar(ev.step, ev.data);
       addLine(ev);
       panelFollows(ev);
-      if (runEnds.includes(ev.type)) refresh();
+      if (barMissing || runEnds.includes(ev.type)) refresh();
     }
 
     function startPolling() {
