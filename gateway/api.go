@@ -39,6 +39,7 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/runs/{id}", readAccess, s.getRun)
 	route("GET /v1/events", readAccess, s.runChanges)
 	route("POST /v1/runs/{id}/cancel", writeAccess, s.cancelRun)
+	route("POST /v1/runs/{id}/replay", writeAccess, s.replayRun)
 	route("GET /v1/runs/{id}/events", readAccess, s.runEvents)
 	route("GET /v1/runs/{id}/dag", readAccess, s.runDAG)
 	route("GET /v1/runs/{id}/items", readAccess, s.splitItems)
@@ -749,11 +750,11 @@ type replayBody struct {
 	Definition string `json:"definition"`
 }
 
-func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
+// readReplay reads a replay's options from its body, or its query.
+func (s *Server) readReplay(w http.ResponseWriter, r *http.Request) (engine.ReplayOptions, error) {
 	var b replayBody
 	if err := s.readJSON(w, r, &b); err != nil {
-		s.writeError(w, r, err)
-		return
+		return engine.ReplayOptions{}, err
 	}
 	if m := r.URL.Query().Get("mode"); m != "" {
 		b.Mode = m
@@ -761,7 +762,29 @@ func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
 	if d := r.URL.Query().Get("definition"); d != "" {
 		b.Definition = d
 	}
-	opts, err := replayOptions(b.Mode, b.Definition)
+	return replayOptions(b.Mode, b.Definition)
+}
+
+// replayRun runs a run that ended without success again: the run's own
+// id, with or without a dead-letter entry for its failure.
+func (s *Server) replayRun(w http.ResponseWriter, r *http.Request) {
+	opts, err := s.readReplay(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	run, err := s.ops.ReplayRun(r.Context(), id, opts)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"replay_of": id, "mode": opts.Mode, "definition": opts.Definition, "run": run.ID,
+		"chain_hash": run.ChainHash, "links": map[string]string{"run": "/v1/runs/" + run.ID}})
+}
+
+func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
+	opts, err := s.readReplay(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -227,6 +227,18 @@ func (c *Client) Replay(ctx context.Context, id string, opts engine.ReplayOption
 	return &Run{ID: out.Run}, nil
 }
 
+// ReplayRun implements Ops.
+func (c *Client) ReplayRun(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error) {
+	var out struct {
+		Run string `json:"run"`
+	}
+	body := map[string]string{"mode": string(opts.Mode), "definition": string(opts.Definition)}
+	if err := c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/replay", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &Run{ID: out.Run}, nil
+}
+
 // ReplayMany implements Ops. An empty filter replays everything.
 func (c *Client) ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.ReplayOptions, concurrency int) (*BulkReplay, error) {
 	body := filterBody(f)

@@ -569,3 +569,69 @@ func TestEventsAfterNow(t *testing.T) {
 		t.Errorf("after=later answered %d, want 400", code)
 	}
 }
+
+// TestRunReplay replays runs by their id, from the run page and the API:
+// a failed run whose entry is gone resumes at the step it stopped at, a
+// restart is a new run, and a succeeded run can only be restarted.
+func TestRunReplay(t *testing.T) {
+	env := newAPI(t, "")
+	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+consoleConfig, 1))
+	if _, err := env.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	failed := startWait(t, env, "breaks", `{}`)
+	if code, _, body := env.call("POST", "/v1/dlq/purge", `{"chain": "breaks"}`, nil, nil); code != http.StatusOK {
+		t.Fatalf("purging: %d %s", code, body)
+	}
+	b := newBrowser(t, env)
+	_, doc, _ := b.get("/ui/runs/" + failed)
+	for _, id := range []string{"run-replay-resume", "run-replay-restart"} {
+		if find(doc, func(n *html.Node) bool { return attr(n, "id") == id }) == nil {
+			t.Errorf("the failed run's page has no %s button", id)
+		}
+	}
+	if code, loc, body := b.post("/ui/runs/"+failed+"/replay", url.Values{"mode": {"resume"}}); code != http.StatusSeeOther || !strings.HasSuffix(strings.Split(loc, "?")[0], "/ui/runs/"+failed) {
+		t.Fatalf("console replay: %d %q %s", code, loc, body)
+	}
+	if v := waitRunEnd(t, env, failed); v.Status != "failed" {
+		t.Fatalf("the replayed run is %s", v.Status)
+	}
+	var replayed []string
+	for _, ev := range readSSE(t, env, failed, "") {
+		if ev.Type == "run_replayed" {
+			replayed = append(replayed, ev.Message)
+		}
+	}
+	if len(replayed) != 1 || !strings.HasPrefix(replayed[0], `replaying from step "call" by `) || !strings.HasSuffix(replayed[0], "(console)") {
+		t.Errorf("the run's replay events: %q", replayed)
+	}
+
+	var out struct {
+		ReplayOf string `json:"replay_of"`
+		Run      string `json:"run"`
+		Mode     string `json:"mode"`
+	}
+	if code, _, body := env.call("POST", "/v1/runs/"+failed+"/replay", `{"mode": "restart"}`, nil, &out); code != http.StatusAccepted || out.ReplayOf != failed || out.Run == "" || out.Run == failed || out.Mode != "restart" {
+		t.Fatalf("API restart: %d %+v %s", code, out, body)
+	}
+	waitRunEnd(t, env, out.Run)
+
+	succeeded := startWait(t, env, "hello", `{"who": "ops"}`)
+	_, doc, _ = b.get("/ui/runs/" + succeeded)
+	if find(doc, func(n *html.Node) bool { return attr(n, "id") == "run-replay-resume" }) != nil {
+		t.Error("a succeeded run's page offers to resume it")
+	}
+	for _, tc := range []struct {
+		id, body string
+		code     int
+		says     string
+	}{
+		{succeeded, `{}`, http.StatusConflict, "it succeeded; replay it with mode restart"},
+		{succeeded, `{"mode": "again"}`, http.StatusBadRequest, "is not resume or restart"},
+		{"01nosuchrun", `{}`, http.StatusNotFound, "not found"},
+	} {
+		if code, _, body := env.call("POST", "/v1/runs/"+tc.id+"/replay", tc.body, nil, nil); code != tc.code || !strings.Contains(body, tc.says) {
+			t.Errorf("replaying %s with %s: %d %s, want %d saying %q", tc.id, tc.body, code, body, tc.code, tc.says)
+		}
+	}
+}

@@ -467,6 +467,25 @@ func (c *console) cancelRun(w http.ResponseWriter, r *http.Request, _ *uiSession
 	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(id)+"?done="+url.QueryEscape("cancel requested"), http.StatusSeeOther)
 }
 
+func (c *console) replayRun(w http.ResponseWriter, r *http.Request, _ *uiSession) {
+	opts, err := replayOptions(r.PostFormValue("mode"), r.PostFormValue("definition"))
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	run, err := c.s.ops.ReplayRun(r.Context(), r.PathValue("id"), opts)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	c.replayed(w, r, run.ID, opts)
+}
+
+// replayed shows the run a replay carries on in.
+func (c *console) replayed(w http.ResponseWriter, r *http.Request, runID string, opts engine.ReplayOptions) {
+	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(runID)+"?done="+url.QueryEscape("replayed ("+string(opts.Mode)+")"), http.StatusSeeOther)
+}
+
 // ---- Dead letters ----
 
 type dlqView struct {
@@ -535,7 +554,7 @@ func (c *console) replayEntry(w http.ResponseWriter, r *http.Request, _ *uiSessi
 		c.failErr(w, r, err)
 		return
 	}
-	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(run.ID)+"?done="+url.QueryEscape("replayed ("+string(opts.Mode)+")"), http.StatusSeeOther)
+	c.replayed(w, r, run.ID, opts)
 }
 
 func (c *console) deleteEntry(w http.ResponseWriter, r *http.Request, _ *uiSession) {

@@ -21,6 +21,10 @@ type Ops interface {
 	ListRuns(ctx context.Context, f store.RunFilter) (RunPage, error)
 	Run(ctx context.Context, id string, items bool) (*RunView, error)
 	CancelRun(ctx context.Context, id string) error
+	// ReplayRun runs a run that ended without success again, from the step
+	// it stopped at or from the start, whether or not its failure was
+	// dead-lettered.
+	ReplayRun(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error)
 	// Events calls fn with the run's events after the given sequence
 	// number; with follow, it goes on with new ones until the run ends or
 	// ctx is done.
@@ -385,6 +389,15 @@ func (l *Local) DLQEntry(ctx context.Context, id string) (*DLQEntry, error) {
 // Replay implements Ops.
 func (l *Local) Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error) {
 	run, err := l.GW.Engine.Replay(ctx, id, opts)
+	if err != nil {
+		return nil, err
+	}
+	return apiRun(run), nil
+}
+
+// ReplayRun implements Ops.
+func (l *Local) ReplayRun(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error) {
+	run, err := l.GW.Engine.ReplayRun(ctx, id, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -78,14 +78,23 @@ func (e *Engine) Replay(ctx context.Context, entryID string, opts ReplayOptions)
 	if err != nil {
 		return nil, fmt.Errorf("replaying: %w", err)
 	}
+	return e.replay(ctx, entry, opts)
+}
+
+func (e *Engine) replay(ctx context.Context, entry *store.DLQEntry, opts ReplayOptions) (*store.Run, error) {
+	what := "replaying entry " + entry.ID
+	old, err := e.store.Run(ctx, entry.RunID)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
 	var run *store.Run
 	if opts.Mode == ReplayRestart {
-		run, err = e.restart(ctx, entry)
+		run, err = e.restart(ctx, old, entry.ID)
 	} else {
-		run, err = e.resumeFrom(ctx, entry, opts.Definition != ReplayPinned)
+		run, err = e.resumeFrom(ctx, old.ID, entry.Step, entry.ID, opts.Definition != ReplayPinned)
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := e.store.DeleteDLQ(ctx, entry.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
 		e.log.Warn("removing a replayed dead-letter entry", "entry", entry.ID, "err", err)
@@ -93,17 +102,100 @@ func (e *Engine) Replay(ctx context.Context, entryID string, opts ReplayOptions)
 	return run, nil
 }
 
-func (e *Engine) restart(ctx context.Context, entry *store.DLQEntry) (*store.Run, error) {
-	old, err := e.store.Run(ctx, entry.RunID)
-	if err != nil {
-		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+// ReplayRun runs a run that ended without success again, whether or not a
+// dead-letter entry holds its failure: resume carries on from the
+// top-level step it stopped at, restart starts a new run with its origin.
+// When the run's failure was dead-lettered, this is that entry's replay,
+// and the entry goes.
+func (e *Engine) ReplayRun(ctx context.Context, runID string, opts ReplayOptions) (*store.Run, error) {
+	what := "replaying run " + runID
+	if err := opts.Check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
+	run, err := e.store.Run(ctx, runID)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if !run.Status.Final() {
+		return nil, fmt.Errorf("%s: %w: it is %s; cancel it first", what, ErrNotReplayable, run.Status)
+	}
+	if run.ParentRun != "" {
+		return nil, fmt.Errorf("%s: %w: it is a sub-chain of run %s; replay that run", what, ErrNotReplayable, run.ParentRun)
+	}
+	if opts.Mode == ReplayRestart {
+		if entry, err := e.runEntry(ctx, run); err != nil || entry != nil {
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", what, err)
+			}
+			return e.replay(ctx, entry, opts)
+		}
+		if run, err = e.restart(ctx, run, ""); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		return run, nil
+	}
+	if run.Status == store.RunSucceeded {
+		return nil, fmt.Errorf("%s: %w: it succeeded; replay it with mode restart", what, ErrNotReplayable)
+	}
+	entry, err := e.runEntry(ctx, run)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if entry != nil {
+		return e.replay(ctx, entry, opts)
+	}
+	if len(run.Path) == 0 {
+		return nil, fmt.Errorf("%s: %w: it took no step; replay it with mode restart", what, ErrNotReplayable)
+	}
+	if run, err = e.resumeFrom(ctx, run.ID, run.Path[len(run.Path)-1], "", opts.Definition != ReplayPinned); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return run, nil
+}
+
+// runEntry finds the dead-letter entry that holds a run's failure: one of
+// the run's own entries for the top-level step it stopped at. Entries for
+// items a split tolerated are not the run's failure.
+func (e *Engine) runEntry(ctx context.Context, run *store.Run) (*store.DLQEntry, error) {
+	if len(run.Path) == 0 {
+		return nil, nil
+	}
+	last := run.Path[len(run.Path)-1]
+	f := store.DLQFilter{Chain: run.Chain, Since: run.CreatedAt, Limit: 500}
+	for {
+		page, err := e.store.ListDLQ(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("finding the run's dead-letter entry: %w", err)
+		}
+		for _, entry := range page {
+			if entry.RunID == run.ID && topStep(entry.Step) == last {
+				return entry, nil
+			}
+		}
+		if len(page) < f.Limit {
+			return nil, nil
+		}
+		f.After = page[len(page)-1].ID
+	}
+}
+
+// topStep is the top-level step a step key lies in.
+func topStep(key string) string {
+	if i := strings.IndexAny(key, "/["); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
+func (e *Engine) restart(ctx context.Context, old *store.Run, entryID string) (*store.Run, error) {
 	meta := map[string]any{}
 	if len(old.Origin.Metadata) > 0 {
 		_ = json.Unmarshal(old.Origin.Metadata, &meta)
 	}
 	meta["replay_of"] = old.ID
-	meta["dead_letter_entry"] = entry.ID
+	if entryID != "" {
+		meta["dead_letter_entry"] = entryID
+	}
 	if who := by(ctx); who != "" {
 		meta["replayed_by"] = who[len(" by "):]
 	}
@@ -111,19 +203,21 @@ func (e *Engine) restart(ctx context.Context, entry *store.DLQEntry) (*store.Run
 	return e.Start(ctx, old.Chain, Input{Payload: old.Origin.Payload, Metadata: mb, OriginID: old.Origin.ID})
 }
 
-// resumeFrom reopens a failed run at the top-level step holding the failure.
+// resumeFrom reopens a failed run at the top-level step holding the
+// failure, step or a key inside it; entryID names the dead-letter entry
+// being replayed, if any.
 // That step's failed parts are cleared so they run again; what succeeded
 // stays: a parallel group keeps its succeeded sub-steps, a split its
 // finished items. With current, the run carries on with the running
 // config's definition of its chain when it differs from the pinned one.
-func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry, current bool) (*store.Run, error) {
-	if !e.reserve(entry.RunID) {
-		return nil, fmt.Errorf("replaying entry %s: %w: run %s is running", entry.ID, ErrNotReplayable, entry.RunID)
+func (e *Engine) resumeFrom(ctx context.Context, runID, step, entryID string, current bool) (*store.Run, error) {
+	if !e.reserve(runID) {
+		return nil, fmt.Errorf("%w: run %s is running", ErrNotReplayable, runID)
 	}
-	defer e.unreserve(entry.RunID)
-	lease, err := e.store.AcquireLease(ctx, entry.RunID, e.owner, e.leaseTTL)
+	defer e.unreserve(runID)
+	lease, err := e.store.AcquireLease(ctx, runID, e.owner, e.leaseTTL)
 	if err != nil {
-		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+		return nil, err
 	}
 	started := false
 	defer func() {
@@ -131,30 +225,31 @@ func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry, current 
 			_ = e.store.ReleaseLease(context.WithoutCancel(ctx), lease)
 		}
 	}()
-	run, err := e.store.Run(ctx, entry.RunID)
+	run, err := e.store.Run(ctx, runID)
 	if err != nil {
-		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+		return nil, err
 	}
 	if !run.Status.Final() || run.Status == store.RunSucceeded {
-		return nil, fmt.Errorf("replaying entry %s: %w: run %s is %s; replay it with mode restart, or delete the entry", entry.ID, ErrNotReplayable, run.ID, run.Status)
+		hint := "replay it with mode restart"
+		if entryID != "" {
+			hint += ", or delete the entry"
+		}
+		return nil, fmt.Errorf("%w: run %s is %s; %s", ErrNotReplayable, run.ID, run.Status, hint)
 	}
 	def, _, err := e.definition(ctx, run.Chain, run.ChainHash)
 	if err != nil {
-		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+		return nil, err
 	}
-	top := entry.Step
-	if i := strings.IndexAny(top, "/["); i >= 0 {
-		top = top[:i]
-	}
+	top := topStep(step)
 	s := def.Step(top)
 	at := slices.Index(run.Path, top)
 	if s == nil || s.Parent != nil || at < 0 {
-		return nil, fmt.Errorf("replaying entry %s: %w: step %q is not on the path run %s took", entry.ID, ErrNotReplayable, top, run.ID)
+		return nil, fmt.Errorf("%w: step %q is not on the path run %s took", ErrNotReplayable, top, run.ID)
 	}
 	var switchTo *store.Definition
 	if cur := e.config().Chains[run.Chain]; current && (cur == nil || cur.Hash != run.ChainHash) {
 		if switchTo, err = e.switchDefinition(ctx, def, cur, run, top, at); err != nil {
-			return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+			return nil, err
 		}
 		def, s = cur, cur.Step(top)
 	}
@@ -202,7 +297,7 @@ func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry, current 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+		return nil, err
 	}
 	run.Status = store.RunRunning
 	run.Error = nil
@@ -211,19 +306,23 @@ func (e *Engine) resumeFrom(ctx context.Context, entry *store.DLQEntry, current 
 	run.Cursor = top
 	run.Path = run.Path[:at]
 	run.Seq++
-	msg := fmt.Sprintf("replaying from step %q (dead-letter entry %s)%s", top, entry.ID, by(ctx))
+	msg := fmt.Sprintf("replaying from step %q", top)
+	if entryID != "" {
+		msg += fmt.Sprintf(" (dead-letter entry %s)", entryID)
+	}
+	msg += by(ctx)
 	if switchTo != nil {
 		msg += fmt.Sprintf(" on the current definition (%.12s, was %.12s)", switchTo.Hash, run.ChainHash)
 		run.ChainHash = switchTo.Hash
 	}
-	b.Events = []store.Event{{RunID: run.ID, Chain: run.Chain, Seq: run.Seq, Time: now, Type: store.EventRunReplayed, Step: entry.Step, Message: msg}}
+	b.Events = []store.Event{{RunID: run.ID, Chain: run.Chain, Seq: run.Seq, Time: now, Type: store.EventRunReplayed, Step: step, Message: msg}}
 	if err := e.store.Commit(ctx, b); err != nil {
-		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+		return nil, err
 	}
 	e.onEvent(b.Events[0])
 	started, err = e.resumeLeased(ctx, run.ID, lease)
 	if err != nil {
-		return nil, fmt.Errorf("replaying entry %s: %w", entry.ID, err)
+		return nil, err
 	}
 	snapshot := *run
 	return &snapshot, nil

@@ -34,6 +34,17 @@ name = "after"
 provider = "echo"
 
 [[chains]]
+name = "nodlq"
+[[chains.steps]]
+name = "first"
+provider = "faulty"
+payload_template = { record = "REC" }
+[[chains.steps]]
+name = "page"
+provider = "faulty"
+payload_template = { record = "REC", fail = "<<origin.payload.fail ?? \"\">>" }
+
+[[chains]]
 name = "group"
 [[chains.steps]]
 name = "notify"
@@ -142,6 +153,84 @@ func TestReplayRestart(t *testing.T) {
 	}
 	if _, err := h.eng.Wait(ctx, run.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReplayRun replays runs by their id: one whose failure was not
+// dead-lettered resumes from the step it stopped at, one whose failure was
+// is that entry's replay, and a succeeded run can only be restarted.
+func TestReplayRun(t *testing.T) {
+	for _, tc := range []struct {
+		name, chain, payload string
+		opts                 engine.ReplayOptions
+		newRun               bool
+		// calls counts the provider calls per step after the replay has run.
+		calls   map[string]int
+		message string
+		refused string
+	}{
+		{name: "resume without an entry", chain: "nodlq", payload: `{"fail":"down"}`, opts: engine.ReplayOptions{Mode: engine.ReplayResume},
+			calls: map[string]int{"first": 1, "page": 2}, message: `replaying from step "page" by alice`},
+		{name: "resume of a dead-lettered failure", chain: "seq", payload: `{"fail":"down"}`, opts: engine.ReplayOptions{Mode: engine.ReplayResume},
+			calls: map[string]int{"first": 1, "page": 2}, message: `replaying from step "page" (dead-letter entry `},
+		{name: "restart without an entry", chain: "nodlq", payload: `{"fail":"down"}`, opts: engine.ReplayOptions{Mode: engine.ReplayRestart},
+			newRun: true, calls: map[string]int{"first": 2, "page": 2}},
+		{name: "restart of a succeeded run", chain: "nodlq", payload: `{}`, opts: engine.ReplayOptions{Mode: engine.ReplayRestart},
+			newRun: true, calls: map[string]int{"first": 2, "page": 2}},
+		{name: "resume of a succeeded run", chain: "nodlq", payload: `{}`, opts: engine.ReplayOptions{Mode: engine.ReplayResume},
+			refused: "it succeeded; replay it with mode restart"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, rec := replayHarness(t)
+			ctx := engine.WithActor(context.Background(), "alice")
+			first := h.run(tc.chain, tc.payload)
+			run, err := h.eng.ReplayRun(ctx, first.ID, tc.opts)
+			if tc.refused != "" {
+				if !errors.Is(err, engine.ErrNotReplayable) || !strings.Contains(err.Error(), tc.refused) {
+					t.Fatalf("replay: %v, want refused with %q", err, tc.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (run.ID != first.ID) != tc.newRun {
+				t.Fatalf("replay carried on in run %s (first was %s), new run wanted: %t", run.ID, first.ID, tc.newRun)
+			}
+			if _, err := h.eng.Wait(ctx, run.ID); err != nil {
+				t.Fatal(err)
+			}
+			calls := readFileString(t, rec)
+			for step, want := range tc.calls {
+				if n := strings.Count(calls, "/"+step); n != want {
+					t.Errorf("%s was called %d times, want %d", step, n, want)
+				}
+			}
+			if tc.newRun {
+				stored := h.storedRun(run.ID)
+				if meta := string(stored.Origin.Metadata); !strings.Contains(meta, `"replay_of":"`+first.ID+`"`) || strings.Contains(meta, "dead_letter_entry") {
+					t.Errorf("restarted run's metadata: %s", meta)
+				}
+				return
+			}
+			events, _ := h.store.Events(ctx, first.ID, 0, 0)
+			var msg string
+			for _, ev := range events {
+				if ev.Type == store.EventRunReplayed {
+					msg = ev.Message
+				}
+			}
+			if !strings.Contains(msg, tc.message) {
+				t.Errorf("run_replayed says %q, want %q in it", msg, tc.message)
+			}
+			// A replayed entry is gone; the replay's own failure may park one.
+			entries, _ := h.store.ListDLQ(ctx, store.DLQFilter{})
+			for _, e := range entries {
+				if strings.Contains(msg, e.ID) {
+					t.Errorf("entry %s is still there after its replay", e.ID)
+				}
+			}
+		})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -96,11 +97,18 @@ const runsHelp = `Usage:
   gateway runs list [--chain C] [--status S] [--since T] [--limit N] [--cursor X]
   gateway runs show RUN_ID [--items]
   gateway runs cancel RUN_ID
+  gateway runs replay RUN_ID [--mode resume|restart] [--definition current|pinned]
   gateway runs events RUN_ID [--follow]
   gateway runs dag RUN_ID
 
 --since takes an RFC 3339 time or a duration (1h). Add --server URL (and
 --token) to go through a gateway's API, or --state PATH to read a store.
+
+replay runs a failed, timed-out or cancelled run again, whether or not its
+failure was dead-lettered (when it was, the entry goes): --mode resume (the
+default) carries on from the step it stopped at, keeping what succeeded;
+--mode restart starts a new run with the same payload, which works on a
+succeeded run too. On a store it needs --config and waits for the run.
 
 `
 
@@ -123,12 +131,14 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cursor := fs.String("cursor", "", "continue a listing")
 	items := fs.Bool("items", false, "include every split item's records")
 	follow := fs.Bool("follow", false, "keep streaming events until the run ends")
+	mode := fs.String("mode", "resume", "replay mode: resume or restart")
+	definition := fs.String("definition", "current", "definition a resumed run carries on with: current or pinned")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return parseExit(err)
 	}
 	needID := sub != "list"
-	if sub != "list" && sub != "show" && sub != "cancel" && sub != "events" && sub != "dag" {
+	if !slices.Contains([]string{"list", "show", "cancel", "replay", "events", "dag"}, sub) {
 		fmt.Fprintf(stderr, "gateway runs: unknown command %q\n\n%s", sub, runsHelp)
 		return exitUsage
 	}
@@ -143,7 +153,12 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
-	ops, _, done, err := t.open(ctx, stderr)
+	replayOpts := engine.ReplayOptions{Mode: engine.ReplayMode(*mode), Definition: engine.ReplayDefinition(*definition)}
+	if err := replayOpts.Check(); sub == "replay" && err != nil {
+		fmt.Fprintf(stderr, "gateway runs replay: %s\n", strings.TrimPrefix(err.Error(), engine.ErrNotReplayable.Error()+": "))
+		return exitUsage
+	}
+	ops, gw, done, err := t.open(ctx, stderr)
 	if err != nil {
 		return fail(stderr, "runs", err)
 	}
@@ -192,6 +207,23 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "runs", err)
 		}
 		fmt.Fprintf(stdout, "cancelling run %s\n", pos[0])
+	case "replay":
+		if gw != nil && len(gw.Config.Chains) == 0 {
+			fmt.Fprintln(stderr, "gateway runs replay: working on a store needs --config, to run what is replayed")
+			return exitUsage
+		}
+		run, err := ops.ReplayRun(ctx, pos[0], replayOpts)
+		if err != nil {
+			return fail(stderr, "runs", err)
+		}
+		fmt.Fprintf(stdout, "replaying run %s as run %s\n", pos[0], run.ID)
+		if gw != nil {
+			final, err := gw.Engine.Wait(ctx, run.ID)
+			if err != nil {
+				return fail(stderr, "runs", err)
+			}
+			fmt.Fprintf(stdout, "run %s %s\n", run.ID, final.Status)
+		}
 	case "events":
 		p := &progressPrinter{w: stdout}
 		err := ops.Events(ctx, pos[0], 0, *follow, func(ev gateway.Event) error {

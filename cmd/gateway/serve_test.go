@@ -187,6 +187,29 @@ func TestOperatorCommands(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "purged 2 entries") {
 		t.Errorf("dlq purge: %d\n%s", code, out)
 	}
+	// A run whose entry is gone is replayed by its id: it resumes at the
+	// step it stopped at, fails there again and parks a new entry.
+	code, out, _ = runCLI(t, append([]string{"runs", "replay", failed[0]}, server...)...)
+	if code != exitOK || !strings.Contains(out, "replaying run "+failed[0]+" as run "+failed[0]) {
+		t.Errorf("runs replay: %d\n%s", code, out)
+	}
+	gw.waitLog(t, `"msg":"run failed","component":"engine","run":"`+failed[0]+`"`)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		_, out, _ = runCLI(t, append([]string{"runs", "events", failed[0]}, server...)...)
+		if strings.Count(out, "run "+failed[0]+" failed") == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replayed run did not fail again:\n%s", out)
+		}
+	}
+	if !strings.Contains(out, `replaying from step "call"`) {
+		t.Errorf("the replayed run's events:\n%s", out)
+	}
+	code, _, errOut = runCLI(t, append([]string{"runs", "replay", failed[0], "--mode", "again"}, server...)...)
+	if code != exitUsage || !strings.Contains(errOut, `unknown mode "again"`) {
+		t.Errorf("runs replay --mode again: %d %s", code, errOut)
+	}
 	code, out, _ = runCLI(t, "graph", "slow", "--config", cfg)
 	if code != exitOK || !strings.HasPrefix(out, "flowchart TD") {
 		t.Errorf("graph: %d\n%s", code, out)
@@ -202,6 +225,10 @@ func TestOperatorCommands(t *testing.T) {
 	code, out, _ = runCLI(t, "runs", "dag", failed[1], "--state", state)
 	if code != exitOK || !strings.Contains(out, "call [provider] failed") {
 		t.Errorf("runs dag: %d\n%s", code, out)
+	}
+	code, out, errOut = runCLI(t, "runs", "replay", failed[1], "--state", state, "--config", cfg)
+	if code != exitOK || !strings.Contains(out, "run "+failed[1]+" failed") {
+		t.Errorf("runs replay on the store: %d\n%s%s", code, out, errOut)
 	}
 }
 
