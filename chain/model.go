@@ -19,9 +19,12 @@ type Config struct {
 	Gateway   Gateway
 	Providers map[string]*Provider
 	Chains    map[string]*Chain
-	// ChainNames and ProviderNames keep definition order for listings.
+	Triggers  map[string]*Trigger
+	// ChainNames, ProviderNames and TriggerNames keep definition order for
+	// listings.
 	ChainNames    []string
 	ProviderNames []string
+	TriggerNames  []string
 	// Warnings are problems that do not stop the config from loading.
 	Warnings []Diagnostic
 }

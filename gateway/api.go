@@ -32,6 +32,8 @@ func (s *Server) Handler() http.Handler {
 	route("GET /metrics", readAccess, s.serveMetrics)
 
 	route("POST /v1/chains/{name}/runs", writeAccess, s.startRun)
+	// A trigger checks its own credential, or a full token without one.
+	route("POST /v1/triggers/{name}", public, s.trigger)
 	route("GET /v1/chains", readAccess, s.listChains)
 	route("GET /v1/chains/{name}", readAccess, s.getChain)
 
@@ -179,35 +181,11 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	id := store.NewID()
-	status, replayed := string(store.RunRunning), false
-	if key := r.Header.Get("Idempotency-Key"); key != "" {
-		bound, err := s.gw.Store.ClaimKey(ctx, "run/"+name+"/"+key, id, idempotencyTTL)
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		// A key bound by a request whose start failed has no run yet: this
-		// request starts it, and it is no replay.
-		if bound != "" {
-			id = bound
-			if existing, err := s.gw.Store.Run(ctx, id); err == nil {
-				status, replayed = string(existing.Status), true
-			}
-		}
-	}
-	if !replayed {
-		in := engine.Input{Payload: body, Metadata: requestMetadata(r)}
-		_, err := s.gw.Engine.StartWithID(ctx, name, in, id)
-		switch {
-		case errors.Is(err, store.ErrExists), errors.Is(err, store.ErrLeaseHeld):
-			// A concurrent retry with the same key started it first: the
-			// same run, as promised.
-			replayed = true
-		case err != nil:
-			s.writeError(w, r, err)
-			return
-		}
+	in := engine.Input{Payload: body, Metadata: requestMetadata(r)}
+	id, status, replayed, err := s.startKeyed(ctx, name, "run/"+name+"/", r.Header.Get("Idempotency-Key"), idempotencyTTL, in)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	resp := StartResponse{ID: id, Chain: name, Status: status, Replayed: replayed, Links: map[string]string{
 		"self": "/v1/runs/" + id, "events": "/v1/runs/" + id + "/events", "dag": "/v1/runs/" + id + "/dag",
@@ -231,6 +209,37 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, code, resp)
+}
+
+// startKeyed starts a run of chainName. With a key, it first binds
+// prefix+key to the new run for ttl: a key already bound answers with its
+// run, which is then replayed rather than started again.
+func (s *Server) startKeyed(ctx context.Context, chainName, prefix, key string, ttl time.Duration, in engine.Input) (id, status string, replayed bool, err error) {
+	id, status = store.NewID(), string(store.RunRunning)
+	if key != "" {
+		bound, err := s.gw.Store.ClaimKey(ctx, prefix+key, id, ttl)
+		if err != nil {
+			return "", "", false, err
+		}
+		// A key bound by a request whose start failed has no run yet: this
+		// request starts it, and it is no replay.
+		if bound != "" {
+			id = bound
+			if existing, err := s.gw.Store.Run(ctx, id); err == nil {
+				return id, string(existing.Status), true, nil
+			}
+		}
+	}
+	_, err = s.gw.Engine.StartWithID(ctx, chainName, in, id)
+	switch {
+	case errors.Is(err, store.ErrExists), errors.Is(err, store.ErrLeaseHeld):
+		// A concurrent retry with the same key started it first: the same
+		// run, as promised.
+		return id, status, true, nil
+	case err != nil:
+		return "", "", false, err
+	}
+	return id, status, false, nil
 }
 
 // waitRun waits for a run to end, wherever it is advanced: a run this

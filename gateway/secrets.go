@@ -61,6 +61,11 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 	for _, name := range cfg.ChainNames {
 		steps(cfg.Chains[name].Steps)
 	}
+	for _, name := range cfg.TriggerNames {
+		tr := cfg.Triggers[name]
+		check(tr.Source, "token", tr.Token)
+		check(tr.Source, "secret", tr.Secret)
+	}
 	if len(diags) > 0 {
 		return nil, &chain.ConfigError{Diagnostics: diags}
 	}

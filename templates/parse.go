@@ -2,6 +2,7 @@ package templates
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -62,8 +63,9 @@ type syntaxError struct {
 	msg string
 }
 
-// scan splits s into literal text and parsed placeholders.
-func scan(s string) ([]piece, *syntaxError) {
+// scan splits s into literal text and parsed placeholders whose paths
+// start at one of roots (the chain roots when nil).
+func scan(s string, roots []string) ([]piece, *syntaxError) {
 	var pieces []piece
 	i := 0
 	for {
@@ -71,7 +73,7 @@ func scan(s string) ([]piece, *syntaxError) {
 		if j < 0 {
 			return append(pieces, piece{lit: s[i:]}), nil
 		}
-		p := parser{s: s, pos: i + j + 2}
+		p := parser{s: s, pos: i + j + 2, roots: roots}
 		e, err := p.expr(i + j)
 		if err != nil {
 			return nil, err
@@ -82,8 +84,9 @@ func scan(s string) ([]piece, *syntaxError) {
 }
 
 type parser struct {
-	s   string
-	pos int
+	s     string
+	pos   int
+	roots []string
 }
 
 func (p *parser) errf(off int, msg string) *syntaxError {
@@ -180,8 +183,12 @@ func (p *parser) name() string {
 }
 
 func (p *parser) path(start int, root string) (*path, *syntaxError) {
-	if !isRoot(root) {
-		return nil, p.errf(start, "unknown root "+strconv.Quote(root)+" (valid roots: "+strings.Join(roots, ", ")+")")
+	valid := p.roots
+	if valid == nil {
+		valid = roots
+	}
+	if !slices.Contains(valid, root) {
+		return nil, p.errf(start, "unknown root "+strconv.Quote(root)+" (valid roots: "+strings.Join(valid, ", ")+")")
 	}
 	pa := &path{root: root}
 	for p.pos < len(p.s) {
@@ -324,15 +331,6 @@ func numberEnd(s string, i int) int {
 }
 
 func isJSONNumber(s string) bool { return numberEnd(s, 0) == len(s) }
-
-func isRoot(s string) bool {
-	for _, r := range roots {
-		if r == s {
-			return true
-		}
-	}
-	return false
-}
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 

@@ -118,8 +118,13 @@ type part struct {
 
 // Compile compiles a TOML-decoded value tree. Only string values are scanned for
 // placeholders; map keys are taken literally.
-func Compile(v any) (*Template, error) {
-	var c compiler
+func Compile(v any) (*Template, error) { return CompileRoots(v, nil) }
+
+// CompileRoots compiles a template whose paths start at one of roots
+// rather than a chain step's: what a trigger maps from a request reads
+// that request.
+func CompileRoots(v any, roots []string) (*Template, error) {
+	c := compiler{roots: roots}
 	root, err := c.value(v, "")
 	if err != nil {
 		c.errs = append(c.errs, err)
@@ -275,6 +280,7 @@ func (e *expr) eval(s Scope) (any, error) {
 func (e *expr) wrap(err error) error { return fmt.Errorf("<<%s>>: %w", e.text, err) }
 
 type compiler struct {
+	roots []string
 	refs  []Ref
 	errs  []error // errors in members of objects and arrays
 	depth int
@@ -387,7 +393,7 @@ func tomlTime(t time.Time) string {
 }
 
 func (c *compiler) str(s, key string) (*node, error) {
-	pieces, serr := scan(s)
+	pieces, serr := scan(s, c.roots)
 	if serr != nil {
 		return nil, &CompileError{Key: key, Offset: serr.off, Msg: serr.msg}
 	}

@@ -134,7 +134,7 @@ func (l *loader) finish() (*chain.Config, error) {
 	return l.cfg, nil
 }
 
-var topLevelKeys = []string{"gateway", "providers", "chains"}
+var topLevelKeys = []string{"gateway", "providers", "chains", "triggers"}
 
 func (l *loader) file(name, src string) {
 	var root map[string]any
@@ -162,6 +162,11 @@ func (l *loader) file(name, src string) {
 	if cs, ok := top.tables("chains"); ok {
 		for _, c := range cs {
 			l.chain(c)
+		}
+	}
+	if ts, ok := top.tables("triggers"); ok {
+		for _, t := range ts {
+			l.trigger(t)
 		}
 	}
 	top.finish(topLevelKeys)

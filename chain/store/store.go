@@ -98,6 +98,9 @@ type Store interface {
 	// key bound to runID already counts as claimed, so a retried claim
 	// succeeds.
 	ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error)
+	// KeyRun returns the run id an idempotency key is bound to, or "" when
+	// it is bound to none or its binding has lapsed.
+	KeyRun(ctx context.Context, key string) (string, error)
 
 	// Close releases the store; it waits for commits under way.
 	Close() error

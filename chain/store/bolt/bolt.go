@@ -776,6 +776,26 @@ func (s *Store) leaseCurrentLocked(l store.Lease) bool {
 }
 
 // ClaimKey implements store.Store.
+// KeyRun implements store.Store.
+func (s *Store) KeyRun(ctx context.Context, key string) (string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return "", store.ErrClosed
+	}
+	var id string
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		if v := tx.Bucket(bucketKeys).Get([]byte(key)); len(v) > 8 && time.Now().Before(time.Unix(0, int64(binary.BigEndian.Uint64(v[:8])))) {
+			id = string(v[8:])
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("reading idempotency key: %w", err)
+	}
+	return id, nil
+}
+
 func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -904,6 +904,22 @@ func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
 }
 
 // ClaimKey implements store.Store.
+// KeyRun implements store.Store.
+func (s *Store) KeyRun(ctx context.Context, key string) (string, error) {
+	if err := s.begin(); err != nil {
+		return "", err
+	}
+	defer s.end()
+	id, err := s.client.Get(ctx, s.idemKey(key)).Result()
+	if errors.Is(err, goredis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading idempotency key: %w", err)
+	}
+	return id, nil
+}
+
 func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error) {
 	ms, err := ttlMillis(ttl)
 	if err != nil {

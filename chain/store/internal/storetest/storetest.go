@@ -653,6 +653,12 @@ func testIdempotencyKeys(t *testing.T, f Factory) {
 	if got, err := s.ClaimKey(ctx, key, "run-1", 300*time.Millisecond); err != nil || got != "" {
 		t.Fatalf("first claim: %q %v", got, err)
 	}
+	if got, err := s.KeyRun(ctx, key); err != nil || got != "run-1" {
+		t.Fatalf("the key's run: %q %v", got, err)
+	}
+	if got, err := s.KeyRun(ctx, key+"-unbound"); err != nil || got != "" {
+		t.Fatalf("an unbound key's run: %q %v", got, err)
+	}
 	if got, err := s.ClaimKey(ctx, key, "run-2", 300*time.Millisecond); err != nil || got != "run-1" {
 		t.Fatalf("second claim: %q %v, want run-1", got, err)
 	}
@@ -661,6 +667,9 @@ func testIdempotencyKeys(t *testing.T, f Factory) {
 		t.Fatalf("claim by the run it is bound to: %q %v", got, err)
 	}
 	time.Sleep(400 * time.Millisecond)
+	if got, err := s.KeyRun(ctx, key); err != nil || got != "" {
+		t.Errorf("a lapsed key's run: %q %v", got, err)
+	}
 	if got, err := s.ClaimKey(ctx, key, "run-3", time.Second); err != nil || got != "" {
 		t.Errorf("claim after expiry: %q %v", got, err)
 	}
