@@ -4,6 +4,10 @@
 //
 //	gateway-load --server http://127.0.0.1:8080 --chain three-echo --concurrency 64 --duration 20s
 //
+// With --trigger NAME instead of --chain, each request posts one new firing
+// alert in Alertmanager's webhook format to POST /v1/triggers/NAME, and
+// the figure is alerts started per second.
+//
 // gateway-load split runs one large split distributed over workers, and
 // locally, and reports items/s, peak RSS and CPU per process (split.go).
 //
@@ -71,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	server := fs.String("server", "http://127.0.0.1:8080", "gateway API")
 	token := fs.String("token", os.Getenv("CHAINGATE_TOKEN"), "API bearer token")
 	chain := fs.String("chain", "", "chain to start")
+	trigger := fs.String("trigger", "", "Alertmanager trigger to post a new firing alert to in each request, instead of --chain")
 	payload := fs.String("payload", `{"alert_name":"load","severity":"critical"}`, "run payload")
 	concurrency := fs.Int("concurrency", 64, "requests in flight")
 	duration := fs.Duration("duration", 20*time.Second, "how long to measure")
@@ -79,8 +84,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	var problems []string
-	if *chain == "" {
-		problems = append(problems, "--chain is required")
+	if (*chain == "") == (*trigger == "") {
+		problems = append(problems, "give --chain or --trigger")
 	}
 	if *concurrency < 1 {
 		problems = append(problems, "--concurrency must be at least 1")
@@ -106,6 +111,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *concurrency}}
 	target := strings.TrimRight(*server, "/") + "/v1/chains/" + url.PathEscape(*chain) + "/runs?wait=60s"
+	var alerts atomic.Int64
+	body := func() string { return *payload }
+	if *trigger != "" {
+		target = strings.TrimRight(*server, "/") + "/v1/triggers/" + url.PathEscape(*trigger)
+		stamp := time.Now().UTC().Format(time.RFC3339)
+		body = func() string { return fmt.Sprintf(alertGroup, alerts.Add(1), stamp) }
+	}
 	var (
 		mu        sync.Mutex
 		latencies []time.Duration
@@ -120,7 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			delay := backoffMin
 			for ctx.Err() == nil && time.Now().Before(end) {
 				t0 := time.Now()
-				outcome, err := post(ctx, client, target, *token, *payload)
+				outcome, err := post(ctx, client, target, *token, body())
 				took := time.Since(t0)
 				if ctx.Err() != nil {
 					return
@@ -131,7 +143,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				}
 				if measuring.Load() {
 					outcomes[outcome]++
-					if outcome == "succeeded" {
+					if outcome == "succeeded" || outcome == "started" {
 						latencies = append(latencies, took)
 					}
 				}
@@ -158,8 +170,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return latencies[int(float64(len(latencies)-1)*p)]
 	}
-	fmt.Fprintf(stdout, "runs succeeded: %d in %s (%.0f runs/s)\n", len(latencies), elapsed.Round(time.Millisecond), float64(len(latencies))/elapsed.Seconds())
-	fmt.Fprintf(stdout, "POST to run end: p50 %s  p90 %s  p99 %s  max %s\n", pct(0.5), pct(0.9), pct(0.99), pct(1))
+	if *trigger != "" {
+		fmt.Fprintf(stdout, "alerts started: %d in %s (%.0f/s)\n", len(latencies), elapsed.Round(time.Millisecond), float64(len(latencies))/elapsed.Seconds())
+		fmt.Fprintf(stdout, "POST to answer: p50 %s  p90 %s  p99 %s  max %s\n", pct(0.5), pct(0.9), pct(0.99), pct(1))
+	} else {
+		fmt.Fprintf(stdout, "runs succeeded: %d in %s (%.0f runs/s)\n", len(latencies), elapsed.Round(time.Millisecond), float64(len(latencies))/elapsed.Seconds())
+		fmt.Fprintf(stdout, "POST to run end: p50 %s  p90 %s  p99 %s  max %s\n", pct(0.5), pct(0.9), pct(0.99), pct(1))
+	}
 	fmt.Fprintf(stdout, "outcomes: %s\n", summary(outcomes))
 	if firstErr != nil {
 		fmt.Fprintln(stderr, "gateway-load: first error:", firstErr)
@@ -170,6 +187,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return exitOK
 }
+
+// alertGroup is one firing alert as Alertmanager's webhook sends it; its
+// fingerprint is the request's number, so each starts a run.
+const alertGroup = `{"version":"4","groupKey":"{}:{alertname=\"Load\"}","status":"firing","receiver":"chaingate",` +
+	`"groupLabels":{"alertname":"Load"},"commonLabels":{"alertname":"Load"},"commonAnnotations":{},"externalURL":"http://alertmanager:9093",` +
+	`"alerts":[{"status":"firing","labels":{"alertname":"Load","instance":"host-%[1]d","severity":"critical"},` +
+	`"annotations":{"summary":"load test"},"startsAt":"%[2]s","endsAt":"0001-01-01T00:00:00Z","generatorURL":"","fingerprint":"%[1]x"}]}`
 
 // summary lists outcomes by count, most frequent first.
 func summary(outcomes map[string]int) string {
@@ -227,7 +251,13 @@ func post(ctx context.Context, c *http.Client, target, token, payload string) (s
 		return fmt.Sprintf("http_%d", resp.StatusCode), fmt.Errorf("POST answered %s: %.200s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	var out struct {
-		Status string `json:"status"`
+		Status  string `json:"status"`
+		Results []struct {
+			Action string `json:"action"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(body, &out); err == nil && len(out.Results) > 0 {
+		return out.Results[0].Action, nil
 	}
 	if err := json.Unmarshal(body, &out); err != nil || out.Status == "" {
 		return "bad_answer", errors.Join(errors.New("the answer is not a run"), err)

@@ -16,7 +16,8 @@ func TestFlagChecks(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{}, "--chain is required"},
+		{[]string{}, "give --chain or --trigger"},
+		{[]string{"--chain", "c", "--trigger", "t"}, "give --chain or --trigger"},
 		{[]string{"--chain", "c", "--concurrency", "0"}, "--concurrency must be at least 1"},
 		{[]string{"--chain", "c", "--duration", "0s"}, "--duration must be positive"},
 		{[]string{"--chain", "c", "--warmup", "-1s"}, "--warmup must not be negative"},

@@ -139,6 +139,8 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)
 	}
+	// Idempotency claims batch; a lone one should not wait long for company.
+	db.MaxBatchDelay = 2 * time.Millisecond
 	err = db.Update(func(tx *bbolt.Tx) error {
 		if err := checkFormat(tx); err != nil {
 			return err
@@ -803,7 +805,10 @@ func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Durati
 		return "", store.ErrClosed
 	}
 	var existing string
-	err := s.db.Update(func(tx *bbolt.Tx) error {
+	// Claims arriving together share one transaction and one fsync; Batch
+	// may run fn again, so it starts from nothing.
+	err := s.db.Batch(func(tx *bbolt.Tx) error {
+		existing = ""
 		keys, expiry := tx.Bucket(bucketKeys), tx.Bucket(bucketKeyExpiry)
 		now := time.Now()
 		if err := sweepKeys(keys, expiry, now); err != nil {
