@@ -53,6 +53,7 @@ The runs, dlq and graph commands talk to a gateway's API (--server URL,
 store file when no server is given (--state PATH, --config PATH...).
 
   gateway version                               print the version, commit and Go version
+  gateway health [--server URL]                 exit 0 when a gateway or worker is ready
 
 Run "gateway help COMMAND" or "gateway COMMAND -h" for a command's flags.
 `
@@ -100,6 +101,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdPlugin(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		return cmdVersion(args[1:], stdout, stderr)
+	case "health":
+		return cmdHealth(ctx, args[1:], stdout, stderr)
 	case "help":
 		if len(args) > 1 && args[1] != "help" {
 			return run(ctx, append(args[1:], "-h"), stdout, stderr)
