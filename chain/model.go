@@ -20,11 +20,13 @@ type Config struct {
 	Providers map[string]*Provider
 	Chains    map[string]*Chain
 	Triggers  map[string]*Trigger
+	Schedules map[string]*Schedule
 	// ChainNames, ProviderNames and TriggerNames keep definition order for
 	// listings.
 	ChainNames    []string
 	ProviderNames []string
 	TriggerNames  []string
+	ScheduleNames []string
 	// Warnings are problems that do not stop the config from loading.
 	Warnings []Diagnostic
 }

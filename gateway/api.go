@@ -36,6 +36,7 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/triggers/{name}", public, s.trigger)
 	route("GET /v1/chains", readAccess, s.listChains)
 	route("GET /v1/chains/{name}", readAccess, s.getChain)
+	route("GET /v1/schedules", readAccess, s.listSchedules)
 
 	route("GET /v1/runs", readAccess, s.listRuns)
 	route("GET /v1/runs/{id}", readAccess, s.getRun)

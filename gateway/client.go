@@ -281,3 +281,12 @@ func (c *Client) Chain(ctx context.Context, name string) (map[string]any, error)
 	err := c.do(ctx, http.MethodGet, "/v1/chains/"+url.PathEscape(name), nil, nil, &out)
 	return out, err
 }
+
+// Schedules lists the gateway's schedules with their next ticks.
+func (c *Client) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
+	var out struct {
+		Schedules []ScheduleInfo `json:"schedules"`
+	}
+	err := c.do(ctx, http.MethodGet, "/v1/schedules", nil, nil, &out)
+	return out.Schedules, err
+}

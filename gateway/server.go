@@ -51,6 +51,7 @@ type Server struct {
 	reloadErr atomic.Pointer[string]
 	// workItems makes the server work the items of distributed splits too.
 	workItems bool
+	sched     *Scheduler
 }
 
 // Token environment variables, comma separated; they add to [gateway.auth].
@@ -67,6 +68,7 @@ func NewServer(gw *Gateway, hub *Hub, metrics *Metrics, paths []string) *Server 
 	s.aborting, s.abort = context.WithCancel(context.Background())
 	metrics.Register(gw)
 	s.setConfig(gw.Config)
+	s.sched = &Scheduler{srv: s, last: map[string]time.Time{}}
 	return s
 }
 
@@ -175,6 +177,7 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(limitConns(l, lim.MaxConnections)) }()
 	go s.adopt(ctx)
+	go s.sched.Run(s.stopping)
 	workerCtx, stopWorker := context.WithCancel(context.Background())
 	defer stopWorker()
 	workerDone := make(chan struct{})

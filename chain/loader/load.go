@@ -134,7 +134,7 @@ func (l *loader) finish() (*chain.Config, error) {
 	return l.cfg, nil
 }
 
-var topLevelKeys = []string{"gateway", "providers", "chains", "triggers"}
+var topLevelKeys = []string{"gateway", "providers", "chains", "triggers", "schedules"}
 
 func (l *loader) file(name, src string) {
 	var root map[string]any
@@ -167,6 +167,11 @@ func (l *loader) file(name, src string) {
 	if ts, ok := top.tables("triggers"); ok {
 		for _, t := range ts {
 			l.trigger(t)
+		}
+	}
+	if ss, ok := top.tables("schedules"); ok {
+		for _, s := range ss {
+			l.schedule(s)
 		}
 	}
 	top.finish(topLevelKeys)

@@ -95,20 +95,8 @@ func (l *loader) trigger(t *table) {
 func triggerTemplate(t *table, key string, v any, roots []string) *templates.Template {
 	p := t.path.Key(key)
 	// Secrets compile, to be refused below with the reason.
-	tpl, err := templates.CompileRoots(v, append(slices.Clone(roots), "secrets"))
-	if err != nil {
-		errs := []error{err}
-		if joined, ok := err.(interface{ Unwrap() []error }); ok {
-			errs = joined.Unwrap()
-		}
-		for _, err := range errs {
-			var ce *templates.CompileError
-			if errors.As(err, &ce) && ce.Key != "" {
-				t.d.errorf(p.Sub(ce.Key), "%s at offset %d", ce.Msg, ce.Offset)
-			} else {
-				t.d.errorf(p, "%v", err)
-			}
-		}
+	tpl := compileRoots(t, p, v, append(slices.Clone(roots), "secrets"))
+	if tpl == nil {
 		return nil
 	}
 	for _, r := range tpl.Refs() {
@@ -132,6 +120,28 @@ func triggerTemplate(t *table, key string, v any, roots []string) *templates.Tem
 		}
 	}
 	return tpl
+}
+
+// compileRoots compiles a template that reads roots, reporting each
+// broken string at its key.
+func compileRoots(t *table, p chain.KeyPath, v any, roots []string) *templates.Template {
+	tpl, err := templates.CompileRoots(v, roots)
+	if err == nil {
+		return tpl
+	}
+	errs := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = joined.Unwrap()
+	}
+	for _, err := range errs {
+		var ce *templates.CompileError
+		if errors.As(err, &ce) && ce.Key != "" {
+			t.d.errorf(p.Sub(ce.Key), "%s at offset %d", ce.Msg, ce.Offset)
+		} else {
+			t.d.errorf(p, "%v", err)
+		}
+	}
+	return nil
 }
 
 // secretTemplate compiles a credential: a template that reads only

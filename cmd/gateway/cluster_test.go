@@ -409,3 +409,85 @@ func writeFileTB(tb testing.TB, path, content string) {
 		tb.Fatal(err)
 	}
 }
+
+// TestScheduleTicksOnceWithAGatewayKilled runs a schedule that ticks every
+// second on two gateways sharing Redis and kills one of them with SIGKILL
+// at a tick: every tick that started a run started exactly one, and the
+// survivor goes on ticking.
+func TestScheduleTicksOnceWithAGatewayKilled(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.toml")
+	writeFileTB(t, cfg, fmt.Sprintf(`
+[gateway]
+lease_ttl_seconds = %d
+shutdown_grace_seconds = 2
+
+[[providers]]
+name = "faulty"
+type = "faulty"
+
+[[schedules]]
+name = "heartbeat"
+chain = "beat"
+every = "1s"
+
+[[chains]]
+name = "beat"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { record = %q, tick = "<<origin.payload.tick>>", sleep_ms = 300 }
+`, clusterLeaseTTL, filepath.Join(dir, "calls.jsonl")))
+	state := redistest.Open(t)
+	victim, survivor := startServe(t, cfg, state), startServe(t, cfg, state)
+	ticks := func() map[string]map[string]bool {
+		runs := map[string]map[string]bool{}
+		data, _ := os.ReadFile(filepath.Join(dir, "calls.jsonl"))
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var c struct {
+				DedupKey string `json:"dedup_key"`
+				Payload  struct {
+					Tick string `json:"tick"`
+				} `json:"payload"`
+			}
+			if json.Unmarshal([]byte(line), &c) != nil {
+				continue
+			}
+			run, _, _ := strings.Cut(c.DedupKey, "/")
+			if runs[c.Payload.Tick] == nil {
+				runs[c.Payload.Tick] = map[string]bool{}
+			}
+			runs[c.Payload.Tick][run] = true
+		}
+		return runs
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s", what)
+			}
+		}
+	}
+	waitFor("three ticks", func() bool { return len(ticks()) >= 3 })
+	// At the next whole second, a tick.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+	_ = victim.cmd.Process.Signal(syscall.SIGKILL)
+	killedAt := time.Now()
+	waitFor("ticks after the kill", func() bool {
+		n := 0
+		for tick := range ticks() {
+			if at, err := time.Parse(time.RFC3339, tick); err == nil && at.After(killedAt.Add(time.Second)) {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	_ = survivor.cmd.Process.Signal(syscall.SIGTERM)
+	_, _ = survivor.cmd.Process.Wait()
+	for tick, runs := range ticks() {
+		if len(runs) != 1 {
+			t.Errorf("tick %s started %d runs: %v", tick, len(runs), runs)
+		}
+	}
+}

@@ -46,6 +46,7 @@ Usage:
   gateway runs list|show|cancel|events|dag      inspect and cancel runs
   gateway dlq list|show|replay|delete|purge     work the dead-letter queue
   gateway graph CHAIN                           draw a chain as a Mermaid flowchart
+  gateway schedules list                        the schedules' next fire times
   gateway plugin check|new                      check a provider plugin, or start writing one
 
 The runs, dlq and graph commands talk to a gateway's API (--server URL,
@@ -97,6 +98,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdDLQ(ctx, args[1:], stdout, stderr)
 	case "graph":
 		return cmdGraph(ctx, args[1:], stdout, stderr)
+	case "schedules":
+		return cmdSchedules(ctx, args[1:], stdout, stderr)
 	case "plugin":
 		return cmdPlugin(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":

@@ -1,0 +1,250 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
+	"github.com/chaingate/gateway/templates"
+)
+
+const (
+	// scheduleWindow is how far back start-up looks for a missed tick.
+	scheduleWindow = 7 * 24 * time.Hour
+	// scheduleTTL keeps a tick's claim past that window, so a tick is
+	// never started twice.
+	scheduleTTL = scheduleWindow + 24*time.Hour
+	// scheduleRecheck bounds a wait for the next tick, so a reload's new
+	// schedules and a clock that jumped are seen soon.
+	scheduleRecheck = time.Minute
+)
+
+// Scheduler starts the runs of the config's [[schedules]] at their ticks.
+// Each tick is claimed in the store under the schedule's name and the
+// tick's time before its run starts, so gateways sharing a store start it
+// once between them, and a gateway that dies between claim and start
+// leaves the start to the next one that looks.
+type Scheduler struct {
+	srv *Server
+	mu  sync.Mutex
+	// last is, per schedule, the time up to which its ticks are handled.
+	last map[string]time.Time
+}
+
+// ScheduleFire is what one tick did.
+type ScheduleFire struct {
+	Schedule string    `json:"schedule"`
+	Tick     time.Time `json:"tick"`
+	// Action is started, replayed (another gateway started it), or failed.
+	Action string `json:"action"`
+	Run    string `json:"run,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Scheduler returns the server's scheduler; Run drives it from the clock.
+func (s *Server) Scheduler() *Scheduler { return s.sched }
+
+// Run starts scheduled runs until ctx is done, waiting for each next tick.
+func (sc *Scheduler) Run(ctx context.Context) {
+	for {
+		now := time.Now()
+		sc.Due(ctx, now)
+		wait := scheduleRecheck
+		if next := sc.NextTick(now); !next.IsZero() {
+			wait = min(wait, time.Until(next))
+		}
+		t := time.NewTimer(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Due starts what is due at now. A schedule seen for the first time (at
+// start-up, or added by a reload) owes its latest tick only if it catches
+// up, or if a gateway claimed that tick and died before starting it; after
+// that, each check starts the latest tick since the last one. Ticks that
+// passed while the gateway was stalled are not started one by one: only
+// the latest of them is.
+func (sc *Scheduler) Due(ctx context.Context, now time.Time) []ScheduleFire {
+	if sc.srv.draining.Load() {
+		return nil
+	}
+	cfg := sc.srv.gw.Engine.Config()
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	var fired []ScheduleFire
+	for _, name := range cfg.ScheduleNames {
+		s := cfg.Schedules[name]
+		last, seen := sc.last[name]
+		sc.last[name] = now
+		if !seen {
+			if tick := s.Latest(now, scheduleWindow); !tick.IsZero() {
+				if f, ok := sc.fire(ctx, s, tick, !s.CatchUp); ok {
+					fired = append(fired, f)
+				}
+			}
+			continue
+		}
+		tick, skipped := time.Time{}, 0
+		for at := s.Next(last); !at.IsZero() && !at.After(now); at = s.Next(at) {
+			if !tick.IsZero() {
+				skipped++
+			}
+			tick = at
+			if s.Every > 0 {
+				tick = now.Truncate(s.Every)
+				skipped += int(tick.Sub(at) / s.Every)
+				break
+			}
+		}
+		if tick.IsZero() {
+			continue
+		}
+		if skipped > 0 {
+			sc.srv.log.Warn("schedule ticks passed while the gateway was not checking; starting the latest only", "schedule", name, "skipped", skipped, "tick", tick)
+		}
+		if f, ok := sc.fire(ctx, s, tick, false); ok {
+			fired = append(fired, f)
+		}
+	}
+	for name := range sc.last {
+		if cfg.Schedules[name] == nil {
+			delete(sc.last, name)
+		}
+	}
+	return fired
+}
+
+// NextTick is the earliest tick of any schedule after now.
+func (sc *Scheduler) NextTick(now time.Time) time.Time {
+	var next time.Time
+	cfg := sc.srv.gw.Engine.Config()
+	for _, name := range cfg.ScheduleNames {
+		if at := cfg.Schedules[name].Next(now); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	return next
+}
+
+func tickKey(s *chain.Schedule, tick time.Time) string {
+	return "schedule/" + s.Name + "/" + tick.UTC().Format(time.RFC3339)
+}
+
+// fire starts the run of one tick. With claimedOnly it starts only a tick
+// a gateway claimed and never started, and reports nothing otherwise.
+func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time, claimedOnly bool) (ScheduleFire, bool) {
+	f := ScheduleFire{Schedule: s.Name, Tick: tick}
+	key := tickKey(s, tick)
+	log := sc.srv.log.With("schedule", s.Name, "tick", tick)
+	if claimedOnly {
+		id, err := sc.srv.gw.Store.KeyRun(ctx, key)
+		if err != nil || id == "" {
+			return f, false
+		}
+		if _, err := sc.srv.gw.Store.Run(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			return f, false
+		}
+	}
+	in, err := scheduleInput(s, tick)
+	if err == nil {
+		f.Run, _, f.Action, err = sc.start(ctx, s, key, in)
+	}
+	if err != nil {
+		f.Action, f.Reason = "failed", err.Error()
+		log.Error("scheduled run could not start", "err", err)
+		return f, true
+	}
+	if f.Action == "started" {
+		log.Info("scheduled run started", "run", f.Run, "chain", s.Chain)
+	} else {
+		log.Debug("tick already started", "run", f.Run)
+	}
+	return f, true
+}
+
+func (sc *Scheduler) start(ctx context.Context, s *chain.Schedule, key string, in engine.Input) (id, status, action string, err error) {
+	id, status, replayed, err := sc.srv.startKeyed(engine.WithActor(ctx, "schedule "+s.Name), s.Chain, "", key, scheduleTTL, in)
+	if err != nil {
+		return "", "", "", err
+	}
+	if replayed {
+		return id, status, "replayed", nil
+	}
+	return id, status, "started", nil
+}
+
+// scheduleInput is a tick's run: its payload, and where it came from.
+func scheduleInput(s *chain.Schedule, tick time.Time) (engine.Input, error) {
+	at := tick.In(s.Location).Format(time.RFC3339)
+	scope := map[string]any{"name": s.Name, "tick": at, "timezone": s.Location.String()}
+	var payload []byte
+	var err error
+	if s.Payload != nil {
+		payload, err = s.Payload.AppendJSON(nil, templates.MapScope{"schedule": scope})
+	} else {
+		payload, err = jsonx.Marshal(map[string]any{"schedule": s.Name, "tick": at})
+	}
+	if err != nil {
+		return engine.Input{}, err
+	}
+	meta, _ := jsonx.Marshal(map[string]string{"schedule": s.Name, "tick": at})
+	return engine.Input{Payload: payload, Metadata: meta}, nil
+}
+
+// ScheduleInfo is a schedule as GET /v1/schedules and gateway schedules
+// list show it: what it starts, its next ticks, and its latest one's run.
+type ScheduleInfo struct {
+	Name     string      `json:"name"`
+	Chain    string      `json:"chain"`
+	Cron     string      `json:"cron,omitempty"`
+	Every    string      `json:"every,omitempty"`
+	Timezone string      `json:"timezone"`
+	CatchUp  bool        `json:"catch_up"`
+	Next     []time.Time `json:"next"`
+	// LastTick is the latest tick at or before now, and LastRun the run it
+	// started, if it started one.
+	LastTick time.Time `json:"last_tick,omitzero"`
+	LastRun  string    `json:"last_run,omitempty"`
+}
+
+// Schedules describes cfg's schedules at now; st, when set, says which
+// run each one's latest tick started.
+func Schedules(ctx context.Context, cfg *chain.Config, st store.Store, now time.Time) []ScheduleInfo {
+	out := []ScheduleInfo{}
+	for _, name := range cfg.ScheduleNames {
+		s := cfg.Schedules[name]
+		info := ScheduleInfo{Name: name, Chain: s.Chain, Cron: s.Cron, Timezone: s.Location.String(), CatchUp: s.CatchUp, Next: []time.Time{}}
+		if s.Every > 0 {
+			info.Every = s.Every.String()
+		}
+		for at := now; len(info.Next) < 3; {
+			if at = s.Next(at); at.IsZero() {
+				break
+			}
+			info.Next = append(info.Next, at.In(s.Location))
+		}
+		if last := s.Latest(now, scheduleWindow); !last.IsZero() {
+			info.LastTick = last.In(s.Location)
+			if st != nil {
+				info.LastRun, _ = st.KeyRun(ctx, tickKey(s, last))
+			}
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"schedules": Schedules(r.Context(), s.gw.Engine.Config(), s.gw.Store, time.Now())})
+}
