@@ -249,6 +249,7 @@ const (
 	KindParallel
 	KindSplit
 	KindSubChain
+	KindApproval
 )
 
 func (k StepKind) String() string {
@@ -261,6 +262,8 @@ func (k StepKind) String() string {
 		return "split"
 	case KindSubChain:
 		return "sub_chain"
+	case KindApproval:
+		return "approval"
 	}
 	return "unknown"
 }
@@ -295,6 +298,7 @@ type Step struct {
 	Split    *Split
 	SubChain string
 	Input    *templates.Template
+	Approval *Approval
 
 	// Index is the step's position in the list that holds it.
 	Index int
@@ -444,3 +448,22 @@ const EndTarget = "end"
 // DefaultProviderTimeoutSeconds bounds a provider call when neither the step
 // nor the provider sets timeout_seconds.
 const DefaultProviderTimeoutSeconds = 30
+
+// Approval is an approval step: the run waits, durably, until a person
+// answers approve or reject, or until the step's timeout_seconds.
+type Approval struct {
+	// Message says what is asked, rendered when the step starts.
+	Message *templates.Template
+	// OnTimeout is what no answer within timeout_seconds means: approve,
+	// reject, or fail (the step times out and on_failure applies).
+	OnTimeout string
+	// OnReject is what a reject does: fail the step (on_failure applies),
+	// or continue, the step succeeding with the decision for branches.
+	OnReject string
+}
+
+// Approval decisions.
+const (
+	DecisionApprove = "approve"
+	DecisionReject  = "reject"
+)

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/internal/jsonx"
@@ -43,6 +44,7 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/events", readAccess, s.runChanges)
 	route("POST /v1/runs/{id}/cancel", writeAccess, s.cancelRun)
 	route("POST /v1/runs/{id}/replay", writeAccess, s.replayRun)
+	route("POST /v1/runs/{id}/signals/{step}", writeAccess, s.signal)
 	route("GET /v1/runs/{id}/events", readAccess, s.runEvents)
 	route("GET /v1/runs/{id}/dag", readAccess, s.runDAG)
 	route("GET /v1/runs/{id}/items", readAccess, s.splitItems)
@@ -773,6 +775,38 @@ func (s *Server) readReplay(w http.ResponseWriter, r *http.Request) (engine.Repl
 		b.Definition = d
 	}
 	return replayOptions(b.Mode, b.Definition)
+}
+
+// signalBody answers an approval step.
+type signalBody struct {
+	Decision string `json:"decision"`
+	Comment  string `json:"comment"`
+}
+
+// maxComment bounds an answer's comment, which is stored with the run.
+const maxComment = 2000
+
+// signal answers a waiting approval step; the first answer wins.
+func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
+	var b signalBody
+	if err := s.readJSON(w, r, &b); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if b.Decision != chain.DecisionApprove && b.Decision != chain.DecisionReject {
+		s.writeError(w, r, badRequest("invalid_parameter", `decision must be "approve" or "reject", got %q`, b.Decision))
+		return
+	}
+	if len(b.Comment) > maxComment {
+		s.writeError(w, r, badRequest("invalid_parameter", "comment is %d bytes; at most %d", len(b.Comment), maxComment))
+		return
+	}
+	d, err := s.ops.Signal(r.Context(), r.PathValue("id"), r.PathValue("step"), b.Decision, b.Comment)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, d)
 }
 
 // replayRun runs a run that ended without success again: the run's own

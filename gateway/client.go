@@ -227,6 +227,16 @@ func (c *Client) Replay(ctx context.Context, id string, opts engine.ReplayOption
 	return &Run{ID: out.Run}, nil
 }
 
+// Signal implements Ops.
+func (c *Client) Signal(ctx context.Context, id, step, decision, comment string) (*engine.Decision, error) {
+	var out engine.Decision
+	body := map[string]string{"decision": decision, "comment": comment}
+	if err := c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/signals/"+url.PathEscape(step), nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // ReplayRun implements Ops.
 func (c *Client) ReplayRun(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error) {
 	var out struct {

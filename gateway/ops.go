@@ -21,6 +21,9 @@ type Ops interface {
 	ListRuns(ctx context.Context, f store.RunFilter) (RunPage, error)
 	Run(ctx context.Context, id string, items bool) (*RunView, error)
 	CancelRun(ctx context.Context, id string) error
+	// Signal answers a waiting approval step: approve or reject, with a
+	// comment; who answers is the context's actor.
+	Signal(ctx context.Context, id, step, decision, comment string) (*engine.Decision, error)
 	// ReplayRun runs a run that ended without success again, from the step
 	// it stopped at or from the start, whether or not its failure was
 	// dead-lettered.
@@ -393,6 +396,11 @@ func (l *Local) Replay(ctx context.Context, id string, opts engine.ReplayOptions
 		return nil, err
 	}
 	return apiRun(run), nil
+}
+
+// Signal implements Ops.
+func (l *Local) Signal(ctx context.Context, id, step, decision, comment string) (*engine.Decision, error) {
+	return l.GW.Engine.Signal(ctx, id, step, decision, comment)
 }
 
 // ReplayRun implements Ops.

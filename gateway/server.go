@@ -312,6 +312,10 @@ func apiError(err error) *APIError {
 		return &APIError{Status: http.StatusNotFound, Code: "unknown_chain", Message: err.Error()}
 	case errors.Is(err, store.ErrLeaseHeld), errors.Is(err, engine.ErrNotActive):
 		return &APIError{Status: http.StatusConflict, Code: "run_elsewhere", Message: err.Error()}
+	case errors.As(err, new(*engine.AnsweredError)):
+		return &APIError{Status: http.StatusConflict, Code: "already_answered", Message: err.Error()}
+	case errors.Is(err, engine.ErrNotWaiting):
+		return &APIError{Status: http.StatusConflict, Code: "not_waiting", Message: err.Error()}
 	case errors.Is(err, engine.ErrNotReplayable), errors.Is(err, engine.ErrFinished):
 		return &APIError{Status: http.StatusConflict, Code: "conflict", Message: err.Error()}
 	case errors.Is(err, engine.ErrClosed):

@@ -173,6 +173,8 @@ func (r *runner) progressStep(now time.Time, q *seq, s *chain.Step) ([]launch, b
 		return r.progressSplit(now, q, s, rec, sc)
 	case chain.KindSubChain:
 		return r.progressChild(now, q, s, rec, sc)
+	case chain.KindApproval:
+		return r.progressApproval(now, q, s, rec, sc)
 	}
 	return nil, true
 }

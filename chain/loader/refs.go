@@ -128,6 +128,8 @@ func (b *chainBuild) bodyPathProblem(name, field string) string {
 		}
 	case s.Split != nil && !slices.Contains(splitFields, field):
 		return fmt.Sprintf("the body of split step %q has no field %q%s", name, field, didYouMean(field, splitFields, "fields"))
+	case s.Kind == chain.KindApproval && !slices.Contains(ApprovalFields, field):
+		return fmt.Sprintf("the body of approval step %q has no field %q%s", name, field, didYouMean(field, ApprovalFields, "fields"))
 	}
 	return ""
 }
@@ -143,3 +145,6 @@ func didYouMean(name string, known []string, what string) string {
 	}
 	return fmt.Sprintf("; its %s are %s", what, strings.Join(known, ", "))
 }
+
+// ApprovalFields are the fields of an approval step's body.
+var ApprovalFields = []string{"decision", "by", "comment", "at", "timed_out", "message"}

@@ -45,10 +45,10 @@ func (s *scope) visible(name string) bool {
 
 var stepKeys = []string{
 	"name", "provider", "action_type", "payload_template", "on_failure", "timeout_seconds", "delay_seconds",
-	"retry", "when", "default_next", "branches", "parallel", "split", "sub_chain", "input",
+	"retry", "when", "default_next", "branches", "parallel", "split", "sub_chain", "input", "approval",
 }
 
-var kindKeys = []string{"provider", "parallel", "split", "sub_chain"}
+var kindKeys = []string{"provider", "parallel", "split", "sub_chain", "approval"}
 
 // stepRoots are the names a step's templates and when condition may read.
 var stepRoots = []string{"origin", "steps", "prev", "run", "chain"}
@@ -91,10 +91,10 @@ func (b *chainBuild) step(t *table, parent *chain.Step, sc *scope) *chain.Step {
 	}
 	switch len(kinds) {
 	case 0:
-		t.d.errorf(t.path, "step has no kind; set exactly one of provider, parallel, split or sub_chain")
+		t.d.errorf(t.path, "step has no kind; set exactly one of provider, parallel, split, sub_chain or approval")
 	case 1:
 	default:
-		t.d.errorf(t.path, "step sets %s; a step is exactly one of provider, parallel, split or sub_chain", strings.Join(kinds, " and "))
+		t.d.errorf(t.path, "step sets %s; a step is exactly one of provider, parallel, split, sub_chain or approval", strings.Join(kinds, " and "))
 	}
 	inParallel := parent != nil && parent.Kind == chain.KindParallel
 
@@ -162,6 +162,17 @@ func (b *chainBuild) step(t *table, parent *chain.Step, sc *scope) *chain.Step {
 					t.d.errorf(t.path, "chain %q requires the input fields %s; give them in input = { ... }", sub.Name, quoteList(sub.Input.Required))
 				}
 			})
+		}
+	case t.has("approval"):
+		s.Kind = chain.KindApproval
+		if parent != nil {
+			t.d.errorf(t.path.Key("approval"), "an approval step waits for a person and must be a top-level step of its chain, not inside a parallel group or a split")
+		}
+		if at, ok := t.sub("approval"); ok {
+			s.Approval = b.approval(at, sc)
+		}
+		if t.has("retry") {
+			t.d.errorf(t.path.Key("retry"), "an approval step is answered once; it takes no retry")
 		}
 	}
 	if s.Kind != chain.KindProvider {
@@ -497,4 +508,17 @@ func (b *chainBuild) warnCurlyPlaceholders(p chain.KeyPath, v any) {
 			b.warnCurlyPlaceholders(p.Elem(i, ""), e)
 		}
 	}
+}
+
+// approval decodes an approval step's table.
+func (b *chainBuild) approval(t *table, sc *scope) *chain.Approval {
+	a := &chain.Approval{
+		OnTimeout: t.enum("on_timeout", []string{"approve", "reject", "fail"}, "fail"),
+		OnReject:  t.enum("on_reject", []string{"fail", "continue"}, "fail"),
+	}
+	if v, ok := t.value("message"); ok {
+		a.Message = b.template(t.path.Key("message"), v, sc)
+	}
+	t.finish([]string{"message", "on_timeout", "on_reject"})
+	return a
 }

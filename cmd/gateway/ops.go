@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"slices"
 	"sort"
 	"strings"
@@ -98,6 +99,8 @@ const runsHelp = `Usage:
   gateway runs show RUN_ID [--items]
   gateway runs cancel RUN_ID
   gateway runs replay RUN_ID [--mode resume|restart] [--definition current|pinned]
+  gateway runs approve RUN_ID STEP [--comment TEXT]
+  gateway runs reject RUN_ID STEP [--comment TEXT]
   gateway runs events RUN_ID [--follow]
   gateway runs dag RUN_ID
 
@@ -109,6 +112,9 @@ failure was dead-lettered (when it was, the entry goes): --mode resume (the
 default) carries on from the step it stopped at, keeping what succeeded;
 --mode restart starts a new run with the same payload, which works on a
 succeeded run too. On a store it needs --config and waits for the run.
+
+approve and reject answer an approval step the run waits at; the first
+answer wins, and a second is refused naming who gave the first.
 
 `
 
@@ -133,16 +139,21 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	follow := fs.Bool("follow", false, "keep streaming events until the run ends")
 	mode := fs.String("mode", "resume", "replay mode: resume or restart")
 	definition := fs.String("definition", "current", "definition a resumed run carries on with: current or pinned")
+	comment := fs.String("comment", "", "why, for approve and reject")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return parseExit(err)
 	}
-	needID := sub != "list"
-	if !slices.Contains([]string{"list", "show", "cancel", "replay", "events", "dag"}, sub) {
+	if !slices.Contains([]string{"list", "show", "cancel", "replay", "approve", "reject", "events", "dag"}, sub) {
 		fmt.Fprintf(stderr, "gateway runs: unknown command %q\n\n%s", sub, runsHelp)
 		return exitUsage
 	}
-	if needID != (len(pos) == 1) || len(pos) > 1 {
+	arity := map[string]int{"list": 0, "approve": 2, "reject": 2}
+	want, ok := arity[sub]
+	if !ok {
+		want = 1
+	}
+	if len(pos) != want {
 		fmt.Fprint(stderr, runsHelp)
 		return exitUsage
 	}
@@ -207,6 +218,21 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "runs", err)
 		}
 		fmt.Fprintf(stdout, "cancelling run %s\n", pos[0])
+	case "approve", "reject":
+		if gw != nil {
+			// Straight on a store, the answer is the machine user's.
+			who := "unknown user"
+			if u, err := user.Current(); err == nil {
+				who = u.Username
+			}
+			ctx = engine.WithActor(ctx, who+" (CLI)")
+		}
+		d, err := ops.Signal(ctx, pos[0], pos[1], sub, *comment)
+		if err != nil {
+			return fail(stderr, "runs", err)
+		}
+		verb := map[string]string{"approve": "approved", "reject": "rejected"}[sub]
+		fmt.Fprintf(stdout, "%s step %s of run %s as %s\n", verb, pos[1], pos[0], d.By)
 	case "replay":
 		if gw != nil && len(gw.Config.Chains) == 0 {
 			fmt.Fprintln(stderr, "gateway runs replay: working on a store needs --config, to run what is replayed")

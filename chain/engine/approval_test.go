@@ -1,0 +1,234 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+const approvalChains = `
+[[chains]]
+name = "restart"
+[[chains.steps]]
+name = "ask"
+timeout_seconds = TIMEOUT
+approval = { message = "Restart <<origin.payload.host>>?", on_timeout = "ON_TIMEOUT", on_reject = "ON_REJECT" }
+branches = [{ when = 'result.body.decision == "reject"', target = "told" }]
+[[chains.steps]]
+name = "do-it"
+provider = "echo"
+payload_template = { restarted = "<<origin.payload.host>>", by = "<<steps.ask.body.by>>", why = "<<steps.ask.body.comment ?? \"\">>" }
+default_next = "end"
+[[chains.steps]]
+name = "told"
+provider = "echo"
+payload_template = { kept = "<<origin.payload.host>>", by = "<<steps.ask.body.by>>" }
+
+[[chains]]
+name = "plain"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { sleep_ms = 3000 }
+[[chains.steps]]
+name = "ask"
+approval = {}
+`
+
+func approvalHarness(t *testing.T, timeout, onTimeout, onReject string, opts ...harnessOption) *harness {
+	cfg := strings.NewReplacer("TIMEOUT", timeout, "ON_TIMEOUT", onTimeout, "ON_REJECT", onReject).Replace(approvalChains)
+	return newHarness(t, cfg, opts...)
+}
+
+// waitWaiting waits for the run's approval step to wait for its answer.
+func waitWaiting(t *testing.T, h *harness, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		recs, _ := h.store.Steps(context.Background(), id, "")
+		for _, rec := range recs {
+			if rec.Key == "ask" && rec.Status == store.StepRunning {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s never waited at its approval step", id)
+		}
+	}
+}
+
+func stepBody(t *testing.T, h *harness, id, key string) map[string]any {
+	t.Helper()
+	recs, _ := h.store.Steps(context.Background(), id, "")
+	for _, rec := range recs {
+		if rec.Key == key {
+			var m map[string]any
+			_ = json.Unmarshal(rec.Body, &m)
+			return m
+		}
+	}
+	t.Fatalf("run %s has no step %s", id, key)
+	return nil
+}
+
+func TestApprovalDecisions(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		onReject, decide  string
+		status            store.RunStatus
+		last              string
+		lastBody, message string
+	}{
+		{name: "approved", onReject: "fail", decide: "approve", status: store.RunSucceeded, last: "do-it",
+			lastBody: `"by":"alice (API)"`, message: "approved by alice (API): disk is safe"},
+		{name: "rejected fails the step", onReject: "fail", decide: "reject", status: store.RunFailed, last: "ask",
+			message: "rejected by alice (API): disk is safe"},
+		{name: "rejected and continued branches", onReject: "continue", decide: "reject", status: store.RunSucceeded, last: "told",
+			lastBody: `"kept":"db-1"`, message: "rejected by alice (API): disk is safe"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := approvalHarness(t, "0", "fail", tc.onReject)
+			ctx := context.Background()
+			run, err := h.eng.Start(ctx, "restart", engine.Input{Payload: json.RawMessage(`{"host":"db-1"}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitWaiting(t, h, run.ID)
+			if body := stepBody(t, h, run.ID, "ask"); body["message"] != "Restart db-1?" {
+				t.Errorf("the waiting step's body: %v", body)
+			}
+			d, err := h.eng.Signal(engine.WithActor(ctx, "alice (API)"), run.ID, "ask", tc.decide, "disk is safe")
+			if err != nil || d.By != "alice (API)" {
+				t.Fatalf("signal: %+v %v", d, err)
+			}
+			// The second answer is refused, naming the first.
+			_, err = h.eng.Signal(engine.WithActor(ctx, "bob (console)"), run.ID, "ask", "approve", "")
+			var answered *engine.AnsweredError
+			if !errors.As(err, &answered) || answered.First.By != "alice (API)" || !strings.Contains(err.Error(), "already answered: "+tc.decide+" by alice (API)") {
+				t.Errorf("a second answer: %v", err)
+			}
+			final, err := h.eng.Wait(ctx, run.ID)
+			if err != nil || final.Status != tc.status {
+				t.Fatalf("run ended %v %v, want %s", final, err, tc.status)
+			}
+			if got := final.Path[len(final.Path)-1]; got != tc.last {
+				t.Errorf("the run's last step is %s, want %s", got, tc.last)
+			}
+			if tc.lastBody != "" {
+				if b, _ := json.Marshal(stepBody(t, h, run.ID, tc.last)); !strings.Contains(string(b), tc.lastBody) {
+					t.Errorf("%s's body %s, want %s in it", tc.last, b, tc.lastBody)
+				}
+			}
+			body := stepBody(t, h, run.ID, "ask")
+			if body["decision"] != tc.decide || body["by"] != "alice (API)" || body["comment"] != "disk is safe" || body["message"] != "Restart db-1?" {
+				t.Errorf("the approval's body: %v", body)
+			}
+			if events := strings.Join(h.eventMessages(run.ID), "\n"); !strings.Contains(events, tc.message) || !strings.Contains(events, "waiting for approval: Restart db-1?") {
+				t.Errorf("the run's events:\n%s", events)
+			}
+		})
+	}
+}
+
+func TestApprovalTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		onTimeout string
+		status    store.RunStatus
+		stepSays  string
+	}{
+		{"approve", store.RunSucceeded, "approved: no answer within the step's timeout"},
+		{"reject", store.RunFailed, "rejected: no answer within the step's timeout"},
+		{"fail", store.RunFailed, `no answer to step "ask" within 1s`},
+	} {
+		t.Run(tc.onTimeout, func(t *testing.T) {
+			h := approvalHarness(t, "1", tc.onTimeout, "fail")
+			ctx := context.Background()
+			run, err := h.eng.Start(ctx, "restart", engine.Input{Payload: json.RawMessage(`{"host":"db-1"}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			final, err := h.eng.Wait(ctx, run.ID)
+			if err != nil || final.Status != tc.status {
+				t.Fatalf("run ended %v %v, want %s", final, err, tc.status)
+			}
+			if events := strings.Join(h.eventMessages(run.ID), "\n"); !strings.Contains(events, tc.stepSays) {
+				t.Errorf("the run's events:\n%s", events)
+			}
+		})
+	}
+}
+
+func TestApprovalRefusals(t *testing.T) {
+	h := approvalHarness(t, "0", "fail", "fail")
+	ctx := context.Background()
+	run, err := h.eng.Start(ctx, "plain", engine.Input{Payload: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		step, decision string
+		want           error
+		says           string
+	}{
+		{"ask", "approve", engine.ErrNotWaiting, "it is not reached yet"},
+		{"call", "approve", engine.ErrNotWaiting, "it is a provider step, not an approval step"},
+		{"nope", "approve", store.ErrNotFound, `chain "plain" has no step "nope"`},
+		{"ask", "maybe", engine.ErrNotWaiting, `decision "maybe" is not approve or reject`},
+	} {
+		if _, err := h.eng.Signal(ctx, run.ID, tc.step, tc.decision, ""); !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("signal %s %s: %v, want %v saying %q", tc.step, tc.decision, err, tc.want, tc.says)
+		}
+	}
+	if _, err := h.eng.Signal(ctx, "01nosuchrun", "ask", "approve", ""); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("an unknown run: %v", err)
+	}
+}
+
+// TestApprovalAcrossRestart answers a run whose gateway stopped while it
+// waited, before any gateway resumed it: the next one finds the answer.
+func TestApprovalAcrossRestart(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "gw.db")
+	h := approvalHarness(t, "0", "fail", "fail", atStore(db))
+	ctx := context.Background()
+	run, err := h.eng.Start(ctx, "restart", engine.Input{Payload: json.RawMessage(`{"host":"db-2"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWaiting(t, h, run.ID)
+	h.close()
+	// The same store, no engine advancing the run: the answer is durable.
+	h2 := approvalHarness(t, "0", "fail", "fail", atStore(db))
+	if _, err := h2.eng.Signal(engine.WithActor(ctx, "carol (API)"), run.ID, "ask", "approve", "after hours"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h2.eng.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	final, err := h2.eng.Wait(ctx, run.ID)
+	if err != nil || final.Status != store.RunSucceeded {
+		t.Fatalf("after the restart: %v %v", final, err)
+	}
+	if body := stepBody(t, h2, run.ID, "do-it"); body["by"] != "carol (API)" || body["restarted"] != "db-2" {
+		t.Errorf("the step after the approval: %v", body)
+	}
+}
+
+// eventMessages lists a run's persisted events as "type step: message".
+func (h *harness) eventMessages(runID string) []string {
+	h.t.Helper()
+	evs, err := h.store.Events(context.Background(), runID, 0, 0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range evs {
+		out = append(out, string(ev.Type)+" "+ev.Step+": "+ev.Message)
+	}
+	return out
+}
