@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -355,6 +356,12 @@ type stepView struct {
 	Items   bool
 	Child   string
 	Base    string
+	// Asking is set while an approval step waits for its answer: what it
+	// asks, and whether this session may answer.
+	Asking   bool
+	Question string
+	CanWrite bool
+	CSRF     string
 }
 
 func (c *console) stepPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
@@ -386,6 +393,13 @@ func (c *console) stepPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		sv.Node = def.Step(rec.Name)
 	}
 	sv.Waiting = waitingOn(rec, sv.Node, v)
+	if sv.Node != nil && sv.Node.Kind == chain.KindApproval && rec.Status == string(store.StepRunning) && !v.Final() {
+		var body struct {
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(rec.Body, &body)
+		sv.Asking, sv.Question, sv.CanWrite, sv.CSRF = true, body.Message, c.canWrite(sess), sess.csrf
+	}
 	if r.URL.Query().Get("fragment") == "1" {
 		c.render(w, http.StatusOK, "step-panel", sv)
 		return
@@ -407,6 +421,11 @@ func waitingOn(rec *Step, def *chain.Step, v *RunView) string {
 		return fmt.Sprintf("its items: %d of %d have a result", rec.Split.Succeeded+rec.Split.Failed+rec.Split.Skipped, rec.Split.Total)
 	case rec.Child != "":
 		return "its sub-chain run " + rec.Child
+	case def != nil && def.Kind == chain.KindApproval && rec.Status == string(store.StepRunning):
+		if !rec.Deadline.IsZero() {
+			return fmt.Sprintf("a person's answer, approve or reject, until %s (in %s)", rec.Deadline.UTC().Format(time.RFC3339), time.Until(rec.Deadline).Round(time.Second))
+		}
+		return "a person's answer, approve or reject"
 	case def != nil && def.Parallel != nil:
 		done, pending := 0, []string{}
 		for _, sub := range def.Parallel.Steps {
@@ -484,6 +503,26 @@ func (c *console) replayRun(w http.ResponseWriter, r *http.Request, _ *uiSession
 // replayed shows the run a replay carries on in.
 func (c *console) replayed(w http.ResponseWriter, r *http.Request, runID string, opts engine.ReplayOptions) {
 	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(runID)+"?done="+url.QueryEscape("replayed ("+string(opts.Mode)+")"), http.StatusSeeOther)
+}
+
+// answer approves or rejects a waiting approval step from its panel.
+func (c *console) answer(w http.ResponseWriter, r *http.Request, _ *uiSession) {
+	id, step := r.PathValue("id"), r.PathValue("step")
+	decision, comment := r.PostFormValue("decision"), r.PostFormValue("comment")
+	if decision != chain.DecisionApprove && decision != chain.DecisionReject {
+		c.fail(w, r, http.StatusBadRequest, "decision must be approve or reject")
+		return
+	}
+	if len(comment) > maxComment {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("the comment is %d bytes; at most %d", len(comment), maxComment))
+		return
+	}
+	d, err := c.s.ops.Signal(r.Context(), id, step, decision, comment)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(id)+"?done="+url.QueryEscape(step+": "+d.Decision+" by "+d.By), http.StatusSeeOther)
 }
 
 // ---- Dead letters ----
