@@ -516,7 +516,11 @@ const streamWriteTimeout = 2 * heartbeat
 
 // runEvents streams a run's events as Server-Sent Events: first the log
 // from after Last-Event-ID, then new events live, until the run ends.
-func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
+func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) { s.streamEvents(w, r, 0) }
+
+// streamEvents serves a run's events; settle lets news gather before it is
+// sent (see Local.eventsSettled).
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, settle time.Duration) {
 	id := r.PathValue("id")
 	after := uint64(0)
 	last, source := r.Header.Get("Last-Event-ID"), "Last-Event-ID"
@@ -557,7 +561,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 	// stream has caught up: one write for a commit's events, however many
 	// consoles follow the run.
 	unsent := false
-	err = s.ops.events(ctx, id, after, follow, func(ev store.Event) error {
+	err = s.ops.eventsSettled(ctx, id, after, follow, settle, func(ev store.Event) error {
 		if ev.Seq == 0 {
 			if !unsent && time.Since(lastWrite) < heartbeat {
 				return nil
@@ -573,9 +577,11 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			return err
 		}
-		data := s.hub.eventJSON(ev)
-		holdOpen(w, streamWriteTimeout)
-		_, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data)
+		// The write deadline is set once for what is sent together.
+		if !unsent {
+			holdOpen(w, streamWriteTimeout)
+		}
+		_, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, s.hub.eventJSON(ev))
 		unsent = true
 		return err
 	})

@@ -635,3 +635,28 @@ func TestRunReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestRunPageTimeline shows a long run's latest events, and all of them on
+// request.
+func TestRunPageTimeline(t *testing.T) {
+	var cfg strings.Builder
+	cfg.WriteString("\n[[chains]]\nname = \"long\"\n")
+	for i := range 40 {
+		fmt.Fprintf(&cfg, "[[chains.steps]]\nname = \"s%02d\"\nprovider = \"echo\"\n", i)
+	}
+	env := newAPI(t, cfg.String())
+	id := startWait(t, env, "long", `{}`)
+	b := newBrowser(t, env)
+	count := func(path string) (int, bool) {
+		_, doc, _ := b.get(path)
+		events := findAll(doc, func(n *html.Node) bool { return n.Data == "li" && strings.HasPrefix(attr(n, "class"), "ev ") })
+		link := find(doc, func(n *html.Node) bool { return attr(n, "id") == "all-events" }) != nil
+		return len(events), link
+	}
+	if n, link := count("/ui/runs/" + id); n != 50 || !link {
+		t.Errorf("the run page shows %d events (link to all: %t), want the latest 50 and a link", n, link)
+	}
+	if n, link := count("/ui/runs/" + id + "?events=all"); n != 82 || link {
+		t.Errorf("?events=all shows %d events (link: %t), want all 82", n, link)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"html"
 	"html/template"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/chaingate/gateway/chain"
@@ -93,13 +94,13 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 		href = c.base + "/runs/" + url.PathEscape(runID) + "/steps/" + n.Name
 	}
 	openNode(b, href, "node st-"+statusClass(status), n.Name, n.Name)
-	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" rx="6"/>`, gLeft, p.y, p.w, p.h)
+	rect(b, "", gLeft, p.y, p.w, p.h, 6)
 	title := n.Name
 	kind := n.Kind
 	if n.Provider != "" {
 		kind += " · " + n.Provider
 	}
-	fmt.Fprintf(b, `<text class="name" x="%d" y="%d">%s</text>`, gLeft+10, p.y+20, esc(short(title, 36)))
+	text(b, "name", gLeft+10, p.y+20, short(title, 36))
 	detail := kind
 	if status != "" {
 		detail += " · " + statusWord(status)
@@ -118,7 +119,7 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 			detail += " · " + statusWord(status)
 		}
 	}
-	fmt.Fprintf(b, `<text class="detail" x="%d" y="%d">%s</text>`, gLeft+10, p.y+38, esc(short(detail, 48)))
+	text(b, "detail", gLeft+10, p.y+38, short(detail, 48))
 	closeLink(b, href)
 	if n.ChildRun != "" && run != nil {
 		childHref := c.base + "/runs/" + url.PathEscape(n.ChildRun)
@@ -136,13 +137,13 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 				chHref = c.base + "/runs/" + url.PathEscape(runID) + "/steps/" + n.Name + "/" + ch.Name
 			}
 			openNode(b, chHref, "node sub st-"+statusClass(ch.Status), ch.Name, n.Name+"/"+ch.Name)
-			fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" rx="5"/>`, x, cy, gChildW, gChildH)
-			fmt.Fprintf(b, `<text class="name" x="%d" y="%d">%s</text>`, x+8, cy+17, esc(short(ch.Name, 18)))
+			rect(b, "", x, cy, gChildW, gChildH, 5)
+			text(b, "name", x+8, cy+17, short(ch.Name, 18))
 			sub := ch.Kind
 			if ch.Status != "" {
 				sub = statusWord(ch.Status)
 			}
-			fmt.Fprintf(b, `<text class="detail" x="%d" y="%d">%s</text>`, x+8, cy+33, esc(short(sub, 20)))
+			text(b, "detail", x+8, cy+33, short(sub, 20))
 			closeLink(b, chHref)
 		}
 	case "split":
@@ -156,7 +157,7 @@ func (c *console) drawSplitBar(b *strings.Builder, p *placedNode, run *RunView, 
 	s := p.node.Split
 	x, y, w := gLeft+10, p.y+gNodeH-4, p.w-20
 	if s == nil || s.Total == 0 {
-		fmt.Fprintf(b, `<rect class="bar pending" x="%d" y="%d" width="%d" height="%d"/>`, x, y, w, gBarH)
+		rect(b, "bar pending", x, y, w, gBarH, 0)
 		return
 	}
 	processed := s.Succeeded + s.Failed + s.Skipped
@@ -184,7 +185,7 @@ func (c *console) drawSplitBar(b *strings.Builder, p *placedNode, run *RunView, 
 		fmt.Fprintf(b, `<rect class="bar %s" x="%d" y="%d" width="%d" height="%d"><title>%d %s</title></rect>`, part.class, at, y, max(pw, 0), gBarH, part.n, part.class)
 		at += pw
 	}
-	fmt.Fprintf(b, `<text class="bar-label" x="%d" y="%d">%s</text>`, x, y+gBarH+12, esc(label))
+	text(b, "bar-label", x, y+gBarH+12, label)
 	b.WriteString(`</a>`)
 }
 
@@ -192,11 +193,63 @@ func (c *console) drawSplitBar(b *strings.Builder, p *placedNode, run *RunView, 
 // which the page's script finds it when an event names the step.
 func openNode(b *strings.Builder, href, class, title, key string) {
 	if href != "" {
-		fmt.Fprintf(b, `<a href="%s" class="%s" data-key="%s"><title>%s</title>`, esc(href), esc(class), esc(key), esc(title))
-		return
+		b.WriteString(`<a href="`)
+		escTo(b, href)
+		b.WriteString(`" class="`)
+	} else {
+		b.WriteString(`<g class="`)
 	}
-	fmt.Fprintf(b, `<g class="%s" data-key="%s"><title>%s</title>`, esc(class), esc(key), esc(title))
+	escTo(b, class)
+	b.WriteString(`" data-key="`)
+	escTo(b, key)
+	b.WriteString(`"><title>`)
+	escTo(b, title)
+	b.WriteString(`</title>`)
 }
+
+// rect and text write the graph's most frequent elements; a page draws
+// hundreds of them, and fmt's formatting was most of what drawing cost.
+func rect(b *strings.Builder, class string, x, y, w, h, rx int) {
+	b.WriteString(`<rect`)
+	if class != "" {
+		b.WriteString(` class="`)
+		b.WriteString(class)
+		b.WriteByte('"')
+	}
+	attrInt(b, "x", x)
+	attrInt(b, "y", y)
+	attrInt(b, "width", w)
+	attrInt(b, "height", h)
+	if rx > 0 {
+		attrInt(b, "rx", rx)
+	}
+	b.WriteString(`/>`)
+}
+
+func text(b *strings.Builder, class string, x, y int, s string) {
+	b.WriteString(`<text class="`)
+	b.WriteString(class)
+	b.WriteByte('"')
+	attrInt(b, "x", x)
+	attrInt(b, "y", y)
+	b.WriteByte('>')
+	escTo(b, s)
+	b.WriteString(`</text>`)
+}
+
+func attrInt(b *strings.Builder, name string, n int) {
+	var buf [20]byte
+	b.WriteByte(' ')
+	b.WriteString(name)
+	b.WriteString(`="`)
+	b.Write(strconv.AppendInt(buf[:0], int64(n), 10))
+	b.WriteByte('"')
+}
+
+var htmlEscaper = strings.NewReplacer(`&`, "&amp;", `'`, "&#39;", `<`, "&lt;", `>`, "&gt;", `"`, "&#34;")
+
+// escTo writes s escaped for HTML, as html.EscapeString would return it.
+func escTo(b *strings.Builder, s string) { _, _ = htmlEscaper.WriteString(b, s) }
 
 func openLink(b *strings.Builder, href, class, title string) {
 	if href != "" {

@@ -270,45 +270,59 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 // ---- Run ----
 
 type runView struct {
-	View     *RunView
-	Graph    template.HTML
-	Events   []Event
+	View  *RunView
+	Graph template.HTML
+	// Timeline is the run's latest events, newest first, drawn as the
+	// page's script draws those that arrive.
+	Timeline template.HTML
 	Omitted  int
-	Final    bool
-	Entries  []*DLQEntry
-	CanWrite bool
-	CSRF     string
-	Base     string
+	// AllEvents shows the whole timeline (up to maxAllEvents), not only
+	// its latest events.
+	AllEvents bool
+	Final     bool
+	Entries   []*DLQEntry
+	CanWrite  bool
+	CSRF      string
+	Base      string
 }
 
-// maxTimeline bounds the events the run page shows.
-const maxTimeline = 200
+// The run page shows its run's latest events, and the whole timeline on
+// request: most visits need the last few, and drawing hundreds of events
+// is most of what a page costs the gateway.
+const (
+	maxTimeline  = 50
+	maxAllEvents = 10000
+)
 
-func (c *console) runView(ctx context.Context, id string, sess *uiSession) (*runView, error) {
+func (c *console) runView(ctx context.Context, id string, sess *uiSession, all bool) (*runView, error) {
 	run, d, err := c.s.ops.runDAG(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	v := &RunView{Run: apiRun(run)}
 	def, _ := c.s.gw.Engine.Definition(ctx, v.Chain, v.ChainHash)
-	rv := &runView{View: v, Final: v.Final(), CanWrite: c.canWrite(sess), CSRF: sess.csrf, Base: c.base}
+	rv := &runView{View: v, Final: v.Final(), CanWrite: c.canWrite(sess), CSRF: sess.csrf, Base: c.base, AllEvents: all}
 	rv.Graph = c.graphSVG(d.Nodes, d.Edges, def, v, id)
 	// The latest events only: a long run's whole log is the API's.
-	after := uint64(0)
-	if run.Seq > maxTimeline {
-		after = run.Seq - maxTimeline
+	after, shown := uint64(0), uint64(maxTimeline)
+	if all {
+		shown = maxAllEvents
+	}
+	if run.Seq > shown {
+		after = run.Seq - shown
 		rv.Omitted = int(after)
 	}
+	var events []store.Event
 	err = c.s.ops.events(ctx, id, after, false, func(ev store.Event) error {
 		if ev.Seq != 0 {
-			rv.Events = append(rv.Events, EventOf(ev))
+			events = append(events, ev)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	slices.Reverse(rv.Events)
+	rv.Timeline = timelineHTML(events)
 	if v.Status == string(store.RunFailed) {
 		entries, err := c.s.ops.allDLQ(ctx, store.DLQFilter{Chain: v.Chain, Limit: maxConsoleDLQ})
 		if err == nil {
@@ -323,7 +337,7 @@ func (c *console) runView(ctx context.Context, id string, sess *uiSession) (*run
 }
 
 func (c *console) runPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
-	rv, err := c.runView(r.Context(), r.PathValue("id"), sess)
+	rv, err := c.runView(r.Context(), r.PathValue("id"), sess, r.URL.Query().Get("events") == "all")
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -334,7 +348,7 @@ func (c *console) runPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 // runLive is the part of the run page that changes, for the page's script
 // to swap in when the run's events say something happened.
 func (c *console) runLive(w http.ResponseWriter, r *http.Request, sess *uiSession) {
-	rv, err := c.runView(r.Context(), r.PathValue("id"), sess)
+	rv, err := c.runView(r.Context(), r.PathValue("id"), sess, r.URL.Query().Get("events") == "all")
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -342,10 +356,15 @@ func (c *console) runLive(w http.ResponseWriter, r *http.Request, sess *uiSessio
 	c.render(w, http.StatusOK, "run-live", rv)
 }
 
+// consoleSettle is how long a page's stream lets a run's news gather: a
+// person does not see a quarter second, and the gateway writes to each
+// open page a few times a second rather than at every commit.
+const consoleSettle = 250 * time.Millisecond
+
 // runStream is the run's event stream, as the API serves it, for the
 // page's EventSource.
 func (c *console) runStream(w http.ResponseWriter, r *http.Request, _ *uiSession) {
-	c.s.runEvents(w, r)
+	c.s.streamEvents(w, r, consoleSettle)
 }
 
 type stepView struct {
@@ -767,4 +786,38 @@ func dagOf(nodes []*chain.Node) []*DAGNode {
 		out[i] = &DAGNode{Name: n.Name, Kind: n.Kind, Provider: n.Provider, Join: n.Join, Children: dagOf(n.Children)}
 	}
 	return out
+}
+
+// timelineHTML draws events newest first, as <li> elements like those the
+// page's script adds: hundreds of them through the template engine were
+// most of what rendering a run page cost.
+func timelineHTML(events []store.Event) template.HTML {
+	var b strings.Builder
+	var buf [20]byte
+	for i := len(events) - 1; i >= 0; i-- {
+		ev := events[i]
+		b.WriteString(`<li class="ev ev-`)
+		escTo(&b, string(ev.Type))
+		b.WriteString(`"><span class="t">`)
+		b.WriteString(ev.Time.UTC().Format("2006-01-02 15:04:05.000Z"))
+		b.WriteString(`</span> <span class="type">`)
+		escTo(&b, string(ev.Type))
+		b.WriteString(`</span>`)
+		if ev.Step != "" {
+			b.WriteString(` <span class="step">`)
+			escTo(&b, ev.Step)
+			b.WriteString(`</span>`)
+		}
+		if ev.Attempt > 1 {
+			b.WriteString(` (attempt `)
+			b.Write(strconv.AppendInt(buf[:0], int64(ev.Attempt), 10))
+			b.WriteString(`)`)
+		}
+		if ev.Message != "" {
+			b.WriteString(`: `)
+			escTo(&b, ev.Message)
+		}
+		b.WriteString("</li>\n")
+	}
+	return template.HTML(b.String())
 }

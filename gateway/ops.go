@@ -163,6 +163,12 @@ func (l *Local) Events(ctx context.Context, id string, after uint64, follow bool
 // what there is and waits for more, so that a stream writes a batch of
 // events at once and sends heartbeats while the run is quiet.
 func (l *Local) events(ctx context.Context, id string, after uint64, follow bool, fn func(store.Event) error) error {
+	return l.eventsSettled(ctx, id, after, follow, 0, fn)
+}
+
+// eventsSettled is events, where a follower woken by news first lets it
+// settle for up to settle, so several commits' events go out together.
+func (l *Local) eventsSettled(ctx context.Context, id string, after uint64, follow bool, settle time.Duration, fn func(store.Event) error) error {
 	var w *Watch
 	if follow && l.Hub != nil {
 		w = l.Hub.Watch(id)
@@ -228,6 +234,15 @@ func (l *Local) events(ctx context.Context, id string, after uint64, follow bool
 		case <-watchC(w):
 			wait.Stop()
 			fromStore = w == nil
+			if settle > 0 {
+				t := time.NewTimer(settle)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return ctx.Err()
+				case <-t.C:
+				}
+			}
 		}
 	}
 }

@@ -95,7 +95,8 @@
       if (ev.attempt > 1) li.append(" (attempt " + ev.attempt + ")");
       if (ev.message) li.append(": " + ev.message);
       ol.prepend(li);
-      while (ol.children.length > timelineMax) ol.lastElementChild.remove();
+      // A page asked for the whole timeline keeps it whole.
+      while (live.dataset.all !== "true" && ol.children.length > timelineMax) ol.lastElementChild.remove();
     }
 
     function apply(msg) {
