@@ -34,6 +34,13 @@ type Lazy interface {
 	Value() any
 }
 
+// LazyObject is a Lazy whose fields can be read one at a time, so a path
+// into a large object works out only what it passes through.
+type LazyObject interface {
+	Lazy
+	Field(name string) (any, bool)
+}
+
 // MapScope is a Scope backed by a map from root name to value.
 type MapScope map[string]any
 
@@ -170,6 +177,16 @@ func (t *Template) AppendJSON(buf []byte, s Scope) ([]byte, error) {
 // Refs lists every path the template reads, in order of appearance (object members in
 // sorted key order). Callers must not modify the Path slices.
 func (t *Template) Refs() []Ref { return slices.Clone(t.refs) }
+
+// SinglePath reports whether the template is exactly one placeholder holding one path
+// with no ?? alternative, and returns that path: a caller that can read the value at a
+// path more cheaply than rendering would (a slice of raw JSON, say) may do so instead.
+func (t *Template) SinglePath() (Ref, bool) {
+	if t.root.kind != kExpr || len(t.root.expr.ops) != 1 || t.root.expr.ops[0].path == nil || len(t.refs) != 1 {
+		return Ref{}, false
+	}
+	return t.refs[0], true
+}
 
 // Static reports whether rendering ignores the scope: the template reads no paths.
 func (t *Template) Static() bool { return len(t.refs) == 0 }

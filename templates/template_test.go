@@ -601,3 +601,50 @@ func TestBadMemberErrorIsStable(t *testing.T) {
 		}
 	}
 }
+
+// lazyObject hands out its fields one at a time and counts whole reads.
+type lazyObject struct {
+	fields map[string]any
+	whole  *int
+}
+
+func (l lazyObject) Value() any { *l.whole++; return l.fields }
+func (l lazyObject) Field(name string) (any, bool) {
+	v, ok := l.fields[name]
+	return v, ok
+}
+
+func TestLazyObjectFields(t *testing.T) {
+	whole := 0
+	scope := MapScope{"origin": map[string]any{"payload": lazyObject{fields: map[string]any{"n": int64(3), "hosts": []any{"a", "b"}}, whole: &whole}}}
+	tpl, err := Compile(map[string]any{"n": "<<origin.payload.n>>", "h": "<<origin.payload.hosts[1]>>", "missing": "<<origin.payload.nope ?? \"none\">>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tpl.AppendJSON(nil, scope)
+	if err != nil || string(got) != `{"h":"b","missing":"none","n":3}` {
+		t.Errorf("AppendJSON = %s, %v", got, err)
+	}
+	if whole != 0 {
+		t.Errorf("paths into the object read it whole %d times", whole)
+	}
+	for _, tc := range []struct {
+		src  string
+		ok   bool
+		path string
+	}{
+		{"<<origin.payload.hosts>>", true, "payload.hosts"},
+		{`<<origin.payload.hosts ?? "none">>`, false, ""},
+		{"hosts: <<origin.payload.hosts>>", false, ""},
+		{`<<"x">>`, false, ""},
+	} {
+		tpl, err := CompileString(tc.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, ok := tpl.SinglePath()
+		if ok != tc.ok || (ok && ref.Root+"."+strings.Join(ref.Path, ".") != "origin."+tc.path) {
+			t.Errorf("SinglePath(%s) = %+v %t", tc.src, ref, ok)
+		}
+	}
+}

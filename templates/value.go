@@ -55,6 +55,11 @@ func walk(v any, sg *segment) (any, bool) {
 		if sg.kind != segKey && sg.idx < len(x) {
 			return x[sg.idx], true
 		}
+	case LazyObject:
+		if sg.kind == segKey {
+			return x.Field(sg.key)
+		}
+		return walk(x.Value(), sg)
 	case Lazy:
 		return walk(x.Value(), sg)
 	case json.RawMessage:

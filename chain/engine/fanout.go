@@ -39,7 +39,7 @@ type FanoutJob struct {
 	// Work is what a worker needs to run an item.
 	Work *WorkSplit
 	// Items are the rendered items, in order.
-	Items []any
+	Items ItemList
 	// Gen numbers the hand-off: a replay hands what is left over again
 	// under a new one.
 	Gen int
@@ -114,7 +114,7 @@ type FanoutHandle interface {
 // handedItems is the run's side of a split whose items workers run.
 type handedItems struct {
 	// items are the rendered items, until every one is out.
-	items []any
+	items ItemList
 	h     FanoutHandle
 	// attachAfter is the batch recording that the split is distributed;
 	// nothing goes out before it is durable.

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // ErrItemsUnknown says a split's items cannot be rendered again here: the
@@ -55,8 +54,8 @@ func (e *Engine) SplitItemValues(ctx context.Context, runID, split string, index
 	}
 	out := make(map[int]json.RawMessage, len(indexes))
 	for _, i := range indexes {
-		if i >= 0 && i < len(items) {
-			if b, err := jsonx.Marshal(items[i]); err == nil {
+		if i >= 0 && i < items.Len() {
+			if b, err := items.JSON(i); err == nil {
 				out[i] = b
 			}
 		}

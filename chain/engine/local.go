@@ -11,10 +11,10 @@ import (
 // concurrency at a time. Only the items in flight are in memory: each
 // finished item is written as its slot record and dropped.
 type localItems struct {
-	items []any // the rendered items
+	items ItemList
 }
 
-func (l *localItems) value(i int) any { return l.items[i] }
+func (l *localItems) value(i int) any { return l.items.At(i) }
 
 func (l *localItems) progress(r *runner, sp *split, now time.Time) ([]launch, bool) {
 	var out []launch

@@ -96,8 +96,21 @@ func pad(i, width int) string {
 	return s
 }
 
-// renderItems renders a split's items template to its array.
-func (r *runner) renderItems(s *chain.Step, sc *scope) ([]any, *store.ErrorInfo) {
+// renderItems renders a split's items template to its array. Items that
+// are an array of the run's payload, as `<<origin.payload.hosts>>` names
+// them, are indexed in the payload's raw JSON instead of decoded.
+func (r *runner) renderItems(s *chain.Step, sc *scope) (ItemList, *store.ErrorInfo) {
+	if ref, ok := s.Split.Items.SinglePath(); ok && ref.Root == "origin" && len(ref.Path) > 1 && ref.Path[0] == "payload" {
+		raw := r.run.Origin.Payload
+		if arr, found := rawPath(raw, ref.Path[1:]); found {
+			if items, ok := indexItems(raw, arr); ok {
+				if errInfo := r.checkItemCount(s, items.Len()); errInfo != nil {
+					return nil, errInfo
+				}
+				return items, nil
+			}
+		}
+	}
 	v, err := s.Split.Items.Render(sc)
 	if err != nil {
 		return nil, &store.ErrorInfo{Message: fmt.Sprintf("rendering items of split %q: %v", s.Name, err), Code: "template"}
@@ -114,12 +127,19 @@ func (r *runner) renderItems(s *chain.Step, sc *scope) ([]any, *store.ErrorInfo)
 	default:
 		return nil, &store.ErrorInfo{Message: fmt.Sprintf("items of split %q rendered to %s, not an array", s.Name, typeName(v)), Code: "not_an_array"}
 	}
-	if limit := r.e.limits.MaxSplitItems; len(items) > limit {
-		return nil, &store.ErrorInfo{
-			Message: fmt.Sprintf("items of split %q has %d elements, above max_split_items (%d)", s.Name, len(items), limit), Code: "too_many_items",
+	if errInfo := r.checkItemCount(s, len(items)); errInfo != nil {
+		return nil, errInfo
+	}
+	return valueItems(items), nil
+}
+
+func (r *runner) checkItemCount(s *chain.Step, n int) *store.ErrorInfo {
+	if limit := r.e.limits.MaxSplitItems; n > limit {
+		return &store.ErrorInfo{
+			Message: fmt.Sprintf("items of split %q has %d elements, above max_split_items (%d)", s.Name, n, limit), Code: "too_many_items",
 		}
 	}
-	return items, nil
+	return nil
 }
 
 func typeName(v any) string {
@@ -190,9 +210,9 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 		r.finishStep(q, rec, store.StepFailed, errInfo)
 		return nil
 	}
-	sp := &split{step: s, key: rec.Key, rec: rec, owner: q, place: &localItems{items: items}, total: len(items), width: indexWidth(len(items)), active: map[int]*seq{}}
+	sp := &split{step: s, key: rec.Key, rec: rec, owner: q, place: &localItems{items: items}, total: items.Len(), width: indexWidth(items.Len()), active: map[int]*seq{}}
 	if rec.Status == store.StepPending {
-		distributed, errInfo := r.distribute(s, len(items))
+		distributed, errInfo := r.distribute(s, items.Len())
 		if errInfo != nil {
 			r.finishStep(q, rec, store.StepFailed, errInfo)
 			return nil
@@ -201,7 +221,7 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 		rec.Attempts = 1
 		rec.StartedAt = now
 		rec.NotBefore = time.Time{}
-		rec.Split = &store.SplitState{Total: len(items)}
+		rec.Split = &store.SplitState{Total: items.Len()}
 		var handed *handedItems
 		if distributed {
 			rec.Split.Distributed, rec.Split.Gen = true, 1
@@ -221,7 +241,7 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 			handed.attachAfter = r.nextBatch
 		}
 		if !q.inItem() {
-			r.event(store.EventStepStarted, rec.Key, 1, fmt.Sprintf("split over %d items", len(items)))
+			r.event(store.EventStepStarted, rec.Key, 1, fmt.Sprintf("split over %d items", items.Len()))
 		}
 	} else {
 		// The items render the same from the same persisted inputs; a
@@ -232,9 +252,9 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 			})
 			return nil
 		}
-		if rec.Split.Total != len(items) {
+		if rec.Split.Total != items.Len() {
 			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{
-				Message: fmt.Sprintf("split %q now renders %d items, not the %d it started with", s.Name, len(items), rec.Split.Total), Code: "items_changed",
+				Message: fmt.Sprintf("split %q now renders %d items, not the %d it started with", s.Name, items.Len(), rec.Split.Total), Code: "items_changed",
 			})
 			return nil
 		}

@@ -201,9 +201,33 @@ type lazyJSON struct {
 	raw  json.RawMessage
 	once sync.Once
 	v    any
+
+	mu     sync.Mutex
+	fields map[string]any
 }
 
 func (l *lazyJSON) Value() any {
 	l.once.Do(func() { l.v = decodeJSON(l.raw) })
 	return l.v
+}
+
+// Field reads one field of an object without decoding the others: a path
+// into a large payload decodes what it passes through, and the split's
+// items under it are indexed rather than decoded (rawItems).
+func (l *lazyJSON) Field(name string) (any, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if v, ok := l.fields[name]; ok {
+		return v, true
+	}
+	raw, ok := rawField(l.raw, name)
+	if !ok {
+		return nil, false
+	}
+	if l.fields == nil {
+		l.fields = map[string]any{}
+	}
+	v := &lazyJSON{raw: raw}
+	l.fields[name] = v
+	return v, true
 }

@@ -640,7 +640,7 @@ payload_template = { record = %q, n = "<<item.n>>", hang = "<<item.hang ?? false
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("dead-letter entries %v: %d", err, len(entries))
 	}
-	if e := entries[0]; e.RunID != id || e.Step != "loop[1]" || !strings.Contains(e.Error.Message, "delivered 2 times") || string(e.Payload) != `{"hang":true,"n":1}` {
+	if e := entries[0]; e.RunID != id || e.Step != "loop[1]" || !strings.Contains(e.Error.Message, "delivered 2 times") || string(e.Payload) != `{"n":1,"hang":true}` {
 		t.Fatalf("dead-letter entry: %+v %s", e, e.Payload)
 	}
 	if m.get(func(c *counter) int { return c.poisoned }) != 1 {

@@ -453,9 +453,9 @@ func (o *owned) publish(cursor int) {
 			var body message
 			for next < total && len(indexes) < min(size, room) {
 				if !bitSet(done, next) {
-					v, err := jsonx.Marshal(o.job.Items[next])
+					v, err := o.job.Items.JSON(next)
 					if err != nil {
-						v, _ = jsonx.Marshal(fmt.Sprint(o.job.Items[next]))
+						v, _ = jsonx.Marshal(fmt.Sprint(o.job.Items.At(next)))
 					}
 					indexes = append(indexes, next)
 					body.Items = append(body.Items, messageItem{Index: next, Value: v})

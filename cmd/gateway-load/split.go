@@ -94,6 +94,7 @@ func runSplit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	gatewayBin := fs.String("gateway", "", "the gateway binary (go build -o /tmp/gateway ./cmd/gateway)")
 	items := fs.Int("items", 100_000, "items in the split")
+	shape := fs.String("item-shape", "int", `what each item is: int (its index), or object ({"name": "host-0000001", "status": "up", "zone": "eu-west-1a"}, about 60 bytes)`)
 	workers := fs.Int("workers", 2, "gateway worker processes")
 	rabbit := fs.String("rabbitmq", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	redisURL := fs.String("redis", "redis://127.0.0.1:6379/0", "Redis URL")
@@ -162,25 +163,21 @@ func runSplit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		procs = append(procs, w)
 	}
 
-	var payload bytes.Buffer
-	payload.WriteString(`{"items":[`)
-	for i := range *items {
-		if i > 0 {
-			payload.WriteByte(',')
-		}
-		payload.WriteString(strconv.Itoa(i))
+	if *shape != "int" && *shape != "object" {
+		fmt.Fprintln(stderr, "gateway-load split: --item-shape is int or object")
+		return exitUsage
 	}
-	payload.WriteString(`]}`)
+	payload := splitPayload(*items, *shape)
 
-	fmt.Fprintf(stdout, "split of %d items, echo provider; 1 gateway and %d workers; batch %d, max in flight %d, prefetch %d, worker concurrency %d\n",
-		*items, *workers, *batch, *inFlight, *prefetch, *concurrency)
+	fmt.Fprintf(stdout, "split of %d %s items, echo provider; 1 gateway and %d workers; batch %d, max in flight %d, prefetch %d, worker concurrency %d\n",
+		*items, *shape, *workers, *batch, *inFlight, *prefetch, *concurrency)
 	for _, p := range procs {
 		p.resetPeak()
 	}
 	servers := serverPIDs()
 	cpu0 := cpuOf(procs, servers)
 	stopSampling := sampleAnon(procs)
-	took, err := runOnce(ctx, gw.url, "distributed", payload.Bytes())
+	took, err := runOnce(ctx, gw.url, "distributed", payload)
 	stopSampling()
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway-load split:", err)
@@ -200,7 +197,7 @@ func runSplit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		gw.resetPeak()
 		gw.anonPeak = 0
 		stopSampling := sampleAnon([]*proc{gw})
-		lt, err := runOnce(ctx, gw.url, "local", payload.Bytes())
+		lt, err := runOnce(ctx, gw.url, "local", payload)
 		stopSampling()
 		if err != nil {
 			fmt.Fprintln(stderr, "gateway-load split:", err)
@@ -473,4 +470,24 @@ func prefixed(name string) io.Writer {
 		}
 	}()
 	return pw
+}
+
+// splitPayload is a run payload whose items array holds n items of shape
+// int or object.
+func splitPayload(n int, shape string) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"items":[`)
+	zones := []string{"eu-west-1a", "eu-west-1b", "us-east-1a"}
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if shape == "object" {
+			fmt.Fprintf(&b, `{"name":"host-%07d","status":"up","zone":%q}`, i, zones[i%len(zones)])
+			continue
+		}
+		b.WriteString(strconv.Itoa(i))
+	}
+	b.WriteString(`]}`)
+	return b.Bytes()
 }
