@@ -777,7 +777,6 @@ func (s *Store) leaseCurrentLocked(l store.Lease) bool {
 	return ok && cur.Owner == l.Owner && cur.Fence == l.Fence && time.Now().Before(cur.Expires)
 }
 
-// ClaimKey implements store.Store.
 // KeyRun implements store.Store.
 func (s *Store) KeyRun(ctx context.Context, key string) (string, error) {
 	s.mu.RLock()
@@ -798,6 +797,7 @@ func (s *Store) KeyRun(ctx context.Context, key string) (string, error) {
 	return id, nil
 }
 
+// ClaimKey implements store.Store.
 func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

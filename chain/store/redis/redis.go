@@ -903,7 +903,6 @@ func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
 	return nil
 }
 
-// ClaimKey implements store.Store.
 // KeyRun implements store.Store.
 func (s *Store) KeyRun(ctx context.Context, key string) (string, error) {
 	if err := s.begin(); err != nil {
@@ -920,6 +919,7 @@ func (s *Store) KeyRun(ctx context.Context, key string) (string, error) {
 	return id, nil
 }
 
+// ClaimKey implements store.Store.
 func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error) {
 	ms, err := ttlMillis(ttl)
 	if err != nil {
