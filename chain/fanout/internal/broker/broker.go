@@ -170,8 +170,12 @@ func (b *Broker) Depth(ctx context.Context, q Queue) (int, error) {
 		n, err := b.depth(ctx, q)
 		// A connection the server closed shows as amqp.ErrClosed, or, when
 		// the socket went first, as net.ErrClosed; the client notices a
-		// moment later, so the next try waits that moment.
-		closed := errors.Is(err, amqp.ErrClosed) || errors.Is(err, net.ErrClosed)
+		// moment later, so the next try waits that moment. A channel number
+		// opened again while the server still closes its last use is a
+		// connection error (504) that closes the connection too: the next
+		// try is on the one that replaces it.
+		var ae *amqp.Error
+		closed := errors.Is(err, amqp.ErrClosed) || errors.Is(err, net.ErrClosed) || (errors.As(err, &ae) && ae.Code == amqp.ChannelError)
 		if err == nil || !closed || attempt == 3 || ctx.Err() != nil {
 			return n, err
 		}
