@@ -232,3 +232,37 @@ func (h *harness) eventMessages(runID string) []string {
 	}
 	return out
 }
+
+// TestApprovalCancelAndReplay cancels a run waiting for an answer, then
+// replays it: the replay waits for an answer of its own, and the first
+// wait's answer is not reused.
+func TestApprovalCancelAndReplay(t *testing.T) {
+	h := approvalHarness(t, "0", "fail", "fail")
+	ctx := engine.WithActor(context.Background(), "alice (API)")
+	run, err := h.eng.Start(ctx, "restart", engine.Input{Payload: json.RawMessage(`{"host":"db-3"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWaiting(t, h, run.ID)
+	if err := h.eng.Cancel(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	final, err := h.eng.Wait(ctx, run.ID)
+	if err != nil || final.Status != store.RunCancelled {
+		t.Fatalf("cancelled: %v %v", final, err)
+	}
+	if _, err := h.eng.Signal(ctx, run.ID, "ask", "approve", ""); !errors.Is(err, engine.ErrFinished) {
+		t.Errorf("an answer to a cancelled run: %v", err)
+	}
+	if _, err := h.eng.ReplayRun(ctx, run.ID, engine.ReplayOptions{Mode: engine.ReplayResume}); err != nil {
+		t.Fatal(err)
+	}
+	waitWaiting(t, h, run.ID)
+	if _, err := h.eng.Signal(ctx, run.ID, "ask", "reject", "not now"); err != nil {
+		t.Fatalf("the replay's own answer: %v", err)
+	}
+	final, err = h.eng.Wait(ctx, run.ID)
+	if err != nil || final.Status != store.RunFailed {
+		t.Fatalf("after the replay's answer: %v %v", final, err)
+	}
+}
