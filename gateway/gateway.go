@@ -281,7 +281,43 @@ func (g *Gateway) WorkItems(ctx context.Context) error {
 		defer close(done)
 		adopt(actx, g.Items, g.Log.With("component", "worker"), "sub-chain runs of split items", time.Duration(g.Config.Gateway.LeaseTTLSeconds)*time.Second)
 	}()
+	g.WarmItemProviders(ctx)
 	return g.Worker().Run(ctx)
+}
+
+// WarmItemProviders starts the plugin processes of the providers that split
+// items call, before the worker takes its first batch: that batch would
+// otherwise wait for them, and cost several times what later ones do. A
+// provider that does not start is logged; its items try again.
+func (g *Gateway) WarmItemProviders(ctx context.Context) {
+	names := map[string]bool{}
+	for _, c := range g.Config.ChainNames {
+		chain.WalkSteps(g.Config.Chains[c].Steps, func(s *chain.Step) {
+			if s.Split == nil {
+				return
+			}
+			chain.WalkSteps(s.Split.Steps, func(in *chain.Step) {
+				if in.Provider != "" {
+					names[in.Provider] = true
+				}
+			})
+		})
+	}
+	var wg sync.WaitGroup
+	for name := range names {
+		p := g.Config.Providers[name]
+		if p == nil {
+			continue
+		}
+		wg.Go(func() {
+			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			if _, err := g.Plugins.Provider(host.Spec{Name: p.Name, Builtin: p.Type, Path: p.Plugin, SHA256: p.SHA256}).Describe(dctx); err != nil {
+				g.Log.Warn("starting a provider split items call; its first item starts it again", "provider", name, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // adopt resumes the unfinished runs of eng's store, then keeps taking over

@@ -463,3 +463,19 @@ func metric(t *testing.T, url, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// TestWorkerStartsItsPluginsWhenItStarts checks that a worker starts the
+// plugins its split items call before it takes any item, so its first
+// batch costs what later ones do.
+func TestWorkerStartsItsPluginsWhenItStarts(t *testing.T) {
+	e := newFanoutEnv(t, false)
+	w := e.worker("w1")
+	deadline := time.Now().Add(time.Minute)
+	// The worker runs in its directory too: a plugin is a second process.
+	for len(processesIn(w.dir)) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker started no plugin before its first item:\n%s", w.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -21,7 +21,8 @@ own: what items record, and the sub-chain runs they start, are kept in
 [gateway.fanout]'s Redis, where the next worker of an item finds them.
 --listen serves /healthz and /metrics.
 
-It prints one line on stdout once it is connected and takes items:
+It prints one line on stdout once it is connected, has started the plugins
+its items call, and takes items:
   gateway worker: ready, running up to N items at once and holding up to
   P messages of B items (OWNER)
 
@@ -76,8 +77,10 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	fo := cfg.Gateway.Fanout
 	logger.Info("working split items", "owner", gw.Engine.Owner(), "concurrency", fo.WorkerConcurrency, "prefetch", fo.Prefetch)
-	// Connected to the broker and Redis by now: say so, for scripts that
-	// start workers and wait for them.
+	// Connected to the broker and Redis by now, and with the plugins its
+	// items call started: say so, for scripts that start workers and wait
+	// for them.
+	gw.WarmItemProviders(ctx)
 	fmt.Fprintf(stdout, "gateway worker: ready, running up to %d items at once and holding up to %d messages of %d items (%s)\n", fo.WorkerConcurrency, fo.Prefetch, fo.BatchSize, gw.Engine.Owner())
 	if err := gw.WorkItems(ctx); err != nil {
 		logger.Error("working split items failed", "err", err)
