@@ -278,7 +278,7 @@ func (s *Server) fireOne(ctx context.Context, tr *chain.Trigger, res TriggerResu
 			return res
 		}
 		var payload any = map[string]any{"alert": whole, "firing_run": scope["firing_run"]}
-		if _, isGroup := scope["alert"]; !isGroup {
+		if _, perAlert := scope["alert"]; !perAlert {
 			payload = map[string]any{"group": whole, "firing_run": scope["firing_run"]}
 		}
 		if firing != "" {
