@@ -41,7 +41,7 @@ func TestRawItems(t *testing.T) {
 			if !ok {
 				t.Fatalf("no items at %v", tc.path)
 			}
-			var doc any = decodeJSON(raw)
+			doc := decodeJSON(raw)
 			for _, seg := range tc.path {
 				switch x := doc.(type) {
 				case map[string]any:
