@@ -248,6 +248,7 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			rep.add(d)
 		}
 		rep.OK, rep.Chains, rep.Providers = true, len(cfg.Chains), len(cfg.Providers)
+		rep.Triggers, rep.Schedules = len(cfg.Triggers), len(cfg.Schedules)
 		for _, c := range cfg.Chains {
 			rep.Steps += countSteps(c.Steps)
 		}
@@ -263,7 +264,11 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			for _, w := range cfg.Warnings {
 				fmt.Fprintln(stdout, w.String())
 			}
-			fmt.Fprintf(stdout, "ok: %d chains, %d steps, %d providers\n", rep.Chains, rep.Steps, rep.Providers)
+			summary := fmt.Sprintf("ok: %d chains, %d steps, %d providers", rep.Chains, rep.Steps, rep.Providers)
+			if rep.Triggers > 0 || rep.Schedules > 0 {
+				summary += fmt.Sprintf(", %d triggers, %d schedules", rep.Triggers, rep.Schedules)
+			}
+			fmt.Fprintln(stdout, summary)
 			for _, n := range rep.Notes {
 				fmt.Fprintln(stdout, "note:", n)
 			}
@@ -281,6 +286,8 @@ type validation struct {
 	Chains    int              `json:"chains"`
 	Steps     int              `json:"steps"`
 	Providers int              `json:"providers"`
+	Triggers  int              `json:"triggers"`
+	Schedules int              `json:"schedules"`
 	Errors    []diagnosticJSON `json:"errors"`
 	Warnings  []diagnosticJSON `json:"warnings"`
 	Notes     []string         `json:"notes"`
