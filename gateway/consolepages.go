@@ -758,6 +758,9 @@ type chainView struct {
 	Name, Hash string
 	Graph      template.HTML
 	Lines      []string
+	// StartedBy says what starts the chain besides the API: its triggers
+	// (and those that start it when an alert resolves) and schedules.
+	StartedBy []string
 }
 
 func (c *console) chainPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
@@ -776,6 +779,26 @@ func (c *console) chainPage(w http.ResponseWriter, r *http.Request, sess *uiSess
 	g := ch.Graph()
 	v := &chainView{Name: name, Hash: ch.Hash, Lines: strings.Split(strings.TrimRight(string(src), "\n"), "\n")}
 	v.Graph = c.graphSVG(dagOf(g.Nodes), g.Edges, ch, nil, "")
+	for _, tn := range cfg.TriggerNames {
+		switch tr := cfg.Triggers[tn]; name {
+		case tr.Chain:
+			v.StartedBy = append(v.StartedBy, fmt.Sprintf("trigger %s (%s): POST /v1/triggers/%s", tn, tr.Type, tn))
+		case tr.ResolveChain:
+			v.StartedBy = append(v.StartedBy, fmt.Sprintf("trigger %s (%s), when an alert resolves", tn, tr.Type))
+		}
+	}
+	for _, sn := range cfg.ScheduleNames {
+		if s := cfg.Schedules[sn]; s.Chain == name {
+			when := "cron " + s.Cron + " " + s.Location.String()
+			if s.Every > 0 {
+				when = "every " + s.Every.String()
+			}
+			if next := s.Next(time.Now()); !next.IsZero() {
+				when += ", next at " + next.In(s.Location).Format("2006-01-02 15:04 MST")
+			}
+			v.StartedBy = append(v.StartedBy, "schedule "+sn+": "+when)
+		}
+	}
 	c.page(w, r, sess, "chain.html", "Chain "+name, "chains", v)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -203,5 +204,22 @@ func TestSchedulesList(t *testing.T) {
 	}
 	if every := out.Schedules[0]; every.Every != "5m0s" || every.Next[1].Sub(every.Next[0]) != 5*time.Minute {
 		t.Errorf("every-5m: %+v", every)
+	}
+}
+
+// TestChainPageSaysWhatStartsIt shows a chain's triggers and schedules on
+// its console page.
+func TestChainPageSaysWhatStartsIt(t *testing.T) {
+	env := newAPI(t, scheduleConfig+`
+[[triggers]]
+name = "hook"
+type = "webhook"
+chain = "tick"
+`)
+	_, _, body := newBrowser(t, env).get("/ui/chains/tick")
+	for _, want := range []string{"trigger hook (webhook): POST /v1/triggers/hook", "schedule every-5m: every 5m0s, next at", "schedule nightly: cron 0 3 * * * Europe/Paris, next at"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the chain's page does not say %q", want)
+		}
 	}
 }
