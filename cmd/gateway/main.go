@@ -2,7 +2,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -427,12 +430,7 @@ func (s *session) finish(ctx context.Context, id string, indent bool) int {
 		fmt.Fprintln(s.stderr, "gateway:", err)
 		return exitFailed
 	}
-	enc := json.NewEncoder(s.stdout)
-	enc.SetEscapeHTML(false)
-	if indent {
-		enc.SetIndent("", "  ")
-	}
-	if err := enc.Encode(res); err != nil {
+	if err := writeResult(s.stdout, res, indent); err != nil {
 		fmt.Fprintln(s.stderr, "gateway: writing result:", err)
 		return exitFailed
 	}
@@ -721,4 +719,63 @@ func progressLine(ev gateway.Event) string {
 		line += ": " + ev.Message
 	}
 	return line
+}
+
+// bigBody is the size above which a step's body is written as stored, not
+// indented: a split over a million items has a body of tens of megabytes,
+// and indenting it took several times its size in memory, and seconds.
+const bigBody = 1 << 20
+
+// writeResult writes res as JSON, indented when asked. Bodies above bigBody
+// are left out of the encoding and written in its place as they are: still
+// one JSON document, with those bodies on one line.
+func writeResult(w io.Writer, res *engine.Result, indent bool) error {
+	var marks [][]byte
+	bodies := map[string]json.RawMessage{}
+	if indent {
+		var nonce [8]byte
+		_, _ = rand.Read(nonce[:])
+		for key, st := range res.Steps {
+			if len(st.Body) > bigBody {
+				mark := fmt.Sprintf("@@body-%x-%d@@", nonce, len(marks))
+				bodies[mark] = st.Body
+				marks = append(marks, []byte(strconv.Quote(mark)))
+				st.Body = json.RawMessage(strconv.Quote(mark))
+				res.Steps[key] = st
+			}
+		}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	if err := enc.Encode(res); err != nil {
+		return err
+	}
+	out := buf.Bytes()
+	for len(marks) > 0 {
+		i, which := -1, 0
+		for n, m := range marks {
+			if j := bytes.Index(out, m); j >= 0 && (i < 0 || j < i) {
+				i, which = j, n
+			}
+		}
+		if i < 0 {
+			break
+		}
+		m := marks[which]
+		if _, err := w.Write(out[:i]); err != nil {
+			return err
+		}
+		mark, _ := strconv.Unquote(string(m))
+		if _, err := w.Write(bodies[mark]); err != nil {
+			return err
+		}
+		out = out[i+len(m):]
+		marks = append(marks[:which], marks[which+1:]...)
+	}
+	_, err := w.Write(out)
+	return err
 }
