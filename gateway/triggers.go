@@ -7,13 +7,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -169,7 +167,7 @@ func (s *Server) fire(w http.ResponseWriter, r *http.Request, tr *chain.Trigger)
 		s.writeError(w, r, err)
 		return
 	}
-	doc, err := decodeJSONValue(body)
+	doc, err := engine.DecodeJSON(body)
 	if err != nil {
 		s.writeError(w, r, badRequest("invalid_json", "the request body must be one JSON value: %v", err))
 		return
@@ -386,11 +384,11 @@ func (s *Server) firingRun(ctx context.Context, id string) any {
 	steps := map[string]any{}
 	for _, name := range v.Path {
 		if st := v.Steps[name]; st != nil {
-			body, _ := decodeJSONValue(st.Body)
+			body, _ := engine.DecodeJSON(st.Body)
 			steps[name] = map[string]any{"status": st.Status, "body": body}
 		}
 	}
-	body, _ := decodeJSONValue(v.Body)
+	body, _ := engine.DecodeJSON(v.Body)
 	return map[string]any{"id": id, "status": v.Status, "body": body, "steps": steps}
 }
 
@@ -405,42 +403,4 @@ func withMeta(meta map[string]string, kv ...string) map[string]string {
 		}
 	}
 	return out
-}
-
-// decodeJSONValue decodes one JSON value with whole numbers as int64, so
-// an id keeps every digit; empty input is null.
-func decodeJSONValue(data []byte) (any, error) {
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("more than one JSON value, or text after it")
-	}
-	return numbers(v), nil
-}
-
-func numbers(v any) any {
-	switch t := v.(type) {
-	case json.Number:
-		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
-			return i
-		}
-		f, _ := t.Float64()
-		return f
-	case map[string]any:
-		for k, e := range t {
-			t[k] = numbers(e)
-		}
-	case []any:
-		for i, e := range t {
-			t[i] = numbers(e)
-		}
-	}
-	return v
 }

@@ -29,6 +29,16 @@ func decodeJSON(raw json.RawMessage) any {
 	return v
 }
 
+// DecodeJSON decodes one JSON value as templates and conditions read it:
+// whole numbers as int64, others as float64; empty input is null. Anything
+// after the value is an error.
+func DecodeJSON(raw []byte) (any, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	return parseJSON(raw)
+}
+
 // parseJSON decodes one JSON value, numbers kept exact, and refuses
 // anything after it.
 func parseJSON(raw []byte) (any, error) {

@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -39,6 +40,10 @@ func (l *loader) schedule(t *table) {
 		if t.has("every") {
 			t.d.errorf(t.path.Key("timezone"), "an every schedule ticks on whole intervals since the Unix epoch; timezone applies to cron")
 		}
+	}
+	if strings.HasPrefix(expr, "@every") {
+		t.d.errorf(t.path.Key("cron"), "write an interval as every = %q: ticks of an @every cron count from when each gateway started, so gateways sharing a store would not agree on them", strings.TrimSpace(strings.TrimPrefix(expr, "@every")))
+		expr = ""
 	}
 	if expr != "" {
 		spec, err := cronParser.Parse(expr)
@@ -86,7 +91,7 @@ func (l *loader) schedule(t *table) {
 
 // scheduleTemplate compiles a schedule's payload, which reads the tick.
 func scheduleTemplate(t *table, v any) *templates.Template {
-	tpl := compileRoots(t, t.path.Key("payload"), v, chain.ScheduleRoots)
+	tpl := compileRoots(t.d, t.path.Key("payload"), v, chain.ScheduleRoots)
 	if tpl == nil {
 		return nil
 	}

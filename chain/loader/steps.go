@@ -405,20 +405,8 @@ func (b *chainBuild) split(t *table, owner *chain.Step, sc *scope) *chain.Split 
 // template compiles a payload, input or items template and checks that the
 // steps it reads exist and are visible from scope sc.
 func (b *chainBuild) template(p chain.KeyPath, v any, sc *scope) *templates.Template {
-	tpl, err := templates.Compile(v)
-	if err != nil {
-		errs := []error{err}
-		if joined, ok := err.(interface{ Unwrap() []error }); ok {
-			errs = joined.Unwrap()
-		}
-		for _, err := range errs {
-			var ce *templates.CompileError
-			if errors.As(err, &ce) && ce.Key != "" {
-				b.d.errorf(p.Sub(ce.Key), "%s at offset %d", ce.Msg, ce.Offset)
-			} else {
-				b.d.errorf(p, "%v", err)
-			}
-		}
+	tpl := compileRoots(b.d, p, v, nil)
+	if tpl == nil {
 		return nil
 	}
 	for _, r := range tpl.Refs() {

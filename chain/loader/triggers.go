@@ -95,7 +95,7 @@ func (l *loader) trigger(t *table) {
 func triggerTemplate(t *table, key string, v any, roots []string) *templates.Template {
 	p := t.path.Key(key)
 	// Secrets compile, to be refused below with the reason.
-	tpl := compileRoots(t, p, v, append(slices.Clone(roots), "secrets"))
+	tpl := compileRoots(t.d, p, v, append(slices.Clone(roots), "secrets"))
 	if tpl == nil {
 		return nil
 	}
@@ -122,9 +122,9 @@ func triggerTemplate(t *table, key string, v any, roots []string) *templates.Tem
 	return tpl
 }
 
-// compileRoots compiles a template that reads roots, reporting each
-// broken string at its key.
-func compileRoots(t *table, p chain.KeyPath, v any, roots []string) *templates.Template {
+// compileRoots compiles a template that reads roots (a chain step's when
+// nil), reporting each broken string at its key.
+func compileRoots(d *fileDecoder, p chain.KeyPath, v any, roots []string) *templates.Template {
 	tpl, err := templates.CompileRoots(v, roots)
 	if err == nil {
 		return tpl
@@ -136,9 +136,9 @@ func compileRoots(t *table, p chain.KeyPath, v any, roots []string) *templates.T
 	for _, err := range errs {
 		var ce *templates.CompileError
 		if errors.As(err, &ce) && ce.Key != "" {
-			t.d.errorf(p.Sub(ce.Key), "%s at offset %d", ce.Msg, ce.Offset)
+			d.errorf(p.Sub(ce.Key), "%s at offset %d", ce.Msg, ce.Offset)
 		} else {
-			t.d.errorf(p, "%v", err)
+			d.errorf(p, "%v", err)
 		}
 	}
 	return nil
