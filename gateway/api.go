@@ -590,10 +590,10 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, settle tim
 	}
 }
 
-// runChanges streams, as Server-Sent Events, every run's status changes
-// that this gateway makes: runs starting, resuming, replayed, ending. A
-// client that falls behind gets a "resync" event and reads the runs again.
-// Runs advanced by other gateways on the same store do not appear here.
+// runChanges streams, as Server-Sent Events, every run's status changes:
+// runs starting, resuming, replayed, ending, on this gateway and, through
+// the store's feed, on the others sharing its store. A client that falls
+// behind gets a "resync" event and reads the runs again.
 func (s *Server) runChanges(w http.ResponseWriter, r *http.Request) {
 	watch := s.hub.WatchRuns()
 	defer watch.Close()
@@ -631,6 +631,9 @@ func (s *Server) runChanges(w http.ResponseWriter, r *http.Request) {
 		case ev := <-watch.C:
 			if watch.Lost() && !send("event: resync\ndata: {}\n\n") {
 				return
+			}
+			if ev.RunID == "" {
+				continue
 			}
 			if !send("event: %s\ndata: %s\n\n", ev.Type, s.hub.eventJSON(ev)) {
 				return

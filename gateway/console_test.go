@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
 // consoleConfig adds a split whose items fail on demand to the API's test
@@ -524,6 +525,20 @@ func TestActionsNamedInEvents(t *testing.T) {
 // TestRunChangesStream follows GET /v1/events while a run starts and ends.
 func TestRunChangesStream(t *testing.T) {
 	env := newAPI(t, "")
+	followRunChanges(t, env, env)
+}
+
+// TestRunChangesAcrossGateways follows GET /v1/events on one gateway while
+// another sharing its Redis starts and ends a run.
+func TestRunChangesAcrossGateways(t *testing.T) {
+	state := redistest.Open(t)
+	followRunChanges(t, newAPIOn(t, "", state), newAPIOn(t, "", state))
+}
+
+// followRunChanges follows GET /v1/events on env while a run starts and
+// ends on starter.
+func followRunChanges(t *testing.T, env, starter *apiEnv) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.url+"/v1/events", nil)
@@ -537,7 +552,7 @@ func TestRunChangesStream(t *testing.T) {
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Scan() // the opening comment: the stream is following
-	id := startWait(t, env, "hello", `{}`)
+	id := startWait(t, starter, "hello", `{}`)
 	var seen []string
 	for sc.Scan() && len(seen) < 2 {
 		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {

@@ -1,8 +1,9 @@
 package gateway
 
 import (
-	"strings"
+	"context"
 	"sync"
+	"time"
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/internal/jsonx"
@@ -19,11 +20,15 @@ type Hub struct {
 	recent   map[string][]keptEvent
 	// runWatchers follow every run's status changes.
 	runWatchers map[*RunWatch]struct{}
+	// fed is set once the store's feed carries every gateway's status
+	// changes to the run watchers, this one's included.
+	fed bool
 }
 
-// RunWatch follows the status changes of every run this gateway advances:
-// a run starting, resuming, being replayed, or ending. C drops what a slow
-// reader has not taken, and Lost says so, so that the reader reads again.
+// RunWatch follows the status changes of every run: a run starting,
+// resuming, being replayed, or ending. C drops what a slow reader has not
+// taken, and Lost says so, so that the reader reads again; a zero event
+// only wakes the reader to ask.
 type RunWatch struct {
 	C    <-chan store.Event
 	c    chan store.Event
@@ -73,14 +78,8 @@ func (h *Hub) Publish(ev store.Event) {
 		}
 		h.recent[ev.RunID] = append(r, keptEvent{ev: ev})
 	}
-	if strings.HasPrefix(string(ev.Type), "run_") {
-		for w := range h.runWatchers {
-			select {
-			case w.c <- ev:
-			default:
-				w.lost = true
-			}
-		}
+	if store.IsRunChange(ev.Type) && !h.fed {
+		h.toRunWatchers(ev)
 	}
 	for w := range ws {
 		select {
@@ -89,6 +88,63 @@ func (h *Hub) Publish(ev store.Event) {
 		}
 	}
 }
+
+// toRunWatchers hands a status change to every run watcher; the caller
+// holds mu.
+func (h *Hub) toRunWatchers(ev store.Event) {
+	for w := range h.runWatchers {
+		select {
+		case w.c <- ev:
+		default:
+			w.lost = true
+		}
+	}
+}
+
+// Follow feeds the run watchers from the store's RunFeed, when it has one,
+// so that they hear the runs every gateway sharing the store advances, not
+// only this one's. It returns once following has begun, or after a few
+// seconds if the store is slow to answer, and follows until ctx ends or the
+// store closes.
+func (h *Hub) Follow(ctx context.Context, st store.Store) {
+	feed, ok := st.(store.RunFeed)
+	if !ok {
+		return
+	}
+	begun := make(chan struct{})
+	go feed.FollowRuns(ctx, func(ev store.Event, lost bool) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if !lost {
+			h.toRunWatchers(ev)
+			return
+		}
+		if !h.fed {
+			// Until now this gateway's own changes went straight to the
+			// watchers, and the feed missed nothing they did not have.
+			h.fed = true
+			close(begun)
+			return
+		}
+		for w := range h.runWatchers {
+			w.lost = true
+			select {
+			case w.c <- store.Event{}:
+			default:
+			}
+		}
+	})
+	t := time.NewTimer(followWait)
+	defer t.Stop()
+	select {
+	case <-begun:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// followWait is how long Follow waits for the feed to begin.
+const followWait = 5 * time.Second
 
 // Watch subscribes to a run's events; Close ends the subscription.
 func (h *Hub) Watch(runID string) *Watch {

@@ -69,6 +69,8 @@ func NewServer(gw *Gateway, hub *Hub, metrics *Metrics, paths []string) *Server 
 	metrics.Register(gw)
 	s.setConfig(gw.Config)
 	s.sched = &Scheduler{srv: s, last: map[string]time.Time{}}
+	// Until the store closes, with the gateway.
+	hub.Follow(context.Background(), gw.Store)
 	return s
 }
 

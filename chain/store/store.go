@@ -106,6 +106,23 @@ type Store interface {
 	Close() error
 }
 
+// RunFeed is implemented by a store that several gateways share: each
+// commit announces the run status changes it makes durable (events whose
+// type starts with "run_"), and every gateway following the feed hears
+// them, whichever gateway committed them. A store one process holds has
+// no feed: that process sees every commit itself.
+type RunFeed interface {
+	// FollowRuns calls fn with each announced event, in the order heard,
+	// until ctx ends or the store closes. It calls fn with lost set (and a
+	// zero event) each time following begins, the first time included:
+	// announcements made while it was not following are not heard again.
+	FollowRuns(ctx context.Context, fn func(ev Event, lost bool))
+}
+
+// IsRunChange reports whether an event is a run's status change, the kind
+// a RunFeed announces.
+func IsRunChange(t EventType) bool { return strings.HasPrefix(string(t), "run_") }
+
 // StepScan selects step records for ForEachStep.
 type StepScan struct {
 	// Prefix keeps the records whose key starts with it; "" keeps all.

@@ -84,9 +84,12 @@ type Store struct {
 	log    *slog.Logger
 	dur    Durability
 
-	mu     sync.Mutex // guards closed and adding to ops
+	mu     sync.Mutex // guards closed and adding to ops and follows
 	closed bool
 	ops    sync.WaitGroup // calls under way, for Close to wait on
+	// stopping ends FollowRuns, which Close waits for apart from calls.
+	stopping chan struct{}
+	follows  sync.WaitGroup
 }
 
 var _ store.Store = (*Store)(nil)
@@ -150,7 +153,7 @@ func open(ctx context.Context, client goredis.UniversalClient, owned bool, addr,
 	if err := client.Ping(ctx).Err(); err != nil {
 		return fail(fmt.Errorf("connecting to Redis at %s: %w", addr, err))
 	}
-	st := &Store{client: client, owned: owned, p: prefix, log: logger, dur: dur}
+	st := &Store{client: client, owned: owned, p: prefix, log: logger, dur: dur, stopping: make(chan struct{})}
 	if err := st.checkDurability(ctx, addr, dur); err != nil {
 		return fail(err)
 	}
@@ -184,6 +187,8 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	close(s.stopping)
+	s.follows.Wait()
 	s.ops.Wait()
 	if !s.owned {
 		return nil
@@ -259,9 +264,11 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) error {
 	case len(res) == 0:
 		return fmt.Errorf("committing run %s: empty reply from the commit script", run.ID)
 	case res[0] == 0:
+		s.announce(ctx, b)
 		return nil
 	case res[0] == 6:
 		s.log.Info("commit was already applied; a retried commit whose reply was lost", "run", run.ID, "seq", run.Seq)
+		s.announce(ctx, b)
 		return nil
 	case res[0] == 1:
 		return fmt.Errorf("committing run %s: %w", run.ID, store.ErrLeaseLost)

@@ -576,3 +576,85 @@ func TestOpenErrors(t *testing.T) {
 		t.Errorf("cluster client without a hash tag: %v", err)
 	}
 }
+
+// TestRunFeed follows, from one store, the status changes another store on
+// the same prefix commits: run events are heard, step events are not, a
+// reconnection says what was heard may be incomplete, and closing the
+// store ends the following.
+func TestRunFeed(t *testing.T) {
+	u := redistest.Open(t)
+	name := fmt.Sprintf("feed-test-%d", time.Now().UnixNano())
+	writer, follower := openURL(t, u), openURL(t, u+"&client_name="+name)
+	ctx := context.Background()
+	type heard struct {
+		ev   store.Event
+		lost bool
+	}
+	got := make(chan heard, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		follower.FollowRuns(ctx, func(ev store.Event, lost bool) { got <- heard{ev, lost} })
+	}()
+	next := func() heard {
+		t.Helper()
+		select {
+		case h := <-got:
+			return h
+		case <-time.After(30 * time.Second):
+			t.Fatal("nothing heard in 30 s")
+			return heard{}
+		}
+	}
+	if h := next(); !h.lost {
+		t.Fatalf("following began with %+v, want a lost mark", h)
+	}
+	run := storetest.NewRun("c", time.Now().UTC())
+	create(t, writer, run, nil)
+	if err := writer.Commit(ctx, stepBatch(run, "a")); err != nil {
+		t.Fatal(err)
+	}
+	run.Seq++
+	run.Status = store.RunSucceeded
+	if err := writer.Commit(ctx, &store.Batch{Run: run, Events: []store.Event{{Seq: run.Seq, Time: time.Now().UTC(), Type: store.EventRunSucceeded}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []store.EventType{store.EventRunStarted, store.EventRunSucceeded} {
+		if h := next(); h.lost || h.ev.Type != want || h.ev.RunID != run.ID {
+			t.Errorf("heard %+v, want %s of run %s", h, want, run.ID)
+		}
+	}
+
+	// Redis cuts the follower's connection: it follows again and says so.
+	raw := rawClient(t)
+	list, err := raw.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	for line := range strings.Lines(list) {
+		f := strings.Fields(line)
+		if slices.Contains(f, "name="+name) && slices.Contains(f, "sub=1") {
+			id, _ := strings.CutPrefix(f[0], "id=")
+			if err := raw.Do(ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+				t.Fatal(err)
+			}
+			killed++
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("found %d following connections of the store in CLIENT LIST, want 1", killed)
+	}
+	if h := next(); !h.lost {
+		t.Errorf("after a reconnection heard %+v, want a lost mark", h)
+	}
+
+	if err := follower.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("FollowRuns went on after the store closed")
+	}
+}

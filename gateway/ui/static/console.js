@@ -190,9 +190,9 @@
   }
 
   // followList keeps the runs list current: it renders the list again
-  // when a run starts or ends, as the stream of every run's status says,
-  // and every few seconds while that stream is broken (or for runs other
-  // gateways advance, which it does not carry).
+  // when a run starts or ends on any gateway, as the stream of every run's
+  // status says, every few seconds while that stream is broken, and every
+  // 30 s in case a change was lost without a resync.
   function followList(el) {
     let pending = false, source = null;
     const refresh = () => {
