@@ -518,9 +518,9 @@ const streamWriteTimeout = 2 * heartbeat
 // from after Last-Event-ID, then new events live, until the run ends.
 func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) { s.streamEvents(w, r, 0) }
 
-// streamEvents serves a run's events; settle lets news gather before it is
-// sent (see Local.eventsSettled).
-func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, settle time.Duration) {
+// streamEvents serves a run's events, writing at most once per pace (see
+// Local.eventsPaced).
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, pace time.Duration) {
 	id := r.PathValue("id")
 	after := uint64(0)
 	last, source := r.Header.Get("Last-Event-ID"), "Last-Event-ID"
@@ -561,7 +561,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, settle tim
 	// stream has caught up: one write for a commit's events, however many
 	// consoles follow the run.
 	unsent := false
-	err = s.ops.eventsSettled(ctx, id, after, follow, settle, func(ev store.Event) error {
+	err = s.ops.eventsPaced(ctx, id, after, follow, pace, func(ev store.Event) error {
 		if ev.Seq == 0 {
 			if !unsent && time.Since(lastWrite) < heartbeat {
 				return nil

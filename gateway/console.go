@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/subtle"
 	"embed"
@@ -145,16 +146,30 @@ func (c *console) page(w http.ResponseWriter, r *http.Request, sess *uiSession, 
 	c.render(w, http.StatusOK, name, d)
 }
 
+// pageBuffers hold pages being rendered: a run page of a few hundred steps
+// is a few hundred KB, which a new buffer would grow to by copying it
+// several times over.
+var pageBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledPage is the largest buffer kept for the next page.
+const maxPooledPage = 4 << 20
+
 func (c *console) render(w http.ResponseWriter, status int, name string, d any) {
-	var b strings.Builder
-	if err := c.tmpl.ExecuteTemplate(&b, name, d); err != nil {
+	b := pageBuffers.Get().(*bytes.Buffer)
+	b.Reset()
+	defer func() {
+		if b.Cap() <= maxPooledPage {
+			pageBuffers.Put(b)
+		}
+	}()
+	if err := c.tmpl.ExecuteTemplate(b, name, d); err != nil {
 		c.s.log.Error("rendering a console page", "page", name, "err", err)
 		http.Error(w, "rendering the page failed; the gateway's log has the details", http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_, _ = w.Write([]byte(b.String()))
+	_, _ = w.Write(b.Bytes())
 }
 
 func (c *console) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {

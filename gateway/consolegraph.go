@@ -38,6 +38,12 @@ type placedNode struct {
 // links to a step.
 func (c *console) graphSVG(nodes []*DAGNode, edges []chain.Edge, def *chain.Chain, run *RunView, runID string) template.HTML {
 	var b strings.Builder
+	b.Grow(len(nodes) * 400)
+	// Each step links to its panel under the run's address.
+	stepsHref := ""
+	if run != nil {
+		stepsHref = c.base + "/runs/" + url.PathEscape(runID) + "/steps/"
+	}
 	placed := map[string]*placedNode{}
 	y := 10
 	width := gLeft + gNodeW
@@ -67,7 +73,12 @@ func (c *console) graphSVG(nodes []*DAGNode, edges []chain.Edge, def *chain.Chai
 			continue
 		}
 		if to.y == from.y+from.h+gGap && e.Label == "" {
-			fmt.Fprintf(&b, `<line class="edge" x1="%d" y1="%d" x2="%d" y2="%d" marker-end="url(#arrow)"/>`, gLeft+gNodeW/2, from.y+from.h, gLeft+gNodeW/2, to.y)
+			b.WriteString(`<line class="edge"`)
+			attrInt(&b, "x1", gLeft+gNodeW/2)
+			attrInt(&b, "y1", from.y+from.h)
+			attrInt(&b, "x2", gLeft+gNodeW/2)
+			attrInt(&b, "y2", to.y)
+			b.WriteString(` marker-end="url(#arrow)"/>`)
 			continue
 		}
 		// A branch, or a jump past the next step: routed on the right.
@@ -80,18 +91,18 @@ func (c *console) graphSVG(nodes []*DAGNode, edges []chain.Edge, def *chain.Chai
 		}
 	}
 	for _, p := range order {
-		c.drawNode(&b, p, def, run, runID)
+		c.drawNode(&b, p, def, run, runID, stepsHref)
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
 }
 
-func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, run *RunView, runID string) {
+func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, run *RunView, runID, stepsHref string) {
 	n := p.node
 	status := n.Status
 	href := ""
-	if run != nil {
-		href = c.base + "/runs/" + url.PathEscape(runID) + "/steps/" + n.Name
+	if stepsHref != "" {
+		href = stepsHref + n.Name
 	}
 	openNode(b, href, "node st-"+statusClass(status), n.Name, n.Name)
 	rect(b, "", gLeft, p.y, p.w, p.h, 6)
@@ -133,8 +144,8 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 			x := gLeft + 10 + i*(gChildW+10)
 			cy := p.y + gNodeH
 			chHref := ""
-			if run != nil {
-				chHref = c.base + "/runs/" + url.PathEscape(runID) + "/steps/" + n.Name + "/" + ch.Name
+			if stepsHref != "" {
+				chHref = stepsHref + n.Name + "/" + ch.Name
 			}
 			openNode(b, chHref, "node sub st-"+statusClass(ch.Status), ch.Name, n.Name+"/"+ch.Name)
 			rect(b, "", x, cy, gChildW, gChildH, 5)
@@ -270,6 +281,9 @@ func closeLink(b *strings.Builder, href string) {
 func esc(s string) string { return html.EscapeString(s) }
 
 func short(s string, n int) string {
+	if len(s) <= n {
+		return s // no more runes than bytes
+	}
 	r := []rune(s)
 	if len(r) <= n {
 		return s

@@ -356,15 +356,15 @@ func (c *console) runLive(w http.ResponseWriter, r *http.Request, sess *uiSessio
 	c.render(w, http.StatusOK, "run-live", rv)
 }
 
-// consoleSettle is how long a page's stream lets a run's news gather: a
-// person does not see a quarter second, and the gateway writes to each
-// open page a few times a second rather than at every commit.
-const consoleSettle = 250 * time.Millisecond
+// consolePace is how often at most a page's stream is written to: news of
+// a quiet run shows at once, and a busy run's page is redrawn once a
+// second, as often as a person reads it, rather than at every commit.
+const consolePace = time.Second
 
 // runStream is the run's event stream, as the API serves it, for the
 // page's EventSource.
 func (c *console) runStream(w http.ResponseWriter, r *http.Request, _ *uiSession) {
-	c.s.streamEvents(w, r, consoleSettle)
+	c.s.streamEvents(w, r, consolePace)
 }
 
 type stepView struct {

@@ -159,22 +159,25 @@ func (l *Local) Events(ctx context.Context, id string, after uint64, follow bool
 }
 
 // events is Events for a run known to exist, calling fn with a zero Event
-// whenever it has delivered
-// what there is and waits for more, so that a stream writes a batch of
-// events at once and sends heartbeats while the run is quiet.
+// whenever it has delivered what there is and waits for more, so that a
+// stream writes a batch of events at once and sends heartbeats while the
+// run is quiet.
 func (l *Local) events(ctx context.Context, id string, after uint64, follow bool, fn func(store.Event) error) error {
-	return l.eventsSettled(ctx, id, after, follow, 0, fn)
+	return l.eventsPaced(ctx, id, after, follow, 0, fn)
 }
 
-// eventsSettled is events, where a follower woken by news first lets it
-// settle for up to settle, so several commits' events go out together.
-func (l *Local) eventsSettled(ctx context.Context, id string, after uint64, follow bool, settle time.Duration, fn func(store.Event) error) error {
+// eventsPaced is events, delivering news at most once per pace: news that
+// finds the follower quiet goes at once, news that follows close behind
+// gathers until pace has passed since the last delivery, so a busy run's
+// commits go out together.
+func (l *Local) eventsPaced(ctx context.Context, id string, after uint64, follow bool, pace time.Duration, fn func(store.Event) error) error {
 	var w *Watch
 	if follow && l.Hub != nil {
 		w = l.Hub.Watch(id)
 		defer w.Close()
 	}
 	fromStore := true
+	var delivered time.Time
 	for {
 		var evs []store.Event
 		if !fromStore {
@@ -206,6 +209,7 @@ func (l *Local) eventsSettled(ctx context.Context, id string, after uint64, foll
 			if err := fn(store.Event{}); err != nil {
 				return err
 			}
+			delivered = time.Now()
 		}
 		if len(evs) == 0 && fromStore {
 			// A run that ended elsewhere with no event to say so, as a
@@ -234,8 +238,8 @@ func (l *Local) eventsSettled(ctx context.Context, id string, after uint64, foll
 		case <-watchC(w):
 			wait.Stop()
 			fromStore = w == nil
-			if settle > 0 {
-				t := time.NewTimer(settle)
+			if d := time.Until(delivered.Add(pace)); d > 0 {
+				t := time.NewTimer(d)
 				select {
 				case <-ctx.Done():
 					t.Stop()

@@ -2,9 +2,11 @@ package jsonx_test
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
 
@@ -35,5 +37,38 @@ func BenchmarkNesting(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
 		jsonx.Nesting(body)
+	}
+}
+
+// TestUnmarshalAsEncodingJSON decodes what stores hold, and what they might
+// hold after a hand edit or from an older version, exactly as encoding/json
+// does: the same value, or an error for the same input.
+func TestUnmarshalAsEncodingJSON(t *testing.T) {
+	for _, in := range []string{
+		`{"key":"a","name":"a","status":"succeeded","attempts":2,"body":{"x":[1,"<b>"]},"started_at":"2026-11-25T10:00:00.123456789Z","finished_at":"2026-11-25T10:00:01+01:00"}`,
+		`{"KEY":"a","Status":"failed","error":{"message":"boom","code":"timeout"}}`,
+		`{"key":"a","key":"b","body":{"dup":1,"dup":2}}`,
+		`{"key":"\xff\ud800","body":"\ud800"}`,
+		"{\"key\":\"\xff\"}",
+		`{"key":null,"attempts":null,"body":null,"split":{"total":3,"next":1}}`,
+		`{"key":"a","unknown":{"deep":[[[1]]]},"child":"r2"}`,
+		`{"attempts":1.5}`,
+		`{"attempts":"1"}`,
+		`{"started_at":"yesterday"}`,
+		`{"key":"a"`,
+		`[1,2]`,
+		``,
+		`{"body":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
+	} {
+		var want, got store.StepRecord
+		wantErr := json.Unmarshal([]byte(in), &want)
+		gotErr := jsonx.Unmarshal([]byte(in), &got)
+		if (wantErr == nil) != (gotErr == nil) {
+			t.Errorf("%.60s: error %v, encoding/json's %v", in, gotErr, wantErr)
+			continue
+		}
+		if wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Errorf("%.60s:\n got %+v\nwant %+v", in, got, want)
+		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -336,7 +335,7 @@ func (s *Store) lastSeq(headers *bbolt.Bucket, id string, pending map[string]uin
 	var h struct {
 		Seq uint64 `json:"seq"`
 	}
-	if err := json.Unmarshal(v, &h); err != nil {
+	if err := jsonx.Unmarshal(v, &h); err != nil {
 		return 0, true, fmt.Errorf("decoding run %s: %w", id, err)
 	}
 	return h.Seq, true, nil
@@ -473,7 +472,7 @@ func readHeader(tx *bbolt.Tx, id string) (*store.Run, error) {
 		return nil, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 	}
 	var run store.Run
-	if err := json.Unmarshal(v, &run); err != nil {
+	if err := jsonx.Unmarshal(v, &run); err != nil {
 		return nil, fmt.Errorf("decoding run %s: %w: %w", id, store.ErrDamaged, err)
 	}
 	return &run, nil
@@ -481,7 +480,7 @@ func readHeader(tx *bbolt.Tx, id string) (*store.Run, error) {
 
 func readOrigin(tx *bbolt.Tx, run *store.Run) error {
 	if o := tx.Bucket(bucketOrigins).Get([]byte(run.ID)); o != nil {
-		if err := json.Unmarshal(o, &run.Origin); err != nil {
+		if err := jsonx.Unmarshal(o, &run.Origin); err != nil {
 			return fmt.Errorf("decoding origin of run %s: %w: %w", run.ID, store.ErrDamaged, err)
 		}
 	}
@@ -511,7 +510,7 @@ func (s *Store) ForEachStep(ctx context.Context, runID string, scan store.StepSc
 				continue
 			}
 			var st store.StepRecord
-			if err := json.Unmarshal(v, &st); err != nil {
+			if err := jsonx.Unmarshal(v, &st); err != nil {
 				return fmt.Errorf("decoding step %q of run %s: %w: %w", k[len(p)-len(scan.Prefix):], runID, store.ErrDamaged, err)
 			}
 			if err := fn(&st); err != nil {
@@ -536,7 +535,7 @@ func (s *Store) Events(ctx context.Context, runID string, after uint64, limit in
 				break
 			}
 			var ev store.Event
-			if err := json.Unmarshal(v, &ev); err != nil {
+			if err := jsonx.Unmarshal(v, &ev); err != nil {
 				return fmt.Errorf("decoding an event of run %s: %w: %w", runID, store.ErrDamaged, err)
 			}
 			out = append(out, ev)
@@ -659,7 +658,7 @@ func (s *Store) DLQ(ctx context.Context, id string) (*store.DLQEntry, error) {
 		if v == nil {
 			return fmt.Errorf("dead-letter entry %s: %w", id, store.ErrNotFound)
 		}
-		return json.Unmarshal(v, &d)
+		return jsonx.Unmarshal(v, &d)
 	})
 	if err != nil {
 		return nil, err
@@ -685,7 +684,7 @@ func (s *Store) ListDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEnt
 		}
 		for ; k != nil && len(out) < limit; k, v = c.Next() {
 			var d store.DLQEntry
-			if err := json.Unmarshal(v, &d); err != nil {
+			if err := jsonx.Unmarshal(v, &d); err != nil {
 				return fmt.Errorf("decoding dead-letter entry %s: %w", k, err)
 			}
 			if (f.Chain != "" && d.Chain != f.Chain) || (f.Step != "" && d.Step != f.Step) ||

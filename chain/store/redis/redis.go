@@ -30,7 +30,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -407,14 +406,14 @@ func (s *Store) decodeRun(id string, vals []any) (*store.Run, error) {
 		return nil, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 	}
 	var run store.Run
-	if err := json.Unmarshal([]byte(h), &run); err != nil {
+	if err := jsonx.Unmarshal([]byte(h), &run); err != nil {
 		return nil, fmt.Errorf("decoding run %s (key %s): %w: %w", id, s.runKey(id), store.ErrDamaged, err)
 	}
 	if len(vals) < 2 {
 		return &run, nil
 	}
 	if o, ok := vals[1].(string); ok {
-		if err := json.Unmarshal([]byte(o), &run.Origin); err != nil {
+		if err := jsonx.Unmarshal([]byte(o), &run.Origin); err != nil {
 			return nil, fmt.Errorf("decoding origin of run %s (key %s): %w: %w", id, s.runKey(id), store.ErrDamaged, err)
 		}
 	}
@@ -478,7 +477,7 @@ func (s *Store) ForEachStep(ctx context.Context, runID string, scan store.StepSc
 				return fmt.Errorf("decoding step %q of run %s (key %s): no record for an indexed key", k, runID, keys[1])
 			}
 			var st store.StepRecord
-			if err := json.Unmarshal([]byte(v), &st); err != nil {
+			if err := jsonx.Unmarshal([]byte(v), &st); err != nil {
 				err = fmt.Errorf("%w: %w", store.ErrDamaged, err)
 				return fmt.Errorf("decoding step %q of run %s (key %s): %w", k, runID, keys[1], err)
 			}
@@ -529,7 +528,7 @@ func (s *Store) Events(ctx context.Context, runID string, after uint64, limit in
 		out = make([]store.Event, len(vals))
 	}
 	for i, v := range vals {
-		if err := json.Unmarshal([]byte(v), &out[i]); err != nil {
+		if err := jsonx.Unmarshal([]byte(v), &out[i]); err != nil {
 			return nil, fmt.Errorf("decoding event %d of run %s (key %s): %w: %w", start+int64(i)+1, runID, s.eventsKey(runID), store.ErrDamaged, err)
 		}
 	}
@@ -636,7 +635,7 @@ func (s *Store) readOrigins(ctx context.Context, page *store.RunPage) error {
 	for i, c := range cmds {
 		o, err := c.Result()
 		if err == nil {
-			if err := json.Unmarshal([]byte(o), &runs[i].Origin); err != nil {
+			if err := jsonx.Unmarshal([]byte(o), &runs[i].Origin); err != nil {
 				err = fmt.Errorf("decoding origin of run %s (key %s): %w: %w", runs[i].ID, s.runKey(runs[i].ID), store.ErrDamaged, err)
 				page.Damaged = append(page.Damaged, store.DamagedRun{ID: runs[i].ID, Error: err.Error()})
 				continue
@@ -760,7 +759,7 @@ func (s *Store) DLQ(ctx context.Context, id string) (*store.DLQEntry, error) {
 
 func (s *Store) decodeDLQ(id, v string) (*store.DLQEntry, error) {
 	var d store.DLQEntry
-	if err := json.Unmarshal([]byte(v), &d); err != nil {
+	if err := jsonx.Unmarshal([]byte(v), &d); err != nil {
 		return nil, fmt.Errorf("decoding dead-letter entry %s (key %s): %w", id, s.dlqKey(), err)
 	}
 	return &d, nil
