@@ -31,6 +31,9 @@ type Run struct {
 	ParentStep string     `json:"parent_step,omitempty"`
 	// Body is the run's result once it has succeeded.
 	Body json.RawMessage `json:"body,omitempty"`
+	// BodyStep, set instead of Body for a result above 64 KiB, names the
+	// step whose body the result is.
+	BodyStep string `json:"body_step,omitempty"`
 	// Seq is the sequence number of the run's last event.
 	Seq uint64 `json:"seq"`
 }
@@ -136,7 +139,7 @@ func apiRun(r *store.Run) *Run {
 		ID: r.ID, Chain: r.Chain, ChainHash: r.ChainHash, Status: string(r.Status),
 		Origin: Origin{ID: r.Origin.ID, Payload: r.Origin.Payload, Metadata: r.Origin.Metadata, ReceivedAt: r.Origin.ReceivedAt},
 		Path:   r.Path, Cursor: r.Cursor, Deadline: r.Deadline, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
-		Error: apiErrorInfo(r.Error), ParentRun: r.ParentRun, ParentStep: r.ParentStep, Body: r.Body, Seq: r.Seq,
+		Error: apiErrorInfo(r.Error), ParentRun: r.ParentRun, ParentStep: r.ParentStep, Body: r.Body, BodyStep: r.BodyStep, Seq: r.Seq,
 	}
 }
 

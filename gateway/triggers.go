@@ -388,7 +388,11 @@ func (s *Server) firingRun(ctx context.Context, id string) any {
 			steps[name] = map[string]any{"status": st.Status, "body": body}
 		}
 	}
-	body, _ := engine.DecodeJSON(v.Body)
+	result := v.Body
+	if st := v.Steps[v.BodyStep]; v.BodyStep != "" && st != nil {
+		result = st.Body
+	}
+	body, _ := engine.DecodeJSON(result)
 	return map[string]any{"id": id, "status": v.Status, "body": body, "steps": steps}
 }
 

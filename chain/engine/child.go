@@ -53,7 +53,7 @@ func (r *runner) progressChild(now time.Time, q *seq, s *chain.Step, rec *store.
 		}
 		// Resumed: the child may have finished, be running, or (stopped
 		// between the two writes) not exist yet.
-		child, err := r.e.store.Run(context.Background(), rec.Child)
+		child, err := r.e.childRun(context.Background(), rec.Child)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			l, errInfo := r.prepareChild(now, q, s, rec, sc)
@@ -149,7 +149,7 @@ func (r *runner) pollChild(now time.Time, rec *store.StepRecord) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), childPoll)
 		defer cancel()
-		child, err := r.e.store.Run(ctx, id)
+		child, err := r.e.childRun(ctx, id)
 		if err != nil || !child.Status.Final() {
 			return
 		}
@@ -158,6 +158,18 @@ func (r *runner) pollChild(now time.Time, rec *store.StepRecord) {
 		case <-r.done:
 		}
 	}()
+}
+
+// childRun reads a sub-chain's run, with its result when it has ended.
+func (e *Engine) childRun(ctx context.Context, id string) (*store.Run, error) {
+	child, err := e.store.Run(ctx, id)
+	if err != nil || child.Status != store.RunSucceeded || child.BodyStep == "" {
+		return child, err
+	}
+	if child.Body, err = RunBody(ctx, e.store, child); err != nil {
+		return nil, err
+	}
+	return child, nil
 }
 
 // childEnded applies a sub-chain run's end to its step.

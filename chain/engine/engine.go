@@ -694,21 +694,24 @@ func (e *Engine) launch(r *runner) {
 		defer e.wg.Done()
 		r.loop()
 		if r.run.Status.Final() && r.run.ParentRun != "" {
-			e.notifyParent(r.run)
+			e.notifyParent(r.run, r.top.result)
 		}
 	}()
 }
 
 // notifyParent tells a sub-chain's parent run, if this engine advances it,
-// that the child has ended. A parent that is not active reads the child's
-// record when it resumes.
-func (e *Engine) notifyParent(child *store.Run) {
+// that the child has ended, with its result. A parent that is not active
+// reads the child's record when it resumes.
+func (e *Engine) notifyParent(child *store.Run, result json.RawMessage) {
 	parents := e.workersOf(child.ParentRun)
 	if p := e.active(child.ParentRun); p != nil {
 		parents = append(parents, p)
 	}
 	for _, p := range parents {
 		snapshot := *child
+		if snapshot.Status == store.RunSucceeded {
+			snapshot.Body = result
+		}
 		select {
 		case p.inbox <- outcome{key: child.ParentStep, attempt: -1, child: &snapshot}:
 		case <-p.done:

@@ -301,7 +301,7 @@ func (e *Engine) resumeFrom(ctx context.Context, runID, step, entryID string, cu
 	}
 	run.Status = store.RunRunning
 	run.Error = nil
-	run.Body = nil
+	run.Body, run.BodyStep = nil, ""
 	run.FinishedAt = time.Time{}
 	run.Cursor = top
 	run.Path = run.Path[:at]

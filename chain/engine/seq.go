@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -42,7 +43,9 @@ type seq struct {
 	// How the item ended.
 	status store.StepStatus
 	result json.RawMessage
-	err    *store.ErrorInfo
+	// resultKey is the step whose body result is.
+	resultKey string
+	err       *store.ErrorInfo
 }
 
 func (q *seq) inItem() bool { return q.split != nil }
@@ -81,7 +84,11 @@ func (r *runner) advanceRun(now time.Time) []launch {
 		r.run.Cursor = r.top.cursor
 	}
 	if done && !r.run.Status.Final() {
-		r.run.Body = r.top.result
+		if len(r.top.result) > MaxInlineRunBody {
+			r.run.BodyStep = r.top.resultKey
+		} else {
+			r.run.Body = r.top.result
+		}
 		r.finishRun(store.RunSucceeded, nil)
 	}
 	return out
@@ -245,7 +252,7 @@ func (r *runner) settle(q *seq, s *chain.Step) bool {
 	q.cursor = next
 	if next == "" {
 		// The list ran to its end; its result is the last step's body.
-		q.result = lastBody(r, q)
+		q.resultKey, q.result = lastBody(r, q)
 		if q.inItem() {
 			r.endItem(q, store.StepSucceeded, q.result, nil)
 		}
@@ -253,14 +260,40 @@ func (r *runner) settle(q *seq, s *chain.Step) bool {
 	return true
 }
 
-// lastBody is the body of the last step on q's path that has one.
-func lastBody(r *runner, q *seq) json.RawMessage {
+// lastBody is the key and body of the last step on q's path that
+// succeeded.
+func lastBody(r *runner, q *seq) (string, json.RawMessage) {
 	for i := len(q.path) - 1; i >= 0; i-- {
 		if rec := r.recs[q.prefix+q.path[i]]; rec != nil && rec.Status == store.StepSucceeded {
-			return rec.Body
+			return rec.Key, rec.Body
 		}
 	}
-	return nil
+	return "", nil
+}
+
+// MaxInlineRunBody is the largest result a run's record holds itself; a
+// larger one stays only in its step's record (store.Run.BodyStep).
+const MaxInlineRunBody = 64 << 10
+
+// RunBody is a run's result: its Body, or its BodyStep's body.
+func RunBody(ctx context.Context, st store.Store, run *store.Run) (json.RawMessage, error) {
+	if run.BodyStep == "" {
+		return run.Body, nil
+	}
+	var body json.RawMessage
+	err := st.ForEachStep(ctx, run.ID, store.StepScan{Prefix: run.BodyStep, SkipItems: true}, func(rec *store.StepRecord) error {
+		if rec.Key == run.BodyStep {
+			body = rec.Body
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the result of run %s from step %q: %w", run.ID, run.BodyStep, err)
+	}
+	if body == nil {
+		return nil, fmt.Errorf("reading the result of run %s: its step %q has no record: %w", run.ID, run.BodyStep, store.ErrDamaged)
+	}
+	return body, nil
 }
 
 // failSeq ends q because a step failed: the run at top level, the item in

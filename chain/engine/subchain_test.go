@@ -256,3 +256,48 @@ payload_template = { host = "<<origin.payload.host>>" }
 		t.Errorf("with the field set: %s %+v", res.Status, res.Error)
 	}
 }
+
+// TestLargeResultStaysInItsStep keeps a result above MaxInlineRunBody out
+// of the run's record, which names the step holding it, and still hands it
+// whole to a parent run; RunBody reads it from the step.
+func TestLargeResultStaysInItsStep(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "wrap"
+[[chains.steps]]
+name = "call"
+sub_chain = "big"
+input = { blob = "<<origin.payload.blob>>" }
+
+[[chains]]
+name = "big"
+[[chains.steps]]
+name = "make"
+provider = "echo"
+payload_template = { blob = "<<origin.payload.blob>>" }
+`)
+	ctx := context.Background()
+	for _, size := range []int{10, engine.MaxInlineRunBody + 1} {
+		blob := strings.Repeat("x", size)
+		res := h.run("wrap", fmt.Sprintf(`{"blob": %q}`, blob))
+		if res.Status != store.RunSucceeded {
+			t.Fatalf("size %d: %s %+v", size, res.Status, res.Error)
+		}
+		want := fmt.Sprintf(`{"blob":%q}`, blob)
+		if got := string(res.Steps["call"].Body); got != want {
+			t.Errorf("size %d: the parent's step has %.40s…, want the child's result", size, got)
+		}
+		page, err := h.store.ListRuns(ctx, store.RunFilter{Chain: "big", Limit: 1})
+		if err != nil || len(page.Runs) != 1 {
+			t.Fatalf("child runs: %v %v", page, err)
+		}
+		child := page.Runs[0]
+		inline := size < engine.MaxInlineRunBody
+		if inline != (child.BodyStep == "") || inline != (len(child.Body) > 0) || (!inline && child.BodyStep != "make") {
+			t.Errorf("size %d: the child's record has a body of %d bytes and body_step %q", size, len(child.Body), child.BodyStep)
+		}
+		if body, err := engine.RunBody(ctx, h.store, child); err != nil || string(body) != want {
+			t.Errorf("size %d: RunBody gave %.40s… (%v)", size, body, err)
+		}
+	}
+}

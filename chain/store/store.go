@@ -246,6 +246,11 @@ type Run struct {
 	// Body is the run's result once it has succeeded: the body of the last
 	// step it took. A sub-chain's body becomes its parent step's body.
 	Body json.RawMessage `json:"body,omitempty"`
+	// BodyStep, set instead of Body when the result is large, is the key of
+	// the step record whose body the result is. A split's results can be
+	// tens of MB: the run's record, which every commit and every listing
+	// reads, does not carry a second copy.
+	BodyStep string `json:"body_step,omitempty"`
 	// Seq is the sequence number of the run's last event.
 	Seq uint64 `json:"seq"`
 }
