@@ -10,8 +10,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
+
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 var (
@@ -384,4 +387,29 @@ type DLQFilter struct {
 	// After keeps the entries listed after the one with this id: the last
 	// entry of the previous page.
 	After string
+}
+
+// MarshalStep encodes a step record as the stores keep it. A body above
+// 64 KiB (a split's results can be tens of MB) is checked and copied in
+// once, into a buffer of the right size, where encoding/json would grow a
+// buffer through several copies of it.
+func MarshalStep(st *StepRecord) ([]byte, error) {
+	if len(st.Body) <= 64<<10 {
+		return jsonx.Marshal(st)
+	}
+	if !json.Valid(st.Body) {
+		return nil, fmt.Errorf("encoding step %s: its body is not valid JSON", st.Key)
+	}
+	rest := *st
+	rest.Body = nil
+	head, err := jsonx.Marshal(&rest)
+	if err != nil {
+		return nil, err
+	}
+	const field = `,"body":`
+	out := make([]byte, 0, len(head)+len(field)+len(st.Body))
+	out = append(out, head[:len(head)-1]...) // the object open: it has a key at least
+	out = append(out, field...)
+	out = append(out, st.Body...)
+	return append(out, '}'), nil
 }

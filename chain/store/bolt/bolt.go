@@ -241,7 +241,7 @@ func encode(b *store.Batch) (encodedBatch, error) {
 		}
 	}
 	for _, st := range b.Steps {
-		v, err := jsonx.Marshal(st)
+		v, err := store.MarshalStep(st)
 		if err != nil {
 			return e, fmt.Errorf("encoding step %s: %w", st.Key, err)
 		}

@@ -347,7 +347,7 @@ func (s *Store) commitArgs(b *store.Batch) ([]string, []any, error) {
 		args = append(args, k)
 	}
 	for _, st := range b.Steps {
-		v, err := jsonx.Marshal(st)
+		v, err := store.MarshalStep(st)
 		if err != nil {
 			return nil, nil, fmt.Errorf("encoding step %s: %w", st.Key, err)
 		}
