@@ -105,7 +105,7 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 	ops := c.s.ops
 	v := &nowView{Since: "15 minutes", Calls: map[string][2]float64{}, FanStats: map[string]float64{}, Fanout: c.s.gw.Fanout != nil}
 	since := time.Now().Add(-failureWindow)
-	failed, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunFailed, Since: since, Limit: MaxPageLimit})
+	failed, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunFailed, Since: since, Limit: MaxPageLimit, NoOrigins: true})
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -147,7 +147,7 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 		}
 	}
 
-	running, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunRunning, Limit: 200})
+	running, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunRunning, Limit: 200, NoOrigins: true})
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -190,7 +190,7 @@ func (c *console) usualDurations(ctx context.Context, running []*Run) map[string
 		if _, seen := out[run.Chain]; seen {
 			continue
 		}
-		page, err := c.s.ops.ListRuns(ctx, store.RunFilter{Chain: run.Chain, Status: store.RunSucceeded, Limit: 50})
+		page, err := c.s.ops.ListRuns(ctx, store.RunFilter{Chain: run.Chain, Status: store.RunSucceeded, Limit: 50, NoOrigins: true})
 		if err != nil || len(page.Runs) < 5 {
 			out[run.Chain] = 0
 			continue
@@ -242,7 +242,7 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		c.failErr(w, r, err)
 		return
 	}
-	page, err := c.s.ops.ListRuns(r.Context(), store.RunFilter{Chain: v.Chain, Status: store.RunStatus(v.Status), Since: since, Limit: 50, Cursor: v.Cursor})
+	page, err := c.s.ops.ListRuns(r.Context(), store.RunFilter{Chain: v.Chain, Status: store.RunStatus(v.Status), Since: since, Limit: 50, Cursor: v.Cursor, NoOrigins: true})
 	if err != nil {
 		c.failErr(w, r, err)
 		return

@@ -359,6 +359,9 @@ type RunFilter struct {
 	Limit  int
 	// Cursor continues a listing where a RunPage's Next left off.
 	Cursor string
+	// NoOrigins leaves each run's Origin empty: a listing that shows no
+	// payload need not read one of tens of MB.
+	NoOrigins bool
 }
 
 // RunPage is one page of a run listing.

@@ -127,10 +127,13 @@ func Open(path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("creating store directory: %w", err)
 		}
 	}
+	// The freelist is written with every commit, so that opening the file
+	// reads it instead of every page: a store that had held a million-item
+	// split took 12 s to open, and mapped all 420 MB of it in, for a runs
+	// list.
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
-		Timeout:        opts.LockTimeout,
-		NoFreelistSync: true,
-		FreelistType:   bbolt.FreelistMapType,
+		Timeout:      opts.LockTimeout,
+		FreelistType: bbolt.FreelistMapType,
 	})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("opening store %s: %w (is another gateway running on this file?)", path, store.ErrInUse)
@@ -606,6 +609,10 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 			if len(page.Runs) == limit {
 				page.Next = base64.RawURLEncoding.EncodeToString(indexKey(page.Runs[limit-1].CreatedAt, page.Runs[limit-1].ID))
 				break
+			}
+			if f.NoOrigins {
+				page.Runs = append(page.Runs, run)
+				continue
 			}
 			if err := readOrigin(tx, run); errors.Is(err, store.ErrDamaged) {
 				page.Damaged = append(page.Damaged, store.DamagedRun{ID: run.ID, Error: err.Error()})

@@ -2,12 +2,16 @@ package bolt_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -225,4 +229,58 @@ func TestExpiredKeysAreSwept(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestFreelistIsWritten keeps the free page list in the file, so that
+// opening a big store reads that list instead of every page of the file.
+func TestFreelistIsWritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gw.db")
+	s, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Records written, then deleted: their pages are free.
+	ctx := context.Background()
+	run := storetest.NewRun("c", time.Now().UTC())
+	run.Seq = 1
+	if err := s.Commit(ctx, &store.Batch{Run: run, Create: true, Events: []store.Event{{Seq: 1, Type: store.EventRunStarted, Time: time.Now()}}}); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for i := range 200 {
+		keys = append(keys, fmt.Sprintf("s%03d", i))
+	}
+	for _, del := range []bool{false, true} {
+		b := &store.Batch{Run: run}
+		for _, k := range keys {
+			if del {
+				b.DeleteSteps = append(b.DeleteSteps, k)
+			} else {
+				b.Steps = append(b.Steps, &store.StepRecord{Key: k, Name: k, Status: store.StepSucceeded, Body: []byte(`"` + strings.Repeat("x", 1000) + `"`)})
+			}
+		}
+		if err := s.Commit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each of the two meta pages: a 16-byte page header, then magic,
+	// version, page size and flags (4 bytes each), the root bucket (16),
+	// the freelist's page, the high water mark and the transaction id.
+	type meta struct{ freelist, txid uint64 }
+	read := func(off int) meta {
+		m := data[off+16:]
+		return meta{freelist: binary.LittleEndian.Uint64(m[32:]), txid: binary.LittleEndian.Uint64(m[48:])}
+	}
+	pageSize := int(binary.LittleEndian.Uint32(data[16+8:]))
+	current := slices.MaxFunc([]meta{read(0), read(pageSize)}, func(a, b meta) int { return cmp.Compare(a.txid, b.txid) })
+	if current.freelist == math.MaxUint64 {
+		t.Error("the store's last commit left no free page list: opening it reads the whole file")
+	}
 }

@@ -572,7 +572,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 		chunk = pageSize
 	}
 	page, err := s.listRuns(ctx, f, lo, hi, chunk, limit)
-	if err == nil {
+	if err == nil && !f.NoOrigins {
 		err = s.readOrigins(ctx, &page)
 	}
 	if err != nil {

@@ -456,6 +456,10 @@ func testListRuns(t *testing.T, f Factory) {
 	if len(byChain.Runs) != 3 || string(byChain.Runs[0].Origin.Payload) != `{"alert":"disk"}` {
 		t.Errorf("chain b: got %d runs, want 3 with their origins", len(byChain.Runs))
 	}
+	bare, _ := s.ListRuns(ctx, store.RunFilter{Chain: "b", NoOrigins: true})
+	if len(bare.Runs) != 3 || bare.Runs[0].ID != byChain.Runs[0].ID || bare.Runs[0].Origin.Payload != nil || bare.Runs[0].Chain != "b" {
+		t.Errorf("chain b without origins: got %d runs, the first %+v", len(bare.Runs), bare.Runs[0])
+	}
 	byStatus, _ := s.ListRuns(ctx, store.RunFilter{Status: store.RunFailed})
 	if len(byStatus.Runs) != 1 || byStatus.Runs[0].ID != runs[6].ID {
 		t.Errorf("failed runs: got %v", runIDs(byStatus.Runs))
