@@ -180,7 +180,8 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(stderr, "runs", err)
 		}
-		page, err := ops.ListRuns(ctx, store.RunFilter{Chain: *chainName, Status: store.RunStatus(*status), Since: since, Limit: *limit, Cursor: *cursor})
+		// The table shows no payload; JSON carries the runs whole.
+		page, err := ops.ListRuns(ctx, store.RunFilter{Chain: *chainName, Status: store.RunStatus(*status), Since: since, Limit: *limit, Cursor: *cursor, NoOrigins: !t.json()})
 		if err != nil {
 			return fail(stderr, "runs", err)
 		}
