@@ -220,6 +220,9 @@ func (f *handedItems) results(_ *runner, _ *split, fn func(*store.StepRecord) er
 	return f.h.Results(context.Background(), fn)
 }
 
+// readsStore is false: the results are read from the barrier.
+func (f *handedItems) readsStore() bool { return false }
+
 // salvageWait bounds how long a split that will not succeed waits for its
 // results to be taken into the store.
 const salvageWait = 30 * time.Second

@@ -64,6 +64,7 @@ func (l *localItems) results(r *runner, sp *split, fn func(*store.StepRecord) er
 	return r.sink.ForEachStep(context.Background(), sp.key+"[", fn)
 }
 
+func (l *localItems) readsStore() bool                       { return true }
 func (l *localItems) durable(uint64)                         {}
 func (l *localItems) stop(*runner, *split, store.StepStatus) {}
 func (l *localItems) detach()                                {}

@@ -26,6 +26,10 @@ type placement interface {
 	// results calls fn with every item's slot record, in item order, for
 	// the join. fn must not keep the record.
 	results(r *runner, sp *split, fn func(*store.StepRecord) error) error
+	// readsStore reports whether results reads the run's store: then the
+	// join waits until the items' records in the pending batch are durable;
+	// otherwise the join goes into that batch, one commit instead of two.
+	readsStore() bool
 	// durable is told the batches up to seq are durable.
 	durable(seq uint64)
 	// stop ends the items with the split, whose final record, with

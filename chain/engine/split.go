@@ -190,10 +190,11 @@ func (r *runner) joinWhenDone(sp *split, out []launch) ([]launch, bool) {
 	if sp.processed() != sp.total {
 		return out, false
 	}
-	// Every item's record is written before the results are read back.
+	// Every item's record is written before the results are read back
+	// from the store.
 	sp.joining = true
 	sp.joinAfter = r.nextBatch - 1
-	if r.hasChanges() {
+	if r.hasChanges() && sp.place.readsStore() {
 		sp.joinAfter = r.nextBatch
 	}
 	if r.ackedSeq >= sp.joinAfter {

@@ -330,6 +330,8 @@ func (w *workerItems) results(*runner, *split, func(*store.StepRecord) error) er
 	return errors.New("a worker does not join the splits it runs items of")
 }
 
+func (w *workerItems) readsStore() bool { return true }
+
 func (w *workerItems) heldItems() []int {
 	out := make([]int, 0, len(w.items))
 	for i := range w.items {
