@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
@@ -793,5 +796,44 @@ func TestItemClaimedByOneWorker(t *testing.T) {
 	}
 	if m.get(func(c *counter) int { return c.redelivered }) == 0 {
 		t.Error("the second worker was handed no item: the cut did not return the messages to the queue")
+	}
+}
+
+// ctxReads counts a client's reads of split contexts.
+type ctxReads struct{ n atomic.Int64 }
+
+func (h *ctxReads) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *ctxReads) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+func (h *ctxReads) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if args := cmd.Args(); cmd.Name() == "get" && len(args) == 2 && strings.HasSuffix(fmt.Sprint(args[1]), ":ctx") {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestWorkerReadsASplitsContextOnce hands one worker many messages of a
+// split at once: the deliveries that find the split new read its context,
+// which holds the run's payload, once between them.
+func TestWorkerReadsASplitsContextOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfg := servers(t, "batch_size = 5\nprefetch = 8") + splitChain("distributed", "distributed", filepath.Join(dir, "calls.jsonl"), "")
+	owner := newNode(t, cfg)
+	worker := newNode(t, cfg)
+	reads := &ctxReads{}
+	worker.f.Redis().AddHook(reads)
+	stop := worker.work()
+	defer stop()
+	res := owner.run("distributed", itemsPayload(200, func(int) bool { return false }))
+	if res.Status != store.RunSucceeded {
+		t.Fatalf("run %s: %+v", res.Status, res.Error)
+	}
+	if n := reads.n.Load(); n != 1 {
+		t.Errorf("the worker read the split's context %d times, want once", n)
 	}
 }
