@@ -9,6 +9,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/internal/jsonx"
+	"github.com/chaingate/gateway/templates"
 )
 
 // A distributed split hands its items to workers instead of running them
@@ -367,11 +368,48 @@ type WorkSplit struct {
 	Deadline time.Time           `json:"deadline,omitzero"`
 }
 
+// readsOrigin reports whether steps, nested ones included, may read the
+// run's origin: a template's path from origin, or a condition naming it
+// (conditions are told apart by their text, which errs on reading it).
+func readsOrigin(steps []*chain.Step) bool {
+	reads := false
+	fromOrigin := func(t *templates.Template) {
+		if t == nil {
+			return
+		}
+		for _, ref := range t.Refs() {
+			reads = reads || ref.Root == "origin"
+		}
+	}
+	named := func(c fmt.Stringer) {
+		reads = reads || strings.Contains(c.String(), "origin")
+	}
+	chain.WalkSteps(steps, func(s *chain.Step) {
+		fromOrigin(s.Payload)
+		fromOrigin(s.Input)
+		if s.Split != nil {
+			fromOrigin(s.Split.Items)
+		}
+		if s.When != nil {
+			named(s.When)
+		}
+		for _, b := range s.Branches {
+			named(b.Cond)
+		}
+	})
+	return reads
+}
+
 // workSplit describes sp for the workers its items go to.
 func (r *runner) workSplit(sp *split) *WorkSplit {
 	run := &store.Run{
 		ID: r.run.ID, Chain: r.run.Chain, ChainHash: r.run.ChainHash, Status: store.RunRunning,
 		Origin: r.run.Origin, Deadline: r.run.Deadline, CreatedAt: r.run.CreatedAt,
+	}
+	if !readsOrigin(sp.step.Split.Steps) {
+		// Every worker would read, and hold, a payload its items never look
+		// at: the array a split of a million items goes over, say.
+		run.Origin.Payload, run.Origin.Metadata = nil, nil
 	}
 	src, err := r.e.source(r.cfg, r.run.Chain)
 	if err != nil {
