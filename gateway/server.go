@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -424,5 +425,12 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	}
 	body := http.MaxBytesReader(w, r.Body, limit)
 	defer body.Close()
+	if n := r.ContentLength; n > 0 && n <= limit {
+		// Read into a buffer of the announced size, not one grown by
+		// copying: a split's payload can be tens of MB.
+		buf := bytes.NewBuffer(make([]byte, 0, n+bytes.MinRead))
+		_, err := buf.ReadFrom(body)
+		return buf.Bytes(), err
+	}
 	return io.ReadAll(body)
 }

@@ -397,22 +397,43 @@ type DLQFilter struct {
 // once, into a buffer of the right size, where encoding/json would grow a
 // buffer through several copies of it.
 func MarshalStep(st *StepRecord) ([]byte, error) {
-	if len(st.Body) <= 64<<10 {
+	if len(st.Body) <= spliceAbove {
 		return jsonx.Marshal(st)
-	}
-	if !json.Valid(st.Body) {
-		return nil, fmt.Errorf("encoding step %s: its body is not valid JSON", st.Key)
 	}
 	rest := *st
 	rest.Body = nil
-	head, err := jsonx.Marshal(&rest)
+	return marshalSpliced(&rest, "body", st.Body)
+}
+
+// MarshalOrigin encodes a run's origin as the stores keep it, a payload
+// above 64 KiB (the array of a split over a million hosts) copied in once.
+func MarshalOrigin(o *Origin) ([]byte, error) {
+	if len(o.Payload) <= spliceAbove {
+		return jsonx.Marshal(o)
+	}
+	rest := *o
+	rest.Payload = nil
+	return marshalSpliced(&rest, "payload", o.Payload)
+}
+
+// spliceAbove is the size from which a raw JSON value is spliced into its
+// record's encoding rather than encoded with it.
+const spliceAbove = 64 << 10
+
+// marshalSpliced encodes v, whose field is left empty, with raw as that
+// field's value.
+func marshalSpliced(v any, field string, raw json.RawMessage) ([]byte, error) {
+	if !json.Valid(raw) {
+		return nil, fmt.Errorf("encoding %s: it is not valid JSON", field)
+	}
+	head, err := jsonx.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
-	const field = `,"body":`
-	out := make([]byte, 0, len(head)+len(field)+len(st.Body))
+	key := `,"` + field + `":`
+	out := make([]byte, 0, len(head)+len(key)+len(raw))
 	out = append(out, head[:len(head)-1]...) // the object open: it has a key at least
-	out = append(out, field...)
-	out = append(out, st.Body...)
+	out = append(out, key...)
+	out = append(out, raw...)
 	return append(out, '}'), nil
 }

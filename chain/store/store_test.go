@@ -57,3 +57,39 @@ func TestMarshalStep(t *testing.T) {
 		})
 	}
 }
+
+// TestMarshalOrigin encodes origins with payloads on both sides of the
+// size from which the payload is spliced in, and reads each back.
+func TestMarshalOrigin(t *testing.T) {
+	big := `{"hosts": [` + strings.Repeat(`{"name": "<db-1>", "zone": "eu & us"},`, 3000) + `null]}`
+	received := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name, payload string
+		wantErr       bool
+	}{
+		{"small", `{"a": 1}`, false},
+		{"big", big, false},
+		{"big, not JSON", big[:len(big)-1], true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &store.Origin{ID: "ev-1", Payload: json.RawMessage(tc.payload), Metadata: json.RawMessage(`{"source":"alertmanager"}`), ReceivedAt: received}
+			data, err := store.MarshalOrigin(o)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want one: %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			var got store.Origin
+			if err := jsonx.Unmarshal(data, &got); err != nil {
+				t.Fatalf("reading back %.80s: %v", data, err)
+			}
+			var want, have any
+			_ = json.Unmarshal(o.Payload, &want)
+			_ = json.Unmarshal(got.Payload, &have)
+			if !reflect.DeepEqual(have, want) || got.ID != o.ID || string(got.Metadata) != string(o.Metadata) || !got.ReceivedAt.Equal(received) {
+				t.Errorf("read back %+v", got)
+			}
+		})
+	}
+}

@@ -239,7 +239,7 @@ func encode(b *store.Batch) (encodedBatch, error) {
 		return e, fmt.Errorf("encoding run: %w", err)
 	}
 	if b.Create {
-		if e.origin, err = jsonx.Marshal(&b.Run.Origin); err != nil {
+		if e.origin, err = store.MarshalOrigin(&b.Run.Origin); err != nil {
 			return e, fmt.Errorf("encoding origin: %w", err)
 		}
 	}

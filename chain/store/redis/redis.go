@@ -331,7 +331,7 @@ func (s *Store) commitArgs(b *store.Batch) ([]string, []any, error) {
 	}
 	var origin []byte
 	if b.Create {
-		if origin, err = jsonx.Marshal(&run.Origin); err != nil {
+		if origin, err = store.MarshalOrigin(&run.Origin); err != nil {
 			return nil, nil, fmt.Errorf("encoding origin: %w", err)
 		}
 	}
