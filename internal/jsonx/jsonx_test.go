@@ -72,3 +72,23 @@ func TestUnmarshalAsEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkUnmarshalStep decodes a step record as a run page reads three
+// hundred of them: with encoding/json, and with Unmarshal.
+func BenchmarkUnmarshalStep(b *testing.B) {
+	data := []byte(`{"key":"s123","name":"s123","status":"succeeded","dedup_key":"01m89xq3qdss6pa18zsen7q6ze/s123","attempts":1,` +
+		`"body":{"i":123,"msg":"step 123 of the run","host":"db-1"},"started_at":"2026-11-25T10:00:00.123456789Z","finished_at":"2026-11-25T10:00:00.223456789Z"}`)
+	for _, bc := range []struct {
+		name string
+		fn   func([]byte, any) error
+	}{{"encoding_json", json.Unmarshal}, {"jsonx", jsonx.Unmarshal}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				var st store.StepRecord
+				if err := bc.fn(data, &st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
