@@ -316,10 +316,8 @@ func dagNodes(nodes []*chain.Node, prefix string, recs map[string]*store.StepRec
 // under key.
 func (l *Local) step(ctx context.Context, id, key string) (*Step, error) {
 	var found *Step
-	err := l.GW.Store.ForEachStep(ctx, id, store.StepScan{Prefix: key}, func(r *store.StepRecord) error {
-		if r.Key == key {
-			found = apiStep(r)
-		}
+	err := l.GW.Store.ForEachStep(ctx, id, store.StepScan{Prefix: key, Exact: true}, func(r *store.StepRecord) error {
+		found = apiStep(r)
 		return nil
 	})
 	return found, err

@@ -72,10 +72,8 @@ func (e *Engine) Signal(ctx context.Context, runID, step, decision, comment stri
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	var rec *store.StepRecord
-	err = e.store.ForEachStep(ctx, runID, store.StepScan{Prefix: step}, func(r *store.StepRecord) error {
-		if r.Key == step {
-			rec = r
-		}
+	err = e.store.ForEachStep(ctx, runID, store.StepScan{Prefix: step, Exact: true}, func(r *store.StepRecord) error {
+		rec = r
 		return nil
 	})
 	if err != nil {

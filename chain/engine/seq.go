@@ -281,10 +281,8 @@ func RunBody(ctx context.Context, st store.Store, run *store.Run) (json.RawMessa
 		return run.Body, nil
 	}
 	var body json.RawMessage
-	err := st.ForEachStep(ctx, run.ID, store.StepScan{Prefix: run.BodyStep, SkipItems: true}, func(rec *store.StepRecord) error {
-		if rec.Key == run.BodyStep {
-			body = rec.Body
-		}
+	err := st.ForEachStep(ctx, run.ID, store.StepScan{Prefix: run.BodyStep, Exact: true}, func(rec *store.StepRecord) error {
+		body = rec.Body
 		return nil
 	})
 	if err != nil {

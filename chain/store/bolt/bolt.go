@@ -88,6 +88,9 @@ type Store struct {
 	// seqs caches each unfinished run's last event sequence number; only
 	// the writer goroutine touches it.
 	seqs map[string]uint64
+	// written counts bytes committed since the writer last handed the
+	// file mapping's pages back.
+	written int
 
 	// Leases live in memory: the file lock already makes this process the
 	// only writer, so they only keep the contract the engine relies on.
@@ -114,6 +117,17 @@ type encodedBatch struct {
 	dlq    [][2][]byte
 }
 
+// size is about how many bytes the batch writes.
+func (e *encodedBatch) size() int {
+	n := len(e.header) + len(e.origin)
+	for _, kvs := range [][][2][]byte{e.steps, e.events, e.dlq} {
+		for _, kv := range kvs {
+			n += len(kv[0]) + len(kv[1])
+		}
+	}
+	return n
+}
+
 // Open opens or creates the store file at path.
 func Open(path string, opts Options) (*Store, error) {
 	if opts.Logger == nil {
@@ -132,8 +146,9 @@ func Open(path string, opts Options) (*Store, error) {
 	// split took 12 s to open, and mapped all 420 MB of it in, for a runs
 	// list.
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
-		Timeout:      opts.LockTimeout,
-		FreelistType: bbolt.FreelistMapType,
+		Timeout:         opts.LockTimeout,
+		FreelistType:    bbolt.FreelistMapType,
+		InitialMmapSize: initialMmapSize,
 	})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("opening store %s: %w (is another gateway running on this file?)", path, store.ErrInUse)
@@ -319,6 +334,14 @@ func (s *Store) apply(group []*commitReq) {
 		} else {
 			r.done <- results[i]
 		}
+		s.written += r.enc.size()
+	}
+	if s.written >= releaseEveryWrite {
+		s.written = 0
+		_ = s.db.View(func(tx *bbolt.Tx) error {
+			releaseMapping(tx)
+			return nil
+		})
 	}
 }
 
@@ -486,6 +509,7 @@ func readOrigin(tx *bbolt.Tx, run *store.Run) error {
 		if err := jsonx.Unmarshal(o, &run.Origin); err != nil {
 			return fmt.Errorf("decoding origin of run %s: %w: %w", run.ID, store.ErrDamaged, err)
 		}
+		(&mappedRead{tx: tx}).note(len(o))
 	}
 	return nil
 }
@@ -505,10 +529,16 @@ func (s *Store) ForEachStep(ctx context.Context, runID string, scan store.StepSc
 	return s.view(func(tx *bbolt.Tx) error {
 		p := runKey(runID, kindStep, []byte(scan.Prefix))
 		c := tx.Bucket(bucketRuns).Cursor()
+		read := mappedRead{tx: tx}
+		defer read.done()
 		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
+			if scan.Exact && len(k) != len(p) {
+				break
+			}
+			read.note(len(k))
 			if scan.SkipItems && bytes.IndexByte(k[len(p)-len(scan.Prefix):], '[') >= 0 { // store.IsItemKey without a copy
 				continue
 			}
@@ -516,8 +546,12 @@ func (s *Store) ForEachStep(ctx context.Context, runID string, scan store.StepSc
 			if err := jsonx.Unmarshal(v, &st); err != nil {
 				return fmt.Errorf("decoding step %q of run %s: %w: %w", k[len(p)-len(scan.Prefix):], runID, store.ErrDamaged, err)
 			}
+			read.note(len(v))
 			if err := fn(&st); err != nil {
 				return err
+			}
+			if scan.Exact {
+				break
 			}
 		}
 		return nil

@@ -441,7 +441,9 @@ func (s *Store) ForEachStep(ctx context.Context, runID string, scan store.StepSc
 	lo, hi := "-", "+"
 	if scan.Prefix != "" {
 		lo = "[" + scan.Prefix
-		if end, ok := prefixEnd(scan.Prefix); ok {
+		if end, ok := prefixEnd(scan.Prefix); scan.Exact {
+			hi = lo
+		} else if ok {
 			hi = "(" + end
 		}
 	}

@@ -239,6 +239,20 @@ func testStepsByPrefix(t *testing.T, f Factory) {
 	if err != nil || n != 5000 {
 		t.Errorf("ForEachStep over the items: %d records, err %v", n, err)
 	}
+	for _, key := range []string{"loop", "notify", "loop[0042]", "loo", "nowhere"} {
+		walked = nil
+		err = s.ForEachStep(ctx, run.ID, store.StepScan{Prefix: key, Exact: true}, func(st *store.StepRecord) error {
+			walked = append(walked, st.Key)
+			return nil
+		})
+		want := "[" + key + "]"
+		if key == "loo" || key == "nowhere" {
+			want = "[]"
+		}
+		if err != nil || fmt.Sprint(walked) != want {
+			t.Errorf("ForEachStep exactly %q: walked %v (err %v), want %s", key, walked, err, want)
+		}
+	}
 	// Replacing by key keeps one record.
 	steps[1].Status = store.StepSucceeded
 	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: steps[1:2]}); err != nil {
