@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,8 +50,26 @@ var (
 var formatKey = []byte("format")
 
 // format is the layout this code writes; a file with another is refused
-// rather than misread.
-const format = "2"
+// rather than misread. Format 3 added values kept apart (apartMark); a
+// format 2 file has none, so it is read as it is and marked 3 on opening.
+const (
+	format         = "3"
+	formatReadable = "2"
+)
+
+// A step record's body or an origin's payload above apartAbove is kept as
+// a value of its own, under the record's key followed by a zero byte, and
+// the record, encoded without it, starts with apartMark. bbolt takes the
+// value as it is, so a split's 64 MB of results or a million hosts' payload
+// is not copied into one encoding with its record first; and the key sorts
+// right after the record's, so a scan finds it next.
+const (
+	apartMark  = 0x01
+	apartAbove = 64 << 10
+)
+
+// apartKey is the key of the value kept apart from the record at key.
+func apartKey(key []byte) []byte { return append(key[:len(key):len(key)], 0) }
 
 // Record kinds within a run's key range.
 const (
@@ -112,15 +131,19 @@ type commitReq struct {
 type encodedBatch struct {
 	header []byte
 	origin []byte // only when the batch creates the run
-	steps  [][2][]byte
+	// payload is the origin's payload when it is kept apart.
+	payload []byte
+	steps   [][2][]byte
+	// bodies are the step bodies kept apart, under their apartKey.
+	bodies [][2][]byte
 	events [][2][]byte
 	dlq    [][2][]byte
 }
 
 // size is about how many bytes the batch writes.
 func (e *encodedBatch) size() int {
-	n := len(e.header) + len(e.origin)
-	for _, kvs := range [][][2][]byte{e.steps, e.events, e.dlq} {
+	n := len(e.header) + len(e.origin) + len(e.payload)
+	for _, kvs := range [][][2][]byte{e.steps, e.bodies, e.events, e.dlq} {
 		for _, kv := range kvs {
 			n += len(kv[0]) + len(kv[1])
 		}
@@ -148,7 +171,7 @@ func Open(path string, opts Options) (*Store, error) {
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
 		Timeout:         opts.LockTimeout,
 		FreelistType:    bbolt.FreelistMapType,
-		InitialMmapSize: initialMmapSize,
+		InitialMmapSize: initialMmapSize(),
 	})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("opening store %s: %w (is another gateway running on this file?)", path, store.ErrInUse)
@@ -190,7 +213,7 @@ func checkFormat(tx *bbolt.Tx) error {
 	} else if tx.Bucket(bucketRuns) == nil {
 		return nil // a new file
 	}
-	if got != format {
+	if got != format && got != formatReadable {
 		return fmt.Errorf("the file is in store format %s, and this gateway reads format %s: finish its runs with the gateway that wrote it, or start on a new file", got, format)
 	}
 	return nil
@@ -254,16 +277,28 @@ func encode(b *store.Batch) (encodedBatch, error) {
 		return e, fmt.Errorf("encoding run: %w", err)
 	}
 	if b.Create {
-		if e.origin, err = store.MarshalOrigin(&b.Run.Origin); err != nil {
+		o := b.Run.Origin
+		if len(o.Payload) > apartAbove {
+			e.payload, o.Payload = o.Payload, nil
+		}
+		if e.origin, err = encodeApart(&o, e.payload); err != nil {
 			return e, fmt.Errorf("encoding origin: %w", err)
 		}
 	}
 	for _, st := range b.Steps {
-		v, err := store.MarshalStep(st)
+		key := runKey(b.Run.ID, kindStep, []byte(st.Key))
+		rec, body := st, []byte(nil)
+		if len(st.Body) > apartAbove {
+			head := *st
+			head.Body, body = nil, st.Body
+			rec = &head
+			e.bodies = append(e.bodies, [2][]byte{apartKey(key), body})
+		}
+		v, err := encodeApart(rec, body)
 		if err != nil {
 			return e, fmt.Errorf("encoding step %s: %w", st.Key, err)
 		}
-		e.steps = append(e.steps, [2][]byte{runKey(b.Run.ID, kindStep, []byte(st.Key)), v})
+		e.steps = append(e.steps, [2][]byte{key, v})
 	}
 	for i := range b.Events {
 		ev := &b.Events[i]
@@ -282,6 +317,22 @@ func encode(b *store.Batch) (encodedBatch, error) {
 		e.dlq = append(e.dlq, [2][]byte{[]byte(d.ID), v})
 	}
 	return e, nil
+}
+
+// encodeApart encodes a record; with a value kept apart, it checks that
+// value and marks the record as having one.
+func encodeApart(v any, apart []byte) ([]byte, error) {
+	if apart == nil {
+		return jsonx.Marshal(v)
+	}
+	if !json.Valid(apart) {
+		return nil, errors.New("a value of it is not valid JSON")
+	}
+	head, err := jsonx.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{apartMark}, head...), nil
 }
 
 // writer applies queued commits, as many as are waiting, in one transaction.
@@ -403,8 +454,14 @@ func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) 
 		return err
 	}
 	if r.b.Create {
-		if err := tx.Bucket(bucketOrigins).Put(id, r.enc.origin); err != nil {
+		origins := tx.Bucket(bucketOrigins)
+		if err := origins.Put(id, r.enc.origin); err != nil {
 			return err
+		}
+		if r.enc.payload != nil {
+			if err := origins.Put(apartKey(id), r.enc.payload); err != nil {
+				return err
+			}
 		}
 		if err := tx.Bucket(bucketRunIndex).Put(indexKey(run.CreatedAt, run.ID), nil); err != nil {
 			return err
@@ -428,11 +485,25 @@ func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) 
 		}
 	}
 	for _, k := range r.b.DeleteSteps {
-		if err := runs.Delete(runKey(run.ID, kindStep, []byte(k))); err != nil {
+		key := runKey(run.ID, kindStep, []byte(k))
+		if err := errors.Join(runs.Delete(key), runs.Delete(apartKey(key))); err != nil {
 			return err
 		}
 	}
 	for _, kv := range r.enc.steps {
+		if kv[1][0] != apartMark {
+			// A body kept apart is dropped with the record that had it.
+			if old := runs.Get(kv[0]); len(old) > 0 && old[0] == apartMark {
+				if err := runs.Delete(apartKey(kv[0])); err != nil {
+					return err
+				}
+			}
+		}
+		if err := runs.Put(kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	for _, kv := range r.enc.bodies {
 		if err := runs.Put(kv[0], kv[1]); err != nil {
 			return err
 		}
@@ -505,11 +576,27 @@ func readHeader(tx *bbolt.Tx, id string) (*store.Run, error) {
 }
 
 func readOrigin(tx *bbolt.Tx, run *store.Run) error {
-	if o := tx.Bucket(bucketOrigins).Get([]byte(run.ID)); o != nil {
-		if err := jsonx.Unmarshal(o, &run.Origin); err != nil {
-			return fmt.Errorf("decoding origin of run %s: %w: %w", run.ID, store.ErrDamaged, err)
+	origins := tx.Bucket(bucketOrigins)
+	o := origins.Get([]byte(run.ID))
+	if o == nil {
+		return nil
+	}
+	read := mappedRead{tx: tx}
+	defer read.done()
+	apart := o[0] == apartMark
+	if apart {
+		o = o[1:]
+	}
+	if err := jsonx.Unmarshal(o, &run.Origin); err != nil {
+		return fmt.Errorf("decoding origin of run %s: %w: %w", run.ID, store.ErrDamaged, err)
+	}
+	read.note(len(o))
+	if apart {
+		p := origins.Get(apartKey([]byte(run.ID)))
+		if p == nil {
+			return fmt.Errorf("reading origin of run %s: its payload is missing: %w", run.ID, store.ErrDamaged)
 		}
-		(&mappedRead{tx: tx}).note(len(o))
+		run.Origin.Payload = read.copyOut(p)
 	}
 	return nil
 }
@@ -539,14 +626,28 @@ func (s *Store) ForEachStep(ctx context.Context, runID string, scan store.StepSc
 				break
 			}
 			read.note(len(k))
+			if k[len(k)-1] == 0 {
+				continue // a value kept apart, read with its record
+			}
 			if scan.SkipItems && bytes.IndexByte(k[len(p)-len(scan.Prefix):], '[') >= 0 { // store.IsItemKey without a copy
 				continue
+			}
+			apart := len(v) > 0 && v[0] == apartMark
+			if apart {
+				v = v[1:]
 			}
 			var st store.StepRecord
 			if err := jsonx.Unmarshal(v, &st); err != nil {
 				return fmt.Errorf("decoding step %q of run %s: %w: %w", k[len(p)-len(scan.Prefix):], runID, store.ErrDamaged, err)
 			}
 			read.note(len(v))
+			if apart {
+				bk, body := c.Next()
+				if !bytes.Equal(bk, apartKey(k)) {
+					return fmt.Errorf("reading step %q of run %s: its body is missing: %w", k[len(p)-len(scan.Prefix):], runID, store.ErrDamaged)
+				}
+				st.Body = read.copyOut(body)
+			}
 			if err := fn(&st); err != nil {
 				return err
 			}

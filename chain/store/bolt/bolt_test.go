@@ -284,3 +284,111 @@ func TestFreelistIsWritten(t *testing.T) {
 		t.Error("the store's last commit left no free page list: opening it reads the whole file")
 	}
 }
+
+// TestApartValuesLeaveNoTrace checks the file itself: a large body kept
+// apart from its record goes when the record is rewritten small or deleted,
+// and a large payload sits apart from its origin.
+func TestApartValuesLeaveNoTrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gw.db")
+	s, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	large := []byte(`"` + strings.Repeat("x", 100<<10) + `"`)
+	run := storetest.NewRun("c", time.Now().UTC())
+	run.Origin.Payload = large
+	run.Seq = 1
+	if err := s.Commit(ctx, &store.Batch{Run: run, Create: true, Events: []store.Event{{Seq: 1, Type: store.EventRunStarted, Time: time.Now()}}}); err != nil {
+		t.Fatal(err)
+	}
+	big := func(key string) *store.StepRecord {
+		return &store.StepRecord{Key: key, Name: key, Status: store.StepSucceeded, Body: large}
+	}
+	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: []*store.StepRecord{big("a"), big("b[0]"), big("c")}}); err != nil {
+		t.Fatal(err)
+	}
+	small := &store.StepRecord{Key: "a", Name: "a", Status: store.StepRunning}
+	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: []*store.StepRecord{small}, DeleteSteps: []string{"b[0]"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var apart []string
+	err = db.View(func(tx *bbolt.Tx) error {
+		for _, bucket := range []string{"runs", "run_origins"} {
+			err := tx.Bucket([]byte(bucket)).ForEach(func(k, v []byte) error {
+				if k[len(k)-1] == 0 {
+					apart = append(apart, fmt.Sprintf("%s:%q:%d", bucket, k[len(run.ID):], len(v)))
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`[runs:"\x00sc\x00":%d run_origins:"\x00":%d]`, len(large), len(large))
+	if got := fmt.Sprint(apart); got != want {
+		t.Errorf("values kept apart: %s, want %s", got, want)
+	}
+}
+
+// TestOpensFormat2 opens a file of the format before values were kept
+// apart: it has none, so it is read as it is, and marked as the new format.
+func TestOpensFormat2(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gw.db")
+	s, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	run := storetest.NewRun("c", time.Now().UTC())
+	run.Seq = 1
+	if err := s.Commit(ctx, &store.Batch{Run: run, Create: true, Events: []store.Event{{Seq: 1, Type: store.EventRunStarted, Time: time.Now()}}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	setFormat := func(f string) string {
+		db, err := bbolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var was string
+		err = db.Update(func(tx *bbolt.Tx) error {
+			meta := tx.Bucket([]byte("meta"))
+			was = string(meta.Get([]byte("format")))
+			if f == "" {
+				return nil
+			}
+			return meta.Put([]byte("format"), []byte(f))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return was
+	}
+	setFormat("2")
+	s, err = bolt.Open(path, bolt.Options{})
+	if err != nil {
+		t.Fatalf("opening a format 2 file: %v", err)
+	}
+	if got, err := s.Run(ctx, run.ID); err != nil || got.Chain != "c" {
+		t.Errorf("reading a format 2 file's run: %+v, %v", got, err)
+	}
+	_ = s.Close()
+	if f := setFormat(""); f != "3" {
+		t.Errorf("format after opening: %q, want 3", f)
+	}
+}

@@ -33,6 +33,17 @@ func (m *mappedRead) note(n int) {
 	}
 }
 
+// copyOut copies a large value out of the mapping a piece at a time,
+// handing the pieces back as it goes.
+func (m *mappedRead) copyOut(v []byte) []byte {
+	out := make([]byte, len(v))
+	for off := 0; off < len(v); off += releaseEvery {
+		n := copy(out[off:], v[off:min(off+releaseEvery, len(v))])
+		m.note(n)
+	}
+	return out
+}
+
 // done hands back the rest of a long read's pages; a short read keeps them,
 // as most pages it went through are the branches every read goes through.
 func (m *mappedRead) done() {

@@ -6,7 +6,7 @@ import bbolt "go.etcd.io/bbolt"
 
 // initialMmapSize is left to bbolt where growing the mapping may grow the
 // file with it.
-const initialMmapSize = 0
+func initialMmapSize() int { return 0 }
 
 // releaseMapping does nothing where dropping a shared mapping's pages is
 // only advice.

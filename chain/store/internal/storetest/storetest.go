@@ -50,6 +50,7 @@ func Run(t *testing.T, f Factory) {
 		{"Closed", testClosed},
 		{"Damaged", testDamaged},
 		{"DeepValues", testDeepValues},
+		{"LargeValues", testLargeValues},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
@@ -386,6 +387,97 @@ func testDeepValues(t *testing.T, f Factory) {
 	}
 	if entries, err := s.ListDLQ(ctx, store.DLQFilter{}); err != nil || len(entries) != 1 || string(entries[0].Payload) != string(deep) {
 		t.Fatalf("reading the dead-letter entry back: %v", err)
+	}
+}
+
+// largeJSON is a JSON array of about n bytes, marked so that two are told
+// apart.
+func largeJSON(mark string, n int) json.RawMessage {
+	return json.RawMessage(`["` + mark + `"` + strings.Repeat(`,"`+mark+`"`, n/(len(mark)+3)) + `]`)
+}
+
+// testLargeValues writes payloads and bodies of hundreds of kilobytes, the
+// results of a split among them, and reads them back whole however they are
+// read; a step rewritten with a small body, or deleted, leaves no trace of
+// its large one.
+func testLargeValues(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	run := NewRun("c", time.Now().UTC())
+	run.Origin.Payload = largeJSON("host", 300<<10)
+	create(t, s, run)
+	results, item := largeJSON("result", 200<<10), largeJSON("item", 100<<10)
+	steps := []*store.StepRecord{
+		{Key: "loop", Name: "loop", Status: store.StepSucceeded, Body: results},
+		{Key: "loop[0]", Name: "loop", Status: store.StepSucceeded, Body: item},
+		{Key: "loop[0]/get", Name: "get", Status: store.StepSucceeded, Body: item},
+		{Key: "loop[1]", Name: "loop", Status: store.StepSucceeded, Body: json.RawMessage(`1`)},
+		{Key: "loop2", Name: "loop2", Status: store.StepSucceeded, Body: item},
+	}
+	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: steps}); err != nil {
+		t.Fatal(err)
+	}
+	bodies := func(scan store.StepScan) string {
+		t.Helper()
+		var out []string
+		err := s.ForEachStep(ctx, run.ID, scan, func(rec *store.StepRecord) error {
+			out = append(out, fmt.Sprintf("%s:%d", rec.Key, len(rec.Body)))
+			if len(rec.Body) > 0 && !json.Valid(rec.Body) {
+				t.Errorf("%+v: the body of %s is not JSON", scan, rec.Key)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%+v: %v", scan, err)
+		}
+		return strings.Join(out, " ")
+	}
+	r, i := len(results), len(item)
+	for _, tc := range []struct {
+		scan store.StepScan
+		want string
+	}{
+		{store.StepScan{}, fmt.Sprintf("loop:%d loop2:%d loop[0]:%d loop[0]/get:%d loop[1]:1", r, i, i, i)},
+		{store.StepScan{SkipItems: true}, fmt.Sprintf("loop:%d loop2:%d", r, i)},
+		{store.StepScan{Prefix: "loop", Exact: true}, fmt.Sprintf("loop:%d", r)},
+		{store.StepScan{Prefix: "loop[0]", Exact: true}, fmt.Sprintf("loop[0]:%d", i)},
+		{store.StepScan{Prefix: "loop["}, fmt.Sprintf("loop[0]:%d loop[0]/get:%d loop[1]:1", i, i)},
+	} {
+		if got := bodies(tc.scan); got != tc.want {
+			t.Errorf("%+v: got %s, want %s", tc.scan, got, tc.want)
+		}
+	}
+	var got []*store.StepRecord
+	_ = s.ForEachStep(ctx, run.ID, store.StepScan{Prefix: "loop", Exact: true}, func(rec *store.StepRecord) error {
+		got = append(got, rec)
+		return nil
+	})
+	if len(got) != 1 || string(got[0].Body) != string(results) || got[0].Status != store.StepSucceeded {
+		t.Errorf("the split's record did not come back as written")
+	}
+	back, err := s.Run(ctx, run.ID)
+	if err != nil || string(back.Origin.Payload) != string(run.Origin.Payload) || back.Origin.ID != run.Origin.ID {
+		t.Fatalf("reading the origin back: %v", err)
+	}
+	// A replayed split starts without its results; a forgotten item goes.
+	steps = []*store.StepRecord{{Key: "loop", Name: "loop", Status: store.StepRunning}}
+	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: steps, DeleteSteps: []string{"loop[0]", "loop[0]/get"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := bodies(store.StepScan{}), fmt.Sprintf("loop:0 loop2:%d loop[1]:1", i); got != want {
+		t.Errorf("after the rewrite: got %s, want %s", got, want)
+	}
+	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: []*store.StepRecord{{Key: "loop", Name: "loop", Status: store.StepSucceeded, Body: item}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := bodies(store.StepScan{Prefix: "loop", Exact: true}), fmt.Sprintf("loop:%d", i); got != want {
+		t.Errorf("large again: got %s, want %s", got, want)
+	}
+	// A body that is not JSON is refused, large or not.
+	bad := append(largeJSON("x", 100<<10), '{')
+	err = s.Commit(ctx, &store.Batch{Run: run, Steps: []*store.StepRecord{{Key: "bad", Name: "bad", Body: bad}}})
+	if err == nil {
+		t.Error("a large body that is not JSON was committed")
 	}
 }
 
