@@ -256,7 +256,7 @@ func (s *Server) waitRun(ctx context.Context, id string) (*store.Run, error) {
 	if err := s.ops.events(ctx, id, run.Seq, true, func(store.Event) error { return nil }); err != nil {
 		return nil, err
 	}
-	return s.gw.Store.Run(ctx, id)
+	return s.gw.Store.RunHeader(ctx, id)
 }
 
 // ParseJSON checks that data is exactly one JSON value, as a run's payload

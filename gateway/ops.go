@@ -147,7 +147,7 @@ const heldPoll = 2 * time.Second
 
 // Events implements Ops.
 func (l *Local) Events(ctx context.Context, id string, after uint64, follow bool, fn func(Event) error) error {
-	if _, err := l.GW.Store.Run(ctx, id); err != nil {
+	if _, err := l.GW.Store.RunHeader(ctx, id); err != nil {
 		return err
 	}
 	return l.events(ctx, id, after, follow, func(ev store.Event) error {
@@ -214,7 +214,7 @@ func (l *Local) eventsPaced(ctx context.Context, id string, after uint64, follow
 		if len(evs) == 0 && fromStore {
 			// A run that ended elsewhere with no event to say so, as a
 			// damaged or hand-edited one might.
-			if run, err := l.GW.Store.Run(ctx, id); err == nil && run.Status.Final() {
+			if run, err := l.GW.Store.RunHeader(ctx, id); err == nil && run.Status.Final() {
 				return nil
 			}
 		}

@@ -152,7 +152,7 @@ func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time
 		if err != nil || id == "" {
 			return f, false
 		}
-		if _, err := sc.srv.gw.Store.Run(ctx, id); !errors.Is(err, store.ErrNotFound) {
+		if _, err := sc.srv.gw.Store.RunHeader(ctx, id); !errors.Is(err, store.ErrNotFound) {
 			return f, false
 		}
 	}

@@ -162,7 +162,7 @@ func (r *runner) pollChild(now time.Time, rec *store.StepRecord) {
 
 // childRun reads a sub-chain's run, with its result when it has ended.
 func (e *Engine) childRun(ctx context.Context, id string) (*store.Run, error) {
-	child, err := e.store.Run(ctx, id)
+	child, err := e.store.RunHeader(ctx, id)
 	if err != nil || child.Status != store.RunSucceeded || child.BodyStep == "" {
 		return child, err
 	}

@@ -729,7 +729,8 @@ func (e *Engine) active(id string) *runner {
 // the run gets, it gets from here.
 func (e *Engine) Advancing(id string) bool { return e.active(id) != nil }
 
-// Wait blocks until the run reaches a final status and returns its record.
+// Wait blocks until the run reaches a final status and returns its record,
+// without its origin.
 // A run this engine does not advance, or stopped advancing because another
 // took it over, returns its stored record with ErrNotActive unless final.
 func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
@@ -743,7 +744,7 @@ func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
 			return nil, ctx.Err()
 		}
 	}
-	run, err := e.store.Run(ctx, id)
+	run, err := e.store.RunHeader(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -839,7 +840,7 @@ type Result struct {
 // items are left out unless items is set: the split's own body holds their
 // results, and there may be a million of them.
 func (e *Engine) Result(ctx context.Context, id string, items bool) (*Result, error) {
-	run, err := e.store.Run(ctx, id)
+	run, err := e.store.RunHeader(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("reading run: %w", err)
 	}

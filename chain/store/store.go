@@ -59,6 +59,9 @@ type Store interface {
 	Commit(ctx context.Context, b *Batch) error
 	// Run returns a run's record.
 	Run(ctx context.Context, id string) (*Run, error)
+	// RunHeader returns a run's record without its origin: its status and
+	// result, without reading back a payload that may be megabytes.
+	RunHeader(ctx context.Context, id string) (*Run, error)
 	// Steps returns a run's step records whose key starts with prefix
 	// ("" for all), ordered by key.
 	Steps(ctx context.Context, runID, prefix string) ([]*StepRecord, error)

@@ -549,6 +549,17 @@ func (s *Store) view(fn func(tx *bbolt.Tx) error) error {
 	return s.db.View(fn)
 }
 
+// RunHeader implements store.Store.
+func (s *Store) RunHeader(ctx context.Context, id string) (*store.Run, error) {
+	var run *store.Run
+	err := s.view(func(tx *bbolt.Tx) error {
+		var err error
+		run, err = readHeader(tx, id)
+		return err
+	})
+	return run, err
+}
+
 // Run implements store.Store.
 func (s *Store) Run(ctx context.Context, id string) (*store.Run, error) {
 	var run *store.Run

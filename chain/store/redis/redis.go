@@ -399,6 +399,19 @@ func (s *Store) Run(ctx context.Context, id string) (*store.Run, error) {
 	return s.decodeRun(id, vals)
 }
 
+// RunHeader implements store.Store.
+func (s *Store) RunHeader(ctx context.Context, id string) (*store.Run, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	vals, err := s.client.HMGet(ctx, s.runKey(id), "h").Result()
+	if err != nil {
+		return nil, fmt.Errorf("reading run %s: %w", id, err)
+	}
+	return s.decodeRun(id, vals)
+}
+
 // decodeRun decodes a run hash's header and origin, as HMGET returns them.
 func (s *Store) decodeRun(id string, vals []any) (*store.Run, error) {
 	h, ok := vals[0].(string)

@@ -459,6 +459,13 @@ func testLargeValues(t *testing.T, f Factory) {
 	if err != nil || string(back.Origin.Payload) != string(run.Origin.Payload) || back.Origin.ID != run.Origin.ID {
 		t.Fatalf("reading the origin back: %v", err)
 	}
+	header, err := s.RunHeader(ctx, run.ID)
+	if err != nil || header.ID != run.ID || header.Chain != run.Chain || header.Origin.Payload != nil {
+		t.Errorf("the run's header: %+v, %v; want the run without its origin", header, err)
+	}
+	if _, err := s.RunHeader(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the header of a run not there: %v, want ErrNotFound", err)
+	}
 	// A replayed split starts without its results; a forgotten item goes.
 	steps = []*store.StepRecord{{Key: "loop", Name: "loop", Status: store.StepRunning}}
 	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: steps, DeleteSteps: []string{"loop[0]", "loop[0]/get"}}); err != nil {
