@@ -443,7 +443,8 @@ func (r *runner) joinSplit(sp *split) {
 			// Items tend to be alike: sized from the first results, the
 			// buffer grows once instead of doubling through copies that
 			// would add up to twice the body at a million items.
-			buf.Grow(min(buf.Len()/n*(sp.total-n)*17/16, limit+1-buf.Len()))
+			rest := int64(buf.Len()) / int64(n) * int64(sp.total-n) * 17 / 16
+			buf.Grow(int(min(rest, int64(limit+1-buf.Len()))))
 		}
 		return nil
 	})

@@ -428,6 +428,58 @@ payload_template = { pad = "<<origin.payload.pad>>" }
 	}
 }
 
+// TestSplitJoinOfUnevenResults joins more results than the join samples
+// before sizing its buffer, the later ones larger than the first: they all
+// come back in order, and a total above max_body_bytes still fails the split.
+func TestSplitJoinOfUnevenResults(t *testing.T) {
+	h := newHarness(t, `
+[gateway.limits]
+max_body_bytes = 200000
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+items = "<<origin.payload.items>>"
+max_concurrency = 64
+[[chains.steps.split.steps]]
+name = "work"
+provider = "echo"
+payload_template = { s = "<<item>>" }
+`)
+	payload := func(n int, large string) string {
+		items := make([]string, n)
+		for i := range items {
+			if i >= 1024 {
+				items[i] = large
+			}
+		}
+		b, _ := json.Marshal(map[string][]string{"items": items})
+		return string(b)
+	}
+	res := h.run("c", payload(3000, strings.Repeat("x", 40)))
+	if res.Status != store.RunSucceeded {
+		t.Fatalf("got %s %+v", res.Status, res.Steps["loop"].Error)
+	}
+	b := splitResult(t, res, "loop")
+	if len(b.Results) != 3000 {
+		t.Fatalf("%d results, want 3000", len(b.Results))
+	}
+	for i, r := range b.Results {
+		want := `{"s":""}`
+		if i >= 1024 {
+			want = `{"s":"` + strings.Repeat("x", 40) + `"}`
+		}
+		if string(r) != want {
+			t.Fatalf("result %d = %s, want %s", i, r, want)
+		}
+	}
+	res = h.run("c", payload(3000, strings.Repeat("x", 100)))
+	if res.Status != store.RunFailed || !strings.Contains(res.Steps["loop"].Error.Message, "exceed max_body_bytes (200000)") {
+		t.Errorf("results too large: %s %+v", res.Status, res.Steps["loop"].Error)
+	}
+}
+
 // TestSplitResume stops the engine in the middle of a split and checks that
 // a new one runs only the items without a recorded result.
 func TestSplitResume(t *testing.T) {
