@@ -536,7 +536,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, pace time.
 		}
 		after = n
 	}
-	run, err := s.gw.Store.Run(r.Context(), id)
+	run, err := s.gw.Store.RunHeader(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

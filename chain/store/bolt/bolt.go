@@ -17,6 +17,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -83,6 +84,10 @@ func runKey(runID string, kind byte, suffix []byte) []byte {
 	b = append(b, 0, kind)
 	return append(b, suffix...)
 }
+
+// collectBefore is the size of a transaction from which the writer collects
+// garbage, and gives the memory back, before it commits.
+const collectBefore = 16 << 20
 
 // maxGroup bounds how many commits share one transaction, so one fsync
 // never waits behind an unbounded amount of work.
@@ -358,6 +363,18 @@ func (s *Store) writer() {
 }
 
 func (s *Store) apply(group []*commitReq) {
+	size := 0
+	for _, r := range group {
+		size += r.enc.size()
+	}
+	if size >= collectBefore {
+		// bbolt copies what it writes into pages of its own, here tens of
+		// megabytes in one piece. The heap has grown to twice what is live,
+		// in pieces too small for it: without this, the copy would come on
+		// top of all that. Collecting and handing the free memory back
+		// first costs a few milliseconds on a commit this large.
+		debug.FreeOSMemory()
+	}
 	results := make([]error, len(group))
 	// seqs seen in this transaction; they reach the cache only if it commits.
 	pending := map[string]uint64{}
