@@ -51,8 +51,9 @@ var (
 var formatKey = []byte("format")
 
 // format is the layout this code writes; a file with another is refused
-// rather than misread. Format 3 added values kept apart (apartMark); a
-// format 2 file has none, so it is read as it is and marked 3 on opening.
+// rather than misread. Format 3 added values kept apart (apartMark). A
+// format 2 file has none, so it is read as it is, and marked 3 with the
+// first one written: until then the version before can still open it.
 const (
 	format         = "3"
 	formatReadable = "2"
@@ -115,6 +116,8 @@ type Store struct {
 	// written counts bytes committed since the writer last handed the
 	// file mapping's pages back.
 	written int
+	// format is the file's layout version; only the writer changes it.
+	format string
 
 	// Leases live in memory: the file lock already makes this process the
 	// only writer, so they only keep the contract the engine relies on.
@@ -186,8 +189,10 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	// Idempotency claims batch; a lone one should not wait long for company.
 	db.MaxBatchDelay = 2 * time.Millisecond
+	var fileFormat string
 	err = db.Update(func(tx *bbolt.Tx) error {
-		if err := checkFormat(tx); err != nil {
+		var err error
+		if fileFormat, err = checkFormat(tx); err != nil {
 			return err
 		}
 		for _, b := range allBuckets {
@@ -195,6 +200,10 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
+		if fileFormat != "" {
+			return nil
+		}
+		fileFormat = format
 		return tx.Bucket(bucketMeta).Put(formatKey, []byte(format))
 	})
 	if err != nil {
@@ -203,25 +212,25 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		db: db, log: opts.Logger, reqs: make(chan *commitReq, maxGroup), done: make(chan struct{}), seqs: map[string]uint64{},
-		leases: map[string]store.Lease{},
+		leases: map[string]store.Lease{}, format: fileFormat,
 	}
 	go s.writer()
 	return s, nil
 }
 
-// checkFormat refuses a file laid out by another version of the store: an
-// empty file, or one of this format, is fine.
-func checkFormat(tx *bbolt.Tx) error {
+// checkFormat returns the format of the file's layout, "" for a new file,
+// and refuses one laid out by another version of the store.
+func checkFormat(tx *bbolt.Tx) (string, error) {
 	got := "1"
 	if meta := tx.Bucket(bucketMeta); meta != nil {
 		got = string(meta.Get(formatKey))
 	} else if tx.Bucket(bucketRuns) == nil {
-		return nil // a new file
+		return "", nil
 	}
 	if got != format && got != formatReadable {
-		return fmt.Errorf("the file is in store format %s, and this gateway reads format %s: finish its runs with the gateway that wrote it, or start on a new file", got, format)
+		return "", fmt.Errorf("the file is in store format %s, and this gateway reads format %s: finish its runs with the gateway that wrote it, or start on a new file", got, format)
 	}
-	return nil
+	return got, nil
 }
 
 // Path returns the store file's path.
@@ -378,12 +387,22 @@ func (s *Store) apply(group []*commitReq) {
 	results := make([]error, len(group))
 	// seqs seen in this transaction; they reach the cache only if it commits.
 	pending := map[string]uint64{}
+	marked := false
 	err := s.db.Update(func(tx *bbolt.Tx) error {
+		apart := false
 		for i, r := range group {
 			results[i] = s.applyOne(tx, r, pending)
+			apart = apart || results[i] == nil && (r.enc.payload != nil || len(r.enc.bodies) > 0)
+		}
+		if apart && s.format != format {
+			marked = true
+			return tx.Bucket(bucketMeta).Put(formatKey, []byte(format))
 		}
 		return nil
 	})
+	if err == nil && marked {
+		s.format = format
+	}
 	if err == nil {
 		for _, r := range group {
 			id := r.b.Run.ID

@@ -345,7 +345,8 @@ func TestApartValuesLeaveNoTrace(t *testing.T) {
 }
 
 // TestOpensFormat2 opens a file of the format before values were kept
-// apart: it has none, so it is read as it is, and marked as the new format.
+// apart: it has none, so it is read as it is, and marked as the new format
+// only once it holds one.
 func TestOpensFormat2(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gw.db")
 	s, err := bolt.Open(path, bolt.Options{})
@@ -387,8 +388,24 @@ func TestOpensFormat2(t *testing.T) {
 	if got, err := s.Run(ctx, run.ID); err != nil || got.Chain != "c" {
 		t.Errorf("reading a format 2 file's run: %+v, %v", got, err)
 	}
+	small := &store.StepRecord{Key: "a", Name: "a", Status: store.StepSucceeded, Body: []byte(`"small"`)}
+	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: []*store.StepRecord{small}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	if f := setFormat(""); f != "2" {
+		t.Errorf("format after a small commit: %q, want 2", f)
+	}
+	s, err = bolt.Open(path, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	large := &store.StepRecord{Key: "b", Name: "b", Status: store.StepSucceeded, Body: []byte(`"` + strings.Repeat("x", 100<<10) + `"`)}
+	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: []*store.StepRecord{large}}); err != nil {
+		t.Fatal(err)
+	}
 	_ = s.Close()
 	if f := setFormat(""); f != "3" {
-		t.Errorf("format after opening: %q, want 3", f)
+		t.Errorf("format after a value kept apart: %q, want 3", f)
 	}
 }
