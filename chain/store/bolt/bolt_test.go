@@ -72,6 +72,21 @@ func open(t *testing.T, path string) store.Store {
 	return s
 }
 
+// startRun commits a new run with payload as its origin's payload.
+func startRun(t *testing.T, s store.Store, payload []byte) *store.Run {
+	t.Helper()
+	run := storetest.NewRun("c", time.Now().UTC())
+	if payload != nil {
+		run.Origin.Payload = payload
+	}
+	run.Seq = 1
+	err := s.Commit(context.Background(), &store.Batch{Run: run, Create: true, Events: []store.Event{{Seq: 1, Type: store.EventRunStarted, Time: time.Now()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Factory{
 		Open: func(t *testing.T) store.Store {
@@ -241,11 +256,7 @@ func TestFreelistIsWritten(t *testing.T) {
 	}
 	// Records written, then deleted: their pages are free.
 	ctx := context.Background()
-	run := storetest.NewRun("c", time.Now().UTC())
-	run.Seq = 1
-	if err := s.Commit(ctx, &store.Batch{Run: run, Create: true, Events: []store.Event{{Seq: 1, Type: store.EventRunStarted, Time: time.Now()}}}); err != nil {
-		t.Fatal(err)
-	}
+	run := startRun(t, s, nil)
 	var keys []string
 	for i := range 200 {
 		keys = append(keys, fmt.Sprintf("s%03d", i))
@@ -296,12 +307,7 @@ func TestApartValuesLeaveNoTrace(t *testing.T) {
 	}
 	ctx := context.Background()
 	large := []byte(`"` + strings.Repeat("x", 100<<10) + `"`)
-	run := storetest.NewRun("c", time.Now().UTC())
-	run.Origin.Payload = large
-	run.Seq = 1
-	if err := s.Commit(ctx, &store.Batch{Run: run, Create: true, Events: []store.Event{{Seq: 1, Type: store.EventRunStarted, Time: time.Now()}}}); err != nil {
-		t.Fatal(err)
-	}
+	run := startRun(t, s, large)
 	big := func(key string) *store.StepRecord {
 		return &store.StepRecord{Key: key, Name: key, Status: store.StepSucceeded, Body: large}
 	}
@@ -354,11 +360,7 @@ func TestOpensFormat2(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	run := storetest.NewRun("c", time.Now().UTC())
-	run.Seq = 1
-	if err := s.Commit(ctx, &store.Batch{Run: run, Create: true, Events: []store.Event{{Seq: 1, Type: store.EventRunStarted, Time: time.Now()}}}); err != nil {
-		t.Fatal(err)
-	}
+	run := startRun(t, s, nil)
 	_ = s.Close()
 	setFormat := func(f string) string {
 		db, err := bbolt.Open(path, 0o600, nil)
