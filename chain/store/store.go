@@ -137,8 +137,9 @@ type StepScan struct {
 	// without reading them: a run's own steps, groups and splits' own
 	// records, however many items its splits have.
 	SkipItems bool
-	// Exact keeps only the record whose key is Prefix itself: one step
-	// read without going through the records of a split's items.
+	// Exact keeps only the record whose key is Prefix itself (none when
+	// Prefix is ""): one step read without going through the records of a
+	// split's items.
 	Exact bool
 }
 

@@ -452,11 +452,15 @@ func (s *Store) ForEachStep(ctx context.Context, runID string, scan store.StepSc
 	defer s.end()
 	keys := []string{s.stepKeysKey(runID), s.stepsKey(runID)}
 	lo, hi := "-", "+"
-	if scan.Prefix != "" {
+	switch end, ok := prefixEnd(scan.Prefix); {
+	case scan.Exact && scan.Prefix == "":
+		return nil // no step has an empty key
+	case scan.Exact:
 		lo = "[" + scan.Prefix
-		if end, ok := prefixEnd(scan.Prefix); scan.Exact {
-			hi = lo
-		} else if ok {
+		hi = lo
+	case scan.Prefix != "":
+		lo = "[" + scan.Prefix
+		if ok {
 			hi = "(" + end
 		}
 	}

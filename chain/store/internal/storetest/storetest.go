@@ -240,14 +240,14 @@ func testStepsByPrefix(t *testing.T, f Factory) {
 	if err != nil || n != 5000 {
 		t.Errorf("ForEachStep over the items: %d records, err %v", n, err)
 	}
-	for _, key := range []string{"loop", "notify", "loop[0042]", "loo", "nowhere"} {
+	for _, key := range []string{"loop", "notify", "loop[0042]", "loo", "nowhere", ""} {
 		walked = nil
 		err = s.ForEachStep(ctx, run.ID, store.StepScan{Prefix: key, Exact: true}, func(st *store.StepRecord) error {
 			walked = append(walked, st.Key)
 			return nil
 		})
 		want := "[" + key + "]"
-		if key == "loo" || key == "nowhere" {
+		if key == "loo" || key == "nowhere" || key == "" {
 			want = "[]"
 		}
 		if err != nil || fmt.Sprint(walked) != want {
