@@ -250,10 +250,7 @@ func TestExpiredKeysAreSwept(t *testing.T) {
 // opening a big store reads that list instead of every page of the file.
 func TestFreelistIsWritten(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gw.db")
-	s, err := bolt.Open(path, bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := open(t, path)
 	// Records written, then deleted: their pages are free.
 	ctx := context.Background()
 	run := startRun(t, s, nil)
@@ -301,10 +298,7 @@ func TestFreelistIsWritten(t *testing.T) {
 // and a large payload sits apart from its origin.
 func TestApartValuesLeaveNoTrace(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gw.db")
-	s, err := bolt.Open(path, bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := open(t, path)
 	ctx := context.Background()
 	large := []byte(`"` + strings.Repeat("x", 100<<10) + `"`)
 	run := startRun(t, s, large)
@@ -355,10 +349,7 @@ func TestApartValuesLeaveNoTrace(t *testing.T) {
 // only once it holds one.
 func TestOpensFormat2(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gw.db")
-	s, err := bolt.Open(path, bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := open(t, path)
 	ctx := context.Background()
 	run := startRun(t, s, nil)
 	_ = s.Close()
@@ -383,10 +374,7 @@ func TestOpensFormat2(t *testing.T) {
 		return was
 	}
 	setFormat("2")
-	s, err = bolt.Open(path, bolt.Options{})
-	if err != nil {
-		t.Fatalf("opening a format 2 file: %v", err)
-	}
+	s = open(t, path)
 	if got, err := s.Run(ctx, run.ID); err != nil || got.Chain != "c" {
 		t.Errorf("reading a format 2 file's run: %+v, %v", got, err)
 	}
@@ -398,10 +386,7 @@ func TestOpensFormat2(t *testing.T) {
 	if f := setFormat(""); f != "2" {
 		t.Errorf("format after a small commit: %q, want 2", f)
 	}
-	s, err = bolt.Open(path, bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = open(t, path)
 	large := &store.StepRecord{Key: "b", Name: "b", Status: store.StepSucceeded, Body: []byte(`"` + strings.Repeat("x", 100<<10) + `"`)}
 	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: []*store.StepRecord{large}}); err != nil {
 		t.Fatal(err)
