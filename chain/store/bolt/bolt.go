@@ -630,7 +630,7 @@ func readOrigin(tx *bbolt.Tx, run *store.Run) error {
 	}
 	read := mappedRead{tx: tx}
 	defer read.done()
-	apart := o[0] == apartMark
+	apart := len(o) > 0 && o[0] == apartMark
 	if apart {
 		o = o[1:]
 	}
