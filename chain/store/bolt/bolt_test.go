@@ -396,3 +396,25 @@ func TestOpensFormat2(t *testing.T) {
 		t.Errorf("format after a value kept apart: %q, want 3", f)
 	}
 }
+
+// TestEmptyOriginIsDamaged reads a run whose origin was emptied by hand: the
+// run is damaged, and reading it says so rather than failing the process.
+func TestEmptyOriginIsDamaged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gw.db")
+	s := open(t, path)
+	run := startRun(t, s, nil)
+	_ = s.Close()
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error { return tx.Bucket([]byte("run_origins")).Put([]byte(run.ID), []byte{}) })
+	_ = db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, path)
+	if _, err := s.Run(context.Background(), run.ID); !errors.Is(err, store.ErrDamaged) {
+		t.Errorf("reading a run with an empty origin: %v, want ErrDamaged", err)
+	}
+}
