@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -80,6 +81,7 @@ func TestNoCallBeforeItsIntentIsDurable(t *testing.T) {
 		{"intent of the first call", "top", holdsStep("first", store.StepRunning)},
 		{"result before the next call", "top", holdsStep("first", store.StepSucceeded)},
 		{"retry attempt", "retry", holdsStep("flaky", store.StepRunning)},
+		{"group's record before its first sub-step call", "group", holdsStep("both", store.StepRunning)},
 		{"group sub-step result before the next step", "group", holdsStep("both/a", store.StepSucceeded)},
 		{"item step result before the item's next call", "split", holdsStep("loop[0]/first", store.StepSucceeded)},
 	}
@@ -251,11 +253,18 @@ func (unrenewableStore) RenewLease(context.Context, store.Lease, time.Duration) 
 // TestNoCallUnderALapsedLease lets a run's lease run out while a call is
 // in flight: the next call must not go out, since another gateway may hold
 // the run by then (its intent cannot be committed under the lapsed lease);
-// a later engine makes it, once.
+// a later engine makes it, once. A group's sub-step, whose first call
+// otherwise goes out ahead of its own record, waits for it too.
 func TestNoCallUnderALapsedLease(t *testing.T) {
-	dir := t.TempDir()
-	rec := filepath.Join(dir, "calls.jsonl")
-	cfg := fmt.Sprintf(`
+	tests := []struct{ chain, next, cursor string }{
+		{"c", "next", "next"},
+		{"g", "both/next", "both"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.chain, func(t *testing.T) {
+			dir := t.TempDir()
+			rec := filepath.Join(dir, "calls.jsonl")
+			cfg := fmt.Sprintf(`
 [[chains]]
 name = "c"
 [[chains.steps]]
@@ -266,42 +275,155 @@ payload_template = { record = %[1]q, sleep_ms = 900 }
 name = "next"
 provider = "faulty"
 payload_template = { record = %[1]q }
+
+[[chains]]
+name = "g"
+[[chains.steps]]
+name = "both"
+[chains.steps.parallel]
+max_concurrency = 1
+[[chains.steps.parallel.steps]]
+name = "slow"
+provider = "faulty"
+payload_template = { record = %[1]q, sleep_ms = 900 }
+[[chains.steps.parallel.steps]]
+name = "next"
+provider = "faulty"
+payload_template = { record = %[1]q }
+`, rec)
+			db := filepath.Join(dir, "gw.db")
+			var logs logLines
+			h1 := newHarness(t, cfg, atStore(db), withLogger(logs.logger()), withLeaseTTL(300*time.Millisecond), wrapStore(func(st store.Store) store.Store { return unrenewableStore{st} }))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			run, err := h1.eng.Start(ctx, tc.chain, engine.Input{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h1.eng.Wait(ctx, run.ID); !errors.Is(err, engine.ErrNotActive) {
+				t.Fatalf("waiting on a run whose lease ran out: %v", err)
+			}
+			h1.close()
+			if n := countLines(t, rec); n != 1 {
+				t.Fatalf("%d calls under the lapsed lease, want only the first", n)
+			}
+			lost := false
+			for _, r := range logs.records(t) {
+				if strings.HasPrefix(r["msg"].(string), "lost the lease on the run") && r["run"] == run.ID && r["chain"] == tc.chain && r["step"] == tc.cursor && r["level"] == "WARN" {
+					lost = true
+				}
+			}
+			if !lost {
+				t.Errorf("the lost lease was not logged with run, chain and step:\n%s", logs.buf.String())
+			}
+			h2 := newHarness(t, cfg, atStore(db))
+			if _, err := h2.eng.Resume(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if final, err := h2.eng.Wait(ctx, run.ID); err != nil || final.Status != store.RunSucceeded {
+				t.Fatalf("after resume: %+v %v", final, err)
+			}
+			calls := readRecords(t, rec)
+			if calls[run.ID+"/"+tc.next] != 1 {
+				t.Errorf("calls: %v", calls)
+			}
+		})
+	}
+}
+
+// refusingStore fails, as a store gone away would, the commits refuse
+// picks; the engine then stops the run as a crash there would.
+type refusingStore struct {
+	store.Store
+	refuse func(*store.Batch) bool
+}
+
+func (s refusingStore) Commit(ctx context.Context, b *store.Batch) error {
+	if s.refuse(b) {
+		return store.ErrClosed
+	}
+	return s.Store.Commit(ctx, b)
+}
+
+// TestSubStepCallsGoAheadOfTheirRecord lets a group sub-step's running
+// record (the second's, once the group's record is durable) be committed
+// only once its call is out, and then fails that commit: the call goes out all the same, since the group's record, durable
+// before it, holds every sub-step's dedup key, and the resumed engine calls
+// it again with the same dedup key and attempt, as after any call left
+// unanswered.
+func TestSubStepCallsGoAheadOfTheirRecord(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	cfg := fmt.Sprintf(`
+[[chains]]
+name = "group"
+[[chains.steps]]
+name = "both"
+[chains.steps.parallel]
+max_concurrency = 1
+[[chains.steps.parallel.steps]]
+name = "a"
+provider = "faulty"
+payload_template = { record = %[1]q }
+[[chains.steps.parallel.steps]]
+name = "b"
+provider = "faulty"
+payload_template = { record = %[1]q, sleep_ms = 200 }
 `, rec)
 	db := filepath.Join(dir, "gw.db")
-	var logs logLines
-	h1 := newHarness(t, cfg, atStore(db), withLogger(logs.logger()), withLeaseTTL(300*time.Millisecond), wrapStore(func(st store.Store) store.Store { return unrenewableStore{st} }))
+	var callFirst atomic.Bool
+	intent := holdsStep("both/b", store.StepRunning)
+	h1 := newHarness(t, cfg, atStore(db), wrapStore(func(st store.Store) store.Store {
+		return refusingStore{Store: st, refuse: func(b *store.Batch) bool {
+			if !intent(b) {
+				return false
+			}
+			for range 1000 {
+				if data, _ := os.ReadFile(rec); strings.Contains(string(data), "/both/b") {
+					callFirst.Store(true)
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return true
+		}}
+	}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	run, err := h1.eng.Start(ctx, "c", engine.Input{})
+	run, err := h1.eng.Start(ctx, "group", engine.Input{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h1.eng.Wait(ctx, run.ID); !errors.Is(err, engine.ErrNotActive) {
-		t.Fatalf("waiting on a run whose lease ran out: %v", err)
+	if _, err := h1.eng.Wait(ctx, run.ID); err == nil {
+		t.Fatal("the run finished although its sub-step's record could not be written")
 	}
 	h1.close()
-	if n := countLines(t, rec); n != 1 {
-		t.Fatalf("%d calls under the lapsed lease, want only the first", n)
-	}
-	lost := false
-	for _, r := range logs.records(t) {
-		if strings.HasPrefix(r["msg"].(string), "lost the lease on the run") && r["run"] == run.ID && r["chain"] == "c" && r["step"] == "next" && r["level"] == "WARN" {
-			lost = true
-		}
-	}
-	if !lost {
-		t.Errorf("the lost lease was not logged with run, chain and step:\n%s", logs.buf.String())
+	if !callFirst.Load() {
+		t.Fatal("the sub-step's call waited for its own record")
 	}
 	h2 := newHarness(t, cfg, atStore(db))
 	if _, err := h2.eng.Resume(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if final, err := h2.eng.Wait(ctx, run.ID); err != nil || final.Status != store.RunSucceeded {
+	final, err := h2.eng.Wait(ctx, run.ID)
+	if err != nil || final.Status != store.RunSucceeded {
 		t.Fatalf("after resume: %+v %v", final, err)
 	}
-	calls := readRecords(t, rec)
-	if calls[run.ID+"/next"] != 1 {
-		t.Errorf("calls: %v", calls)
+	var attempts []int
+	for _, l := range strings.Split(strings.TrimSpace(readFileString(t, rec)), "\n") {
+		var r struct {
+			DedupKey string `json:"dedup_key"`
+			Attempt  int    `json:"attempt"`
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("record line %q: %v", l, err)
+		}
+		if r.DedupKey == run.ID+"/both/b" {
+			attempts = append(attempts, r.Attempt)
+		}
+	}
+	if len(attempts) != 2 || attempts[0] != 1 || attempts[1] != 1 {
+		t.Errorf("attempts of b's calls: %v, want the first attempt twice", attempts)
 	}
 }
 

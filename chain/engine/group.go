@@ -14,9 +14,12 @@ import (
 // group is a running parallel step's live state. It is rebuilt from the
 // step records when a run resumes, so it holds nothing the store does not.
 type group struct {
-	seq      *seq // the list holding the parallel step
-	step     *chain.Step
-	rec      *store.StepRecord // the parallel step's own record
+	seq  *seq // the list holding the parallel step
+	step *chain.Step
+	rec  *store.StepRecord // the parallel step's own record
+	// started is the batch that holds the group's record as it started
+	// here; 0 once resumed, when the record is durable already.
+	started  uint64
 	subs     []*chain.Step
 	keys     []string
 	index    map[string]int // sub-step key → position
@@ -53,6 +56,7 @@ func (r *runner) startGroup(now time.Time, q *seq, s *chain.Step, rec *store.Ste
 		r.event(store.EventStepStarted, rec.Key, 1, fmt.Sprintf("parallel group of %d, join %s", len(p.Steps), p.Join))
 	}
 	g := r.newGroup(q, s, rec, sc)
+	g.started = q.ack
 	for i, sub := range p.Steps {
 		g.place(r, i, r.open(now, q, sub, g.keys[i], sc, true), now)
 	}
@@ -125,6 +129,15 @@ func (g *group) count(r *runner, rec *store.StepRecord) {
 			g.failed++
 		}
 	}
+}
+
+// launchBatch is the batch a sub-step's first call waits for: the one
+// holding the group's record; 0 once that is durable.
+func (g *group) launchBatch(r *runner) uint64 {
+	if g.started <= r.ackedSeq {
+		return 0
+	}
+	return g.started
 }
 
 func (g *group) done() int { return g.succeeded + g.failed + g.skipped }

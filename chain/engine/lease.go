@@ -82,6 +82,18 @@ func (e *Engine) renew(r *runner) {
 	}
 }
 
+// leaseFirm reports whether the run's lease has half its TTL left or more,
+// so that a call may go out ahead of the write recording it: no other
+// gateway can take the run over before that write lands or fails.
+func (r *runner) leaseFirm() bool {
+	r.leaseMu.Lock()
+	defer r.leaseMu.Unlock()
+	if r.lease.Owner == "" {
+		return !r.leaseLost
+	}
+	return !r.leaseLost && time.Until(r.lease.Expires) > r.e.leaseTTL/2
+}
+
 // Adopt takes over every unfinished run whose lease has lapsed and that no
 // engine here advances, and returns the ids it took. A gateway sharing a
 // store with others calls it periodically, so the runs of one that died

@@ -190,10 +190,10 @@ type outcome struct {
 
 // launch is a provider call the loop starts once its intent is durable.
 type launch struct {
-	// batch is the batch that first writes the step's record, or 0 when the
-	// record, with its dedup key and the attempt count this call follows,
-	// is already durable: after a crash the same attempt would go out
-	// again, so the call need not wait for any commit.
+	// batch is the batch the call waits for: the one that first writes
+	// its intent (the step's record, or for a sub-step's first call its
+	// group's record), or 0 when that is durable already: after a crash the
+	// same attempt would go out again, so the call need not wait.
 	batch    uint64
 	key      string
 	fl       *inflight   // the run's record of this call, set by track

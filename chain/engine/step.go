@@ -110,6 +110,13 @@ func (r *runner) dispatch(now time.Time, q *seq, s *chain.Step, rec *store.StepR
 			r.event(store.EventStepStarted, rec.Key, rec.Attempts, "")
 		}
 		l.batch = r.launchBatch(q)
+		if g := r.owner[rec.Key]; g != nil && rec.Attempts == 1 && r.leaseFirm() {
+			// A sub-step's first call needs no write of its own before it
+			// goes out: its group's record, durable before any sub-step
+			// runs, is its intent (startGroup). Resumed, it goes out again
+			// with the same dedup key and attempt.
+			l.batch = g.launchBatch(r)
+		}
 		r.track(l, rec.Attempts)
 		return l, false
 	case store.StepRunning:
