@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,30 @@ type Metrics struct {
 	fanInFlight prometheus.Gauge
 	redelivered prometheus.Counter
 	poisoned    prometheus.Counter
+
+	// series holds each provider's call series, looked up once: resolving
+	// label values on every call was a measurable share of a worker's CPU.
+	series sync.Map // provider name → *callSeries
+}
+
+// callSeries are one provider's series of the call metrics.
+type callSeries struct {
+	inFlight  prometheus.Gauge
+	ok, error prometheus.Counter
+	latency   prometheus.Observer
+}
+
+func (m *Metrics) callSeries(provider string) *callSeries {
+	if s, ok := m.series.Load(provider); ok {
+		return s.(*callSeries)
+	}
+	s, _ := m.series.LoadOrStore(provider, &callSeries{
+		inFlight: m.inFlight.WithLabelValues(provider),
+		ok:       m.calls.WithLabelValues(provider, "ok"),
+		error:    m.calls.WithLabelValues(provider, "error"),
+		latency:  m.latency.WithLabelValues(provider),
+	})
+	return s.(*callSeries)
 }
 
 // sample is one series of a metric read when scraped: its label values,
@@ -96,18 +121,19 @@ func (m *Metrics) Event(ev store.Event) {
 
 // CallStarted implements engine.Observer.
 func (m *Metrics) CallStarted(provider string) {
-	m.inFlight.WithLabelValues(provider).Inc()
+	m.callSeries(provider).inFlight.Inc()
 }
 
 // CallEnded implements engine.Observer.
 func (m *Metrics) CallEnded(provider string, took time.Duration, err error) {
-	result := "ok"
+	s := m.callSeries(provider)
+	s.inFlight.Dec()
 	if err != nil {
-		result = "error"
+		s.error.Inc()
+	} else {
+		s.ok.Inc()
 	}
-	m.inFlight.WithLabelValues(provider).Dec()
-	m.calls.WithLabelValues(provider, result).Inc()
-	m.latency.WithLabelValues(provider).Observe(took.Seconds())
+	s.latency.Observe(took.Seconds())
 }
 
 // ItemsPublished implements fanout.Metrics.

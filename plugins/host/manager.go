@@ -293,7 +293,7 @@ func (h *handle) Describe(ctx context.Context) (providers.Info, error) {
 }
 
 func (h *handle) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
-	if !req.Deadline.IsZero() {
+	if d, ok := ctx.Deadline(); !req.Deadline.IsZero() && (!ok || req.Deadline.Before(d)) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
 		defer cancel()
