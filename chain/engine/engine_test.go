@@ -712,3 +712,90 @@ retry = { max_retries = 2, backoff_ms = 1 }
 		t.Fatalf("run %s, step %+v", res.Status, st)
 	}
 }
+
+// TestConditionsReadBodies checks that conditions see inside the bodies
+// steps returned, which the engine keeps undecoded until something reads
+// them: a step's, the previous one's, a group sub-step's through the
+// group's body, and a split item's fields.
+func TestConditionsReadBodies(t *testing.T) {
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "first"
+provider = "echo"
+payload_template = { level = "<<origin.payload.level>>" }
+[[chains.steps]]
+name = "by-steps"
+provider = "echo"
+when = 'steps.first.body.level == "high"'
+[[chains.steps]]
+name = "by-prev"
+provider = "echo"
+payload_template = { level = "<<steps.first.body.level>>" }
+[[chains.steps]]
+name = "after-prev"
+provider = "echo"
+when = 'prev.body.level == "high"'
+[[chains.steps]]
+name = "group"
+[chains.steps.parallel]
+[[chains.steps.parallel.steps]]
+name = "a"
+provider = "echo"
+payload_template = { n = "<<origin.payload.n>>" }
+[[chains.steps]]
+name = "by-group"
+provider = "echo"
+when = 'steps.group.body.a.n > 2'
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+items = "<<origin.payload.hosts>>"
+[[chains.steps.split.steps]]
+name = "check"
+provider = "echo"
+when = 'item.up && item.zone == "a"'
+payload_template = { name = "<<item.name>>" }
+`)
+	tests := []struct {
+		payload string
+		ran     []string
+		checked int
+	}{
+		{`{"level":"high","n":3,"hosts":[{"name":"h1","up":true,"zone":"a"},{"name":"h2","up":false,"zone":"a"},{"name":"h3","up":true,"zone":"b"}]}`,
+			[]string{"by-steps", "after-prev", "by-group"}, 1},
+		{`{"level":"low","n":1,"hosts":[{"name":"h1","up":true,"zone":"a"},{"name":"h2","up":true,"zone":"a"}]}`,
+			nil, 2},
+	}
+	for _, tc := range tests {
+		res := h.run("c", tc.payload)
+		if res.Status != store.RunSucceeded {
+			t.Fatalf("payload %s: %s %+v", tc.payload, res.Status, res.Error)
+		}
+		for _, name := range []string{"by-steps", "after-prev", "by-group"} {
+			want := slices.Contains(tc.ran, name)
+			if got := res.Steps[name].Status == store.StepSucceeded; got != want {
+				t.Errorf("payload %s: step %s ran %v, want %v (%s)", tc.payload, name, got, want, res.Steps[name].Status)
+			}
+		}
+		var loop struct {
+			Results []*struct{ Name string } `json:"results"`
+		}
+		if err := json.Unmarshal(res.Steps["loop"].Body, &loop); err != nil {
+			t.Fatalf("loop body %s: %v", res.Steps["loop"].Body, err)
+		}
+		checked := 0
+		for i, r := range loop.Results {
+			if r != nil {
+				checked++
+				if want := fmt.Sprintf("h%d", i+1); r.Name != want {
+					t.Errorf("payload %s: item %d checked %q, want %q", tc.payload, i, r.Name, want)
+				}
+			}
+		}
+		if checked != tc.checked {
+			t.Errorf("payload %s: %d items checked, want %d: %s", tc.payload, checked, tc.checked, res.Steps["loop"].Body)
+		}
+	}
+}

@@ -232,7 +232,7 @@ func (v valueItems) JSON(i int) (json.RawMessage, error) {
 
 // rawItems are an array of the run's payload, kept as the raw JSON it came
 // as with the bounds of each element: about 8 bytes an item on top of the
-// payload the run holds anyway, each item decoded when it starts.
+// payload the run holds anyway, each item decoded when something reads it.
 type rawItems struct {
 	raw  []byte
 	ends []uint32 // ends[2i], ends[2i+1]: item i's bounds in raw
@@ -240,7 +240,7 @@ type rawItems struct {
 
 func (r *rawItems) Len() int { return len(r.ends) / 2 }
 func (r *rawItems) At(i int) any {
-	return decodeJSON(r.raw[r.ends[2*i]:r.ends[2*i+1]])
+	return &lazyJSON{raw: r.raw[r.ends[2*i]:r.ends[2*i+1]]}
 }
 func (r *rawItems) JSON(i int) (json.RawMessage, error) {
 	return r.raw[r.ends[2*i]:r.ends[2*i+1]], nil

@@ -234,11 +234,13 @@ func (r *runner) handle(o outcome) {
 			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{Message: err.Error(), Code: "body_too_deep"})
 			return
 		}
-		value, err := parseJSON(body)
-		if err != nil {
+		if !json.Valid(body) {
+			_, err := parseJSON(body)
 			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{Message: fmt.Sprintf("provider returned a body that is not valid JSON: %v", err), Code: "bad_response"})
 			return
 		}
+		// Decoded when a later step reads it: most bodies never are.
+		value := &lazyJSON{raw: body}
 		rec.Status = store.StepSucceeded
 		rec.Body = body
 		rec.Error = nil

@@ -156,16 +156,21 @@ func (s *scope) Lookup(root string) (any, bool) {
 	return nil, false
 }
 
-// env is what a condition reads. Conditions cannot look inside lazy values,
-// so a condition that names results gets them decoded.
+// env is what a condition reads. Conditions cannot look inside lazy values
+// (steps' bodies, split results, the origin, an item), so a condition that
+// names one gets it decoded.
 func (s *scope) env(cond fmt.Stringer, result map[string]any) map[string]any {
 	steps, prev, origin := s.steps, s.prev, s.v.origin
-	if cond != nil && strings.Contains(cond.String(), "results") {
+	var text string
+	if cond != nil {
+		text = cond.String()
+	}
+	if strings.Contains(text, "body") || strings.Contains(text, "results") {
 		steps, _ = materialize(steps, 0).(map[string]any)
 		prev, _ = materialize(prev, 0).(map[string]any)
 		result, _ = materialize(result, 0).(map[string]any)
 	}
-	if cond != nil && strings.Contains(cond.String(), "origin") {
+	if strings.Contains(text, "origin") {
 		origin, _ = materialize(origin, 0).(map[string]any)
 	}
 	env := map[string]any{
@@ -183,6 +188,9 @@ func (s *scope) env(cond fmt.Stringer, result map[string]any) map[string]any {
 	}
 	if s.seq != nil && s.seq.inItem() {
 		env["item"] = s.seq.item
+		if strings.Contains(text, "item") {
+			env["item"] = materialize(s.seq.item, 0)
+		}
 		env["item_index"] = int64(s.seq.index)
 	}
 	return env

@@ -194,9 +194,9 @@ func (w *workerItems) take(r *runner, items []WorkItem) {
 		if _, held := w.items[it.Index]; held || it.Index < 0 || it.Index >= w.sp.total {
 			continue
 		}
-		v, err := parseJSON(it.Value)
-		if err != nil {
-			v = string(it.Value)
+		var v any = string(it.Value)
+		if json.Valid(it.Value) {
+			v = &lazyJSON{raw: it.Value}
 		}
 		w.items[it.Index] = v
 		// As on a resume: nested splits count their finished items, whose
