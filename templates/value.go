@@ -270,6 +270,11 @@ func appendJSON(buf []byte, v any, depth int) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
 		return append(buf, "null"...), nil
+	case RawLazy:
+		if out, ok := appendCanonical(buf, x.RawJSON()); ok {
+			return out, nil
+		}
+		return appendJSON(buf, x.Value(), depth)
 	case Lazy:
 		return appendJSON(buf, x.Value(), depth)
 	case string:

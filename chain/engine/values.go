@@ -229,6 +229,10 @@ func (l *lazyJSON) Value() any {
 	return l.v
 }
 
+// RawJSON is the value's text, which a template writing the whole value
+// copies when it can.
+func (l *lazyJSON) RawJSON() []byte { return l.raw }
+
 // Field reads one field of an object without decoding the others: a path
 // into a large payload decodes what it passes through, and the split's
 // items under it are indexed rather than decoded (rawItems).
