@@ -583,10 +583,6 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch, claim func(ite
 		if !ok {
 			continue // the split's own record, which is the run's to write
 		}
-		data, err := jsonx.Marshal(rec)
-		if err != nil {
-			return "", nil, fmt.Errorf("encoding step record %s: %w", rec.Key, err)
-		}
 		if split {
 			entry, err := jsonx.Marshal(result{Status: rec.Status, Body: rec.Body, Error: rec.Error})
 			if err != nil {
@@ -595,6 +591,10 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch, claim func(ite
 			slotArgs = append(slotArgs, i, entry, statusField(rec.Status), itemKey(i), claim(i))
 			nSlots++
 			continue
+		}
+		data, err := jsonx.Marshal(rec)
+		if err != nil {
+			return "", nil, fmt.Errorf("encoding step record %s: %w", rec.Key, err)
 		}
 		recArgs = append(recArgs, itemKey(i), i, rec.Key, data, claim(i))
 		nRecs++
