@@ -124,7 +124,7 @@ type Fanout struct {
 const (
 	DefaultFanoutPrefix             = "chaingate."
 	DefaultFanoutThreshold          = 1000
-	DefaultFanoutBatchSize          = 100
+	DefaultFanoutBatchSize          = 500
 	DefaultFanoutMaxInFlight        = 20_000
 	DefaultFanoutItemTimeoutSeconds = 300
 	DefaultFanoutMaxRedeliveries    = 5

@@ -92,3 +92,21 @@ func TestClaims(t *testing.T) {
 		t.Errorf("claims left: %v, want only item 2's (claimed by w2, not done)", left)
 	}
 }
+
+func TestBatchSize(t *testing.T) {
+	tests := []struct{ total, batch, limit, want int }{
+		{10, 500, 20_000, 100},              // one message of the ten
+		{1000, 500, 20_000, 100},            // ten messages, of the smallest size
+		{10_000, 500, 20_000, 313},          // 32 messages
+		{100_000, 500, 20_000, 500},         // batch_size bounds it
+		{100_000, 50, 20_000, 50},           // a smaller batch_size too
+		{100_000, 500, 200, 200},            // and max_in_flight
+		{1_000_000, 10_000, 20_000, 10_000}, // however large the split
+		{0, 500, 20_000, 100},
+	}
+	for _, tc := range tests {
+		if got := batchSize(tc.total, tc.batch, tc.limit); got != tc.want {
+			t.Errorf("batchSize(%d, %d, %d) = %d, want %d", tc.total, tc.batch, tc.limit, got, tc.want)
+		}
+	}
+}

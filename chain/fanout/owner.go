@@ -410,6 +410,21 @@ func (o *owned) gauge() {
 // publishCall is how many messages go to the broker in one confirmed call.
 const publishCall = 16
 
+// A split is cut into at least shareMessages messages, so that that many
+// workers can share it, unless that makes them smaller than minBatch items:
+// each message costs a claim and a commit in Redis and a delivery, whatever
+// it carries.
+const (
+	shareMessages = 32
+	minBatch      = 100
+)
+
+// batchSize is how many items each message of a split of total carries:
+// batch_size at most, less for a split too small to fill shareMessages.
+func batchSize(total, batch, limit int) int {
+	return max(1, min(batch, limit, max(minBatch, (total+shareMessages-1)/shareMessages)))
+}
+
 // publish hands the items out from cursor on, skipping those done, never
 // more than the in-flight bound ahead of the results. The cursor is
 // recorded after the broker confirmed what is below it: after a restart
@@ -422,7 +437,7 @@ func (o *owned) publish(cursor int) {
 	if n := o.job.MaxInFlight; n > 0 && n < limit {
 		limit = n
 	}
-	size := min(o.f.cfg.BatchSize, limit)
+	size := batchSize(total, o.f.cfg.BatchSize, limit)
 	var done []byte
 	if !o.retry("reading a distributed split's finished items from Redis", func() (err error) {
 		done, err = o.b.doneBits(o.ctx)

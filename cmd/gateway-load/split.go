@@ -23,6 +23,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/chaingate/gateway/chain"
 )
 
 const splitUsage = `Usage: gateway-load split --gateway PATH [flags]
@@ -101,10 +103,10 @@ func runSplit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	workers := fs.Int("workers", 2, "gateway worker processes")
 	rabbit := fs.String("rabbitmq", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	redisURL := fs.String("redis", "redis://127.0.0.1:6379/0", "Redis URL")
-	batch := fs.Int("batch-size", 100, "items per message")
-	inFlight := fs.Int("max-in-flight", 20_000, "items out and not yet done")
-	prefetch := fs.Int("prefetch", 8, "messages a worker holds")
-	concurrency := fs.Int("worker-concurrency", 256, "items a worker runs at once")
+	batch := fs.Int("batch-size", chain.DefaultFanoutBatchSize, "the most items per message (the [fanout] batch_size)")
+	inFlight := fs.Int("max-in-flight", chain.DefaultFanoutMaxInFlight, "items out and not yet done")
+	prefetch := fs.Int("prefetch", chain.DefaultFanoutPrefetch, "messages a worker holds")
+	concurrency := fs.Int("worker-concurrency", chain.DefaultFanoutWorkerConcurrency, "items a worker runs at once")
 	local := fs.Bool("local", true, "run the same split in local mode too, for the ratio")
 	profiles := fs.String("profile", "", "write a CPU profile of each process to this directory (the gateway's covers the local run too)")
 	if err := fs.Parse(args); err != nil {
