@@ -24,7 +24,7 @@ own: what items record, and the sub-chain runs they start, are kept in
 It prints one line on stdout once it is connected, has started the plugins
 its items call, and takes items:
   gateway worker: ready, running up to N items at once and holding up to
-  P messages of B items (OWNER)
+  P messages of up to B items (OWNER)
 
 `
 
@@ -81,7 +81,7 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// items call started: say so, for scripts that start workers and wait
 	// for them.
 	gw.WarmItemProviders(ctx)
-	fmt.Fprintf(stdout, "gateway worker: ready, running up to %d items at once and holding up to %d messages of %d items (%s)\n", fo.WorkerConcurrency, fo.Prefetch, fo.BatchSize, gw.Engine.Owner())
+	fmt.Fprintf(stdout, "gateway worker: ready, running up to %d items at once and holding up to %d messages of up to %d items (%s)\n", fo.WorkerConcurrency, fo.Prefetch, fo.BatchSize, gw.Engine.Owner())
 	if err := gw.WorkItems(ctx); err != nil {
 		logger.Error("working split items failed", "err", err)
 		return exitFailed
