@@ -124,20 +124,8 @@ func (c *canonical) integer() bool {
 }
 
 func (c *canonical) object(depth int) bool {
-	c.out = append(c.out, '{')
-	c.i++
-	c.skipSpace()
-	if c.i < len(c.in) && c.in[c.i] == '}' {
-		c.i++
-		c.out = append(c.out, '}')
-		return true
-	}
 	var prev []byte
-	for n := 0; ; n++ {
-		if n > 0 {
-			c.out = append(c.out, ',')
-		}
-		c.skipSpace()
+	return c.members('}', func(n int) bool {
 		if c.i >= len(c.in) || c.in[c.i] != '"' {
 			return false
 		}
@@ -153,33 +141,23 @@ func (c *canonical) object(depth int) bool {
 		c.i++
 		c.out = append(c.out, ':')
 		c.skipSpace()
-		if !c.value(depth + 1) {
-			return false
-		}
-		c.skipSpace()
-		if c.i >= len(c.in) {
-			return false
-		}
-		switch c.in[c.i] {
-		case ',':
-			c.i++
-		case '}':
-			c.i++
-			c.out = append(c.out, '}')
-			return true
-		default:
-			return false
-		}
-	}
+		return c.value(depth + 1)
+	})
 }
 
 func (c *canonical) array(depth int) bool {
-	c.out = append(c.out, '[')
+	return c.members(']', func(int) bool { return c.value(depth + 1) })
+}
+
+// members copies an object's or an array's opening byte, its members, each
+// read by member, and its closing byte.
+func (c *canonical) members(closing byte, member func(n int) bool) bool {
+	c.out = append(c.out, c.in[c.i])
 	c.i++
 	c.skipSpace()
-	if c.i < len(c.in) && c.in[c.i] == ']' {
+	if c.i < len(c.in) && c.in[c.i] == closing {
 		c.i++
-		c.out = append(c.out, ']')
+		c.out = append(c.out, closing)
 		return true
 	}
 	for n := 0; ; n++ {
@@ -187,7 +165,7 @@ func (c *canonical) array(depth int) bool {
 			c.out = append(c.out, ',')
 		}
 		c.skipSpace()
-		if !c.value(depth + 1) {
+		if !member(n) {
 			return false
 		}
 		c.skipSpace()
@@ -197,9 +175,9 @@ func (c *canonical) array(depth int) bool {
 		switch c.in[c.i] {
 		case ',':
 			c.i++
-		case ']':
+		case closing:
 			c.i++
-			c.out = append(c.out, ']')
+			c.out = append(c.out, closing)
 			return true
 		default:
 			return false
