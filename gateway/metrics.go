@@ -41,7 +41,7 @@ type Metrics struct {
 // callSeries are one provider's series of the call metrics.
 type callSeries struct {
 	inFlight  prometheus.Gauge
-	ok, error prometheus.Counter
+	ok, failed prometheus.Counter
 	latency   prometheus.Observer
 }
 
@@ -52,7 +52,7 @@ func (m *Metrics) callSeries(provider string) *callSeries {
 	s, _ := m.series.LoadOrStore(provider, &callSeries{
 		inFlight: m.inFlight.WithLabelValues(provider),
 		ok:       m.calls.WithLabelValues(provider, "ok"),
-		error:    m.calls.WithLabelValues(provider, "error"),
+		failed:   m.calls.WithLabelValues(provider, "error"),
 		latency:  m.latency.WithLabelValues(provider),
 	})
 	return s.(*callSeries)
@@ -129,7 +129,7 @@ func (m *Metrics) CallEnded(provider string, took time.Duration, err error) {
 	s := m.callSeries(provider)
 	s.inFlight.Dec()
 	if err != nil {
-		s.error.Inc()
+		s.failed.Inc()
 	} else {
 		s.ok.Inc()
 	}
