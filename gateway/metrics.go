@@ -40,9 +40,9 @@ type Metrics struct {
 
 // callSeries are one provider's series of the call metrics.
 type callSeries struct {
-	inFlight  prometheus.Gauge
+	inFlight   prometheus.Gauge
 	ok, failed prometheus.Counter
-	latency   prometheus.Observer
+	latency    prometheus.Observer
 }
 
 func (m *Metrics) callSeries(provider string) *callSeries {
