@@ -182,20 +182,23 @@ for _ = 1, n do
   a = a + 5
 end
 local news = false
+local counts, done = {}, 0
 n = tonumber(ARGV[a]); a = a + 1
 for _ = 1, n do
   local idx = tonumber(ARGV[a])
   if redis.call('GETBIT', KEYS[2], idx) == 0 and holds(ARGV[a], ARGV[a+4]) then
     redis.call('SETBIT', KEYS[2], idx, 1)
     redis.call('HSET', KEYS[3], idx, ARGV[a+1])
-    redis.call('HINCRBY', meta, ARGV[a+2], 1)
-    redis.call('HINCRBY', meta, 'done', 1)
+    counts[ARGV[a+2]] = (counts[ARGV[a+2]] or 0) + 1
+    done = done + 1
     redis.call('DEL', KEYS[tonumber(ARGV[a+3])])
     redis.call('HDEL', KEYS[5], ARGV[a])
     news = true
   end
   a = a + 5
 end
+for field, c in pairs(counts) do redis.call('HINCRBY', meta, field, c) end
+if done > 0 then redis.call('HINCRBY', meta, 'done', done) end
 n = tonumber(ARGV[a]); a = a + 1
 for _ = 1, n do
   redis.call('RPUSH', KEYS[4], ARGV[a]); a = a + 1
