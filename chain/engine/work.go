@@ -194,11 +194,11 @@ func (w *workerItems) take(r *runner, items []WorkItem) {
 		if _, held := w.items[it.Index]; held || it.Index < 0 || it.Index >= w.sp.total {
 			continue
 		}
-		var v any = string(it.Value)
 		if json.Valid(it.Value) {
-			v = &lazyJSON{raw: it.Value}
+			w.items[it.Index] = &lazyJSON{raw: it.Value}
+		} else {
+			w.items[it.Index] = string(it.Value)
 		}
-		w.items[it.Index] = v
 		// As on a resume: nested splits count their finished items, whose
 		// own records stay out of memory.
 		recs := slices.SortedFunc(slices.Values(it.Records), func(a, b *store.StepRecord) int { return strings.Compare(a.Key, b.Key) })

@@ -94,8 +94,9 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // A worker's heap is what its items hold in flight, a few tens of MiB, and
-// collecting it each time it doubled took a fifth of the worker's CPU: a
-// worker lets it grow five times over instead, under a soft limit that
+// collecting it each time it doubled, with the allocation that paid for
+// it, took over a quarter of the worker's CPU: a worker lets it grow five
+// times over instead, under a soft limit that
 // keeps one whose items read a large run context from growing with it.
 // GOGC or GOMEMLIMIT in the environment leaves the runtime's own defaults.
 const (
