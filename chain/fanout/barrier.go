@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +27,8 @@ import (
 //	P{RUN}:SPLIT#GEN:done      bitmap: bit i is set once item i has a result
 //	P{RUN}:SPLIT#GEN:res       hash: item i's result, by i
 //	P{RUN}:SPLIT#GEN:log       list: the DLQ entries and events items produced, in order
-//	P{RUN}:SPLIT#GEN:item:I    hash: item I's step records, until it has a result
+//	P{RUN}:SPLIT#GEN:recs      hash: "I|KEY", item I's step record KEY, until the item has a result
+//	P{RUN}:SPLIT#GEN:partial   hash: by I, the KEYs of item I's records in recs, newline-separated
 //	P{RUN}:SPLIT#GEN:claims    hash: item I's claim, OWNER|FENCE|EXPIRES_MS, while a worker runs it
 //
 // An item's result counts once, however often it is committed: the first
@@ -65,15 +67,19 @@ func (r ref) String() string { return fmt.Sprintf("%s/%s#%d", r.Run, r.Split, r.
 
 // keys are a hand-off's Redis keys.
 type keys struct {
-	base, meta, ctx, done, res, log, claims string
+	meta, ctx, done, res, log, claims, partial, recs string
 }
 
 func (r ref) keys(prefix string) keys {
 	b := prefix + "{" + r.Run + "}:" + r.Split + "#" + strconv.Itoa(r.Gen)
-	return keys{base: b, meta: b + ":meta", ctx: b + ":ctx", done: b + ":done", res: b + ":res", log: b + ":log", claims: b + ":claims"}
+	return keys{meta: b + ":meta", ctx: b + ":ctx", done: b + ":done", res: b + ":res", log: b + ":log",
+		claims: b + ":claims", partial: b + ":partial", recs: b + ":recs"}
 }
 
-func (k keys) item(i int) string { return k.base + ":item:" + strconv.Itoa(i) }
+// all are every key of the hand-off.
+func (k keys) all() []string {
+	return []string{k.meta, k.ctx, k.done, k.res, k.log, k.claims, k.partial, k.recs}
+}
 
 // logEntry is one entry of a hand-off's log: a DLQ entry or an event.
 type logEntry struct {
@@ -140,72 +146,190 @@ redis.call('HSET', KEYS[1], 'done', ARGV[1], 'succeeded', ARGV[2], 'skipped', AR
 return 1
 `)
 
+// luaHelpers are the pieces the item scripts share. A script touches a
+// message's items with a few commands over all of them, not a few per
+// item: Redis spends its time per command, and a split has a million.
+//
+// window reads the bytes of a bitmap that hold the given indexes' bits;
+// isset and setbit work on it, and putWindow writes it back when changed.
+// hmget and hcall run one command over many fields, in chunks, since Lua
+// unpacks only so many values at once.
+const luaHelpers = `
+local function window(key, idxs)
+  local lo, hi
+  for _, i in ipairs(idxs) do
+    local b = math.floor(i / 8)
+    if not lo or b < lo then lo = b end
+    if not hi or b > hi then hi = b end
+  end
+  local w = {lo = lo or 0, bytes = {}, dirty = false}
+  if lo then
+    local s = redis.call('GETRANGE', key, lo, hi)
+    for j = 1, hi - lo + 1 do w.bytes[j] = string.byte(s, j) or 0 end
+  end
+  return w
+end
+local function isset(w, i)
+  return bit.band(w.bytes[math.floor(i / 8) - w.lo + 1], bit.rshift(128, i % 8)) ~= 0
+end
+local function setbit(w, i)
+  local j = math.floor(i / 8) - w.lo + 1
+  w.bytes[j] = bit.bor(w.bytes[j], bit.rshift(128, i % 8))
+  w.dirty = true
+end
+local function putWindow(key, w)
+  if not w.dirty then return end
+  local parts = {}
+  for s = 1, #w.bytes, 4000 do
+    table.insert(parts, string.char(unpack(w.bytes, s, math.min(s + 3999, #w.bytes))))
+  end
+  redis.call('SETRANGE', key, w.lo, table.concat(parts))
+end
+local function hmget(key, fields)
+  local out = {}
+  for s = 1, #fields, 1000 do
+    local part = redis.call('HMGET', key, unpack(fields, s, math.min(s + 999, #fields)))
+    for j = 1, #part do out[s + j - 1] = part[j] end
+  end
+  return out
+end
+local function hcall(cmd, key, args)
+  for s = 1, #args, 1000 do
+    redis.call(cmd, key, unpack(args, s, math.min(s + 999, #args)))
+  end
+end
+local function recordKeys(list)
+  local out = {}
+  if list then for k in string.gmatch(list, '[^\n]+') do table.insert(out, k) end end
+  return out
+end
+`
+
 // commitScript commits what a worker did: item step records, items'
 // results, DLQ entries and events. It returns the hand-off's state, then
 // the items it wrote nothing for because another worker has claimed them
 // since; a hand-off that is gone or over takes nothing.
 //
-// KEYS: meta, done, res, log, claims, then the item keys the records name.
+// KEYS: meta, done, res, log, claims, partial, recs.
 // ARGV: channel, ref, then
 //
-//	n records: (KEYS index of the item key, item index, field, JSON, claim) * n
-//	n results: (item index, result JSON, status field, KEYS index of the item key, claim) * n
+//	n records: (item index, field, JSON, claim) * n
+//	n results: (item index, result JSON, status field, claim) * n
 //	n log entries: JSON * n
 //
 // A claim is OWNER|FENCE, or "" for a write that needs none (a poison item
 // parked by whichever worker took its dead message).
-var commitScript = goredis.NewScript(`
+var commitScript = goredis.NewScript(luaHelpers + `
 local meta = KEYS[1]
 local state = redis.call('HGET', meta, 'state')
 if not state then return {'gone'} end
 if state ~= 'open' then return {state} end
 local ttl = redis.call('PTTL', meta)
+local nr = tonumber(ARGV[3])
+local recAt = 4
+local ns = tonumber(ARGV[recAt + 4 * nr])
+local slotAt = recAt + 4 * nr + 1
+local nl = tonumber(ARGV[slotAt + 4 * ns])
+local logAt = slotAt + 4 * ns + 1
+local nums, named, seen = {}, {}, {}
+local function note(p)
+  table.insert(nums, tonumber(ARGV[p]))
+  if ARGV[p + 3] ~= '' and not seen[ARGV[p]] then
+    seen[ARGV[p]] = true
+    table.insert(named, ARGV[p])
+  end
+end
+for r = 0, nr - 1 do note(recAt + 4 * r) end
+for s = 0, ns - 1 do note(slotAt + 4 * s) end
+local w = window(KEYS[2], nums)
+local claimNow = {}
+local cur = hmget(KEYS[5], named)
+for j, idx in ipairs(named) do claimNow[idx] = cur[j] end
 local lost, lostSeen = {}, {}
 local function holds(idx, claim)
   if claim == '' then return true end
-  local cur = redis.call('HGET', KEYS[5], idx)
-  if cur and string.sub(cur, 1, #claim + 1) == claim .. '|' then return true end
+  local c = claimNow[idx]
+  if c and string.sub(c, 1, #claim + 1) == claim .. '|' then return true end
   if not lostSeen[idx] then
     lostSeen[idx] = true
     table.insert(lost, tonumber(idx))
   end
   return false
 end
-local a = 3
-local n = tonumber(ARGV[a]); a = a + 1
-for _ = 1, n do
-  local k, idx = KEYS[tonumber(ARGV[a])], tonumber(ARGV[a+1])
-  if redis.call('GETBIT', KEYS[2], idx) == 0 and holds(ARGV[a+1], ARGV[a+4]) then
-    redis.call('HSET', k, ARGV[a+2], ARGV[a+3])
-    if ttl > 0 then redis.call('PEXPIRE', k, ttl) end
+local recSets, added, addedOrder = {}, {}, {}
+for r = 0, nr - 1 do
+  local p = recAt + 4 * r
+  local idx = ARGV[p]
+  if not isset(w, tonumber(idx)) and holds(idx, ARGV[p + 3]) then
+    table.insert(recSets, idx .. '|' .. ARGV[p + 1])
+    table.insert(recSets, ARGV[p + 2])
+    if not added[idx] then
+      added[idx] = {}
+      table.insert(addedOrder, idx)
+    end
+    table.insert(added[idx], ARGV[p + 1])
   end
-  a = a + 5
+end
+if #recSets > 0 then
+  hcall('HSET', KEYS[7], recSets)
+  local lists = hmget(KEYS[6], addedOrder)
+  local sets = {}
+  for j, idx in ipairs(addedOrder) do
+    local have, list = {}, recordKeys(lists[j])
+    for _, k in ipairs(list) do have[k] = true end
+    for _, k in ipairs(added[idx]) do
+      if not have[k] then
+        have[k] = true
+        table.insert(list, k)
+      end
+    end
+    table.insert(sets, idx)
+    table.insert(sets, table.concat(list, '\n'))
+  end
+  hcall('HSET', KEYS[6], sets)
 end
 local news = false
 local counts, done = {}, 0
-n = tonumber(ARGV[a]); a = a + 1
-for _ = 1, n do
-  local idx = tonumber(ARGV[a])
-  if redis.call('GETBIT', KEYS[2], idx) == 0 and holds(ARGV[a], ARGV[a+4]) then
-    redis.call('SETBIT', KEYS[2], idx, 1)
-    redis.call('HSET', KEYS[3], idx, ARGV[a+1])
-    counts[ARGV[a+2]] = (counts[ARGV[a+2]] or 0) + 1
+local resSets, finished = {}, {}
+for s = 0, ns - 1 do
+  local p = slotAt + 4 * s
+  local idx = ARGV[p]
+  local i = tonumber(idx)
+  if not isset(w, i) and holds(idx, ARGV[p + 3]) then
+    setbit(w, i)
+    table.insert(resSets, idx)
+    table.insert(resSets, ARGV[p + 1])
+    table.insert(finished, idx)
+    counts[ARGV[p + 2]] = (counts[ARGV[p + 2]] or 0) + 1
     done = done + 1
-    redis.call('DEL', KEYS[tonumber(ARGV[a+3])])
-    redis.call('HDEL', KEYS[5], ARGV[a])
-    news = true
   end
-  a = a + 5
 end
-for field, c in pairs(counts) do redis.call('HINCRBY', meta, field, c) end
-if done > 0 then redis.call('HINCRBY', meta, 'done', done) end
-n = tonumber(ARGV[a]); a = a + 1
-for _ = 1, n do
-  redis.call('RPUSH', KEYS[4], ARGV[a]); a = a + 1
+if done > 0 then
+  putWindow(KEYS[2], w)
+  hcall('HSET', KEYS[3], resSets)
+  local lists = hmget(KEYS[6], finished)
+  local recDels, had = {}, {}
+  for j, idx in ipairs(finished) do
+    if lists[j] then
+      table.insert(had, idx)
+      for _, k in ipairs(recordKeys(lists[j])) do table.insert(recDels, idx .. '|' .. k) end
+    end
+  end
+  hcall('HDEL', KEYS[7], recDels)
+  hcall('HDEL', KEYS[6], had)
+  hcall('HDEL', KEYS[5], finished)
+  for field, c in pairs(counts) do redis.call('HINCRBY', meta, field, c) end
+  redis.call('HINCRBY', meta, 'done', done)
+  news = true
+end
+if nl > 0 then
+  local entries = {}
+  for p = logAt, logAt + nl - 1 do table.insert(entries, ARGV[p]) end
+  hcall('RPUSH', KEYS[4], entries)
   news = true
 end
 if ttl > 0 then
-  for k = 2, 4 do redis.call('PEXPIRE', KEYS[k], ttl) end
+  for _, k in ipairs({2, 3, 4, 6, 7}) do redis.call('PEXPIRE', KEYS[k], ttl) end
 end
 local m = redis.call('HMGET', meta, 'done', 'total', 'failed', 'tolerated', 'notified')
 local out = 'open'
@@ -230,46 +354,80 @@ return {out, lost}
 // worker holds already is renewed and keeps its fence; a lapsed one is
 // taken over with a new fence. With take unset nothing is claimed.
 //
-// KEYS: meta, done, claims, then one item key per index.
+// KEYS: meta, done, claims, partial, recs.
 // ARGV: owner, claim ttl ms, take (1 or 0), then the indexes.
 // Per item: {index, 0 claimed | 1 done | 2 held, records, OWNER|FENCE or the holder}.
-var claimScript = goredis.NewScript(`
+var claimScript = goredis.NewScript(luaHelpers + `
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'gone'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local owner, ttl, take = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1' and state == 'open'
-local fence = nil
+local nums = {}
+for i = 4, #ARGV do table.insert(nums, tonumber(ARGV[i])) end
+local w = window(KEYS[2], nums)
+local open = {}
+for i = 4, #ARGV do
+  if not isset(w, tonumber(ARGV[i])) then table.insert(open, ARGV[i]) end
+end
+local claimOf, held = {}, {}
+local fence
+if take and #open > 0 then
+  local cur = hmget(KEYS[3], open)
+  local sets = {}
+  for j, idx in ipairs(open) do
+    local claim, h = '', nil
+    if cur[j] then
+      local o, f, exp = string.match(cur[j], '^(.*)|(%d+)|(%d+)$')
+      if o == owner then
+        claim = o .. '|' .. f
+      elseif o and tonumber(exp) > now then
+        h = o
+      end
+    end
+    if h then
+      held[idx] = h
+    else
+      if claim == '' then
+        if not fence then fence = redis.call('HINCRBY', KEYS[1], 'fence', 1) end
+        claim = owner .. '|' .. fence
+      end
+      claimOf[idx] = claim
+      table.insert(sets, idx)
+      table.insert(sets, claim .. '|' .. (now + ttl))
+    end
+  end
+  hcall('HSET', KEYS[3], sets)
+end
+local want = {}
+for _, idx in ipairs(open) do
+  if not held[idx] then table.insert(want, idx) end
+end
+local recs = {}
+local lists = hmget(KEYS[4], want)
+local fields, whose = {}, {}
+for j, idx in ipairs(want) do
+  for _, k in ipairs(recordKeys(lists[j])) do
+    table.insert(fields, idx .. '|' .. k)
+    table.insert(whose, idx)
+  end
+end
+local vals = hmget(KEYS[5], fields)
+for j, idx in ipairs(whose) do
+  if vals[j] then
+    recs[idx] = recs[idx] or {}
+    table.insert(recs[idx], vals[j])
+  end
+end
 local out = {state}
 for i = 4, #ARGV do
   local idx = ARGV[i]
-  if redis.call('GETBIT', KEYS[2], tonumber(idx)) == 1 then
+  if isset(w, tonumber(idx)) then
     table.insert(out, {tonumber(idx), 1, {}, ''})
+  elseif held[idx] then
+    table.insert(out, {tonumber(idx), 2, {}, held[idx]})
   else
-    local claim, held = '', nil
-    if take then
-      local cur = redis.call('HGET', KEYS[3], idx)
-      if cur then
-        local o, f, exp = string.match(cur, '^(.*)|(%d+)|(%d+)$')
-        if o == owner then
-          claim = o .. '|' .. f
-        elseif o and tonumber(exp) > now then
-          held = o
-        end
-      end
-      if not held then
-        if claim == '' then
-          if not fence then fence = redis.call('HINCRBY', KEYS[1], 'fence', 1) end
-          claim = owner .. '|' .. fence
-        end
-        redis.call('HSET', KEYS[3], idx, claim .. '|' .. (now + ttl))
-      end
-    end
-    if held then
-      table.insert(out, {tonumber(idx), 2, {}, held})
-    else
-      table.insert(out, {tonumber(idx), 0, redis.call('HVALS', KEYS[i]), claim})
-    end
+    table.insert(out, {tonumber(idx), 0, recs[idx] or {}, claimOf[idx] or ''})
   end
 end
 local pttl = redis.call('PTTL', KEYS[1])
@@ -282,23 +440,29 @@ return out
 // done and its claim gone); with ttl 0 it releases them instead.
 //
 // KEYS: claims. ARGV: ttl ms, then (index, OWNER|FENCE) * n.
-var renewScript = goredis.NewScript(`
+var renewScript = goredis.NewScript(luaHelpers + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[1])
-local lost = {}
-for a = 2, #ARGV, 2 do
-  local cur = redis.call('HGET', KEYS[1], ARGV[a])
-  if cur and string.sub(cur, 1, #ARGV[a+1] + 1) == ARGV[a+1] .. '|' then
+local idxs = {}
+for a = 2, #ARGV, 2 do table.insert(idxs, ARGV[a]) end
+local cur = hmget(KEYS[1], idxs)
+local sets, dels, lost = {}, {}, {}
+for j, idx in ipairs(idxs) do
+  local claim = ARGV[2 * j + 1]
+  if cur[j] and string.sub(cur[j], 1, #claim + 1) == claim .. '|' then
     if ttl > 0 then
-      redis.call('HSET', KEYS[1], ARGV[a], ARGV[a+1] .. '|' .. (now + ttl))
+      table.insert(sets, idx)
+      table.insert(sets, claim .. '|' .. (now + ttl))
     else
-      redis.call('HDEL', KEYS[1], ARGV[a])
+      table.insert(dels, idx)
     end
   else
-    table.insert(lost, tonumber(ARGV[a]))
+    table.insert(lost, tonumber(idx))
   end
 end
+hcall('HSET', KEYS[1], sets)
+hcall('HDEL', KEYS[1], dels)
 return lost
 `)
 
@@ -494,8 +658,6 @@ type claimed struct {
 // claim reads the state of items a worker was handed and, with take,
 // claims those not done nor held by another worker for ttl.
 func (b *barrier) claim(ctx context.Context, owner string, ttl time.Duration, take bool, indexes []int) (string, []claimed, error) {
-	ks := make([]string, 0, len(indexes)+3)
-	ks = append(ks, b.k.meta, b.k.done, b.k.claims)
 	args := make([]any, 0, len(indexes)+3)
 	flag := 0
 	if take {
@@ -503,10 +665,9 @@ func (b *barrier) claim(ctx context.Context, owner string, ttl time.Duration, ta
 	}
 	args = append(args, owner, ttl.Milliseconds(), flag)
 	for _, idx := range indexes {
-		ks = append(ks, b.k.item(idx))
 		args = append(args, idx)
 	}
-	res, err := claimScript.Run(ctx, b.rdb, ks, args...).Slice()
+	res, err := claimScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.done, b.k.claims, b.k.partial, b.k.recs}, args...).Slice()
 	if err != nil {
 		return "", nil, fmt.Errorf("claiming items of split %s in Redis: %w", b.ref, err)
 	}
@@ -530,6 +691,44 @@ func (b *barrier) claim(ctx context.Context, owner string, ttl time.Duration, ta
 		out = append(out, c)
 	}
 	return state, out, nil
+}
+
+// itemRecords reads the step records item i holds under prefix, in key
+// order: their keys, and their JSON.
+func (b *barrier) itemRecords(ctx context.Context, i int, prefix string) ([]string, []string, error) {
+	idx := strconv.Itoa(i)
+	list, err := b.rdb.HGet(ctx, b.k.partial, idx).Result()
+	if errors.Is(err, goredis.Nil) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading item %d of split %s from Redis: %w", i, b.ref, err)
+	}
+	var keys, fields []string
+	for _, k := range strings.Split(list, "\n") {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fields = append(fields, idx+"|"+k)
+	}
+	if len(fields) == 0 {
+		return nil, nil, nil
+	}
+	vals, err := b.rdb.HMGet(ctx, b.k.recs, fields...).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading item %d of split %s from Redis: %w", i, b.ref, err)
+	}
+	outKeys, outVals := keys[:0], make([]string, 0, len(vals))
+	for j, v := range vals {
+		if s, ok := v.(string); ok {
+			outKeys = append(outKeys, keys[j])
+			outVals = append(outVals, s)
+		}
+	}
+	return outKeys, outVals, nil
 }
 
 // renew extends a worker's claims on items by ttl, or releases them with
@@ -569,16 +768,6 @@ func asInt(v any) int64 {
 // items it wrote nothing for because the worker's claim on them, as claim
 // gives it, has been taken over.
 func (b *barrier) commit(ctx context.Context, batch *store.Batch, claim func(item int) string) (string, []int, error) {
-	ks := []string{b.k.meta, b.k.done, b.k.res, b.k.log, b.k.claims}
-	keyIndex := map[int]int{} // item index → position of its key in ks (1-based)
-	itemKey := func(i int) int {
-		if p, ok := keyIndex[i]; ok {
-			return p
-		}
-		ks = append(ks, b.k.item(i))
-		keyIndex[i] = len(ks)
-		return len(ks)
-	}
 	var recArgs, slotArgs []any
 	nRecs, nSlots := 0, 0
 	for _, rec := range batch.Steps {
@@ -591,7 +780,7 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch, claim func(ite
 			if err != nil {
 				return "", nil, fmt.Errorf("encoding the result of item %d: %w", i, err)
 			}
-			slotArgs = append(slotArgs, i, entry, statusField(rec.Status), itemKey(i), claim(i))
+			slotArgs = append(slotArgs, i, entry, statusField(rec.Status), claim(i))
 			nSlots++
 			continue
 		}
@@ -599,7 +788,7 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch, claim func(ite
 		if err != nil {
 			return "", nil, fmt.Errorf("encoding step record %s: %w", rec.Key, err)
 		}
-		recArgs = append(recArgs, itemKey(i), i, rec.Key, data, claim(i))
+		recArgs = append(recArgs, i, rec.Key, data, claim(i))
 		nRecs++
 	}
 	var other []any
@@ -625,7 +814,7 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch, claim func(ite
 	args = append(args, slotArgs...)
 	args = append(args, len(other))
 	args = append(args, other...)
-	res, err := commitScript.Run(ctx, b.rdb, ks, args...).Slice()
+	res, err := commitScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.done, b.k.res, b.k.log, b.k.claims, b.k.partial, b.k.recs}, args...).Slice()
 	if err != nil {
 		return "", nil, fmt.Errorf("committing results of split %s to Redis: %w", b.ref, err)
 	}
@@ -790,33 +979,8 @@ func (b *barrier) end(ctx context.Context, state string) error {
 
 // remove deletes every key of the hand-off.
 func (b *barrier) remove(ctx context.Context) error {
-	ks := []string{b.k.meta, b.k.ctx, b.k.done, b.k.res, b.k.log, b.k.claims}
-	iter := b.rdb.Scan(ctx, 0, escapeGlob(b.k.base)+":item:*", 1000).Iterator()
-	for iter.Next(ctx) {
-		ks = append(ks, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		return fmt.Errorf("listing item keys of split %s in Redis: %w", b.ref, err)
-	}
-	for len(ks) > 0 {
-		n := min(len(ks), 500)
-		if err := b.rdb.Del(ctx, ks[:n]...).Err(); err != nil {
-			return fmt.Errorf("deleting split %s from Redis: %w", b.ref, err)
-		}
-		ks = ks[n:]
+	if err := b.rdb.Del(ctx, b.k.all()...).Err(); err != nil {
+		return fmt.Errorf("deleting split %s from Redis: %w", b.ref, err)
 	}
 	return nil
-}
-
-// escapeGlob keeps the glob characters of a key literal in a SCAN pattern.
-func escapeGlob(s string) string {
-	var sb strings.Builder
-	for _, c := range s {
-		switch c {
-		case '*', '?', '[', ']', '\\':
-			sb.WriteByte('\\')
-		}
-		sb.WriteRune(c)
-	}
-	return sb.String()
 }

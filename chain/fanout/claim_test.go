@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,6 +91,105 @@ func TestClaims(t *testing.T) {
 	}
 	if left, _ := rdb.HKeys(ctx, b.k.claims).Result(); !slices.Equal(left, []string{"2"}) {
 		t.Errorf("claims left: %v, want only item 2's (claimed by w2, not done)", left)
+	}
+}
+
+// TestBarrierKeepsItemsApart commits items whose bits share bytes and
+// straddle them, far apart and twice, with step records on the way: each
+// item is done exactly once, its bit is the one the owner reads, and its
+// records are there until its result is, then gone.
+func TestBarrierKeepsItemsApart(t *testing.T) {
+	ctx := context.Background()
+	prefix := "cgtest:bits:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	u := redistest.OpenPrefix(t, prefix)
+	opts, err := goredis.ParseURL(strings.Split(u, "?")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := goredis.NewClient(opts)
+	defer rdb.Close()
+	b := newBarrier(rdb, prefix, ref{Run: "r1", Split: "loop", Gen: 1})
+	const total = 20_000
+	ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: total}
+	if _, _, err := b.init(ctx, ws, total, false, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	items := []int{0, 7, 8, 15, 16, 9_999, 19_999}
+	_, mine, err := b.claim(ctx, "w1", time.Minute, true, items)
+	if err != nil || len(mine) != len(items) {
+		t.Fatalf("claim: %+v %v", mine, err)
+	}
+	claims := map[int]string{}
+	for _, c := range mine {
+		claims[c.index] = c.claim
+	}
+	claimOf := func(i int) string { return claims[i] }
+
+	// Records first: items 7 and 9,999 are part way through.
+	recs := &store.Batch{Steps: []*store.StepRecord{
+		{Key: "loop[7]/first", Name: "first", Status: store.StepSucceeded},
+		{Key: "loop[7]/second", Name: "second", Status: store.StepFailed},
+		{Key: "loop[9999]/first", Name: "first", Status: store.StepSucceeded},
+	}}
+	if _, lost, err := b.commit(ctx, recs, claimOf); err != nil || len(lost) != 0 {
+		t.Fatalf("committing records: lost %v, %v", lost, err)
+	}
+	_, rows, err := b.claim(ctx, "w1", time.Minute, false, []int{7, 8, 9_999})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []int{len(rows[0].records), len(rows[1].records), len(rows[2].records)}; !slices.Equal(got, []int{2, 0, 1}) {
+		t.Fatalf("records per item 7, 8, 9999: %v, want [2 0 1]", got)
+	}
+	keys, _, err := b.itemRecords(ctx, 7, "loop[7]/")
+	if err != nil || !slices.Equal(keys, []string{"loop[7]/first", "loop[7]/second"}) {
+		t.Fatalf("item 7's records: %v %v", keys, err)
+	}
+
+	// Results, one item twice: it counts once.
+	slot := func(i int, st store.StepStatus) *store.StepRecord {
+		return &store.StepRecord{Key: engine.ItemKey("loop", i, total), Name: "loop", Status: st}
+	}
+	var res store.Batch
+	for _, i := range items {
+		res.Steps = append(res.Steps, slot(i, store.StepSucceeded))
+	}
+	res.Steps = append(res.Steps, slot(8, store.StepFailed))
+	if state, lost, err := b.commit(ctx, &res, claimOf); err != nil || state != "open" || len(lost) != 0 {
+		t.Fatalf("committing results: %q lost %v, %v", state, lost, err)
+	}
+	bits, err := b.doneBits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range total {
+		if got, want := bitSet(bits, i), slices.Contains(items, i); got != want {
+			t.Fatalf("item %d's bit is set: %v, want %v", i, got, want)
+		}
+	}
+	meta, _ := rdb.HMGet(ctx, b.k.meta, "done", "succeeded", "failed").Result()
+	if fmt.Sprint(meta) != fmt.Sprintf("[%d %d 0]", len(items), len(items)) {
+		t.Errorf("done, succeeded, failed: %v", meta)
+	}
+	for _, k := range []string{b.k.partial, b.k.recs, b.k.claims} {
+		if n, _ := rdb.HLen(ctx, k).Result(); n != 0 {
+			t.Errorf("%s holds %d fields once every item it named is done", k, n)
+		}
+	}
+	got, err := b.results(ctx, 0, total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range got {
+		if (r != nil) != slices.Contains(items, i) || (r != nil && r.Status != store.StepSucceeded) {
+			t.Fatalf("result %d: %+v", i, r)
+		}
+	}
+	if err := b.remove(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := rdb.Exists(ctx, b.k.all()...).Result(); n != 0 {
+		t.Errorf("%d keys left after remove", n)
 	}
 }
 

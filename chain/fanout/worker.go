@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -774,20 +773,13 @@ func (s sink) ForEachStep(ctx context.Context, prefix string, fn func(*store.Ste
 	if !ok {
 		return fmt.Errorf("reading step records %q: not inside an item of split %s", prefix, s.ws.b.ref)
 	}
-	vals, err := s.ws.w.f.rdb.HGetAll(ctx, s.ws.b.k.item(i)).Result()
+	keys, vals, err := s.ws.b.itemRecords(ctx, i, prefix)
 	if err != nil {
-		return fmt.Errorf("reading item %d of split %s from Redis: %w", i, s.ws.b.ref, err)
+		return err
 	}
-	keys := make([]string, 0, len(vals))
-	for k := range vals {
-		if strings.HasPrefix(k, prefix) {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for j, k := range keys {
 		var rec store.StepRecord
-		if err := json.Unmarshal([]byte(vals[k]), &rec); err != nil {
+		if err := json.Unmarshal([]byte(vals[j]), &rec); err != nil {
 			return fmt.Errorf("decoding step record %s of split %s: %w", k, s.ws.b.ref, err)
 		}
 		if err := fn(&rec); err != nil {
