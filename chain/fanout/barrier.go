@@ -181,7 +181,7 @@ local function putWindow(key, w)
   if not w.dirty then return end
   local parts = {}
   for s = 1, #w.bytes, 4000 do
-    table.insert(parts, string.char(unpack(w.bytes, s, math.min(s + 3999, #w.bytes))))
+    parts[#parts + 1] = string.char(unpack(w.bytes, s, math.min(s + 3999, #w.bytes)))
   end
   redis.call('SETRANGE', key, w.lo, table.concat(parts))
 end
@@ -200,7 +200,7 @@ local function hcall(cmd, key, args)
 end
 local function recordKeys(list)
   local out = {}
-  if list then for k in string.gmatch(list, '[^\n]+') do table.insert(out, k) end end
+  if list then for k in string.gmatch(list, '[^\n]+') do out[#out + 1] = k end end
   return out
 end
 `
@@ -233,10 +233,10 @@ local nl = tonumber(ARGV[slotAt + 4 * ns])
 local logAt = slotAt + 4 * ns + 1
 local nums, named, seen = {}, {}, {}
 local function note(p)
-  table.insert(nums, tonumber(ARGV[p]))
+  nums[#nums + 1] = tonumber(ARGV[p])
   if ARGV[p + 3] ~= '' and not seen[ARGV[p]] then
     seen[ARGV[p]] = true
-    table.insert(named, ARGV[p])
+    named[#named + 1] = ARGV[p]
   end
 end
 for r = 0, nr - 1 do note(recAt + 4 * r) end
@@ -252,7 +252,7 @@ local function holds(idx, claim)
   if c and string.sub(c, 1, #claim + 1) == claim .. '|' then return true end
   if not lostSeen[idx] then
     lostSeen[idx] = true
-    table.insert(lost, tonumber(idx))
+    lost[#lost + 1] = tonumber(idx)
   end
   return false
 end
@@ -260,14 +260,14 @@ local recSets, added, addedOrder = {}, {}, {}
 for r = 0, nr - 1 do
   local p = recAt + 4 * r
   local idx = ARGV[p]
-  if not isset(w, tonumber(idx)) and holds(idx, ARGV[p + 3]) then
-    table.insert(recSets, idx .. '|' .. ARGV[p + 1])
-    table.insert(recSets, ARGV[p + 2])
+  if not isset(w, nums[r + 1]) and holds(idx, ARGV[p + 3]) then
+    recSets[#recSets + 1] = idx .. '|' .. ARGV[p + 1]
+    recSets[#recSets + 1] = ARGV[p + 2]
     if not added[idx] then
       added[idx] = {}
-      table.insert(addedOrder, idx)
+      addedOrder[#addedOrder + 1] = idx
     end
-    table.insert(added[idx], ARGV[p + 1])
+    added[idx][#added[idx] + 1] = ARGV[p + 1]
   end
 end
 if #recSets > 0 then
@@ -280,11 +280,11 @@ if #recSets > 0 then
     for _, k in ipairs(added[idx]) do
       if not have[k] then
         have[k] = true
-        table.insert(list, k)
+        list[#list + 1] = k
       end
     end
-    table.insert(sets, idx)
-    table.insert(sets, table.concat(list, '\n'))
+    sets[#sets + 1] = idx
+    sets[#sets + 1] = table.concat(list, '\n')
   end
   hcall('HSET', KEYS[6], sets)
 end
@@ -293,13 +293,12 @@ local counts, done = {}, 0
 local resSets, finished = {}, {}
 for s = 0, ns - 1 do
   local p = slotAt + 4 * s
-  local idx = ARGV[p]
-  local i = tonumber(idx)
+  local idx, i = ARGV[p], nums[nr + s + 1]
   if not isset(w, i) and holds(idx, ARGV[p + 3]) then
     setbit(w, i)
-    table.insert(resSets, idx)
-    table.insert(resSets, ARGV[p + 1])
-    table.insert(finished, idx)
+    resSets[#resSets + 1] = idx
+    resSets[#resSets + 1] = ARGV[p + 1]
+    finished[#finished + 1] = idx
     counts[ARGV[p + 2]] = (counts[ARGV[p + 2]] or 0) + 1
     done = done + 1
   end
@@ -307,16 +306,18 @@ end
 if done > 0 then
   putWindow(KEYS[2], w)
   hcall('HSET', KEYS[3], resSets)
-  local lists = hmget(KEYS[6], finished)
-  local recDels, had = {}, {}
-  for j, idx in ipairs(finished) do
-    if lists[j] then
-      table.insert(had, idx)
-      for _, k in ipairs(recordKeys(lists[j])) do table.insert(recDels, idx .. '|' .. k) end
+  if redis.call('EXISTS', KEYS[6]) == 1 then
+    local lists = hmget(KEYS[6], finished)
+    local recDels, had = {}, {}
+    for j, idx in ipairs(finished) do
+      if lists[j] then
+        had[#had + 1] = idx
+        for _, k in ipairs(recordKeys(lists[j])) do recDels[#recDels + 1] = idx .. '|' .. k end
+      end
     end
+    hcall('HDEL', KEYS[7], recDels)
+    hcall('HDEL', KEYS[6], had)
   end
-  hcall('HDEL', KEYS[7], recDels)
-  hcall('HDEL', KEYS[6], had)
   hcall('HDEL', KEYS[5], finished)
   for field, c in pairs(counts) do redis.call('HINCRBY', meta, field, c) end
   redis.call('HINCRBY', meta, 'done', done)
@@ -324,7 +325,7 @@ if done > 0 then
 end
 if nl > 0 then
   local entries = {}
-  for p = logAt, logAt + nl - 1 do table.insert(entries, ARGV[p]) end
+  for p = logAt, logAt + nl - 1 do entries[#entries + 1] = ARGV[p] end
   hcall('RPUSH', KEYS[4], entries)
   news = true
 end
@@ -364,17 +365,17 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local owner, ttl, take = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1' and state == 'open'
 local nums = {}
-for i = 4, #ARGV do table.insert(nums, tonumber(ARGV[i])) end
+for i = 4, #ARGV do nums[#nums + 1] = tonumber(ARGV[i]) end
 local w = window(KEYS[2], nums)
 local open = {}
-for i = 4, #ARGV do
-  if not isset(w, tonumber(ARGV[i])) then table.insert(open, ARGV[i]) end
+for j, i in ipairs(nums) do
+  if not isset(w, i) then open[#open + 1] = ARGV[j + 3] end
 end
 local claimOf, held = {}, {}
 local fence
 if take and #open > 0 then
   local cur = hmget(KEYS[3], open)
-  local sets = {}
+  local sets, expires = {}, '|' .. (now + ttl)
   for j, idx in ipairs(open) do
     local claim, h = '', nil
     if cur[j] then
@@ -393,41 +394,41 @@ if take and #open > 0 then
         claim = owner .. '|' .. fence
       end
       claimOf[idx] = claim
-      table.insert(sets, idx)
-      table.insert(sets, claim .. '|' .. (now + ttl))
+      sets[#sets + 1] = idx
+      sets[#sets + 1] = claim .. expires
     end
   end
   hcall('HSET', KEYS[3], sets)
 end
 local want = {}
 for _, idx in ipairs(open) do
-  if not held[idx] then table.insert(want, idx) end
+  if not held[idx] then want[#want + 1] = idx end
 end
-local recs = {}
-local lists = hmget(KEYS[4], want)
+local recs, lists = {}, {}
+if redis.call('EXISTS', KEYS[4]) == 1 then lists = hmget(KEYS[4], want) end
 local fields, whose = {}, {}
 for j, idx in ipairs(want) do
   for _, k in ipairs(recordKeys(lists[j])) do
-    table.insert(fields, idx .. '|' .. k)
-    table.insert(whose, idx)
+    fields[#fields + 1] = idx .. '|' .. k
+    whose[#whose + 1] = idx
   end
 end
 local vals = hmget(KEYS[5], fields)
 for j, idx in ipairs(whose) do
   if vals[j] then
     recs[idx] = recs[idx] or {}
-    table.insert(recs[idx], vals[j])
+    recs[idx][#recs[idx] + 1] = vals[j]
   end
 end
 local out = {state}
-for i = 4, #ARGV do
-  local idx = ARGV[i]
-  if isset(w, tonumber(idx)) then
-    table.insert(out, {tonumber(idx), 1, {}, ''})
+for j, i in ipairs(nums) do
+  local idx = ARGV[j + 3]
+  if isset(w, i) then
+    out[#out + 1] = {i, 1, {}, ''}
   elseif held[idx] then
-    table.insert(out, {tonumber(idx), 2, {}, held[idx]})
+    out[#out + 1] = {i, 2, {}, held[idx]}
   else
-    table.insert(out, {tonumber(idx), 0, recs[idx] or {}, claimOf[idx] or ''})
+    out[#out + 1] = {i, 0, recs[idx] or {}, claimOf[idx] or ''}
   end
 end
 local pttl = redis.call('PTTL', KEYS[1])
@@ -445,20 +446,20 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[1])
 local idxs = {}
-for a = 2, #ARGV, 2 do table.insert(idxs, ARGV[a]) end
+for a = 2, #ARGV, 2 do idxs[#idxs + 1] = ARGV[a] end
 local cur = hmget(KEYS[1], idxs)
 local sets, dels, lost = {}, {}, {}
 for j, idx in ipairs(idxs) do
   local claim = ARGV[2 * j + 1]
   if cur[j] and string.sub(cur[j], 1, #claim + 1) == claim .. '|' then
     if ttl > 0 then
-      table.insert(sets, idx)
-      table.insert(sets, claim .. '|' .. (now + ttl))
+      sets[#sets + 1] = idx
+      sets[#sets + 1] = claim .. '|' .. (now + ttl)
     else
-      table.insert(dels, idx)
+      dels[#dels + 1] = idx
     end
   else
-    table.insert(lost, tonumber(idx))
+    lost[#lost + 1] = tonumber(idx)
   end
 end
 hcall('HSET', KEYS[1], sets)
