@@ -245,11 +245,24 @@ local w = window(KEYS[2], nums)
 local claimNow = {}
 local cur = hmget(KEYS[5], named)
 for j, idx in ipairs(named) do claimNow[idx] = cur[j] end
-local lost, lostSeen = {}, {}
+local lost, lostSeen, matches = {}, {}, {}
 local function holds(idx, claim)
   if claim == '' then return true end
   local c = claimNow[idx]
-  if c and string.sub(c, 1, #claim + 1) == claim .. '|' then return true end
+  if c then
+    -- A message's items share their claim: compare each pair once.
+    local m = matches[claim]
+    if not m then
+      m = {}
+      matches[claim] = m
+    end
+    local ok = m[c]
+    if ok == nil then
+      ok = string.sub(c, 1, #claim + 1) == claim .. '|'
+      m[c] = ok
+    end
+    if ok then return true end
+  end
   if not lostSeen[idx] then
     lostSeen[idx] = true
     lost[#lost + 1] = tonumber(idx)
@@ -357,7 +370,10 @@ return {out, lost}
 //
 // KEYS: meta, done, claims, partial, recs.
 // ARGV: owner, claim ttl ms, take (1 or 0), then the indexes.
-// Per item: {index, 0 claimed | 1 done | 2 held, records, OWNER|FENCE or the holder}.
+// It returns the state, the claim it gave items it took afresh (OWNER|FENCE,
+// or ""), then a row for each item that is done, held, or has records or
+// another claim: {index, 0 claimed | 1 done | 2 held, records, OWNER|FENCE
+// or the holder}. Items with no row are claimed with the common claim.
 var claimScript = goredis.NewScript(luaHelpers + `
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'gone'} end
@@ -375,7 +391,7 @@ local claimOf, held = {}, {}
 local fence
 if take and #open > 0 then
   local cur = hmget(KEYS[3], open)
-  local sets, expires = {}, '|' .. (now + ttl)
+  local sets, expires, values = {}, '|' .. (now + ttl), {}
   for j, idx in ipairs(open) do
     local claim, h = '', nil
     if cur[j] then
@@ -394,8 +410,13 @@ if take and #open > 0 then
         claim = owner .. '|' .. fence
       end
       claimOf[idx] = claim
+      local v = values[claim]
+      if not v then
+        v = claim .. expires
+        values[claim] = v
+      end
       sets[#sets + 1] = idx
-      sets[#sets + 1] = claim .. expires
+      sets[#sets + 1] = v
     end
   end
   hcall('HSET', KEYS[3], sets)
@@ -420,14 +441,16 @@ for j, idx in ipairs(whose) do
     recs[idx][#recs[idx] + 1] = vals[j]
   end
 end
-local out = {state}
+local common = ''
+if fence then common = owner .. '|' .. fence end
+local out = {state, common}
 for j, i in ipairs(nums) do
   local idx = ARGV[j + 3]
   if isset(w, i) then
     out[#out + 1] = {i, 1, {}, ''}
   elseif held[idx] then
     out[#out + 1] = {i, 2, {}, held[idx]}
-  else
+  elseif recs[idx] or (claimOf[idx] or '') ~= common then
     out[#out + 1] = {i, 0, recs[idx] or {}, claimOf[idx] or ''}
   end
 end
@@ -673,8 +696,12 @@ func (b *barrier) claim(ctx context.Context, owner string, ttl time.Duration, ta
 		return "", nil, fmt.Errorf("claiming items of split %s in Redis: %w", b.ref, err)
 	}
 	state, _ := res[0].(string)
-	var out []claimed
-	for _, e := range res[1:] {
+	if len(res) < 2 {
+		return state, nil, nil
+	}
+	common, _ := res[1].(string)
+	rows := make(map[int]claimed, len(res)-2)
+	for _, e := range res[2:] {
 		row, _ := e.([]any)
 		if len(row) != 4 {
 			continue
@@ -689,7 +716,15 @@ func (b *barrier) claim(ctx context.Context, owner string, ttl time.Duration, ta
 				c.records = append(c.records, &rec)
 			}
 		}
-		out = append(out, c)
+		rows[c.index] = c
+	}
+	out := make([]claimed, len(indexes))
+	for j, i := range indexes {
+		c, ok := rows[i]
+		if !ok {
+			c = claimed{index: i, claim: common}
+		}
+		out[j] = c
 	}
 	return state, out, nil
 }
