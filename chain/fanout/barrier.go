@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,6 +94,38 @@ type result struct {
 	Status store.StepStatus `json:"s"`
 	Body   json.RawMessage  `json:"b,omitempty"`
 	Error  *store.ErrorInfo `json:"e,omitempty"`
+}
+
+// encodeResult writes the result a slot record holds as the barrier keeps
+// it. A commit writes one per item, so the common case, a result with a
+// body and no error, is written by hand; it is byte for byte what
+// jsonx.Marshal writes.
+func encodeResult(rec *store.StepRecord) ([]byte, error) {
+	if rec.Error != nil || !plainWord(string(rec.Status)) {
+		return jsonx.Marshal(result{Status: rec.Status, Body: rec.Body, Error: rec.Error})
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, len(rec.Body)+len(rec.Status)+16))
+	buf.WriteString(`{"s":"`)
+	buf.WriteString(string(rec.Status))
+	buf.WriteByte('"')
+	if len(rec.Body) > 0 {
+		buf.WriteString(`,"b":`)
+		if err := json.Compact(buf, rec.Body); err != nil {
+			return nil, fmt.Errorf("encoding a result body: %w", err)
+		}
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// plainWord reports whether s is written in JSON as it is, between quotes.
+func plainWord(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // record is the slot record of item i of the split a work context names.
@@ -608,7 +641,7 @@ func (b *barrier) seed(ctx context.Context, scan func(fn func(*store.StepRecord)
 		if !ok {
 			return nil
 		}
-		data, err := jsonx.Marshal(result{Status: rec.Status, Body: rec.Body, Error: rec.Error})
+		data, err := encodeResult(rec)
 		if err != nil {
 			return err
 		}
@@ -647,7 +680,7 @@ func (b *barrier) work(ctx context.Context) (*engine.WorkSplit, error) {
 		return nil, fmt.Errorf("reading split %s from Redis: %w", b.ref, err)
 	}
 	var ws engine.WorkSplit
-	if err := json.Unmarshal(data, &ws); err != nil {
+	if err := jsonx.Unmarshal(data, &ws); err != nil {
 		return nil, fmt.Errorf("decoding split %s: %w", b.ref, err)
 	}
 	return &ws, nil
@@ -712,7 +745,7 @@ func (b *barrier) claim(ctx context.Context, owner string, ttl time.Duration, ta
 		vals, _ := row[2].([]any)
 		for _, v := range vals {
 			var rec store.StepRecord
-			if s, ok := v.(string); ok && json.Unmarshal([]byte(s), &rec) == nil {
+			if s, ok := v.(string); ok && jsonx.Unmarshal([]byte(s), &rec) == nil {
 				c.records = append(c.records, &rec)
 			}
 		}
@@ -812,7 +845,7 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch, claim func(ite
 			continue // the split's own record, which is the run's to write
 		}
 		if split {
-			entry, err := jsonx.Marshal(result{Status: rec.Status, Body: rec.Body, Error: rec.Error})
+			entry, err := encodeResult(rec)
 			if err != nil {
 				return "", nil, fmt.Errorf("encoding the result of item %d: %w", i, err)
 			}
@@ -929,7 +962,7 @@ func (b *barrier) news(ctx context.Context, pos, max int) (*newsBatch, error) {
 	for _, e := range raw {
 		s, _ := e.(string)
 		var le logEntry
-		if err := json.Unmarshal([]byte(s), &le); err != nil {
+		if err := jsonx.Unmarshal([]byte(s), &le); err != nil {
 			return nil, fmt.Errorf("decoding the log of split %s: %w", b.ref, err)
 		}
 		n.entries = append(n.entries, le)
@@ -955,7 +988,7 @@ func (b *barrier) results(ctx context.Context, from, to int) ([]*result, error) 
 			continue
 		}
 		var r result
-		if err := json.Unmarshal([]byte(s), &r); err != nil {
+		if err := jsonx.Unmarshal([]byte(s), &r); err != nil {
 			return nil, fmt.Errorf("decoding the result of item %d of split %s: %w", from+j, b.ref, err)
 		}
 		out[j] = &r
@@ -977,7 +1010,7 @@ func (b *barrier) scanResults(ctx context.Context, fn func(i int, r *result) err
 				continue
 			}
 			var r result
-			if err := json.Unmarshal([]byte(kvs[j+1]), &r); err != nil {
+			if err := jsonx.Unmarshal([]byte(kvs[j+1]), &r); err != nil {
 				return fmt.Errorf("decoding the result of item %d of split %s: %w", i, b.ref, err)
 			}
 			if err := fn(i, &r); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -190,6 +191,29 @@ func TestBarrierKeepsItemsApart(t *testing.T) {
 	}
 	if n, _ := rdb.Exists(ctx, b.k.all()...).Result(); n != 0 {
 		t.Errorf("%d keys left after remove", n)
+	}
+}
+
+func TestEncodeResult(t *testing.T) {
+	tests := []*store.StepRecord{
+		{Status: store.StepSucceeded, Body: json.RawMessage(`{"i": {"name": "<host>", "ok": true}}`)},
+		{Status: store.StepSucceeded, Body: json.RawMessage(`"a \u0026 b"`)},
+		{Status: store.StepSkipped},
+		{Status: store.StepFailed, Error: &store.ErrorInfo{Message: "x < y", Code: "bad"}},
+		{Status: store.StepStatus("odd \"one\""), Body: json.RawMessage(`1`)},
+	}
+	for _, rec := range tests {
+		want, err := jsonx.Marshal(result{Status: rec.Status, Body: rec.Body, Error: rec.Error})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := encodeResult(rec)
+		if err != nil || string(got) != string(want) {
+			t.Errorf("encodeResult(%+v) = %s, %v; want %s", rec, got, err, want)
+		}
+	}
+	if _, err := encodeResult(&store.StepRecord{Status: store.StepSucceeded, Body: json.RawMessage(`{"a":`)}); err == nil {
+		t.Error("a body that is not JSON was encoded")
 	}
 }
 

@@ -254,7 +254,7 @@ func (w *Worker) deliver(ctx context.Context, d *broker.Delivery) {
 		return
 	}
 	var body message
-	if err := json.Unmarshal(d.Body, &body); err != nil {
+	if err := jsonx.Unmarshal(d.Body, &body); err != nil {
 		w.park(ctx, ws, d, indexes, nil, fmt.Sprintf("its message could not be decoded: %v", err))
 		return
 	}
@@ -715,7 +715,7 @@ func (w *Worker) poison(ctx context.Context, d *broker.Delivery) {
 		return
 	}
 	var body message
-	_ = json.Unmarshal(d.Body, &body)
+	_ = jsonx.Unmarshal(d.Body, &body)
 	w.park(ctx, ws, d, indexes, body.Items, fmt.Sprintf("its message was delivered %d times and never finished (max_redeliveries = %d): each worker that took it stopped first", w.f.cfg.MaxRedeliveries+1, w.f.cfg.MaxRedeliveries))
 }
 
@@ -779,7 +779,7 @@ func (s sink) ForEachStep(ctx context.Context, prefix string, fn func(*store.Ste
 	}
 	for j, k := range keys {
 		var rec store.StepRecord
-		if err := json.Unmarshal([]byte(vals[j]), &rec); err != nil {
+		if err := jsonx.Unmarshal([]byte(vals[j]), &rec); err != nil {
 			return fmt.Errorf("decoding step record %s of split %s: %w", k, s.ws.b.ref, err)
 		}
 		if err := fn(&rec); err != nil {
