@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -194,6 +195,8 @@ func TestBarrierKeepsItemsApart(t *testing.T) {
 	}
 }
 
+// TestEncodeResult keeps the hand-written result codec byte for byte and
+// value for value what the general one does.
 func TestEncodeResult(t *testing.T) {
 	tests := []*store.StepRecord{
 		{Status: store.StepSucceeded, Body: json.RawMessage(`{"i": {"name": "<host>", "ok": true}}`)},
@@ -211,9 +214,32 @@ func TestEncodeResult(t *testing.T) {
 		if err != nil || string(got) != string(want) {
 			t.Errorf("encodeResult(%+v) = %s, %v; want %s", rec, got, err, want)
 		}
+		back, err := decodeResult(string(got))
+		if err != nil {
+			t.Fatalf("decodeResult(%s): %v", got, err)
+		}
+		var slow result
+		if err := jsonx.Unmarshal(got, &slow); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back, &slow) {
+			t.Errorf("decodeResult(%s) = %+v, want %+v", got, back, &slow)
+		}
 	}
 	if _, err := encodeResult(&store.StepRecord{Status: store.StepSucceeded, Body: json.RawMessage(`{"a":`)}); err == nil {
 		t.Error("a body that is not JSON was encoded")
+	}
+	// Shapes only the decoder's slow path reads, or refuses.
+	for in, want := range map[string]*result{
+		`{"s":"failed","b":{"a":1},"e":{"message":"x"}}`: {Status: store.StepFailed, Body: json.RawMessage(`{"a":1}`), Error: &store.ErrorInfo{Message: "x"}},
+		`{"b":2,"s":"succeeded"}`:                        {Status: store.StepSucceeded, Body: json.RawMessage(`2`)},
+		`{"s":"succeeded","b":[1,}`:                      nil,
+		`{"s":"succeeded"`:                               nil,
+	} {
+		got, err := decodeResult(in)
+		if (err != nil) != (want == nil) || (want != nil && !reflect.DeepEqual(got, want)) {
+			t.Errorf("decodeResult(%s) = %+v, %v; want %+v", in, got, err, want)
+		}
 	}
 }
 
@@ -297,4 +323,23 @@ func redisCPU(tb testing.TB, rdb *goredis.Client) time.Duration {
 		}
 	}
 	return time.Duration(sum * float64(time.Second))
+}
+
+// FuzzDecodeResult holds the hand-written reading of a result to what the
+// decoder reads, for any text.
+func FuzzDecodeResult(f *testing.F) {
+	for _, s := range []string{`{"s":"succeeded","b":{"i":1}}`, `{"s":"skipped"}`, `{"s":"failed","b":1,"e":{"message":"x"}}`, `{"s":"ok","b":"}"}`, `{"s":"ok","b":[1]} `} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := decodeResult(s)
+		var want result
+		werr := jsonx.Unmarshal([]byte(s), &want)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("decodeResult(%q): %v; the decoder: %v", s, err, werr)
+		}
+		if err == nil && !reflect.DeepEqual(got, &want) {
+			t.Fatalf("decodeResult(%q) = %+v; the decoder reads %+v", s, got, &want)
+		}
+	})
 }

@@ -370,24 +370,41 @@ func (o *owned) salvage(counts engine.FanoutNews) bool {
 func (o *owned) Results(ctx context.Context, fn func(*store.StepRecord) error) error {
 	const chunk = 1000
 	total := o.job.Work.Total
-	for from := 0; from < total; from += chunk {
-		to := min(from+chunk, total)
-		var rs []*result
-		var err error
-		for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-			if rs, err = o.b.results(ctx, from, to); err == nil || wait >= 5*time.Second {
-				break
+	// The join waits on these reads alone, so a few pages are read ahead,
+	// at once, and handed on in order: a bounded memory, and the reading
+	// and decoding spread over the gateway's cores.
+	type page struct {
+		rs  []*result
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pages := make(chan chan page, 3)
+	go func() {
+		defer close(pages)
+		for from := 0; from < total; from += chunk {
+			c := make(chan page, 1)
+			select {
+			case pages <- c:
+			case <-ctx.Done():
+				return
 			}
-			o.log.Warn("reading a distributed split's results; retrying", "err", err)
-			time.Sleep(wait)
+			go func() {
+				rs, err := o.readResults(ctx, from, min(from+chunk, total))
+				c <- page{rs, err}
+			}()
 		}
-		if err != nil {
-			return err
+	}()
+	from := 0
+	for c := range pages {
+		p := <-c
+		if p.err != nil {
+			return p.err
 		}
 		// One record serves every item: a million would be a million
 		// allocations.
 		var rec store.StepRecord
-		for j, r := range rs {
+		for j, r := range p.rs {
 			if r == nil {
 				return fmt.Errorf("split %s has no result for item %d in Redis", o.b.ref, from+j)
 			}
@@ -396,8 +413,26 @@ func (o *owned) Results(ctx context.Context, fn func(*store.StepRecord) error) e
 				return err
 			}
 		}
+		from += len(p.rs)
 	}
-	return nil
+	return ctx.Err()
+}
+
+// readResults reads the results of items from to to-1, waiting a while
+// for a Redis that does not answer.
+func (o *owned) readResults(ctx context.Context, from, to int) ([]*result, error) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		rs, err := o.b.results(ctx, from, to)
+		if err == nil || wait >= 5*time.Second || ctx.Err() != nil {
+			return rs, err
+		}
+		o.log.Warn("reading a distributed split's results; retrying", "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // gauge keeps the in-flight gauge at what this hand-off has out.
