@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -419,6 +420,40 @@ func TestEmptySplitCompletesAtOnce(t *testing.T) {
 		t.Fatalf("run %s %+v: %s", res.Status, res.Error, res.Steps["loop"].Body)
 	}
 }
+
+// TestOwnerQuietOnceOver attaches a split that is over from the start and
+// leaves its handle open, as a run does while it joins: the owner tells the
+// news once and reads the barrier no more.
+func TestOwnerQuietOnceOver(t *testing.T) {
+	n := newNode(t, servers(t, ""))
+	var news atomic.Int32
+	job := &engine.FanoutJob{
+		Work:  &engine.WorkSplit{Run: &store.Run{ID: "quiet-" + strconv.FormatInt(time.Now().UnixNano(), 36)}, Key: "loop", Step: "loop", Total: 0},
+		Items: emptyItems{},
+		Gen:   1,
+	}
+	h := n.f.Attach(job, func(nw *engine.FanoutNews) {
+		if nw.State != engine.FanoutComplete {
+			t.Errorf("news of an empty split: %+v", nw)
+		}
+		news.Add(1)
+	})
+	defer h.End(store.StepSucceeded)
+	deadline := time.Now().Add(30 * time.Second)
+	for news.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := news.Load(); got != 1 {
+		t.Errorf("the owner told the news of a split that is over %d times, want once", got)
+	}
+}
+
+type emptyItems struct{}
+
+func (emptyItems) Len() int                          { return 0 }
+func (emptyItems) At(int) any                        { return nil }
+func (emptyItems) JSON(int) (json.RawMessage, error) { return nil, nil }
 
 // TestTimeoutWithNoWorker ends a split whose items nobody takes.
 func TestTimeoutWithNoWorker(t *testing.T) {

@@ -267,6 +267,19 @@ func (o *owned) follow() {
 		}
 		first, last, lastSent = false, *news, now
 		if len(n.entries) == 0 {
+			if news.State == engine.FanoutComplete || news.State == engine.FanoutFailed {
+				// A split that is over takes no more commits: all its news
+				// is told. Reading on would only keep Redis and this
+				// gateway busy while the run joins.
+				select {
+				case <-o.salvageReq:
+					if !o.salvage(last) {
+						return
+					}
+				case <-o.ctx.Done():
+					return
+				}
+			}
 			continue
 		}
 		// The log is trimmed once the run holds what it read.
