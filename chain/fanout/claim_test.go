@@ -127,6 +127,23 @@ func TestBarrierKeepsItemsApart(t *testing.T) {
 	}
 	claimOf := func(i int) string { return claims[i] }
 
+	// Claimed again with an item it does not hold yet (a redelivery to the
+	// same worker, say), w1 keeps its claims and fences and gets a new one
+	// for the new item only.
+	_, again, err := b.claim(ctx, "w1", time.Minute, true, []int{7, 1, 8})
+	if err != nil || len(again) != 3 {
+		t.Fatalf("claiming again: %+v %v", again, err)
+	}
+	if again[0].claim != claims[7] || again[2].claim != claims[8] || again[1].claim == claims[7] || again[1].claim == "" {
+		t.Errorf("claims again: %+v; want items 7 and 8 to keep %q, item 1 a new one", again, claims[7])
+	}
+	if again[0].index != 7 || again[1].index != 1 || again[2].index != 8 {
+		t.Errorf("rows out of the order asked: %+v", again)
+	}
+	if _, err := b.renew(ctx, 0, map[int]string{1: again[1].claim}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Records first: items 7 and 9,999 are part way through.
 	recs := &store.Batch{Steps: []*store.StepRecord{
 		{Key: "loop[7]/first", Name: "first", Status: store.StepSucceeded},
