@@ -163,13 +163,15 @@ func (res *result) record(ws *engine.WorkSplit, i int) *store.StepRecord {
 	return &store.StepRecord{Key: engine.ItemKey(ws.Key, i, ws.Total), Name: ws.Step, Status: res.Status, Body: res.Body, Error: res.Error}
 }
 
-// initScript creates a hand-off unless it exists, and returns its state
-// and how far publishing got. One that takes over results from an earlier
+// initScript creates a hand-off unless it exists, and returns its state,
+// how far publishing got, and 1 if it created it. One that takes over results from an earlier
 // hand-off starts "seeding", and opens once they are in (seededScript).
 //
 // KEYS: meta, ctx. ARGV: total, tolerated, ctx JSON, ttl ms, seeding flag.
 var initScript = goredis.NewScript(`
+local created = 0
 if redis.call('EXISTS', KEYS[1]) == 0 then
+  created = 1
   local state = 'open'
   if ARGV[5] == '1' then state = 'seeding' elseif tonumber(ARGV[1]) == 0 then state = 'complete' end
   redis.call('HSET', KEYS[1], 'total', ARGV[1], 'tolerated', ARGV[2], 'done', 0,
@@ -179,7 +181,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
-return redis.call('HMGET', KEYS[1], 'state', 'published')
+local m = redis.call('HMGET', KEYS[1], 'state', 'published')
+return {m[1], m[2], created}
 `)
 
 // seedScript takes in results from an earlier hand-off.
@@ -555,17 +558,26 @@ return lost
 
 // newsScript reads what the log holds from position pos on, and the
 // hand-off's state, for the owning gateway; it clears the flag that keeps
-// workers from notifying it more than once between two reads.
+// workers from notifying it more than once between two reads. Once a split
+// of at most inline items is complete and its log read to the end, it
+// returns their results too, sparing the join a round trip.
 //
-// KEYS: meta, log. ARGV: pos, max entries.
+// KEYS: meta, log, res. ARGV: pos, max entries, inline.
 var newsScript = goredis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'gone'} end
 redis.call('HSET', KEYS[1], 'notified', 0)
-local m = redis.call('HMGET', KEYS[1], 'state', 'message', 'published', 'done', 'trimmed', 'succeeded', 'failed', 'skipped')
+local m = redis.call('HMGET', KEYS[1], 'state', 'message', 'published', 'done', 'trimmed', 'succeeded', 'failed', 'skipped', 'total')
 local from = tonumber(ARGV[1]) - tonumber(m[5])
 if from < 0 then from = 0 end
 local entries = redis.call('LRANGE', KEYS[2], from, from + tonumber(ARGV[2]) - 1)
-return {m[1], m[2], m[3], m[4], m[6], m[7], m[8], entries}
+local results = {}
+local total = tonumber(m[9])
+if m[1] == 'complete' and #entries < tonumber(ARGV[2]) and total > 0 and total <= tonumber(ARGV[3]) then
+  local fields = {}
+  for i = 0, total - 1 do fields[#fields + 1] = tostring(i) end
+  results = redis.call('HMGET', KEYS[3], unpack(fields))
+end
+return {m[1], m[2], m[3], m[4], m[6], m[7], m[8], entries, results}
 `)
 
 // trimScript drops the log entries before pos, which the owning gateway
@@ -630,12 +642,13 @@ func parseNotice(s string) (string, string) {
 	return s[:i], s[i+1:]
 }
 
-// init creates the hand-off unless it exists; it returns its state and
-// publish cursor. seeding says results of an earlier hand-off come first.
-func (b *barrier) init(ctx context.Context, ws *engine.WorkSplit, tolerated int, seeding bool, ttl time.Duration) (string, int, error) {
+// init creates the hand-off unless it exists; it returns its state, its
+// publish cursor, and whether this call created it. seeding says results
+// of an earlier hand-off come first.
+func (b *barrier) init(ctx context.Context, ws *engine.WorkSplit, tolerated int, seeding bool, ttl time.Duration) (string, int, bool, error) {
 	wsJSON, err := jsonx.Marshal(ws)
 	if err != nil {
-		return "", 0, fmt.Errorf("encoding split context: %w", err)
+		return "", 0, false, fmt.Errorf("encoding split context: %w", err)
 	}
 	flag := "0"
 	if seeding {
@@ -643,11 +656,11 @@ func (b *barrier) init(ctx context.Context, ws *engine.WorkSplit, tolerated int,
 	}
 	res, err := initScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.ctx}, ws.Total, tolerated, wsJSON, ttl.Milliseconds(), flag).Slice()
 	if err != nil {
-		return "", 0, fmt.Errorf("creating split %s in Redis: %w", b.ref, err)
+		return "", 0, false, fmt.Errorf("creating split %s in Redis: %w", b.ref, err)
 	}
 	state, _ := res[0].(string)
 	published, _ := strconv.Atoi(fmt.Sprint(res[1]))
-	return state, published, nil
+	return state, published, asInt(res[2]) == 1, nil
 }
 
 // seedChunk is how many results go to Redis in one script.
@@ -970,11 +983,13 @@ type newsBatch struct {
 	done                       int
 	succeeded, failed, skipped int
 	entries                    []logEntry
-	gone                       bool
+	// results are every item's, in order, when the script gave them.
+	results []*result
+	gone    bool
 }
 
-func (b *barrier) news(ctx context.Context, pos, max int) (*newsBatch, error) {
-	res, err := newsScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.log}, pos, max).Slice()
+func (b *barrier) news(ctx context.Context, pos, max, inline int) (*newsBatch, error) {
+	res, err := newsScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.log, b.k.res}, pos, max, inline).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("reading news of split %s from Redis: %w", b.ref, err)
 	}
@@ -996,6 +1011,20 @@ func (b *barrier) news(ctx context.Context, pos, max int) (*newsBatch, error) {
 			return nil, fmt.Errorf("decoding the log of split %s: %w", b.ref, err)
 		}
 		n.entries = append(n.entries, le)
+	}
+	if len(res) > 8 {
+		raw, _ := res[8].([]any)
+		for i, v := range raw {
+			s, ok := v.(string)
+			if !ok {
+				return n, nil // not all in: the join reads them itself
+			}
+			r, err := decodeResult(s)
+			if err != nil {
+				return nil, fmt.Errorf("decoding the result of item %d of split %s: %w", i, b.ref, err)
+			}
+			n.results = append(n.results, r)
+		}
 	}
 	return n, nil
 }

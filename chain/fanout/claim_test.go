@@ -42,7 +42,7 @@ func TestClaims(t *testing.T) {
 	ctx := context.Background()
 	rdb, b := testBarrier(t, "claims")
 	ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: 3}
-	if state, _, err := b.init(ctx, ws, 0, false, time.Hour); err != nil || state != "open" {
+	if state, _, _, err := b.init(ctx, ws, 0, false, time.Hour); err != nil || state != "open" {
 		t.Fatalf("init: %q %v", state, err)
 	}
 	const ttl = 300 * time.Millisecond
@@ -113,7 +113,7 @@ func TestBarrierKeepsItemsApart(t *testing.T) {
 	rdb, b := testBarrier(t, "bits")
 	const total = 20_000
 	ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: total}
-	if _, _, err := b.init(ctx, ws, total, false, time.Hour); err != nil {
+	if _, _, _, err := b.init(ctx, ws, total, false, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	items := []int{0, 7, 8, 15, 16, 9_999, 19_999}
@@ -287,7 +287,7 @@ func BenchmarkBarrier(b *testing.B) {
 	const size, ahead = 500, 8
 	total := (b.N + ahead) * size
 	ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: total}
-	if _, _, err := br.init(ctx, ws, 0, false, time.Hour); err != nil {
+	if _, _, _, err := br.init(ctx, ws, 0, false, time.Hour); err != nil {
 		b.Fatal(err)
 	}
 	body := json.RawMessage(`{"i":{"name":"host-0000001","status":"up","zone":"eu-west-1a"}}`)

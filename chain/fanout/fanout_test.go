@@ -310,6 +310,46 @@ func TestDistributedSplitMatchesLocal(t *testing.T) {
 	}
 }
 
+// TestJoinReadsPagesInOrder runs a split of more items than the join reads
+// in one page, whose results the join reads ahead a few pages at once, and
+// one small enough for its results to come with the split's last news:
+// each joins its results in item order, as local mode does.
+func TestJoinReadsPagesInOrder(t *testing.T) {
+	chainOf := func(name, mode string) string {
+		return fmt.Sprintf(`
+[[chains]]
+name = %q
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+mode = %q
+items = "<<origin.payload.items>>"
+[[chains.steps.split.steps]]
+name = "echo"
+provider = "echo"
+payload_template = { i = "<<item>>" }
+`, name, mode)
+	}
+	cfg := servers(t, "batch_size = 500") + chainOf("d", "distributed") + chainOf("l", "local")
+	owner := newNode(t, cfg)
+	stop := newNode(t, cfg).work()
+	defer stop()
+	for _, n := range []int{2_345, 17} {
+		items := make([]string, n)
+		for i := range items {
+			items[i] = fmt.Sprintf(`{"host": "h-%d"}`, i)
+		}
+		payload := `{"items": [` + strings.Join(items, ",") + `]}`
+		dist, local := owner.run("d", payload), owner.run("l", payload)
+		if dist.Status != store.RunSucceeded || local.Status != store.RunSucceeded {
+			t.Fatalf("%d items: distributed %s %+v; local %s %+v", n, dist.Status, dist.Error, local.Status, local.Error)
+		}
+		if d, l := string(dist.Steps["loop"].Body), string(local.Steps["loop"].Body); d != l {
+			t.Errorf("%d items: split bodies differ:\ndistributed %.300s\nlocal       %.300s", n, d, l)
+		}
+	}
+}
+
 // TestNestedSplitsMatchLocal runs 5 hosts × 3 checks, with a filtered host,
 // a failing check and a failing host, distributed over two workers (the
 // inner splits run on the worker that has the host) and locally.

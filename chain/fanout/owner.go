@@ -65,6 +65,8 @@ type owned struct {
 	done   atomic.Int64
 	// inFlight is what this owner added to the in-flight gauge.
 	inFlight int
+	// inline are the results the news brought, for a small split.
+	inline atomic.Pointer[[]*result]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -182,12 +184,15 @@ func (o *owned) run() {
 	defer o.wg.Done()
 	var state string
 	var published int
+	var created bool
 	if !o.retry("creating a distributed split in Redis", func() (err error) {
-		state, published, err = o.b.init(o.ctx, o.job.Work, o.job.Tolerated, o.job.Seed != nil, o.ttl())
+		state, published, created, err = o.b.init(o.ctx, o.job.Work, o.job.Tolerated, o.job.Seed != nil, o.ttl())
 		return err
 	}) {
 		return
 	}
+	// A hand-off this owner just created, with no seed, has no item done.
+	fresh := created && state == string(engine.FanoutOpen)
 	if state == stateSeeding {
 		if !o.retry("taking a replayed split's earlier results into Redis", func() error { return o.b.seed(o.ctx, o.job.Seed) }) {
 			return
@@ -197,7 +202,7 @@ func (o *owned) run() {
 	o.cursor.Store(int64(published))
 	if state == string(engine.FanoutOpen) {
 		o.wg.Add(1)
-		go o.publish(published)
+		go o.publish(published, fresh)
 	}
 	o.follow()
 }
@@ -223,7 +228,7 @@ func (o *owned) follow() {
 		}
 		var n *newsBatch
 		if !o.retry("reading a distributed split's news from Redis", func() (err error) {
-			n, err = o.b.news(o.ctx, pos, importChunk)
+			n, err = o.b.news(o.ctx, pos, importChunk, resultsPage)
 			return err
 		}) {
 			return
@@ -233,6 +238,9 @@ func (o *owned) follow() {
 				Message: fmt.Sprintf("split %s's state is gone from Redis (flushed, or expired); the items still out cannot come back", o.b.ref)})
 			<-o.ctx.Done()
 			return
+		}
+		if len(n.results) == o.job.Work.Total {
+			o.inline.Store(&n.results)
 		}
 		o.done.Store(int64(n.done))
 		select {
@@ -381,8 +389,10 @@ func (o *owned) salvage(counts engine.FanoutNews) bool {
 // goroutine once every item has a result; a Redis that does not answer is
 // waited for a while.
 func (o *owned) Results(ctx context.Context, fn func(*store.StepRecord) error) error {
-	const chunk = 1000
 	total := o.job.Work.Total
+	if rs := o.inline.Load(); rs != nil && len(*rs) == total {
+		return o.emit(0, *rs, fn)
+	}
 	// The join waits on these reads alone, so a few pages are read ahead,
 	// at once, and handed on in order: a bounded memory, and the reading
 	// and decoding spread over the gateway's cores.
@@ -395,7 +405,7 @@ func (o *owned) Results(ctx context.Context, fn func(*store.StepRecord) error) e
 	pages := make(chan chan page, 3)
 	go func() {
 		defer close(pages)
-		for from := 0; from < total; from += chunk {
+		for from := 0; from < total; from += resultsPage {
 			c := make(chan page, 1)
 			select {
 			case pages <- c:
@@ -403,7 +413,7 @@ func (o *owned) Results(ctx context.Context, fn func(*store.StepRecord) error) e
 				return
 			}
 			go func() {
-				rs, err := o.readResults(ctx, from, min(from+chunk, total))
+				rs, err := o.readResults(ctx, from, min(from+resultsPage, total))
 				c <- page{rs, err}
 			}()
 		}
@@ -414,21 +424,33 @@ func (o *owned) Results(ctx context.Context, fn func(*store.StepRecord) error) e
 		if p.err != nil {
 			return p.err
 		}
-		// One record serves every item: a million would be a million
-		// allocations.
-		var rec store.StepRecord
-		for j, r := range p.rs {
-			if r == nil {
-				return fmt.Errorf("split %s has no result for item %d in Redis", o.b.ref, from+j)
-			}
-			rec = store.StepRecord{Key: engine.ItemKey(o.job.Work.Key, from+j, total), Name: o.job.Work.Step, Status: r.Status, Body: r.Body, Error: r.Error}
-			if err := fn(&rec); err != nil {
-				return err
-			}
+		if err := o.emit(from, p.rs, fn); err != nil {
+			return err
 		}
 		from += len(p.rs)
 	}
 	return ctx.Err()
+}
+
+// resultsPage is how many results the join reads at once.
+const resultsPage = 1000
+
+// emit hands the results of items from on to the join.
+func (o *owned) emit(from int, rs []*result, fn func(*store.StepRecord) error) error {
+	// One record serves every item: a million would be a million
+	// allocations.
+	var rec store.StepRecord
+	total := o.job.Work.Total
+	for j, r := range rs {
+		if r == nil {
+			return fmt.Errorf("split %s has no result for item %d in Redis", o.b.ref, from+j)
+		}
+		rec = store.StepRecord{Key: engine.ItemKey(o.job.Work.Key, from+j, total), Name: o.job.Work.Step, Status: r.Status, Body: r.Body, Error: r.Error}
+		if err := fn(&rec); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readResults reads the results of items from to to-1, waiting a while
@@ -477,8 +499,8 @@ func batchSize(total, batch, limit int) int {
 // more than the in-flight bound ahead of the results. The cursor is
 // recorded after the broker confirmed what is below it: after a restart
 // publishing starts there again, so an item may be published twice, but
-// never not at all.
-func (o *owned) publish(cursor int) {
+// never not at all. fresh says no item can be done yet.
+func (o *owned) publish(cursor int, fresh bool) {
 	defer o.wg.Done()
 	total := o.job.Work.Total
 	limit := o.f.cfg.MaxInFlight
@@ -487,7 +509,7 @@ func (o *owned) publish(cursor int) {
 	}
 	size := batchSize(total, o.f.cfg.BatchSize, limit)
 	var done []byte
-	if !o.retry("reading a distributed split's finished items from Redis", func() (err error) {
+	if !fresh && !o.retry("reading a distributed split's finished items from Redis", func() (err error) {
 		done, err = o.b.doneBits(o.ctx)
 		return err
 	}) {
