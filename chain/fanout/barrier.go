@@ -716,6 +716,11 @@ func (b *barrier) seed(ctx context.Context, scan func(fn func(*store.StepRecord)
 // work reads the context workers run the items with.
 func (b *barrier) work(ctx context.Context) (*engine.WorkSplit, error) {
 	data, err := b.rdb.Get(ctx, b.k.ctx).Bytes()
+	return b.decodeWork(data, err)
+}
+
+// decodeWork decodes the context a GET of it answered; nil when it is gone.
+func (b *barrier) decodeWork(data []byte, err error) (*engine.WorkSplit, error) {
 	if errors.Is(err, goredis.Nil) {
 		return nil, nil
 	}
@@ -727,6 +732,35 @@ func (b *barrier) work(ctx context.Context) (*engine.WorkSplit, error) {
 		return nil, fmt.Errorf("decoding split %s: %w", b.ref, err)
 	}
 	return &ws, nil
+}
+
+// workAndClaim reads the work context and claims items, as claim does, in
+// one round trip: a worker's first message of a split needs both. The work
+// is nil when the split is gone.
+func (b *barrier) workAndClaim(ctx context.Context, owner string, ttl time.Duration, indexes []int) (*engine.WorkSplit, string, []claimed, error) {
+	pipe := b.rdb.Pipeline()
+	get := pipe.Get(ctx, b.k.ctx)
+	ev := claimScript.EvalSha(ctx, pipe, b.claimKeys(), b.claimArgs(owner, ttl, true, indexes)...)
+	_, _ = pipe.Exec(ctx)
+	if err := ev.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The script is not in this Redis yet: one round trip each.
+		ws, err := b.work(ctx)
+		if err != nil || ws == nil {
+			return ws, "", nil, err
+		}
+		state, claims, err := b.claim(ctx, owner, ttl, true, indexes)
+		return ws, state, claims, err
+	}
+	ws, err := b.decodeWork(get.Bytes())
+	if err != nil || ws == nil {
+		return ws, "", nil, err
+	}
+	res, err := ev.Slice()
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("claiming items of split %s in Redis: %w", b.ref, err)
+	}
+	state, claims := parseClaims(res, indexes)
+	return ws, state, claims, nil
 }
 
 // doneBits reads the bitmap of finished items.
@@ -758,6 +792,19 @@ type claimed struct {
 // claim reads the state of items a worker was handed and, with take,
 // claims those not done nor held by another worker for ttl.
 func (b *barrier) claim(ctx context.Context, owner string, ttl time.Duration, take bool, indexes []int) (string, []claimed, error) {
+	res, err := claimScript.Run(ctx, b.rdb, b.claimKeys(), b.claimArgs(owner, ttl, take, indexes)...).Slice()
+	if err != nil {
+		return "", nil, fmt.Errorf("claiming items of split %s in Redis: %w", b.ref, err)
+	}
+	state, claims := parseClaims(res, indexes)
+	return state, claims, nil
+}
+
+func (b *barrier) claimKeys() []string {
+	return []string{b.k.meta, b.k.done, b.k.claims, b.k.partial, b.k.recs}
+}
+
+func (b *barrier) claimArgs(owner string, ttl time.Duration, take bool, indexes []int) []any {
 	args := make([]any, 0, len(indexes)+3)
 	flag := 0
 	if take {
@@ -767,13 +814,17 @@ func (b *barrier) claim(ctx context.Context, owner string, ttl time.Duration, ta
 	for _, idx := range indexes {
 		args = append(args, idx)
 	}
-	res, err := claimScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.done, b.k.claims, b.k.partial, b.k.recs}, args...).Slice()
-	if err != nil {
-		return "", nil, fmt.Errorf("claiming items of split %s in Redis: %w", b.ref, err)
+	return args
+}
+
+// parseClaims reads claimScript's answer for the indexes it was asked.
+func parseClaims(res []any, indexes []int) (string, []claimed) {
+	if len(res) == 0 {
+		return "", nil
 	}
 	state, _ := res[0].(string)
 	if len(res) < 2 {
-		return state, nil, nil
+		return state, nil
 	}
 	common, _ := res[1].(string)
 	rows := make(map[int]claimed, len(res)-2)
@@ -802,7 +853,7 @@ func (b *barrier) claim(ctx context.Context, owner string, ttl time.Duration, ta
 		}
 		out[j] = c
 	}
-	return state, out, nil
+	return state, out
 }
 
 // itemRecords reads the step records item i holds under prefix, in key

@@ -144,6 +144,31 @@ func TestBarrierKeepsItemsApart(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A worker's first message of the split reads the context and claims
+	// in one round trip, also when Redis has yet to load the script: it
+	// finds its own claims, and another's held.
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, owner := range []string{"w1", "w2"} {
+		work, state, got, err := b.workAndClaim(ctx, owner, time.Minute, []int{7, 2})
+		if err != nil || work == nil || work.Total != total || state != "open" || len(got) != 2 {
+			t.Fatalf("%s reads and claims: %+v %q %+v %v", owner, work, state, got, err)
+		}
+		switch {
+		case owner == "w1":
+			if got[0].claim != claims[7] || got[1].held || got[1].claim == "" {
+				t.Errorf("w1 reads and claims: %+v", got)
+			}
+			claims[2] = got[1].claim
+		case !got[0].held || !got[1].held:
+			t.Errorf("w2 reads and claims what w1 holds: %+v", got)
+		}
+	}
+	if _, err := b.renew(ctx, 0, map[int]string{2: claims[2]}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Records first: items 7 and 9,999 are part way through.
 	recs := &store.Batch{Steps: []*store.StepRecord{
 		{Key: "loop[7]/first", Name: "first", Status: store.StepSucceeded},

@@ -880,15 +880,24 @@ type ctxReads struct{ n atomic.Int64 }
 func (h *ctxReads) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
 func (h *ctxReads) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 func (h *ctxReads) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if args := cmd.Args(); cmd.Name() == "get" && len(args) == 2 && strings.HasSuffix(fmt.Sprint(args[1]), ":ctx") {
-			h.n.Add(1)
-		}
+		h.count(cmd)
 		return next(ctx, cmd)
+	}
+}
+
+func (h *ctxReads) count(cmd goredis.Cmder) {
+	if args := cmd.Args(); cmd.Name() == "get" && len(args) == 2 && strings.HasSuffix(fmt.Sprint(args[1]), ":ctx") {
+		h.n.Add(1)
 	}
 }
 

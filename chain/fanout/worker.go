@@ -194,9 +194,18 @@ func (w *Worker) ack(d *broker.Delivery) {
 	}
 }
 
+// claimedNow is what a claim found, made before the split was known.
+type claimedNow struct {
+	state  string
+	claims []claimed
+}
+
 // split returns the split a message belongs to, loading what its items
-// need once; nil when the split is gone (it ended, or never existed).
-func (w *Worker) split(ctx context.Context, r ref) *worked {
+// need once; nil when the split is gone (it ended, or never existed). The
+// delivery that loads it claims the items it names (none for a parked
+// message) in the same round trip, and gets what it claimed; the others
+// claim their own.
+func (w *Worker) split(ctx context.Context, r ref, indexes []int) (*worked, *claimedNow) {
 	key := r.String()
 	known := func() *worked {
 		w.mu.Lock()
@@ -204,9 +213,10 @@ func (w *Worker) split(ctx context.Context, r ref) *worked {
 		return w.splits[key]
 	}
 	if ws := known(); ws != nil {
-		return ws
+		return ws, nil
 	}
 	var ws *worked
+	var mine *claimedNow
 	if !w.retry(ctx, "reading a split's context from Redis", func() error {
 		v, err, _ := w.reading.Do(key, func() (any, error) {
 			// A delivery that comes once the last reader is done finds
@@ -215,7 +225,15 @@ func (w *Worker) split(ctx context.Context, r ref) *worked {
 				return ws, nil
 			}
 			b := newBarrier(w.f.rdb, w.f.cfg.Prefix, r)
-			work, err := b.work(ctx)
+			var work *engine.WorkSplit
+			var err error
+			if len(indexes) == 0 {
+				work, err = b.work(ctx)
+			} else {
+				var now claimedNow
+				work, now.state, now.claims, err = b.workAndClaim(ctx, w.eng.Owner(), w.claimTTL(), indexes)
+				mine = &now
+			}
 			if err != nil || work == nil {
 				return nil, err
 			}
@@ -229,9 +247,9 @@ func (w *Worker) split(ctx context.Context, r ref) *worked {
 		ws, _ = v.(*worked)
 		return err
 	}) {
-		return nil
+		return nil, nil
 	}
-	return ws
+	return ws, mine
 }
 
 // deliver runs the items of one message; the message is acknowledged once
@@ -246,7 +264,7 @@ func (w *Worker) deliver(ctx context.Context, d *broker.Delivery) {
 	if d.DeliveryCount > 0 {
 		w.f.metrics.ItemsRedelivered(len(indexes))
 	}
-	ws := w.split(ctx, r)
+	ws, claimed := w.split(ctx, r, indexes)
 	if ws == nil {
 		if ctx.Err() == nil {
 			w.ack(d) // the split is over
@@ -262,20 +280,21 @@ func (w *Worker) deliver(ctx context.Context, d *broker.Delivery) {
 	for _, it := range body.Items {
 		items = append(items, engine.WorkItem{Index: it.Index, Value: it.Value})
 	}
-	ws.run(ctx, d, items)
+	ws.run(ctx, d, items, claimed)
 }
 
 // run claims the items of a delivery and hands those not done to the
 // split's runner. Items another worker's live claim holds are waited for:
 // done there, or taken over once that claim lapses.
-func (ws *worked) run(ctx context.Context, d *broker.Delivery, items []engine.WorkItem) {
+func (ws *worked) run(ctx context.Context, d *broker.Delivery, items []engine.WorkItem, claimed *claimedNow) {
 	p := &pending{d: d, left: len(items)}
-	ws.claimAndRun(ctx, p, items)
+	ws.claimAndRun(ctx, p, items, claimed)
 }
 
-// claimAndRun claims items of p and runs those it got; it returns the
-// items still held elsewhere, which it has started waiting for.
-func (ws *worked) claimAndRun(ctx context.Context, p *pending, items []engine.WorkItem) {
+// claimAndRun claims items of p, unless already says how their claim
+// went, and runs those it got; it returns the items still held elsewhere,
+// which it has started waiting for.
+func (ws *worked) claimAndRun(ctx context.Context, p *pending, items []engine.WorkItem, already *claimedNow) {
 	w := ws.w
 	indexes := make([]int, len(items))
 	for i, it := range items {
@@ -283,7 +302,9 @@ func (ws *worked) claimAndRun(ctx context.Context, p *pending, items []engine.Wo
 	}
 	var state string
 	var claims []claimed
-	if !w.retry(ctx, "claiming split items in Redis", func() (err error) {
+	if already != nil {
+		state, claims = already.state, already.claims
+	} else if !w.retry(ctx, "claiming split items in Redis", func() (err error) {
 		state, claims, err = ws.b.claim(ctx, w.eng.Owner(), w.claimTTL(), true, indexes)
 		return err
 	}) {
@@ -363,7 +384,7 @@ func (ws *worked) await(ctx context.Context, p *pending, held []engine.WorkItem)
 		return
 	}
 	// What is still held is waited for again.
-	ws.claimAndRun(ctx, p, held)
+	ws.claimAndRun(ctx, p, held, nil)
 }
 
 // settle counts n items of p as finished, and acknowledges (or requeues)
@@ -554,7 +575,7 @@ func (ws *worked) watch(ctx context.Context, r *engine.ItemRunner) {
 		}
 	}
 	for i, p := range again {
-		ws.w.spawn(func() { ws.claimAndRun(ctx, p, redo[i]) })
+		ws.w.spawn(func() { ws.claimAndRun(ctx, p, redo[i], nil) })
 	}
 }
 
@@ -707,7 +728,7 @@ func (w *Worker) poison(ctx context.Context, d *broker.Delivery) {
 		w.ack(d)
 		return
 	}
-	ws := w.split(ctx, r)
+	ws, _ := w.split(ctx, r, nil)
 	if ws == nil {
 		if ctx.Err() == nil {
 			w.ack(d)
