@@ -164,8 +164,9 @@ func (res *result) record(ws *engine.WorkSplit, i int) *store.StepRecord {
 }
 
 // initScript creates a hand-off unless it exists, and returns its state,
-// how far publishing got, and 1 if it created it. One that takes over results from an earlier
-// hand-off starts "seeding", and opens once they are in (seededScript).
+// how far publishing got, and 1 if it created it. One that takes over
+// results from an earlier hand-off starts "seeding", and opens once they
+// are in (seededScript).
 //
 // KEYS: meta, ctx. ARGV: total, tolerated, ctx JSON, ttl ms, seeding flag.
 var initScript = goredis.NewScript(`
