@@ -385,3 +385,26 @@ func FuzzDecodeResult(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodeMessage decodes a message of 500 object items, as a worker
+// does each delivery: with encoding/json, and with jsonx, which workers use.
+func BenchmarkDecodeMessage(b *testing.B) {
+	var m message
+	for i := range 500 {
+		m.Items = append(m.Items, messageItem{Index: i, Value: json.RawMessage(fmt.Sprintf(`{"name":"host-%07d","status":"up","zone":"eu-west-1a"}`, i))})
+	}
+	data, err := jsonx.Marshal(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name, decode := range map[string]func([]byte, any) error{"encoding-json": json.Unmarshal, "jsonx": jsonx.Unmarshal} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				var out message
+				if err := decode(data, &out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
