@@ -127,8 +127,6 @@ type handedItems struct {
 	enqAt       time.Time
 	// imports are news taken in and not yet durable.
 	imports []importAck
-	// fresh is set when this runner made the decision to hand out.
-	fresh bool
 	// A split that will not succeed salvages its results first: why it
 	// ends, and until when it waits for them.
 	ending     store.StepStatus
@@ -252,9 +250,6 @@ func (f *handedItems) attach(r *runner, sp *split) {
 				return fn(rec)
 			})
 		}
-	}
-	if f.fresh {
-		r.event(store.EventSplitFanoutStarted, sp.key, 0, fmt.Sprintf("handing %d items to workers", sp.total))
 	}
 	key := sp.key
 	f.h = r.e.fanout.Attach(job, func(n *FanoutNews) {

@@ -59,6 +59,9 @@ type runner struct {
 	waiting    []launch // calls whose intent is in a batch not yet durable
 	toCommit   chan *commit
 	acks       chan *commit
+	// lingerUntil is when a worker's pending batch goes to the sink at the
+	// latest, while results of calls still out may join it.
+	lingerUntil time.Time
 
 	calls map[string]*inflight
 	// childPolls holds when each waited-on sub-chain's record is read next.
@@ -310,13 +313,17 @@ func (r *runner) loop() {
 				}
 			}
 		}
-		r.handOff()
+		r.handOff(time.Now())
 		if r.committing == nil && (r.run.Status.Final() || (r.draining && !r.hasCalls())) {
 			return
 		}
 
 		var wake <-chan time.Time
-		if at := r.nextWake(); !at.IsZero() && !r.run.Status.Final() {
+		at := r.nextWake()
+		if !r.lingerUntil.IsZero() && (at.IsZero() || r.lingerUntil.Before(at)) {
+			at = r.lingerUntil
+		}
+		if !at.IsZero() && !r.run.Status.Final() {
 			timer.Reset(time.Until(at))
 			wake = timer.C
 		}
@@ -396,12 +403,33 @@ func (r *runner) contain() {
 	}
 }
 
+// DefaultWorkLinger is how long a worker's results may wait for more to
+// join them, while calls are still out and nothing waits on them.
+const DefaultWorkLinger = time.Millisecond
+
 // handOff gives the pending batch to the committer unless it is busy; what
-// changes meanwhile goes into the next batch.
-func (r *runner) handOff() {
-	if r.committing != nil || !r.hasChanges() {
+// changes meanwhile goes into the next batch. On a worker, results wait a
+// moment for those of the calls still out: every commit there is a round
+// trip to Redis and news for the split's owner, and the items of a message
+// end within a moment of each other. A run's own batches go at once: the
+// next step, and whoever follows the run, wait on each.
+func (r *runner) handOff(now time.Time) {
+	if !r.hasChanges() {
+		r.lingerUntil = time.Time{}
 		return
 	}
+	if r.committing != nil {
+		return
+	}
+	if w, ok := r.role.(*workerItems); ok && len(r.calls) > 0 && len(r.waiting) == 0 {
+		if r.lingerUntil.IsZero() {
+			r.lingerUntil = now.Add(w.opts.Linger)
+		}
+		if now.Before(r.lingerUntil) {
+			return
+		}
+	}
+	r.lingerUntil = time.Time{}
 	r.committing = r.takeBatch()
 	r.toCommit <- r.committing
 }

@@ -226,7 +226,7 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 		var handed *handedItems
 		if distributed {
 			rec.Split.Distributed, rec.Split.Gen = true, 1
-			handed = &handedItems{items: items, fresh: true}
+			handed = &handedItems{items: items}
 			sp.place = handed
 		}
 		if t := s.Split.TimeoutSeconds; t > 0 {
@@ -243,6 +243,11 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 		}
 		if !q.inItem() {
 			r.event(store.EventStepStarted, rec.Key, 1, fmt.Sprintf("split over %d items", items.Len()))
+		}
+		if distributed {
+			// Told with the decision, in its batch: a commit of its own
+			// would be one more write while the items go out.
+			r.event(store.EventSplitFanoutStarted, rec.Key, 0, fmt.Sprintf("handing %d items to workers", items.Len()))
 		}
 	} else {
 		// The items render the same from the same persisted inputs; a

@@ -51,6 +51,9 @@ type WorkOptions struct {
 	// ItemTimeout bounds how long one item may run; 0 leaves only the
 	// split's deadline.
 	ItemTimeout time.Duration
+	// Linger bounds how long results wait for those of the calls still out
+	// before they are committed together; default DefaultWorkLinger.
+	Linger time.Duration
 	// Finished is told of each item whose slot record is durable in the
 	// sink, or that was dropped because the split is over (dropped set).
 	// It runs on the runner's goroutine and must not block.
@@ -93,6 +96,9 @@ func (e *Engine) Work(ws *WorkSplit, sink WorkSink, opts WorkOptions) (*ItemRunn
 	}
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = DefaultSplitConcurrency
+	}
+	if opts.Linger <= 0 {
+		opts.Linger = DefaultWorkLinger
 	}
 	if opts.Finished == nil {
 		opts.Finished = func(int, bool) {}

@@ -489,6 +489,49 @@ func TestOwnerQuietOnceOver(t *testing.T) {
 	}
 }
 
+// TestFreshHandOffQuietUntilNews hands out a split no worker takes: its
+// owner tells the run nothing until something moved, here the items going
+// out, so that the run's store is not written while the first message is
+// on its way.
+func TestFreshHandOffQuietUntilNews(t *testing.T) {
+	n := newNode(t, servers(t, ""))
+	var mu sync.Mutex
+	var got []engine.FanoutNews
+	job := &engine.FanoutJob{
+		Work:  &engine.WorkSplit{Run: &store.Run{ID: "fresh-" + strconv.FormatInt(time.Now().UnixNano(), 36)}, Key: "loop", Step: "loop", Total: 3},
+		Items: countItems(3),
+		Gen:   1,
+	}
+	h := n.f.Attach(job, func(nw *engine.FanoutNews) {
+		mu.Lock()
+		got = append(got, *nw)
+		mu.Unlock()
+	})
+	defer h.End(store.StepCancelled)
+	told := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for told() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(400 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0].Published != 3 || got[0].State != engine.FanoutOpen || got[0].Succeeded+got[0].Failed+got[0].Skipped != 0 {
+		t.Errorf("news of a split whose items went out and none came back: %+v, want one telling 3 published", got)
+	}
+}
+
+// countItems is a split's items 0 to n-1.
+type countItems int
+
+func (c countItems) Len() int                          { return int(c) }
+func (countItems) At(i int) any                        { return i }
+func (countItems) JSON(i int) (json.RawMessage, error) { return json.RawMessage(strconv.Itoa(i)), nil }
+
 type emptyItems struct{}
 
 func (emptyItems) Len() int                          { return 0 }

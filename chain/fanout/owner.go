@@ -204,7 +204,7 @@ func (o *owned) run() {
 		o.wg.Add(1)
 		go o.publish(published, fresh)
 	}
-	o.follow()
+	o.follow(fresh)
 }
 
 // countsEvery bounds how often news that only moves the counts goes to
@@ -212,12 +212,17 @@ func (o *owned) run() {
 const countsEvery = 250 * time.Millisecond
 
 // follow takes the barrier's news to the run, a chunk of the log at a
-// time, each once the run has made the one before durable.
-func (o *owned) follow() {
+// time, each once the run has made the one before durable. A fresh
+// hand-off has nothing to tell at first, and the run's store nothing to
+// write: its first news is the first that moves.
+func (o *owned) follow(fresh bool) {
 	pos := int(o.imported.Load())
 	var last engine.FanoutNews
 	var lastSent time.Time
-	first := true
+	first := !fresh
+	if fresh {
+		last.State, lastSent = engine.FanoutOpen, time.Now()
+	}
 	for {
 		select {
 		case <-o.salvageReq:

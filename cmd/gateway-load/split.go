@@ -36,7 +36,9 @@ and prints items/s end to end (POST to the run's end), the peak RSS of each
 process, and the CPU time each process and the servers used. Nothing is
 timed before every worker says it is ready, and each mode first runs a
 one-item split, untimed. --item-shape object makes each item a 60-byte
-object instead of an integer.
+object instead of an integer. --repeat N then times N more splits in each
+mode, taking turns, and prints the median of each: the figure to quote for a
+small split, where one run is mostly noise.
 
 `
 
@@ -108,6 +110,7 @@ func runSplit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	prefetch := fs.Int("prefetch", chain.DefaultFanoutPrefetch, "messages a worker holds")
 	concurrency := fs.Int("worker-concurrency", chain.DefaultFanoutWorkerConcurrency, "items a worker runs at once")
 	local := fs.Bool("local", true, "run the same split in local mode too, for the ratio")
+	repeat := fs.Int("repeat", 0, "time this many more splits in each mode, in turns, and print the medians")
 	profiles := fs.String("profile", "", "write a CPU profile of each process to this directory (the gateway's covers the local run too)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -120,6 +123,9 @@ func runSplit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if *items < 1 || *workers < 1 || *batch < 1 || *inFlight < *batch || *prefetch < 1 || *concurrency < 1 {
 		problems = append(problems, "--items, --workers, --batch-size, --prefetch and --worker-concurrency must be at least 1, --max-in-flight at least --batch-size")
+	}
+	if *repeat < 0 || (*repeat > 0 && !*local) {
+		problems = append(problems, "--repeat is 0 or more, and needs --local")
 	}
 	if len(problems) > 0 {
 		for _, p := range problems {
@@ -222,7 +228,39 @@ func runSplit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			lt.Round(time.Millisecond), float64(*items)/lt.Seconds(), gw.peak()>>20, gw.anonPeak>>20, gw.pluginPeak()>>20)
 		fmt.Fprintf(stdout, "distributed / local: %.2f\n", lt.Seconds()/took.Seconds())
 	}
+	if *repeat > 0 {
+		var dist, loc []time.Duration
+		for range *repeat {
+			for _, mode := range []string{"distributed", "local"} {
+				t, err := runOnce(ctx, gw.url, mode, payload)
+				if err != nil {
+					fmt.Fprintln(stderr, "gateway-load split:", err)
+					return exitFailed
+				}
+				if mode == "local" {
+					loc = append(loc, t)
+				} else {
+					dist = append(dist, t)
+				}
+			}
+		}
+		d, l := median(dist), median(loc)
+		fmt.Fprintf(stdout, "%d more of each, in turns: distributed median %s (%s to %s), local median %s (%s to %s); distributed / local: %.2f\n",
+			*repeat, ms(d), ms(slices.Min(dist)), ms(slices.Max(dist)), ms(l), ms(slices.Min(loc)), ms(slices.Max(loc)), l.Seconds()/d.Seconds())
+	}
 	return exitOK
+}
+
+func ms(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+
+// median is the middle of ds, or the mean of the two middle ones.
+func median(ds []time.Duration) time.Duration {
+	s := slices.Sorted(slices.Values(ds))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // runOnce starts a run and waits for it to end; it returns how long that
