@@ -51,6 +51,13 @@ type FanoutJob struct {
 	// MaxInFlight bounds the items out at once, when the split sets
 	// max_concurrency; 0 leaves it to the fan-out's own bound.
 	MaxInFlight int
+	// Held says the decision to hand the items out is not durable yet: they
+	// wait for Release. Whatever a decision that never became durable left
+	// under the hand-off's name is replaced.
+	Held bool
+	// Fence is the run's lease fence: a gateway that lost the run does not
+	// replace what the one that took it over handed out.
+	Fence uint64
 	// Seed reads the slot records the run holds from an earlier hand-off
 	// (a replay's): those items are not handed out again. Nil when there
 	// are none.
@@ -95,6 +102,9 @@ type FanoutNews struct {
 
 // FanoutHandle is a run's side of one hand-off.
 type FanoutHandle interface {
+	// Release says the decision to hand the items out is durable: the
+	// items of a job attached Held may go out.
+	Release()
 	// Imported says the news up to n is durable in the run's store.
 	Imported(n int)
 	// Results calls fn with every item's slot record, in item order, once
@@ -118,8 +128,10 @@ type handedItems struct {
 	items ItemList
 	h     FanoutHandle
 	// attachAfter is the batch recording that the split is distributed;
-	// nothing goes out before it is durable.
+	// nothing goes out before it is durable, and held is set until the
+	// handle is told it is.
 	attachAfter uint64
+	held        bool
 	state       FanoutState
 	message     string
 	published   int
@@ -161,13 +173,12 @@ func (r *runner) distribute(s *chain.Step, n int) (bool, *store.ErrorInfo) {
 	return r.e.fanout != nil && n >= r.e.fanout.Threshold(), nil
 }
 
-// progress follows a distributed split: it hands the items out once that
-// decision is durable, and joins once every item has a result.
+// progress follows a distributed split, and joins once every item has a
+// result. The hand-off is attached as soon as the split is decided, so
+// that its state is made in Redis while the decision is written; its items
+// go out once that is durable (durable releases them).
 func (f *handedItems) progress(r *runner, sp *split, now time.Time) ([]launch, bool) {
 	if f.h == nil {
-		if r.ackedSeq < f.attachAfter {
-			return nil, false
-		}
 		if r.e.fanout == nil {
 			r.finishSplit(sp, store.StepFailed, fmt.Sprintf("split %q was handed to workers, but this gateway has no [gateway.fanout] to follow it", sp.step.Name))
 			return nil, true
@@ -235,7 +246,10 @@ func (f *handedItems) attach(r *runner, sp *split) {
 		Gen:       st.Gen,
 		Imported:  st.Imported,
 		Tolerated: sp.step.Split.Tolerated(sp.total),
+		Held:      r.ackedSeq < f.attachAfter,
+		Fence:     r.leaseFence(),
 	}
+	f.held = job.Held
 	if n := sp.step.Split.MaxConcurrency; n > 0 {
 		job.MaxInFlight = n
 	}
@@ -302,6 +316,10 @@ func (r *runner) fanNews(key string, n *FanoutNews) {
 func (f *handedItems) durable(seq uint64) {
 	if f.h == nil {
 		return
+	}
+	if f.held && seq >= f.attachAfter {
+		f.held = false
+		f.h.Release()
 	}
 	for len(f.imports) > 0 && f.imports[0].batch <= seq {
 		f.h.Imported(f.imports[0].n)

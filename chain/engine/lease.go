@@ -118,3 +118,11 @@ func (e *Engine) releaseLease(r *runner) {
 		e.log.Debug("releasing a run's lease", "run", l.RunID, "err", err)
 	}
 }
+
+// leaseFence is the fence of the run's lease: later owners of the run hold
+// higher ones.
+func (r *runner) leaseFence() uint64 {
+	r.leaseMu.Lock()
+	defer r.leaseMu.Unlock()
+	return r.lease.Fence
+}

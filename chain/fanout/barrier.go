@@ -23,7 +23,7 @@ import (
 // node and a script may touch them together:
 //
 //	P{RUN}:SPLIT#GEN:meta      hash: total, tolerated, done, succeeded, failed, skipped,
-//	                           state, message, published, trimmed, notified
+//	                           state, message, published, trimmed, notified, fence
 //	P{RUN}:SPLIT#GEN:ctx       what a worker needs to run an item (engine.WorkSplit, JSON)
 //	P{RUN}:SPLIT#GEN:done      bitmap: bit i is set once item i has a result
 //	P{RUN}:SPLIT#GEN:res       hash: item i's result, by i
@@ -168,16 +168,33 @@ func (res *result) record(ws *engine.WorkSplit, i int) *store.StepRecord {
 // results from an earlier hand-off starts "seeding", and opens once they
 // are in (seededScript).
 //
-// KEYS: meta, ctx. ARGV: total, tolerated, ctx JSON, ttl ms, seeding flag.
+// A hand-off the run has just decided on is created before that decision
+// is durable, and nothing is published before it is: what is found under
+// its name is left from a decision that never became durable, by a
+// gateway that stopped or lost the run, and is replaced. The run's lease
+// fence keeps a gateway that lost the run from replacing what the one
+// that took it over created: its older fence finds the hand-off
+// "superseded".
+//
+// KEYS: meta, ctx, then the hand-off's other keys. ARGV: total,
+// tolerated, ctx JSON, ttl ms, seeding flag, lease fence, replace flag.
 var initScript = goredis.NewScript(`
 local created = 0
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+if exists and ARGV[7] == '1' then
+  if tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') > tonumber(ARGV[6]) then
+    return {'superseded', 0, 0}
+  end
+  redis.call('DEL', unpack(KEYS))
+  exists = false
+end
+if not exists then
   created = 1
   local state = 'open'
   if ARGV[5] == '1' then state = 'seeding' elseif tonumber(ARGV[1]) == 0 then state = 'complete' end
   redis.call('HSET', KEYS[1], 'total', ARGV[1], 'tolerated', ARGV[2], 'done', 0,
     'succeeded', 0, 'failed', 0, 'skipped', 0, 'state', state, 'message', '',
-    'published', 0, 'trimmed', 0, 'notified', 0)
+    'published', 0, 'trimmed', 0, 'notified', 0, 'fence', ARGV[6])
   redis.call('SET', KEYS[2], ARGV[3])
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
@@ -185,6 +202,10 @@ end
 local m = redis.call('HMGET', KEYS[1], 'state', 'published')
 return {m[1], m[2], created}
 `)
+
+// stateSuperseded is what init finds when a gateway holding a later lease
+// on the run has created the hand-off.
+const stateSuperseded = "superseded"
 
 // seedScript takes in results from an earlier hand-off.
 //
@@ -643,25 +664,30 @@ func parseNotice(s string) (string, string) {
 	return s[:i], s[i+1:]
 }
 
-// init creates the hand-off unless it exists; it returns its state, its
+// init creates the hand-off unless it exists, or replaces what a decision
+// that never became durable left (replace); it returns its state, its
 // publish cursor, and whether this call created it. seeding says results
-// of an earlier hand-off come first.
-func (b *barrier) init(ctx context.Context, ws *engine.WorkSplit, tolerated int, seeding bool, ttl time.Duration) (string, int, bool, error) {
+// of an earlier hand-off come first; fence is the run's lease fence.
+func (b *barrier) init(ctx context.Context, ws *engine.WorkSplit, tolerated int, seeding bool, ttl time.Duration, fence uint64, replace bool) (string, int, bool, error) {
 	wsJSON, err := jsonx.Marshal(ws)
 	if err != nil {
 		return "", 0, false, fmt.Errorf("encoding split context: %w", err)
 	}
-	flag := "0"
-	if seeding {
-		flag = "1"
-	}
-	res, err := initScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.ctx}, ws.Total, tolerated, wsJSON, ttl.Milliseconds(), flag).Slice()
+	res, err := initScript.Run(ctx, b.rdb, b.k.all(), ws.Total, tolerated, wsJSON, ttl.Milliseconds(), flag(seeding), fence, flag(replace)).Slice()
 	if err != nil {
 		return "", 0, false, fmt.Errorf("creating split %s in Redis: %w", b.ref, err)
 	}
 	state, _ := res[0].(string)
 	published, _ := strconv.Atoi(fmt.Sprint(res[1]))
 	return state, published, asInt(res[2]) == 1, nil
+}
+
+// flag is a script's argument for b.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // seedChunk is how many results go to Redis in one script.
@@ -807,11 +833,7 @@ func (b *barrier) claimKeys() []string {
 
 func (b *barrier) claimArgs(owner string, ttl time.Duration, take bool, indexes []int) []any {
 	args := make([]any, 0, len(indexes)+3)
-	flag := 0
-	if take {
-		flag = 1
-	}
-	args = append(args, owner, ttl.Milliseconds(), flag)
+	args = append(args, owner, ttl.Milliseconds(), flag(take))
 	for _, idx := range indexes {
 		args = append(args, idx)
 	}

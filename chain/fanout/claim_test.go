@@ -42,7 +42,7 @@ func TestClaims(t *testing.T) {
 	ctx := context.Background()
 	rdb, b := testBarrier(t, "claims")
 	ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: 3}
-	if state, _, _, err := b.init(ctx, ws, 0, false, time.Hour); err != nil || state != "open" {
+	if state, _, _, err := b.init(ctx, ws, 0, false, time.Hour, 0, false); err != nil || state != "open" {
 		t.Fatalf("init: %q %v", state, err)
 	}
 	const ttl = 300 * time.Millisecond
@@ -104,6 +104,57 @@ func TestClaims(t *testing.T) {
 	}
 }
 
+// TestInitReplacesAnUndecidedHandOff creates a hand-off as a run does
+// before its decision is durable: what a decision that never became
+// durable left is replaced, unless a gateway with a later lease on the run
+// created it, and a hand-off taken up after a restart is kept as it is.
+func TestInitReplacesAnUndecidedHandOff(t *testing.T) {
+	ctx := context.Background()
+	_, b := testBarrier(t, "init")
+	ws := func(prev string) *engine.WorkSplit {
+		return &engine.WorkSplit{Key: "loop", Step: "loop", Total: 3, Prev: prev}
+	}
+	steps := []struct {
+		name      string
+		prev      string
+		fence     uint64
+		replace   bool
+		state     string
+		published int
+		created   bool
+		// ctx is the Prev the hand-off's context holds afterwards.
+		ctx string
+	}{
+		{"a decision creates it", "first", 5, true, "open", 0, true, "first"},
+		{"taken up after a restart, it is kept", "second", 5, false, "open", 2, false, "first"},
+		{"a gateway that lost the run leaves it", "stale", 4, true, stateSuperseded, 0, false, "first"},
+		{"a decision made again replaces it", "again", 6, true, "open", 0, true, "again"},
+	}
+	for i, st := range steps {
+		state, published, created, err := b.init(ctx, ws(st.prev), 0, false, time.Hour, st.fence, st.replace)
+		if err != nil || state != st.state || published != st.published || created != st.created {
+			t.Fatalf("%s: init gave %q, %d published, created %v, %v", st.name, state, published, created, err)
+		}
+		got, err := b.work(ctx)
+		if err != nil || got == nil || got.Prev != st.ctx {
+			t.Fatalf("%s: the context is %+v, %v; want the one from %q", st.name, got, err, st.ctx)
+		}
+		if i == 0 {
+			// What the first decision's workers would have left.
+			if err := b.setPublished(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := b.claim(ctx, "w1", time.Hour, true, []int{0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, got, err := b.claim(ctx, "w2", time.Hour, true, []int{0})
+	if err != nil || len(got) != 1 || got[0].held {
+		t.Errorf("a claim of the replaced hand-off still holds its item: %+v %v", got, err)
+	}
+}
+
 // TestBarrierKeepsItemsApart commits items whose bits share bytes and
 // straddle them, far apart and twice, with step records on the way: each
 // item is done exactly once, its bit is the one the owner reads, and its
@@ -113,7 +164,7 @@ func TestBarrierKeepsItemsApart(t *testing.T) {
 	rdb, b := testBarrier(t, "bits")
 	const total = 20_000
 	ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: total}
-	if _, _, _, err := b.init(ctx, ws, total, false, time.Hour); err != nil {
+	if _, _, _, err := b.init(ctx, ws, total, false, time.Hour, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	items := []int{0, 7, 8, 15, 16, 9_999, 19_999}
@@ -312,7 +363,7 @@ func BenchmarkBarrier(b *testing.B) {
 	const size, ahead = 500, 8
 	total := (b.N + ahead) * size
 	ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: total}
-	if _, _, _, err := br.init(ctx, ws, 0, false, time.Hour); err != nil {
+	if _, _, _, err := br.init(ctx, ws, 0, false, time.Hour, 0, false); err != nil {
 		b.Fatal(err)
 	}
 	body := json.RawMessage(`{"i":{"name":"host-0000001","status":"up","zone":"eu-west-1a"}}`)

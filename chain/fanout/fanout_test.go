@@ -525,6 +525,35 @@ func TestFreshHandOffQuietUntilNews(t *testing.T) {
 	}
 }
 
+// TestHeldHandOffWaitsForRelease attaches a split whose decision is not
+// durable yet: its hand-off is created at once, and nothing goes out
+// before the run releases it.
+func TestHeldHandOffWaitsForRelease(t *testing.T) {
+	m := &counter{}
+	n := newNodeAt(t, servers(t, ""), filepath.Join(t.TempDir(), "gw.db"), m)
+	run := "held-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	job := &engine.FanoutJob{
+		Work:  &engine.WorkSplit{Run: &store.Run{ID: run}, Key: "loop", Step: "loop", Total: 3},
+		Items: countItems(3),
+		Gen:   1,
+		Held:  true,
+		Fence: 1,
+	}
+	h := n.f.Attach(job, func(*engine.FanoutNews) {})
+	defer h.End(store.StepCancelled)
+	waitUntil(t, "the held split's hand-off is created", func() bool {
+		keys, err := n.f.Redis().Keys(context.Background(), "*{"+run+"}*:meta").Result()
+		return err == nil && len(keys) == 1
+	})
+	time.Sleep(300 * time.Millisecond)
+	published := func() int { return m.get(func(c *counter) int { return c.published }) }
+	if got := published(); got != 0 {
+		t.Fatalf("%d items of a held split went out before its release", got)
+	}
+	h.Release()
+	waitUntil(t, "the released split's 3 items go out", func() bool { return published() == 3 })
+}
+
 // countItems is a split's items 0 to n-1.
 type countItems int
 

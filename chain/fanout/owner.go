@@ -35,9 +35,12 @@ func (f *Fanout) Attach(job *engine.FanoutJob, news func(*engine.FanoutNews)) en
 		f: f, b: newBarrier(f.rdb, f.cfg.Prefix, r), job: job, news: news,
 		log:  f.log.With("run", r.Run, "split", r.Split, "gen", r.Gen),
 		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), acked: make(chan struct{}, 1), salvageReq: make(chan struct{}, 1),
-		ctx: ctx, cancel: cancel,
+		released: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
 	o.imported.Store(int64(job.Imported))
+	if !job.Held {
+		o.Release()
+	}
 	o.unsub = f.notices.subscribe(r.String(), func(string) { o.poke() })
 	o.wg.Add(1)
 	go o.run()
@@ -58,6 +61,8 @@ type owned struct {
 	salvageReq chan struct{}
 	room       chan struct{} // results came, so more may go out
 	acked      chan struct{} // the run made news durable
+	released   chan struct{} // closed once the items may go out
+	release    sync.Once
 	// imported is how far the run holds the log durably.
 	imported atomic.Int64
 	// cursor is the publish cursor: every item below it is out or done.
@@ -83,6 +88,9 @@ func (o *owned) poke() {
 	default:
 	}
 }
+
+// Release implements engine.FanoutHandle.
+func (o *owned) Release() { o.release.Do(func() { close(o.released) }) }
 
 // Imported implements engine.FanoutHandle.
 func (o *owned) Imported(n int) {
@@ -186,9 +194,13 @@ func (o *owned) run() {
 	var published int
 	var created bool
 	if !o.retry("creating a distributed split in Redis", func() (err error) {
-		state, published, created, err = o.b.init(o.ctx, o.job.Work, o.job.Tolerated, o.job.Seed != nil, o.ttl())
+		state, published, created, err = o.b.init(o.ctx, o.job.Work, o.job.Tolerated, o.job.Seed != nil, o.ttl(), o.job.Fence, o.job.Held)
 		return err
 	}) {
+		return
+	}
+	if state == stateSuperseded {
+		o.log.Warn("not handing a split out: a gateway that took its run over since has")
 		return
 	}
 	// A hand-off this owner just created, with no seed, has no item done.
@@ -222,6 +234,9 @@ func (o *owned) follow(fresh bool) {
 	first := !fresh
 	if fresh {
 		last.State, lastSent = engine.FanoutOpen, time.Now()
+		if !o.idle(lookAgain, last) {
+			return
+		}
 	}
 	for {
 		select {
@@ -262,14 +277,7 @@ func (o *owned) follow(fresh bool) {
 			if moved {
 				wait = countsEvery - now.Sub(lastSent)
 			}
-			select {
-			case <-o.wake:
-			case <-o.salvageReq:
-				if !o.salvage(last) {
-					return
-				}
-			case <-time.After(wait):
-			case <-o.ctx.Done():
+			if !o.idle(wait, last) {
 				return
 			}
 			continue
@@ -308,6 +316,20 @@ func (o *owned) follow(fresh bool) {
 			o.log.Debug("trimming a distributed split's log; later", "err", err)
 		}
 	}
+}
+
+// idle waits for a notice, or for wait, serving a salvage asked for
+// meanwhile; it reports false once the owner stops.
+func (o *owned) idle(wait time.Duration, last engine.FanoutNews) bool {
+	select {
+	case <-o.wake:
+	case <-o.salvageReq:
+		return o.salvage(last)
+	case <-time.After(wait):
+	case <-o.ctx.Done():
+		return false
+	}
+	return true
 }
 
 // counted tells the metrics what results came in since the last news.
@@ -513,6 +535,11 @@ func (o *owned) publish(cursor int, fresh bool) {
 		limit = n
 	}
 	size := batchSize(total, o.f.cfg.BatchSize, limit)
+	select {
+	case <-o.released:
+	case <-o.ctx.Done():
+		return
+	}
 	var done []byte
 	if !fresh && !o.retry("reading a distributed split's finished items from Redis", func() (err error) {
 		done, err = o.b.doneBits(o.ctx)
