@@ -298,12 +298,18 @@ end
 // the items it wrote nothing for because another worker has claimed them
 // since; a hand-off that is gone or over takes nothing.
 //
+// The commit that completes a split of at most inline items, with no log
+// entry left for its owner to take in, sends the owner the news on the
+// hand-off's own channel, results included (pushedNews): the owner need
+// not come and read it.
+//
 // KEYS: meta, done, res, log, claims, partial, recs.
 // ARGV: channel, ref, then
 //
 //	n records: (item index, field, JSON, claim) * n
 //	n results: (item index, result JSON, status field, claim) * n
 //	n log entries: JSON * n
+//	the hand-off's own channel, inline
 //
 // A claim is OWNER|FENCE, or "" for a write that needs none (a poison item
 // parked by whichever worker took its dead message).
@@ -441,6 +447,13 @@ if tonumber(m[3]) > tonumber(m[4]) then
   out = 'failed'
 elseif tonumber(m[1]) >= tonumber(m[2]) then
   redis.call('HSET', meta, 'state', 'complete')
+  local total = tonumber(m[2])
+  if total <= tonumber(ARGV[logAt + nl + 1]) and redis.call('LLEN', KEYS[4]) == 0 then
+    local fields = {}
+    for i = 0, total - 1 do fields[#fields + 1] = tostring(i) end
+    local c = redis.call('HMGET', meta, 'published', 'succeeded', 'failed', 'skipped')
+    redis.call('PUBLISH', ARGV[logAt + nl], cjson.encode({p = c[1], d = m[1], s = c[2], f = c[3], k = c[4], r = hmget(KEYS[3], fields)}))
+  end
   redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' complete')
   out = 'complete'
 elseif news and m[5] ~= '1' then
@@ -651,6 +664,10 @@ type barrier struct {
 func newBarrier(rdb goredis.UniversalClient, prefix string, r ref) *barrier {
 	return &barrier{rdb: rdb, prefix: prefix, channel: prefix + "fanout", ref: r, k: r.keys(prefix)}
 }
+
+// newsChannel is the hand-off's own channel, on which its owner hears the
+// news of a small split that completed.
+func (b *barrier) newsChannel() string { return b.channel + ":news:" + b.ref.String() }
 
 // notice is how a hand-off's state change travels on the channel:
 // "REF STATE".
@@ -993,13 +1010,14 @@ func (b *barrier) commit(ctx context.Context, batch *store.Batch, claim func(ite
 		}
 		other = append(other, entry)
 	}
-	args := make([]any, 0, 5+len(recArgs)+len(slotArgs)+len(other))
+	args := make([]any, 0, 7+len(recArgs)+len(slotArgs)+len(other))
 	args = append(args, b.channel, b.notice(), nRecs)
 	args = append(args, recArgs...)
 	args = append(args, nSlots)
 	args = append(args, slotArgs...)
 	args = append(args, len(other))
 	args = append(args, other...)
+	args = append(args, b.newsChannel(), resultsPage)
 	res, err := commitScript.Run(ctx, b.rdb, []string{b.k.meta, b.k.done, b.k.res, b.k.log, b.k.claims, b.k.partial, b.k.recs}, args...).Slice()
 	if err != nil {
 		return "", nil, fmt.Errorf("committing results of split %s to Redis: %w", b.ref, err)
@@ -1088,18 +1106,64 @@ func (b *barrier) news(ctx context.Context, pos, max, inline int) (*newsBatch, e
 	}
 	if len(res) > 8 {
 		raw, _ := res[8].([]any)
-		for i, v := range raw {
-			s, ok := v.(string)
-			if !ok {
-				return n, nil // not all in: the join reads them itself
-			}
-			r, err := decodeResult(s)
-			if err != nil {
-				return nil, fmt.Errorf("decoding the result of item %d of split %s: %w", i, b.ref, err)
-			}
-			n.results = append(n.results, r)
+		if n.results, err = b.allResults(raw); err != nil {
+			return nil, err
 		}
 	}
+	return n, nil
+}
+
+// allResults decodes every item's result, in order; nil if one is not in,
+// for the join to read them itself.
+func (b *barrier) allResults(raw []any) ([]*result, error) {
+	out := make([]*result, 0, len(raw))
+	for i, v := range raw {
+		s, ok := v.(string)
+		if !ok {
+			return nil, nil
+		}
+		r, err := decodeResult(s)
+		if err != nil {
+			return nil, fmt.Errorf("decoding the result of item %d of split %s: %w", i, b.ref, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// pushedNews decodes the news commitScript sent on the hand-off's own
+// channel: a small split's, complete, with every result.
+func (b *barrier) pushedNews(payload string) (*newsBatch, error) {
+	var p struct {
+		Published string `json:"p"`
+		Done      string `json:"d"`
+		Succeeded string `json:"s"`
+		Failed    string `json:"f"`
+		Skipped   string `json:"k"`
+		Results   []any  `json:"r"`
+	}
+	if err := jsonx.Unmarshal([]byte(payload), &p); err != nil {
+		return nil, fmt.Errorf("decoding the news of split %s: %w", b.ref, err)
+	}
+	n := &newsBatch{state: string(engine.FanoutComplete)}
+	for _, f := range []struct {
+		to  *int
+		val string
+	}{{&n.published, p.Published}, {&n.done, p.Done}, {&n.succeeded, p.Succeeded}, {&n.failed, p.Failed}, {&n.skipped, p.Skipped}} {
+		v, err := strconv.Atoi(f.val)
+		if err != nil {
+			return nil, fmt.Errorf("decoding the news of split %s: %q is not a count", b.ref, f.val)
+		}
+		*f.to = v
+	}
+	results, err := b.allResults(p.Results)
+	if err != nil {
+		return nil, err
+	}
+	if results == nil || len(results) != n.done {
+		return nil, fmt.Errorf("the news of split %s holds %d of its %d results", b.ref, len(results), n.done)
+	}
+	n.results = results
 	return n, nil
 }
 

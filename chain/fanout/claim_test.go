@@ -155,6 +155,78 @@ func TestInitReplacesAnUndecidedHandOff(t *testing.T) {
 	}
 }
 
+// TestCompletingCommitSendsTheNews completes splits with one commit each:
+// the owner of a small one is sent its news, results in item order, on
+// the hand-off's own channel; a split with a log entry the owner has yet
+// to take in, or with more items than the news carries, is not.
+func TestCompletingCommitSendsTheNews(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		total int
+		event bool
+		sent  bool
+	}{
+		{"small", 3, false, true},
+		{"with an event to take in", 3, true, false},
+		{"more items than the news carries", resultsPage + 1, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb, b := testBarrier(t, "push")
+			ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: tc.total}
+			if _, _, _, err := b.init(ctx, ws, tc.total, false, time.Hour, 0, false); err != nil {
+				t.Fatal(err)
+			}
+			ps := rdb.Subscribe(ctx, b.newsChannel())
+			defer ps.Close()
+			if _, err := ps.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
+			batch := &store.Batch{}
+			for i := range tc.total {
+				status := store.StepSucceeded
+				if i == 1 {
+					status = store.StepFailed
+				}
+				batch.Steps = append(batch.Steps, &store.StepRecord{Key: engine.ItemKey("loop", i, tc.total), Name: "loop", Status: status, Body: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+			}
+			if tc.event {
+				batch.Events = []store.Event{{Type: store.EventStepRetrying, Step: "loop[0]/a"}}
+			}
+			if state, _, err := b.commit(ctx, batch, func(int) string { return "" }); err != nil || state != "complete" {
+				t.Fatalf("commit: %q %v", state, err)
+			}
+			// Published after the commit, this comes first unless the
+			// commit sent news.
+			if err := rdb.Publish(ctx, b.newsChannel(), "after").Err(); err != nil {
+				t.Fatal(err)
+			}
+			msg, err := ps.ReceiveMessage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.sent {
+				if msg.Payload != "after" {
+					t.Errorf("news sent: %.200s", msg.Payload)
+				}
+				return
+			}
+			n, err := b.pushedNews(msg.Payload)
+			if err != nil {
+				t.Fatalf("%v: %.200s", err, msg.Payload)
+			}
+			if n.state != "complete" || n.done != 3 || n.succeeded != 2 || n.failed != 1 || len(n.results) != 3 {
+				t.Fatalf("news %+v", n)
+			}
+			for i, r := range n.results {
+				if want := fmt.Sprintf(`{"i":%d}`, i); string(r.Body) != want {
+					t.Errorf("result %d: %s, want %s", i, r.Body, want)
+				}
+			}
+		})
+	}
+}
+
 // TestBarrierKeepsItemsApart commits items whose bits share bytes and
 // straddle them, far apart and twice, with step records on the way: each
 // item is done exactly once, its bit is the one the owner reads, and its

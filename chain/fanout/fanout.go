@@ -73,9 +73,11 @@ type Fanout struct {
 	channel string
 
 	notices *noticeHub
-	ps      *goredis.PubSub
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// pushed passes on the news sent on hand-offs' own channels, by ref.
+	pushed *noticeHub
+	ps     *goredis.PubSub
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // Open connects to Redis and RabbitMQ; a server that does not answer is an
@@ -111,7 +113,7 @@ func Open(ctx context.Context, opts Options) (*Fanout, error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	f := &Fanout{
 		cfg: cfg, rdb: rdb, broker: b, log: opts.Logger, metrics: opts.Metrics, channel: cfg.Prefix + "fanout",
-		notices: newNoticeHub(), cancel: cancel, done: make(chan struct{}),
+		notices: newNoticeHub(), pushed: newNoticeHub(), cancel: cancel, done: make(chan struct{}),
 	}
 	f.ps = rdb.Subscribe(runCtx, f.channel)
 	go f.listen(runCtx)
@@ -156,8 +158,16 @@ func (f *Fanout) listen(ctx context.Context) {
 		}
 		switch m := msg.(type) {
 		case *goredis.Subscription:
-			f.notices.all()
+			// Hand-offs' own channels come and go; only the shared one
+			// being taken up again may follow a missed notice.
+			if m.Channel == f.channel && m.Kind == "subscribe" {
+				f.notices.all()
+			}
 		case *goredis.Message:
+			if ref, ok := strings.CutPrefix(m.Channel, f.channel+":news:"); ok {
+				f.pushed.send(ref, m.Payload)
+				continue
+			}
 			ref, state := parseNotice(m.Payload)
 			f.notices.send(ref, state)
 		default:

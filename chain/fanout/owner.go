@@ -42,6 +42,18 @@ func (f *Fanout) Attach(job *engine.FanoutJob, news func(*engine.FanoutNews)) en
 		o.Release()
 	}
 	o.unsub = f.notices.subscribe(r.String(), func(string) { o.poke() })
+	// A small split's last commit sends its news here, so that it need not
+	// be read; a push lost, or not subscribed to in time, leaves the notice
+	// that follows it to have the news read.
+	o.unsubPushed = f.pushed.subscribe(r.String(), func(payload string) {
+		if n, err := o.b.pushedNews(payload); err == nil {
+			o.pushed.Store(n)
+		} else {
+			o.log.Warn("taking in a split's news as sent; reading it instead", "err", err)
+		}
+		o.poke()
+	})
+
 	o.wg.Add(1)
 	go o.run()
 	return o
@@ -78,6 +90,10 @@ type owned struct {
 	wg     sync.WaitGroup
 	unsub  func()
 	once   sync.Once
+	// unsubPushed and pushed are for the news sent on the hand-off's own
+	// channel, the latest not yet taken.
+	unsubPushed func()
+	pushed      atomic.Pointer[newsBatch]
 }
 
 var _ engine.FanoutHandle = (*owned)(nil)
@@ -112,6 +128,7 @@ func (o *owned) Detach() {
 func (o *owned) stop() {
 	o.once.Do(func() {
 		o.unsub()
+		o.unsubPushed()
 		o.cancel()
 	})
 }
@@ -190,6 +207,13 @@ func (o *owned) retry(what string, fn func() error) bool {
 
 func (o *owned) run() {
 	defer o.wg.Done()
+	if err := o.f.ps.Subscribe(o.ctx, o.b.newsChannel()); err == nil {
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = o.f.ps.Unsubscribe(ctx, o.b.newsChannel())
+		}()
+	}
 	var state string
 	var published int
 	var created bool
@@ -246,8 +270,8 @@ func (o *owned) follow(fresh bool) {
 			}
 		default:
 		}
-		var n *newsBatch
-		if !o.retry("reading a distributed split's news from Redis", func() (err error) {
+		n := o.pushed.Swap(nil)
+		if n == nil && !o.retry("reading a distributed split's news from Redis", func() (err error) {
 			n, err = o.b.news(o.ctx, pos, importChunk, resultsPage)
 			return err
 		}) {
