@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestFlagChecks(t *testing.T) {
@@ -94,5 +95,36 @@ func TestReportsFailures(t *testing.T) {
 				t.Errorf("%d requests in 400 ms: no backoff", n)
 			}
 		})
+	}
+}
+
+func TestSplitFlagChecks(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"split"}, "--gateway is required"},
+		{[]string{"split", "--gateway", "/bin/true", "--repeat", "-1"}, "--repeat is 0 or more, and needs --local"},
+		{[]string{"split", "--gateway", "/bin/true", "--repeat", "3", "--local=false"}, "--repeat is 0 or more, and needs --local"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := runSplit(context.Background(), tc.args[1:], &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%v: exit %d\n%s%s", tc.args, code, out.String(), errOut.String())
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		in   []time.Duration
+		want time.Duration
+	}{
+		{[]time.Duration{3, 1, 2}, 2},
+		{[]time.Duration{4, 1, 3, 2}, 2},
+		{[]time.Duration{5}, 5},
+	} {
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
 	}
 }
