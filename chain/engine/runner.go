@@ -353,6 +353,9 @@ func (r *runner) loop() {
 			if r.committing != nil {
 				<-r.acks
 			}
+			if r.onWorker() {
+				r.flushResults()
+			}
 			r.leaseMu.Lock()
 			lost := r.leaseLost
 			r.leaseMu.Unlock()
@@ -695,6 +698,18 @@ func (r *runner) flush(ctx context.Context) error {
 	r.ackedSeq = c.seq
 	r.published(c.batch.Events)
 	return nil
+}
+
+// flushResults writes what a worker's runner holds as it stops: results
+// waiting for more to join them, and the steps of items part way through,
+// are kept, while the worker still holds its claims on their items, rather
+// than called again wherever the items go next.
+func (r *runner) flushResults() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := r.flush(ctx); err != nil {
+		r.log.Warn("writing the results of split items as the worker stops; their items run again elsewhere", "err", err)
+	}
 }
 
 // commitWithRetry commits a batch, retrying briefly: a store that stays

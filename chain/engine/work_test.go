@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -124,5 +125,52 @@ items = "<<origin.payload.items>>"` + tc.steps
 				t.Errorf("%d commits holding %d item slots: %v", len(sink.batches), slots, sink.batches)
 			}
 		})
+	}
+}
+
+// TestWorkerStopKeepsHeldResults stops a worker's runner while it holds a
+// result for the call still out to join: the result is written as it
+// stops, not called again wherever its item goes next.
+func TestWorkerStopKeepsHeldResults(t *testing.T) {
+	config := `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+items = "<<origin.payload.items>>"
+[[chains.steps.split.steps]]
+name = "a"
+provider = "faulty"
+payload_template = { hang = "<<item.hang>>" }`
+	h := newHarness(t, config)
+	cfg, err := loader.LoadBytes("test.toml", []byte(testProviders+config), loader.Options{ProviderTypes: builtin.Types()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := &engine.WorkSplit{Run: &store.Run{ID: "held-at-stop", Chain: "c", ChainHash: cfg.Chains["c"].Hash}, Key: "loop", Step: "loop", Total: 2}
+	if ws.Definition, err = cfg.Definition("c"); err != nil {
+		t.Fatal(err)
+	}
+	sink := &batchSink{}
+	r, err := h.eng.Work(ws, sink, engine.WorkOptions{Linger: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Add([]engine.WorkItem{{Index: 0, Value: json.RawMessage(`{"hang":false}`)}, {Index: 1, Value: json.RawMessage(`{"hang":true}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for r.Pending() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("item 0's result never came back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.Close()
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.batches) != 1 || !slices.Equal(sink.batches[0], []string{"loop[0]"}) {
+		t.Errorf("written as the runner stopped: %v, want item 0's slot", sink.batches)
 	}
 }
