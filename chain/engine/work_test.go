@@ -37,6 +37,29 @@ func (s *batchSink) ForEachStep(context.Context, string, func(*store.StepRecord)
 	return nil
 }
 
+// splitToWork starts a harness with chain "c", whose split "loop" has the
+// item steps given, and returns it with the split as a worker is handed it.
+func splitToWork(t *testing.T, steps string, total int) (*harness, *engine.WorkSplit) {
+	t.Helper()
+	config := `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+items = "<<origin.payload.items>>"` + steps
+	h := newHarness(t, config)
+	cfg, err := loader.LoadBytes("test.toml", []byte(testProviders+config), loader.Options{ProviderTypes: builtin.Types()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := &engine.WorkSplit{Run: &store.Run{ID: t.Name(), Chain: "c", ChainHash: cfg.Chains["c"].Hash}, Key: "loop", Step: "loop", Total: total}
+	if ws.Definition, err = cfg.Definition("c"); err != nil {
+		t.Fatal(err)
+	}
+	return h, ws
+}
+
 // slot matches the key of an item's slot record.
 var slot = regexp.MustCompile(`^loop\[\d+\]$`)
 
@@ -66,23 +89,8 @@ provider = "echo"
 payload_template = { i = "<<prev.body.i>>" }`, func(n int) bool { return n >= 2 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			config := `
-[[chains]]
-name = "c"
-[[chains.steps]]
-name = "loop"
-[chains.steps.split]
-items = "<<origin.payload.items>>"` + tc.steps
-			h := newHarness(t, config)
-			cfg, err := loader.LoadBytes("test.toml", []byte(testProviders+config), loader.Options{ProviderTypes: builtin.Types()})
-			if err != nil {
-				t.Fatal(err)
-			}
 			const n = 10
-			ws := &engine.WorkSplit{Run: &store.Run{ID: "linger-" + tc.name, Chain: "c", ChainHash: cfg.Chains["c"].Hash}, Key: "loop", Step: "loop", Total: n}
-			if ws.Definition, err = cfg.Definition("c"); err != nil {
-				t.Fatal(err)
-			}
+			h, ws := splitToWork(t, tc.steps, n)
 			sink := &batchSink{}
 			finished := make(chan int, n)
 			r, err := h.eng.Work(ws, sink, engine.WorkOptions{Linger: time.Hour, Finished: func(i int, dropped bool) {
@@ -132,26 +140,11 @@ items = "<<origin.payload.items>>"` + tc.steps
 // result for the call still out to join: the result is written as it
 // stops, not called again wherever its item goes next.
 func TestWorkerStopKeepsHeldResults(t *testing.T) {
-	config := `
-[[chains]]
-name = "c"
-[[chains.steps]]
-name = "loop"
-[chains.steps.split]
-items = "<<origin.payload.items>>"
+	h, ws := splitToWork(t, `
 [[chains.steps.split.steps]]
 name = "a"
 provider = "faulty"
-payload_template = { hang = "<<item.hang>>" }`
-	h := newHarness(t, config)
-	cfg, err := loader.LoadBytes("test.toml", []byte(testProviders+config), loader.Options{ProviderTypes: builtin.Types()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := &engine.WorkSplit{Run: &store.Run{ID: "held-at-stop", Chain: "c", ChainHash: cfg.Chains["c"].Hash}, Key: "loop", Step: "loop", Total: 2}
-	if ws.Definition, err = cfg.Definition("c"); err != nil {
-		t.Fatal(err)
-	}
+payload_template = { hang = "<<item.hang>>" }`, 2)
 	sink := &batchSink{}
 	r, err := h.eng.Work(ws, sink, engine.WorkOptions{Linger: time.Hour})
 	if err != nil {
