@@ -53,7 +53,6 @@ func (f *Fanout) Attach(job *engine.FanoutJob, news func(*engine.FanoutNews)) en
 		}
 		o.poke()
 	})
-
 	o.wg.Add(1)
 	go o.run()
 	return o
@@ -207,13 +206,14 @@ func (o *owned) retry(what string, fn func() error) bool {
 
 func (o *owned) run() {
 	defer o.wg.Done()
-	if err := o.f.ps.Subscribe(o.ctx, o.b.newsChannel()); err == nil {
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = o.f.ps.Unsubscribe(ctx, o.b.newsChannel())
-		}()
-	}
+	// The channel is followed again after a reconnection, even when this
+	// subscription did not reach Redis, so it is always let go of.
+	_ = o.f.ps.Subscribe(o.ctx, o.b.newsChannel())
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = o.f.ps.Unsubscribe(ctx, o.b.newsChannel())
+	}()
 	var state string
 	var published int
 	var created bool
