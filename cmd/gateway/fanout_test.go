@@ -17,6 +17,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/chain/store/crashpoint"
 	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/internal/testutil/brokertest"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
@@ -121,6 +122,12 @@ type proc struct {
 
 func (e *fanoutEnv) start(name string, args ...string) *proc {
 	e.t.Helper()
+	return e.startWith(name, nil, args...)
+}
+
+// startWith starts a process with env added to its environment.
+func (e *fanoutEnv) startWith(name string, env []string, args ...string) *proc {
+	e.t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		e.t.Fatal(err)
@@ -131,7 +138,7 @@ func (e *fanoutEnv) start(name string, args ...string) *proc {
 	}
 	p.cmd = exec.Command(exe, append(args, "--config", e.config)...)
 	p.cmd.Dir = p.dir
-	p.cmd.Env = append(os.Environ(), mainEnv+"=1")
+	p.cmd.Env = append(append(os.Environ(), mainEnv+"=1"), env...)
 	p.cmd.Stderr = p.logs
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -190,15 +197,20 @@ func (e *fanoutEnv) kill(p *proc) {
 
 func (e *fanoutEnv) post(p *proc) string {
 	e.t.Helper()
-	items := make([]string, fanoutItems)
-	for i := range items {
-		items[i] = fmt.Sprint(i)
-	}
-	id, err := postRun(p.url, "fleet", `{"items": [`+strings.Join(items, ",")+`]}`)
+	id, err := postRun(p.url, "fleet", itemsJSON(fanoutItems))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return id
+}
+
+// itemsJSON is a run payload whose items are 0 to n-1.
+func itemsJSON(n int) string {
+	items := make([]string, n)
+	for i := range items {
+		items[i] = fmt.Sprint(i)
+	}
+	return `{"items": [` + strings.Join(items, ",") + `]}`
 }
 
 // calls reads faulty's record file: calls per step of each item.
@@ -383,6 +395,47 @@ func TestDistributedOwnerKilled(t *testing.T) {
 	// publishing, confirmed but not yet recorded, goes out again.
 	if published := metric(t, gw2.url, "chaingate_fanout_items_published_total"); published > float64(fanoutItems-done+5*16) {
 		t.Errorf("the new gateway published %v items; %d had run before it started", published, done)
+	}
+}
+
+// TestDistributedOwnerKilledBeforeItsDecision kills the gateway in place of
+// the commit that records its split as handed out, while it makes the
+// split's state in Redis beside it: the gateway that takes the run up
+// decides again, over what the first left, and every item runs once.
+func TestDistributedOwnerKilledBeforeItsDecision(t *testing.T) {
+	e := newFanoutEnv(t, false)
+	gw := e.startWith("gateway", []string{crashpoint.Env + "=before loop running"},
+		"serve", "--listen", "127.0.0.1:0", "--state", filepath.Join(e.dir, "gw.db"), "--no-worker")
+	e.worker("w1")
+	// The gateway may die before it answers.
+	go func() { _, _ = postRun(gw.url, "fleet", itemsJSON(fanoutItems)) }()
+	if err := gw.cmd.Wait(); err == nil {
+		t.Fatalf("the gateway did not crash:\n%s", gw.logs)
+	}
+	gw2 := e.serve("gateway2", "--no-worker")
+	var id string
+	e.waitCalls("the run to be taken up", func() bool {
+		var list struct {
+			Runs []struct {
+				ID string `json:"id"`
+			} `json:"runs"`
+		}
+		resp, err := http.Get(gw2.url + "/v1/runs")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		if json.NewDecoder(resp.Body).Decode(&list) != nil || len(list.Runs) != 1 {
+			return false
+		}
+		id = list.Runs[0].ID
+		return true
+	})
+	e.checkSplit(e.finished(gw2, id), nil)
+	for key, n := range e.calls() {
+		if n != 1 {
+			t.Errorf("%s was called %d times", key, n)
+		}
 	}
 }
 
