@@ -295,7 +295,10 @@ func encode(b *store.Batch) (encodedBatch, error) {
 		if len(o.Payload) > apartAbove {
 			e.payload, o.Payload = o.Payload, nil
 		}
-		if e.origin, err = encodeApart(&o, e.payload); err != nil {
+		if e.origin, err = jsonx.Marshal(&o); err == nil {
+			e.origin, err = markApart(e.origin, e.payload)
+		}
+		if err != nil {
 			return e, fmt.Errorf("encoding origin: %w", err)
 		}
 	}
@@ -308,7 +311,10 @@ func encode(b *store.Batch) (encodedBatch, error) {
 			rec = &head
 			e.bodies = append(e.bodies, [2][]byte{apartKey(key), body})
 		}
-		v, err := encodeApart(rec, body)
+		v, err := encodeStep(rec)
+		if err == nil {
+			v, err = markApart(v, body)
+		}
 		if err != nil {
 			return e, fmt.Errorf("encoding step %s: %w", st.Key, err)
 		}
@@ -317,7 +323,7 @@ func encode(b *store.Batch) (encodedBatch, error) {
 	for i := range b.Events {
 		ev := &b.Events[i]
 		ev.RunID = b.Run.ID
-		v, err := jsonx.Marshal(ev)
+		v, err := encodeEvent(ev)
 		if err != nil {
 			return e, fmt.Errorf("encoding event %d: %w", ev.Seq, err)
 		}
@@ -333,18 +339,14 @@ func encode(b *store.Batch) (encodedBatch, error) {
 	return e, nil
 }
 
-// encodeApart encodes a record; with a value kept apart, it checks that
-// value and marks the record as having one.
-func encodeApart(v any, apart []byte) ([]byte, error) {
+// markApart checks a value kept apart from its record, and marks the
+// record's encoding as having one.
+func markApart(head, apart []byte) ([]byte, error) {
 	if apart == nil {
-		return jsonx.Marshal(v)
+		return head, nil
 	}
 	if !json.Valid(apart) {
 		return nil, errors.New("a value of it is not valid JSON")
-	}
-	head, err := jsonx.Marshal(v)
-	if err != nil {
-		return nil, err
 	}
 	return append([]byte{apartMark}, head...), nil
 }
