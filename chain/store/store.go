@@ -405,7 +405,7 @@ type DLQFilter struct {
 // buffer through several copies of it.
 func MarshalStep(st *StepRecord) ([]byte, error) {
 	if len(st.Body) <= spliceAbove {
-		return jsonx.Marshal(st)
+		return marshalStep(st)
 	}
 	rest := *st
 	rest.Body = nil

@@ -311,7 +311,7 @@ func encode(b *store.Batch) (encodedBatch, error) {
 			rec = &head
 			e.bodies = append(e.bodies, [2][]byte{apartKey(key), body})
 		}
-		v, err := encodeStep(rec)
+		v, err := store.MarshalStep(rec)
 		if err == nil {
 			v, err = markApart(v, body)
 		}
@@ -323,7 +323,7 @@ func encode(b *store.Batch) (encodedBatch, error) {
 	for i := range b.Events {
 		ev := &b.Events[i]
 		ev.RunID = b.Run.ID
-		v, err := encodeEvent(ev)
+		v, err := store.MarshalEvent(ev)
 		if err != nil {
 			return e, fmt.Errorf("encoding event %d: %w", ev.Seq, err)
 		}

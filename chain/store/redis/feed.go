@@ -8,7 +8,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 var _ store.RunFeed = (*Store)(nil)
@@ -26,7 +25,7 @@ func (s *Store) announce(ctx context.Context, b *store.Batch) {
 			continue
 		}
 		ev.RunID = b.Run.ID
-		v, err := jsonx.Marshal(&ev)
+		v, err := store.MarshalEvent(&ev)
 		if err != nil {
 			continue // it was encoded for the commit a moment ago
 		}

@@ -355,7 +355,7 @@ func (s *Store) commitArgs(b *store.Batch) ([]string, []any, error) {
 	}
 	for _, ev := range b.Events {
 		ev.RunID = run.ID
-		v, err := jsonx.Marshal(&ev)
+		v, err := store.MarshalEvent(&ev)
 		if err != nil {
 			return nil, nil, fmt.Errorf("encoding event %d: %w", ev.Seq, err)
 		}

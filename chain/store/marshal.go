@@ -1,4 +1,4 @@
-package bolt
+package store
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
 
@@ -14,26 +13,26 @@ import (
 // it logs, and a group of ten thousand sub-steps writes thirty thousand of
 // them. Their common shape (plain keys and names, times in range, bodies
 // that are JSON) is encoded here by hand, byte for byte as jsonx.Marshal
-// would (TestEncodeAsMarshal, FuzzEncodeStep); anything else goes through
+// would (TestMarshalAsJSONX, FuzzMarshalStep); anything else goes through
 // jsonx.Marshal, which also gives the error for what cannot be encoded.
 
-// encodeStep encodes a step record.
-func encodeStep(rec *store.StepRecord) ([]byte, error) {
+// marshalStep encodes a step record as jsonx.Marshal does.
+func marshalStep(rec *StepRecord) ([]byte, error) {
 	if b, ok := appendStep(make([]byte, 0, 160+len(rec.Body)), rec); ok {
 		return b, nil
 	}
 	return jsonx.Marshal(rec)
 }
 
-// encodeEvent encodes an event.
-func encodeEvent(ev *store.Event) ([]byte, error) {
+// MarshalEvent encodes an event as the stores keep it.
+func MarshalEvent(ev *Event) ([]byte, error) {
 	if b, ok := appendEvent(make([]byte, 0, 160+len(ev.Message)+len(ev.Data)), ev); ok {
 		return b, nil
 	}
 	return jsonx.Marshal(ev)
 }
 
-func appendStep(b []byte, rec *store.StepRecord) ([]byte, bool) {
+func appendStep(b []byte, rec *StepRecord) ([]byte, bool) {
 	ok := true
 	b, ok = appendPlainField(b, `{"key":`, rec.Key, ok)
 	b, ok = appendPlainField(b, `,"name":`, rec.Name, ok)
@@ -87,7 +86,7 @@ func appendStep(b []byte, rec *store.StepRecord) ([]byte, bool) {
 	return append(b, '}'), ok
 }
 
-func appendEvent(b []byte, ev *store.Event) ([]byte, bool) {
+func appendEvent(b []byte, ev *Event) ([]byte, bool) {
 	ok := true
 	b, ok = appendPlainField(b, `{"run_id":`, ev.RunID, ok)
 	if ev.Chain != "" {
