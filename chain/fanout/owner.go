@@ -42,17 +42,20 @@ func (f *Fanout) Attach(job *engine.FanoutJob, news func(*engine.FanoutNews)) en
 		o.Release()
 	}
 	o.unsub = f.notices.subscribe(r.String(), func(string) { o.poke() })
-	// A small split's last commit sends its news here, so that it need not
-	// be read; a push lost, or not subscribed to in time, leaves the notice
-	// that follows it to have the news read.
-	o.unsubPushed = f.pushed.subscribe(r.String(), func(payload string) {
-		if n, err := o.b.pushedNews(payload); err == nil {
-			o.pushed.Store(n)
-		} else {
-			o.log.Warn("taking in a split's news as sent; reading it instead", "err", err)
-		}
-		o.poke()
-	})
+	o.unsubPushed = func() {}
+	if o.small() {
+		// Its last commit sends the news here, so that it need not be read;
+		// a push lost, or not subscribed to in time, leaves the notice that
+		// follows it to have the news read.
+		o.unsubPushed = f.pushed.subscribe(r.String(), func(payload string) {
+			if n, err := o.b.pushedNews(payload); err == nil {
+				o.pushed.Store(n)
+			} else {
+				o.log.Warn("taking in a split's news as sent; reading it instead", "err", err)
+			}
+			o.poke()
+		})
+	}
 	o.wg.Add(1)
 	go o.run()
 	return o
@@ -103,6 +106,10 @@ func (o *owned) poke() {
 	default:
 	}
 }
+
+// small reports whether the split is small enough for its last commit to
+// send its news, results included, on the hand-off's own channel.
+func (o *owned) small() bool { return o.job.Work.Total <= resultsPage }
 
 // Release implements engine.FanoutHandle.
 func (o *owned) Release() { o.release.Do(func() { close(o.released) }) }
@@ -206,14 +213,16 @@ func (o *owned) retry(what string, fn func() error) bool {
 
 func (o *owned) run() {
 	defer o.wg.Done()
-	// The channel is followed again after a reconnection, even when this
-	// subscription did not reach Redis, so it is always let go of.
-	_ = o.f.ps.Subscribe(o.ctx, o.b.newsChannel())
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = o.f.ps.Unsubscribe(ctx, o.b.newsChannel())
-	}()
+	if o.small() {
+		// The channel is followed again after a reconnection, even when
+		// this subscription did not reach Redis, so it is always let go of.
+		_ = o.f.ps.Subscribe(o.ctx, o.b.newsChannel())
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = o.f.ps.Unsubscribe(ctx, o.b.newsChannel())
+		}()
+	}
 	var state string
 	var published int
 	var created bool

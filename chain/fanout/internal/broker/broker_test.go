@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +20,7 @@ import (
 	"github.com/chaingate/gateway/internal/testutil/brokertest"
 )
 
-func open(t *testing.T, u, prefix string, maxRedeliveries int) *broker.Broker {
+func open(t testing.TB, u, prefix string, maxRedeliveries int) *broker.Broker {
 	t.Helper()
 	b, err := broker.Open(t.Context(), broker.Options{
 		URL:             u,
@@ -48,7 +49,7 @@ func messages(n int) []broker.Message {
 }
 
 // consume runs Consume until the returned stop is called or t ends.
-func consume(t *testing.T, b *broker.Broker, q broker.Queue, prefetch int, handle func(*broker.Delivery)) (stop func()) {
+func consume(t testing.TB, b *broker.Broker, q broker.Queue, prefetch int, handle func(*broker.Delivery)) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -471,4 +472,36 @@ func TestClose(t *testing.T) {
 	if err := b.Publish(t.Context(), messages(1)); !errors.Is(err, broker.ErrClosed) {
 		t.Errorf("Publish after Close = %v, want ErrClosed", err)
 	}
+}
+
+// BenchmarkDelivery publishes one message at a time to the quorum queue,
+// the broker otherwise idle as it is between small splits, and reports the
+// median time from publishing it to its delivery: a queue of this kind
+// hands a message on only once it has committed it.
+func BenchmarkDelivery(b *testing.B) {
+	u, prefix := brokertest.Open(b)
+	br := open(b, u, prefix, 3)
+	got := make(chan *broker.Delivery, 1)
+	consume(b, br, broker.Items, 8, func(d *broker.Delivery) { got <- d })
+	var took []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if err := br.Publish(b.Context(), messages(1)); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case d := <-got:
+			took = append(took, time.Since(start))
+			if err := d.Ack(); err != nil {
+				b.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			b.Fatal("no delivery after 10s")
+		}
+		b.StopTimer()
+		time.Sleep(5 * time.Millisecond)
+		b.StartTimer()
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds()), "µs-to-delivery")
 }
