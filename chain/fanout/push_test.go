@@ -79,8 +79,8 @@ func TestOwnerTakesPushedNews(t *testing.T) {
 // countItems is a split's items 0 to n-1.
 type countItems int
 
-func (c countItems) Len() int                            { return int(c) }
-func (countItems) At(i int) any                          { return i }
+func (c countItems) Len() int                          { return int(c) }
+func (countItems) At(i int) any                        { return i }
 func (countItems) JSON(i int) (json.RawMessage, error) { return json.RawMessage(strconv.Itoa(i)), nil }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
