@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/fanout"
@@ -499,7 +497,7 @@ func TestFreshHandOffQuietUntilNews(t *testing.T) {
 	var got []engine.FanoutNews
 	job := &engine.FanoutJob{
 		Work:  &engine.WorkSplit{Run: &store.Run{ID: "fresh-" + strconv.FormatInt(time.Now().UnixNano(), 36)}, Key: "loop", Step: "loop", Total: 3},
-		Items: countItems(3),
+		Items: fanout.CountItems(3),
 		Gen:   1,
 	}
 	h := n.f.Attach(job, func(nw *engine.FanoutNews) {
@@ -534,7 +532,7 @@ func TestHeldHandOffWaitsForRelease(t *testing.T) {
 	run := "held-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	job := &engine.FanoutJob{
 		Work:  &engine.WorkSplit{Run: &store.Run{ID: run}, Key: "loop", Step: "loop", Total: 3},
-		Items: countItems(3),
+		Items: fanout.CountItems(3),
 		Gen:   1,
 		Held:  true,
 		Fence: 1,
@@ -553,13 +551,6 @@ func TestHeldHandOffWaitsForRelease(t *testing.T) {
 	h.Release()
 	waitUntil(t, "the released split's 3 items go out", func() bool { return published() == 3 })
 }
-
-// countItems is a split's items 0 to n-1.
-type countItems int
-
-func (c countItems) Len() int                          { return int(c) }
-func (countItems) At(i int) any                        { return i }
-func (countItems) JSON(i int) (json.RawMessage, error) { return json.RawMessage(strconv.Itoa(i)), nil }
 
 type emptyItems struct{}
 
@@ -619,16 +610,7 @@ func (c *counter) get(f func(*counter) int) int {
 	return f(c)
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var waitUntil = fanout.WaitUntil
 
 // twoSteps is a distributed split whose items make two calls, the first
 // recorded before the second.
@@ -946,33 +928,6 @@ func TestItemClaimedByOneWorker(t *testing.T) {
 	}
 }
 
-// ctxReads counts a client's reads of split contexts.
-type ctxReads struct{ n atomic.Int64 }
-
-func (h *ctxReads) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-
-func (h *ctxReads) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		for _, cmd := range cmds {
-			h.count(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func (h *ctxReads) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *ctxReads) count(cmd goredis.Cmder) {
-	if args := cmd.Args(); cmd.Name() == "get" && len(args) == 2 && strings.HasSuffix(fmt.Sprint(args[1]), ":ctx") {
-		h.n.Add(1)
-	}
-}
-
 // TestWorkerReadsASplitsContextOnce hands one worker many messages of a
 // split at once: the deliveries that find the split new read its context,
 // which holds the run's payload, once between them.
@@ -981,7 +936,10 @@ func TestWorkerReadsASplitsContextOnce(t *testing.T) {
 	cfg := servers(t, "batch_size = 5\nprefetch = 8") + splitChain("distributed", "distributed", filepath.Join(dir, "calls.jsonl"), "")
 	owner := newNode(t, cfg)
 	worker := newNode(t, cfg)
-	reads := &ctxReads{}
+	// Its reads of split contexts.
+	reads := &fanout.CommandCounter{Match: func(args []any) bool {
+		return len(args) == 2 && args[0] == "get" && strings.HasSuffix(fmt.Sprint(args[1]), ":ctx")
+	}}
 	worker.f.Redis().AddHook(reads)
 	stop := worker.work()
 	defer stop()
@@ -989,7 +947,7 @@ func TestWorkerReadsASplitsContextOnce(t *testing.T) {
 	if res.Status != store.RunSucceeded {
 		t.Fatalf("run %s: %+v", res.Status, res.Error)
 	}
-	if n := reads.n.Load(); n != 1 {
+	if n := reads.N.Load(); n != 1 {
 		t.Errorf("the worker read the split's context %d times, want once", n)
 	}
 }

@@ -34,7 +34,7 @@ func TestOwnerTakesPushedNews(t *testing.T) {
 	r := ref{Run: "pushed-" + strconv.FormatInt(time.Now().UnixNano(), 36), Split: "loop", Gen: 1}
 	var mu sync.Mutex
 	var got []engine.FanoutNews
-	job := &engine.FanoutJob{Work: &engine.WorkSplit{Run: &store.Run{ID: r.Run}, Key: "loop", Step: "loop", Total: total}, Items: countItems(total), Gen: 1}
+	job := &engine.FanoutJob{Work: &engine.WorkSplit{Run: &store.Run{ID: r.Run}, Key: "loop", Step: "loop", Total: total}, Items: CountItems(total), Gen: 1}
 	h := f.Attach(job, func(n *engine.FanoutNews) {
 		mu.Lock()
 		got = append(got, *n)
@@ -50,8 +50,11 @@ func TestOwnerTakesPushedNews(t *testing.T) {
 		return got[len(got)-1]
 	}
 	// Once the owner has told the items are out, it waits for a notice.
-	waitFor(t, "the items to be out", func() bool { return last().Published == total })
-	reads := &newsReads{}
+	WaitUntil(t, "the items to be out", func() bool { return last().Published == total })
+	// The news script, or the join's own read of the results.
+	reads := &CommandCounter{Match: func(args []any) bool {
+		return len(args) > 1 && (args[1] == newsScript.Hash() || args[0] == "hmget")
+	}}
 	f.Redis().AddHook(reads)
 	batch := &store.Batch{}
 	for i := range total {
@@ -60,7 +63,7 @@ func TestOwnerTakesPushedNews(t *testing.T) {
 	if _, _, err := newBarrier(f.Redis(), prefix, r).commit(context.Background(), batch, func(int) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the split to be complete", func() bool { return last().State == engine.FanoutComplete })
+	WaitUntil(t, "the split to be complete", func() bool { return last().State == engine.FanoutComplete })
 	var bodies []string
 	if err := h.Results(context.Background(), func(rec *store.StepRecord) error {
 		bodies = append(bodies, string(rec.Body))
@@ -71,21 +74,22 @@ func TestOwnerTakesPushedNews(t *testing.T) {
 	if n := last(); n.Succeeded != total || strings.Join(bodies, ",") != "0,1,2" {
 		t.Errorf("news %+v, results %v", n, bodies)
 	}
-	if n := reads.n.Load(); n != 0 {
+	if n := reads.N.Load(); n != 0 {
 		t.Errorf("the owner read the barrier %d times once the news was sent to it", n)
 	}
 }
 
-// countItems is a split's items 0 to n-1.
-type countItems int
+// CountItems is a split's items 0 to n-1.
+type CountItems int
 
-func (c countItems) Len() int                          { return int(c) }
-func (countItems) At(i int) any                        { return i }
-func (countItems) JSON(i int) (json.RawMessage, error) { return json.RawMessage(strconv.Itoa(i)), nil }
+func (c CountItems) Len() int                          { return int(c) }
+func (CountItems) At(i int) any                        { return i }
+func (CountItems) JSON(i int) (json.RawMessage, error) { return json.RawMessage(strconv.Itoa(i)), nil }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// WaitUntil waits for cond, failing t after a minute.
+func WaitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -94,13 +98,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// newsReads counts the runs of the script that reads a hand-off's news or
-// its results.
-type newsReads struct{ n atomic.Int64 }
+// CommandCounter is a Redis hook that counts the commands Match picks,
+// pipelined or not.
+type CommandCounter struct {
+	Match func(args []any) bool
+	N     atomic.Int64
+}
 
-func (h *newsReads) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *CommandCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
-func (h *newsReads) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+func (h *CommandCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		for _, cmd := range cmds {
 			h.count(cmd)
@@ -109,16 +116,15 @@ func (h *newsReads) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredi
 	}
 }
 
-func (h *newsReads) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+func (h *CommandCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		h.count(cmd)
 		return next(ctx, cmd)
 	}
 }
 
-func (h *newsReads) count(cmd goredis.Cmder) {
-	args := cmd.Args()
-	if len(args) > 1 && (args[1] == newsScript.Hash() || args[0] == "hmget") {
-		h.n.Add(1)
+func (h *CommandCounter) count(cmd goredis.Cmder) {
+	if h.Match(cmd.Args()) {
+		h.N.Add(1)
 	}
 }
