@@ -11,12 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins/host"
 )
 
@@ -105,7 +105,7 @@ func BenchmarkConcurrentRuns(b *testing.B) {
 					}
 				}()
 			}
-			selfStart, childStart := cpuTimes()
+			selfStart, childStart := testutil.CPUTimes()
 			b.ResetTimer()
 			start := time.Now()
 			n := 0
@@ -119,24 +119,13 @@ func BenchmarkConcurrentRuns(b *testing.B) {
 			elapsed := time.Since(start)
 			// The plugin process's CPU is counted once it has exited and been reaped.
 			_ = h.pm.Close()
-			self, child := cpuTimes()
+			self, child := testutil.CPUTimes()
 			steps := float64(n * 10)
 			b.ReportMetric(steps/elapsed.Seconds(), "steps/s")
 			b.ReportMetric(float64((self-selfStart).Microseconds())/steps, "gateway-cpu-µs/step")
 			b.ReportMetric(float64((child-childStart).Microseconds())/steps, "plugin-cpu-µs/step")
 		})
 	}
-}
-
-// cpuTimes returns the user+system CPU time of this process and of its
-// reaped children.
-func cpuTimes() (self, children time.Duration) {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
-	children = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return self, children
 }
 
 type benchHarness struct {
@@ -175,7 +164,7 @@ func BenchmarkParallel10k(b *testing.B) {
 		b.Fatal(err)
 	}
 	resetPeakRSS()
-	selfStart, childStart := cpuTimes()
+	selfStart, childStart := testutil.CPUTimes()
 	var walls []time.Duration
 	for b.Loop() {
 		start := time.Now()
@@ -191,7 +180,7 @@ func BenchmarkParallel10k(b *testing.B) {
 	}
 	ideal := time.Duration(subs/conc*sleepMS) * time.Millisecond
 	_ = h.pm.Close()
-	self, child := cpuTimes()
+	self, child := testutil.CPUTimes()
 	calls := float64(subs * len(walls))
 	b.ReportMetric(float64((self-selfStart).Microseconds())/calls, "gateway-cpu-µs/call")
 	b.ReportMetric(float64((child-childStart).Microseconds())/calls, "plugin-cpu-µs/call")

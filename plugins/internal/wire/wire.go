@@ -130,8 +130,19 @@ func (s *server) Execute(ctx context.Context, in *providerv1.ExecuteRequest) (*p
 	return s.execute(ctx, in), nil
 }
 
-// execute runs one call for Execute and Session alike.
-func (s *server) execute(ctx context.Context, in *providerv1.ExecuteRequest) (resp *providerv1.ExecuteResponse) {
+// execute runs one unary call.
+func (s *server) execute(ctx context.Context, in *providerv1.ExecuteRequest) *providerv1.ExecuteResponse {
+	if in.Deadline != 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = withDeadline(ctx, time.Unix(0, in.Deadline))
+		defer cancel()
+	}
+	return s.call(ctx, in)
+}
+
+// call runs one call for Execute and Session alike, with ctx already
+// ending at the call's deadline.
+func (s *server) call(ctx context.Context, in *providerv1.ExecuteRequest) (resp *providerv1.ExecuteResponse) {
 	defer s.recoverInto(func(e *providerv1.Error) { resp = &providerv1.ExecuteResponse{Error: e} })
 	req := providers.Request{
 		ActionType: in.ActionType,
@@ -144,9 +155,6 @@ func (s *server) execute(ctx context.Context, in *providerv1.ExecuteRequest) (re
 	}
 	if in.Deadline != 0 {
 		req.Deadline = time.Unix(0, in.Deadline)
-		var cancel context.CancelFunc
-		ctx, cancel = withDeadline(ctx, req.Deadline)
-		defer cancel()
 	}
 	out, err := s.impl.Execute(ctx, req)
 	if err != nil {
