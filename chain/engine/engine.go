@@ -75,6 +75,10 @@ type Options struct {
 	// renewal; another gateway takes the run over after it lapses. Default
 	// 15 s; leases are renewed every third of it.
 	LeaseTTL time.Duration
+	// Linger bounds how long a run's results wait for those of its calls
+	// still out before they are committed together, while nothing waits on
+	// them; default DefaultRunLinger.
+	Linger time.Duration
 	// Secrets are what <<secrets.NAME>> reads. They are never written to the
 	// store: any secret value found in what is written is replaced by
 	// [REDACTED].
@@ -113,6 +117,7 @@ type Engine struct {
 	providers ProviderResolver
 	owner     string
 	leaseTTL  time.Duration
+	linger    time.Duration
 	secrets   map[string]any
 	redactor  *secrets.Redactor
 	loadOpts  loader.Options
@@ -183,6 +188,9 @@ func New(opts Options) (*Engine, error) {
 	if opts.LeaseTTL <= 0 {
 		opts.LeaseTTL = DefaultLeaseTTL
 	}
+	if opts.Linger <= 0 {
+		opts.Linger = DefaultRunLinger
+	}
 	secretVals := make(map[string]any, len(opts.Secrets))
 	for k, v := range opts.Secrets {
 		secretVals[k] = v
@@ -192,6 +200,7 @@ func New(opts Options) (*Engine, error) {
 		providers:  opts.Providers,
 		owner:      opts.Owner,
 		leaseTTL:   opts.LeaseTTL,
+		linger:     opts.Linger,
 		secrets:    secretVals,
 		redactor:   secrets.NewRedactor(opts.Secrets),
 		stopKeeper: make(chan struct{}),

@@ -78,6 +78,7 @@ type harnessOpts struct {
 	onEvent func(store.Event) // replaces the harness's own recording
 	wrap    func(store.Store) store.Store
 	lease   time.Duration
+	linger  time.Duration
 	logger  *slog.Logger
 }
 
@@ -98,6 +99,9 @@ func wrapStore(fn func(store.Store) store.Store) harnessOption {
 }
 
 func withLeaseTTL(d time.Duration) harnessOption { return func(o *harnessOpts) { o.lease = d } }
+
+// withLinger sets how long a run's results may wait to be committed together.
+func withLinger(d time.Duration) harnessOption { return func(o *harnessOpts) { o.linger = d } }
 
 // withLogger gets the engine's logs, outcomes included.
 func withLogger(l *slog.Logger) harnessOption { return func(o *harnessOpts) { o.logger = l } }
@@ -142,7 +146,7 @@ func newHarness(t testing.TB, config string, options ...harnessOption) *harness 
 		engStore = o.wrap(st)
 	}
 	h.eng, err = engine.New(engine.Options{Store: engStore, Config: cfg, Providers: resolver{pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: onEvent, LeaseTTL: o.lease,
-		Logger: o.logger, LogOutcomes: o.logger != nil})
+		Linger: o.linger, Logger: o.logger, LogOutcomes: o.logger != nil})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/chain/store/bolt"
 )
 
 // countLines returns how many lines a record file holds (0 if absent).
@@ -519,5 +521,116 @@ delay_seconds = 3
 	}
 	if wait := started.Sub(resumed); wait >= 3*time.Second {
 		t.Errorf("the delayed step started %v after the resume: its delay was counted anew", wait)
+	}
+}
+
+// commitLog records which step records each commit writes.
+type commitLog struct {
+	store.Store
+	mu      sync.Mutex
+	commits [][]string
+}
+
+func (s *commitLog) Commit(ctx context.Context, b *store.Batch) error {
+	keys := make([]string, 0, len(b.Steps))
+	for _, rec := range b.Steps {
+		keys = append(keys, fmt.Sprintf("%s:%s", rec.Key, rec.Status))
+	}
+	s.mu.Lock()
+	s.commits = append(s.commits, keys)
+	s.mu.Unlock()
+	return s.Store.Commit(ctx, b)
+}
+
+// TestGroupResultsCommitTogether: while a group's calls are out and
+// nothing waits on them, its results wait for each other and go in one
+// commit, however far apart they come back.
+func TestGroupResultsCommitTogether(t *testing.T) {
+	log := &commitLog{}
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "g"
+default_next = "after"
+[chains.steps.parallel]
+[[chains.steps.parallel.steps]]
+name = "a"
+provider = "faulty"
+payload_template = { sleep_ms = 0 }
+[[chains.steps.parallel.steps]]
+name = "b"
+provider = "faulty"
+payload_template = { sleep_ms = 40 }
+[[chains.steps.parallel.steps]]
+name = "c"
+provider = "faulty"
+payload_template = { sleep_ms = 80 }
+[[chains.steps]]
+name = "after"
+provider = "echo"
+`, withLinger(time.Hour), wrapStore(func(st store.Store) store.Store { log.Store = st; return log }))
+	if res := h.run("c", `{}`); res.Status != store.RunSucceeded {
+		t.Fatalf("run: %+v", res)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	var results [][]string
+	for _, c := range log.commits {
+		var got []string
+		for _, k := range c {
+			if strings.HasPrefix(k, "g/") && strings.HasSuffix(k, ":succeeded") {
+				got = append(got, k)
+			}
+		}
+		if got != nil {
+			results = append(results, got)
+		}
+	}
+	if len(results) != 1 || len(results[0]) != 3 {
+		t.Errorf("the sub-steps' results went in %d commits, want 1 with all three: %v", len(results), log.commits)
+	}
+}
+
+// TestRunStopKeepsHeldResults: a run's results waiting for those of the
+// calls still out are written as the engine stops, not called again when
+// the run resumes.
+func TestRunStopKeepsHeldResults(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "gw.db")
+	h := newHarness(t, `
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "g"
+[chains.steps.parallel]
+[[chains.steps.parallel.steps]]
+name = "quick"
+provider = "faulty"
+payload_template = { sleep_ms = 0 }
+[[chains.steps.parallel.steps]]
+name = "slow"
+provider = "faulty"
+payload_template = { hang = true }
+`, atStore(db), withLinger(time.Hour))
+	run, err := h.eng.Start(context.Background(), "c", engine.Input{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for h.eng.Pending(run.ID) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the quick sub-step's result never came back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.close()
+	st, err := bolt.Open(db, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	recs, err := st.Steps(context.Background(), run.ID, "g/quick")
+	if err != nil || len(recs) != 1 || recs[0].Status != store.StepSucceeded {
+		t.Errorf("quick as stored after the stop: %+v, %v; want succeeded", recs, err)
 	}
 }

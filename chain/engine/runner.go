@@ -59,7 +59,7 @@ type runner struct {
 	waiting    []launch // calls whose intent is in a batch not yet durable
 	toCommit   chan *commit
 	acks       chan *commit
-	// lingerUntil is when a worker's pending batch goes to the sink at the
+	// lingerUntil is when the pending batch goes to the sink at the
 	// latest, while results of calls still out may join it.
 	lingerUntil time.Time
 
@@ -353,15 +353,14 @@ func (r *runner) loop() {
 			if r.committing != nil {
 				<-r.acks
 			}
-			if r.onWorker() {
-				r.flushResults()
-			}
 			r.leaseMu.Lock()
 			lost := r.leaseLost
 			r.leaseMu.Unlock()
 			if lost {
 				r.log.Warn("lost the lease on the run: another gateway took it over and advances it now; stopping here", "step", r.run.Cursor, "err", store.ErrLeaseLost)
+				return
 			}
+			r.flushResults()
 			return
 		}
 		if wake != nil && !timer.Stop() {
@@ -410,12 +409,18 @@ func (r *runner) contain() {
 // join them, while calls are still out and nothing waits on them.
 const DefaultWorkLinger = time.Millisecond
 
+// DefaultRunLinger is how long a run's results may wait for more to join
+// them, while calls are still out and nothing waits on them: the calls of
+// a parallel group end in waves, and a commit per result or two spends on
+// page writes and fsyncs the CPU the next wave needs. A result that waits
+// is called again after a crash, as one whose commit was under way is.
+const DefaultRunLinger = 5 * time.Millisecond
+
 // handOff gives the pending batch to the committer unless it is busy; what
-// changes meanwhile goes into the next batch. On a worker, results wait a
-// moment for those of the calls still out: every commit there is a round
-// trip to Redis and news for the split's owner, and the items of a message
-// end within a moment of each other. A run's own batches go at once: the
-// next step, and whoever follows the run, wait on each.
+// changes meanwhile goes into the next batch. Results wait a moment for
+// those of the calls still out, unless something waits on them (see
+// linger). On a worker every commit is a round trip to Redis and news for
+// the split's owner; on a run, page writes and an fsync.
 func (r *runner) handOff(now time.Time) {
 	if !r.hasChanges() {
 		r.lingerUntil = time.Time{}
@@ -424,9 +429,9 @@ func (r *runner) handOff(now time.Time) {
 	if r.committing != nil {
 		return
 	}
-	if w, ok := r.role.(*workerItems); ok && len(r.calls) > 0 && len(r.waiting) == 0 {
+	if d := r.linger(); d > 0 {
 		if r.lingerUntil.IsZero() {
-			r.lingerUntil = now.Add(w.opts.Linger)
+			r.lingerUntil = now.Add(d)
 		}
 		if now.Before(r.lingerUntil) {
 			return
@@ -435,6 +440,24 @@ func (r *runner) handOff(now time.Time) {
 	r.lingerUntil = time.Time{}
 	r.committing = r.takeBatch()
 	r.toCommit <- r.committing
+}
+
+// linger is how long the pending batch may wait for more results: none
+// once no call is out, or while anything waits on the batch. A call waits
+// for its intent, and a split for its decision, hand-off or join; the run's
+// next step waits on its list's latest write, so a run of single steps
+// never lingers.
+func (r *runner) linger() time.Duration {
+	if len(r.calls) == 0 || len(r.waiting) > 0 {
+		return 0
+	}
+	if w, ok := r.role.(*workerItems); ok {
+		return w.opts.Linger
+	}
+	if len(r.splits) > 0 || len(r.hooks) > 0 {
+		return 0
+	}
+	return r.e.linger
 }
 
 // acked handles a finished commit: its events are published and the calls
@@ -700,15 +723,19 @@ func (r *runner) flush(ctx context.Context) error {
 	return nil
 }
 
-// flushResults writes what a worker's runner holds as it stops: results
-// waiting for more to join them, and the steps of items part way through,
-// are kept, while the worker still holds its claims on their items, rather
-// than called again wherever the items go next.
+// flushResults writes what the runner holds as it stops: results waiting
+// for more to join them, and on a worker the steps of items part way
+// through, are kept rather than called again on resume, or wherever a
+// worker's items go next while it still holds its claims on them.
 func (r *runner) flushResults() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := r.flush(ctx); err != nil {
-		r.log.Warn("writing the results of split items as the worker stops; their items run again elsewhere", "err", err)
+		if r.onWorker() {
+			r.log.Warn("writing the results of split items as the worker stops; their items run again elsewhere", "err", err)
+			return
+		}
+		r.log.Warn("writing the run's results as it stops; their calls are made again when it resumes", "err", err)
 	}
 }
 
