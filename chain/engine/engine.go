@@ -98,8 +98,9 @@ type Options struct {
 	Fanout Fanout
 }
 
-// Observer watches provider calls. Its methods run on the calls'
-// goroutines and must not block.
+// Observer watches provider calls. Its methods run on whichever goroutine
+// starts or ends a call, a plugin's answer reader among them, and must not
+// block.
 type Observer interface {
 	CallStarted(provider string)
 	CallEnded(provider string, took time.Duration, err error)

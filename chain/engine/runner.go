@@ -570,11 +570,9 @@ func (r *runner) start(ctx context.Context, l launch) {
 	cctx, cancel := context.WithDeadline(ctx, l.deadline)
 	l.fl.cancel = cancel
 	obs := r.e.observer
-	go func() {
-		defer cancel()
-		obs.CallStarted(l.provider)
-		began := time.Now()
-		resp, err := l.prov.Execute(cctx, l.req)
+	obs.CallStarted(l.provider)
+	began := time.Now()
+	done := func(resp providers.Response, err error) {
 		obs.CallEnded(l.provider, time.Since(began), err)
 		o := outcome{key: l.key, attempt: l.req.Attempt, body: resp.Body, err: err, timeout: l.timeout}
 		// The plugin enforces the same deadline and may answer a moment
@@ -582,11 +580,33 @@ func (r *runner) start(ctx context.Context, l launch) {
 		if err != nil && (errors.Is(cctx.Err(), context.DeadlineExceeded) || !time.Now().Before(l.deadline)) {
 			o.timedOut = true
 		}
+		cancel()
+		// done may run on the goroutine that reads a plugin's answers for
+		// every run, or on this runner's own: it waits for neither.
 		select {
 		case r.inbox <- o:
-		case <-r.done:
+		default:
+			go func() {
+				select {
+				case r.inbox <- o:
+				case <-r.done:
+				}
+			}()
 		}
-	}()
+	}
+	if s, ok := l.prov.(starter); ok {
+		s.Start(cctx, l.req, done)
+		return
+	}
+	go func() { done(l.prov.Execute(cctx, l.req)) }()
+}
+
+// starter is a provider that makes a call without a goroutine waiting on
+// it, and reports the call's end to done, which must not block; the
+// plugin host's providers are. A call waits on a goroutine of its own
+// otherwise.
+type starter interface {
+	Start(ctx context.Context, req providers.Request, done func(providers.Response, error))
 }
 
 // event appends an event to the pending batch.

@@ -293,15 +293,60 @@ func (h *handle) Describe(ctx context.Context) (providers.Info, error) {
 }
 
 func (h *handle) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
-	if d, ok := ctx.Deadline(); !req.Deadline.IsZero() && (!ok || req.Deadline.Before(d)) {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
-		defer cancel()
-	}
+	ctx, cancel := callContext(ctx, req)
+	defer cancel()
 	inst, err := h.instance(ctx)
 	if err != nil {
 		return providers.Response{}, err
 	}
+	var resp *providerv1.ExecuteResponse
+	if inst.session != nil {
+		resp, err = inst.session.execute(ctx, wireRequest(ctx, req))
+	} else {
+		resp, err = inst.rpc.Execute(ctx, wireRequest(ctx, req))
+	}
+	return h.result(ctx, inst, resp, err)
+}
+
+// Start makes the call as Execute does, and calls done with what Execute
+// would return. Where the plugin is up and serves sessions, nothing waits
+// for the answer: done is called on the goroutine that reads the plugin's
+// answers, or on this one, and must not block. Otherwise the call runs on
+// a goroutine of its own.
+func (h *handle) Start(ctx context.Context, req providers.Request, done func(providers.Response, error)) {
+	h.mu.Lock()
+	inst := h.cur
+	h.mu.Unlock()
+	if inst == nil || inst.session == nil || !inst.usable() {
+		go func() { done(h.Execute(ctx, req)) }()
+		return
+	}
+	ctx, cancel := callContext(ctx, req)
+	inst.session.start(ctx, wireRequest(ctx, req), func(resp *providerv1.ExecuteResponse, err error) {
+		if err != nil {
+			// Classifying a failure may replace the process, which waits.
+			go func() {
+				defer cancel()
+				done(h.result(ctx, inst, nil, err))
+			}()
+			return
+		}
+		out, err := h.result(ctx, inst, resp, nil)
+		cancel()
+		done(out, err)
+	})
+}
+
+// callContext is ctx ending at the request's deadline, if that is sooner.
+func callContext(ctx context.Context, req providers.Request) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); !req.Deadline.IsZero() && (!ok || req.Deadline.Before(d)) {
+		return context.WithDeadline(ctx, req.Deadline)
+	}
+	return ctx, func() {}
+}
+
+// wireRequest is req as it goes to the plugin, with ctx's deadline.
+func wireRequest(ctx context.Context, req providers.Request) *providerv1.ExecuteRequest {
 	in := &providerv1.ExecuteRequest{
 		ActionType: req.ActionType,
 		Payload:    req.Payload,
@@ -314,12 +359,12 @@ func (h *handle) Execute(ctx context.Context, req providers.Request) (providers.
 	if deadline, ok := ctx.Deadline(); ok {
 		in.Deadline = deadline.UnixNano()
 	}
-	var resp *providerv1.ExecuteResponse
-	if inst.session != nil {
-		resp, err = inst.session.execute(ctx, in)
-	} else {
-		resp, err = inst.rpc.Execute(ctx, in)
-	}
+	return in
+}
+
+// result is what a call returns, given the plugin's answer or the call's
+// failure.
+func (h *handle) result(ctx context.Context, inst *instance, resp *providerv1.ExecuteResponse, err error) (providers.Response, error) {
 	if err != nil {
 		return providers.Response{}, h.callError(ctx, inst, "executing", err)
 	}

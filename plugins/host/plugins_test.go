@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -882,5 +883,110 @@ func TestUnaryTransport(t *testing.T) {
 		"MaxMessageBytesAnswer": TestMaxMessageBytesAnswer,
 	} {
 		t.Run(name, fn)
+	}
+}
+
+// starter is what the engine calls a plugin's provider through.
+type starter interface {
+	Start(ctx context.Context, req providers.Request, done func(providers.Response, error))
+}
+
+// TestStartEndsAsExecute makes the same calls through Start and Execute:
+// each ends the same way, and Start's done is called once, when the call
+// ends, not before.
+func TestStartEndsAsExecute(t *testing.T) {
+	m, _ := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "faulty", Builtin: "faulty"})
+	mustCall(t, p, `{}`)
+	type ending struct {
+		body      string
+		code      string
+		retryable bool
+		ctxErr    error
+	}
+	endingOf := func(resp providers.Response, err error) ending {
+		e := ending{body: string(resp.Body), retryable: err != nil && providers.IsRetryable(err)}
+		var pe *providers.Error
+		if errors.As(err, &pe) {
+			e.code = pe.Code
+		}
+		for _, ce := range []error{context.Canceled, context.DeadlineExceeded} {
+			if errors.Is(err, ce) {
+				e.ctxErr = ce
+			}
+		}
+		if err != nil && e.code == "" && e.ctxErr == nil {
+			e.code = "other: " + err.Error()
+		}
+		return e
+	}
+	for _, tc := range []struct {
+		name    string
+		payload string
+		ctx     func() (context.Context, context.CancelFunc)
+		want    ending
+	}{
+		{"answer", `{"a":1}`, nil, ending{body: `{"a":1,"attempt":1}`}},
+		{"permanent", `{"fail":"no"}`, nil, ending{code: "faulty"}},
+		{"retryable", `{"fail_retryable":"later"}`, nil, ending{code: "faulty", retryable: true}},
+		{"cancelled", `{"hang":true}`, func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(100*time.Millisecond, cancel)
+			return ctx, cancel
+		}, ending{ctxErr: context.Canceled}},
+		{"deadline", `{"sleep_ms":120000}`, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 150*time.Millisecond)
+		}, ending{retryable: true, ctxErr: context.DeadlineExceeded}},
+		{"crash", `{"crash":true}`, nil, ending{code: "plugin_crashed", retryable: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := providers.Request{Payload: json.RawMessage(tc.payload), Attempt: 1}
+			newCtx := tc.ctx
+			if newCtx == nil {
+				newCtx = func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }
+			}
+			ctx, cancel := newCtx()
+			executed := endingOf(p.Execute(ctx, req))
+			cancel()
+			mustCall(t, p, `{}`) // a crashed plugin is back
+			ctx, cancel = newCtx()
+			defer cancel()
+			var calls atomic.Int32
+			ended := make(chan ending, 2)
+			p.(starter).Start(ctx, req, func(resp providers.Response, err error) {
+				calls.Add(1)
+				ended <- endingOf(resp, err)
+			})
+			started := <-ended
+			cancel()
+			if executed != tc.want || started != tc.want {
+				t.Errorf("Execute ended %+v, Start %+v; want %+v", executed, started, tc.want)
+			}
+			mustCall(t, p, `{}`)
+			if n := calls.Load(); n != 1 {
+				t.Errorf("done was called %d times", n)
+			}
+		})
+	}
+}
+
+// TestStartDoesNotWait: Start hands the call to the plugin and returns; the
+// call ends later, on its own.
+func TestStartDoesNotWait(t *testing.T) {
+	m, _ := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "faulty", Builtin: "faulty"})
+	mustCall(t, p, `{}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ended := make(chan error, 1)
+	p.(starter).Start(ctx, providers.Request{Payload: json.RawMessage(`{"hang":true}`)}, func(_ providers.Response, err error) { ended <- err })
+	select {
+	case err := <-ended:
+		t.Fatalf("a hanging call ended before it was cancelled: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Errorf("error %v is not context.Canceled", err)
 	}
 }

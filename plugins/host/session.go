@@ -59,7 +59,7 @@ type session struct {
 	sendingSince atomic.Int64
 
 	mu       sync.Mutex
-	pending  map[uint64]chan answer
+	pending  map[uint64]*call
 	broken   chan struct{} // closed when the stream fails
 	err      error         // why, set before broken is closed
 	failOnce sync.Once
@@ -68,6 +68,33 @@ type session struct {
 type answer struct {
 	resp *providerv1.ExecuteResponse
 	err  error
+}
+
+// call is a call on the session until it ends: with the plugin's answer,
+// its context's end or the session's, whichever comes first.
+type call struct {
+	mu    sync.Mutex
+	ended bool
+	// stop unregisters the watch on the call's context.
+	stop func() bool
+	done func(*providerv1.ExecuteResponse, error)
+}
+
+// end ends the call, once; it reports whether this was the end.
+func (c *call) end(resp *providerv1.ExecuteResponse, err error) bool {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return false
+	}
+	c.ended = true
+	stop := c.stop
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	c.done(resp, err)
+	return true
 }
 
 // outgoing is a queued message; its call withdraws it when it gives up
@@ -95,7 +122,7 @@ func openSession(rpc providerv1.ProviderClient, maxBytes int) (*session, error) 
 		maxBytes: maxBytes,
 		cancel:   cancel,
 		wake:     make(chan struct{}, 1),
-		pending:  map[uint64]chan answer{},
+		pending:  map[uint64]*call{},
 		broken:   make(chan struct{}),
 	}
 	go s.receive()
@@ -108,10 +135,14 @@ func (s *session) fail(err error) {
 	s.failOnce.Do(func() {
 		s.mu.Lock()
 		s.err = &brokenSessionError{Err: err}
+		calls := s.pending
 		s.pending = nil
 		s.mu.Unlock()
 		close(s.broken)
 		s.cancel() // unblocks a Send stuck on flow control
+		for _, c := range calls {
+			c.end(nil, s.err)
+		}
 	})
 }
 
@@ -136,17 +167,17 @@ func (s *session) receive() {
 			return
 		}
 		s.mu.Lock()
-		ch := s.pending[m.Id]
+		c := s.pending[m.Id]
 		delete(s.pending, m.Id)
 		s.mu.Unlock()
-		if ch == nil {
+		if c == nil {
 			continue
 		}
 		if m.Result == nil {
-			ch <- answer{err: &protocolError{msg: fmt.Sprintf("the plugin answered call %d without a result", m.Id)}}
+			c.end(nil, &protocolError{msg: fmt.Sprintf("the plugin answered call %d without a result", m.Id)})
 			continue
 		}
-		ch <- answer{resp: m.Result}
+		c.end(m.Result, nil)
 	}
 }
 
@@ -229,31 +260,49 @@ func (s *session) watchWriter() {
 // unary call, so the caller classifies them the same way; once the stream
 // has failed, they are *brokenSessionError.
 func (s *session) execute(ctx context.Context, in *providerv1.ExecuteRequest) (*providerv1.ExecuteResponse, error) {
+	ch := make(chan answer, 1)
+	s.start(ctx, in, func(resp *providerv1.ExecuteResponse, err error) { ch <- answer{resp, err} })
+	a := <-ch
+	return a.resp, a.err
+}
+
+// start makes one call as execute does, without waiting for it: done gets
+// what execute would return, once, on the goroutine that reads the
+// plugin's answers, or the one that sees the call's context or the session
+// end, or on this one before start returns. It must not block.
+func (s *session) start(ctx context.Context, in *providerv1.ExecuteRequest, done func(*providerv1.ExecuteResponse, error)) {
 	id := s.nextID.Add(1)
 	msg := &providerv1.SessionRequest{Id: id, Execute: in}
 	// gRPC refuses an oversized message by ending the stream, for every
 	// call on it, so it is refused here, for this call alone. The size is
 	// the whole message on the wire, wrapper included.
 	if n := proto.Size(msg); n > s.maxBytes {
-		return nil, status.Errorf(codes.ResourceExhausted, "request of %d bytes exceeds the limit", n)
+		done(nil, status.Errorf(codes.ResourceExhausted, "request of %d bytes exceeds the limit", n))
+		return
 	}
-	ch := make(chan answer, 1)
+	c := &call{done: done}
+	// Held until the call is set up, so that an end that comes first waits
+	// for what it undoes.
+	c.mu.Lock()
 	s.mu.Lock()
 	if s.pending == nil {
 		err := s.err
 		s.mu.Unlock()
-		return nil, err
+		c.mu.Unlock()
+		done(nil, err)
+		return
 	}
-	s.pending[id] = ch
+	s.pending[id] = c
 	s.mu.Unlock()
-
 	out := s.enqueue(msg)
-	select {
-	case a := <-ch:
-		return a.resp, a.err
-	case <-s.broken:
-		return nil, s.err
-	case <-ctx.Done():
+	c.stop = context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		if c.ended {
+			c.mu.Unlock()
+			return
+		}
+		c.ended = true
+		c.mu.Unlock()
 		s.forget(id)
 		if !out.state.CompareAndSwap(outQueued, outWithdrawn) {
 			// The plugin has the call, or is being sent it: tell it, so
@@ -261,8 +310,9 @@ func (s *session) execute(ctx context.Context, in *providerv1.ExecuteRequest) (*
 			s.enqueue(&providerv1.SessionRequest{Id: id, Cancel: true})
 		}
 		s.watchWriter()
-		return nil, ctx.Err()
-	}
+		done(nil, ctx.Err())
+	})
+	c.mu.Unlock()
 }
 
 func (s *session) forget(id uint64) {

@@ -170,6 +170,45 @@ func (p *limited) Execute(ctx context.Context, req providers.Request) (providers
 	return resp, err
 }
 
+// starter is a provider that makes a call without a goroutine waiting on
+// it, reporting its end to done, which must not block; a plugin's is.
+type starter interface {
+	Start(ctx context.Context, req providers.Request, done func(providers.Response, error))
+}
+
+// Start makes the call as Execute does and calls done with what Execute
+// would return. A call the limits let go out at once, to a provider that
+// starts calls, has nothing waiting on it: done must not block. One that
+// waits for a slot or a token waits on a goroutine of its own.
+func (p *limited) Start(ctx context.Context, req providers.Request, done func(providers.Response, error)) {
+	inner, ok := p.Provider.(starter)
+	if !ok || p.l.paced() {
+		go func() { done(p.Execute(ctx, req)) }()
+		return
+	}
+	l := p.l
+	t, err := l.admit()
+	if err != nil {
+		done(providers.Response{}, err)
+		return
+	}
+	if !l.tryAcquire() {
+		l.settle(t, outcomeNone)
+		go func() { done(p.Execute(ctx, req)) }()
+		return
+	}
+	if t, err = l.readmit(t); err != nil {
+		l.release()
+		done(providers.Response{}, err)
+		return
+	}
+	inner.Start(ctx, req, func(resp providers.Response, err error) {
+		l.settle(t, outcomeOf(err))
+		l.release()
+		done(resp, err)
+	})
+}
+
 // outcome is what a call says about its provider's health.
 type outcome int
 
@@ -389,7 +428,7 @@ func (l *limiter) settle(t ticket, o outcome) {
 // max_concurrency calls under way; a call whose ctx ends leaves the line.
 func (l *limiter) acquire(ctx context.Context) error {
 	l.mu.Lock()
-	if len(l.waiters) == 0 && (l.maxCalls == 0 || l.inUse < l.maxCalls) {
+	if l.slotFree() {
 		l.inUse++
 		l.mu.Unlock()
 		return nil
@@ -413,6 +452,29 @@ func (l *limiter) acquire(ctx context.Context) error {
 		l.waiters = slices.DeleteFunc(l.waiters, func(c chan struct{}) bool { return c == w })
 	}
 	return fmt.Errorf("waiting for one of provider %s's %d call slots: %w", l.name, l.maxCalls, ctx.Err())
+}
+
+// slotFree reports whether a call may take a slot now; l.mu is held.
+func (l *limiter) slotFree() bool {
+	return len(l.waiters) == 0 && (l.maxCalls == 0 || l.inUse < l.maxCalls)
+}
+
+// tryAcquire takes a call slot if one is free now.
+func (l *limiter) tryAcquire() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.slotFree() {
+		return false
+	}
+	l.inUse++
+	return true
+}
+
+// paced reports whether calls wait for rate tokens.
+func (l *limiter) paced() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rate != nil
 }
 
 func (l *limiter) release() {

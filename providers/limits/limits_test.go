@@ -558,3 +558,94 @@ func TestLimitsReconfigure(t *testing.T) {
 		t.Errorf("after the reload: %+v", s)
 	}
 }
+
+// startingFake is a fakeProvider that starts calls, as a plugin's does,
+// counting those it was handed that way.
+type startingFake struct {
+	*fakeProvider
+	started atomic.Int32
+}
+
+func (p *startingFake) Start(ctx context.Context, req providers.Request, done func(providers.Response, error)) {
+	p.started.Add(1)
+	go func() { done(p.fakeProvider.Execute(ctx, req)) }()
+}
+
+// TestStartKeepsTheLimits: a call the limits let out at once goes to the
+// provider's own Start; one that must wait waits in line as Execute's
+// does; and both count toward the slots and the circuit.
+func TestStartKeepsTheLimits(t *testing.T) {
+	ls := newSet(newFakeClock(), slog.New(slog.DiscardHandler))
+	ls.Configure(map[string]Policy{"p": {MaxConcurrency: 2, Breaker: &Breaker{Failures: 2, OpenSeconds: 30}}})
+	fake := &startingFake{fakeProvider: &fakeProvider{}}
+	p := ls.Wrap("p", fake).(interface {
+		Start(context.Context, providers.Request, func(providers.Response, error))
+	})
+	g := newGate()
+	fake.next = g.next
+	results := make(chan error, 10)
+	start := func() {
+		p.Start(context.Background(), providers.Request{}, func(_ providers.Response, err error) { results <- err })
+	}
+	start()
+	start()
+	<-g.entered
+	<-g.entered
+	if n := fake.started.Load(); n != 2 {
+		t.Errorf("%d calls went to the provider's Start, want 2", n)
+	}
+	start()
+	eventually(t, "the third call waits", func() bool { return statsOf(ls).Waiting == 1 })
+	if n := fake.started.Load(); n != 2 {
+		t.Errorf("the waiting call went to the provider's Start")
+	}
+	close(g.release)
+	for range 3 {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := statsOf(ls); s.InUse != 0 || s.Waiting != 0 || fake.calls.Load() != 3 {
+		t.Errorf("at rest: %d in use, %d waiting, %d calls; want 0, 0, 3", s.InUse, s.Waiting, fake.calls.Load())
+	}
+
+	fake.next = func(context.Context) error { return providers.Retryable("down", "down") }
+	start()
+	<-results
+	start()
+	<-results
+	start()
+	if err := <-results; providerError(t, err, "circuit_open") == nil {
+		t.Fatal("the circuit did not open")
+	}
+	if n := fake.calls.Load(); n != 5 {
+		t.Errorf("%d calls reached the provider, want 5: the circuit let one through", n)
+	}
+}
+
+// TestStartPacedWaits: a paced provider's calls wait for their token on a
+// goroutine of their own, never on the caller's.
+func TestStartPacedWaits(t *testing.T) {
+	c := newFakeClock()
+	ls := newSet(c, slog.New(slog.DiscardHandler))
+	ls.Configure(map[string]Policy{"p": {Rate: &Rate{PerSecond: 1, Burst: 1}}})
+	fake := &startingFake{fakeProvider: &fakeProvider{}}
+	p := ls.Wrap("p", fake).(interface {
+		Start(context.Context, providers.Request, func(providers.Response, error))
+	})
+	results := make(chan error, 2)
+	for range 2 {
+		p.Start(context.Background(), providers.Request{}, func(_ providers.Response, err error) { results <- err })
+	}
+	for range 2 {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w := c.takeWaits(); fmt.Sprint(w) != "[1s]" {
+		t.Errorf("waits %v, want [1s]: the second call waits for its token", w)
+	}
+	if n := fake.started.Load(); n != 0 {
+		t.Errorf("%d paced calls skipped the wait through the provider's Start", n)
+	}
+}
