@@ -23,7 +23,8 @@ import (
 // node and a script may touch them together:
 //
 //	P{RUN}:SPLIT#GEN:meta      hash: total, tolerated, done, succeeded, failed, skipped,
-//	                           state, message, published, trimmed, notified, fence
+//	                           state, message, published, trimmed, notified, fence,
+//	                           and held while the run's decision is not durable
 //	P{RUN}:SPLIT#GEN:ctx       what a worker needs to run an item (engine.WorkSplit, JSON)
 //	P{RUN}:SPLIT#GEN:done      bitmap: bit i is set once item i has a result
 //	P{RUN}:SPLIT#GEN:res       hash: item i's result, by i
@@ -168,16 +169,21 @@ func (res *result) record(ws *engine.WorkSplit, i int) *store.StepRecord {
 // results from an earlier hand-off starts "seeding", and opens once they
 // are in (seededScript).
 //
-// A hand-off the run has just decided on is created before that decision
-// is durable, and nothing is published before it is: what is found under
-// its name is left from a decision that never became durable, by a
-// gateway that stopped or lost the run, and is replaced. The run's lease
-// fence keeps a gateway that lost the run from replacing what the one
-// that took it over created: its older fence finds the hand-off
-// "superseded".
+// A hand-off the run has just decided on is created held, before that
+// decision is durable: its items go out at once, so that the broker's
+// delivery and the run's commit take their time together, but no worker
+// claims one until the owner releases the hand-off (releaseScript) once
+// the decision is durable. What is found under its name is left from a
+// decision that never became durable, by a gateway that stopped or lost
+// the run, and is replaced; the messages it sent are taken as the new
+// hand-off's, whose items they name too. The run's lease fence keeps a
+// gateway that lost the run from replacing what the one that took it over
+// created: its older fence finds the hand-off "superseded". A hand-off
+// taken up again unheld (a run resumed) is released.
 //
 // KEYS: meta, ctx, then the hand-off's other keys. ARGV: total,
-// tolerated, ctx JSON, ttl ms, seeding flag, lease fence, replace flag.
+// tolerated, ctx JSON, ttl ms, seeding flag, lease fence, replace flag,
+// held flag.
 var initScript = goredis.NewScript(`
 local created = 0
 local exists = redis.call('EXISTS', KEYS[1]) == 1
@@ -198,6 +204,11 @@ if not exists then
   redis.call('SET', KEYS[2], ARGV[3])
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
+end
+if ARGV[8] == '1' then
+  redis.call('HSET', KEYS[1], 'held', 1)
+else
+  redis.call('HDEL', KEYS[1], 'held')
 end
 local m = redis.call('HMGET', KEYS[1], 'state', 'published')
 return {m[1], m[2], created}
@@ -469,6 +480,8 @@ return {out, lost}
 // worker holds already is renewed and keeps its fence; a lapsed one is
 // taken over with a new fence. With take unset nothing is claimed.
 //
+// A worker that would take items of a held hand-off gets "held" alone.
+//
 // KEYS: meta, done, claims, partial, recs.
 // ARGV: owner, claim ttl ms, take (1 or 0), then the indexes.
 // It returns the state, the claim it gave items it took afresh (OWNER|FENCE,
@@ -478,6 +491,7 @@ return {out, lost}
 var claimScript = goredis.NewScript(luaHelpers + `
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'gone'} end
+if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[1], 'held') == 1 then return {'held'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local owner, ttl, take = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1' and state == 'open'
@@ -633,6 +647,21 @@ return k
 // publishedScript raises the publish cursor, never lowering it.
 //
 // KEYS: meta. ARGV: cursor.
+// releaseScript lets workers claim the items of a held hand-off, telling
+// those waiting. The notice says "open", which workers of every version
+// take as nothing ending.
+//
+// KEYS: meta. ARGV: channel, ref.
+var releaseScript = goredis.NewScript(`
+if redis.call('HDEL', KEYS[1], 'held') == 1 then
+  redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' open')
+end
+return 1
+`)
+
+// stateHeld is what a worker's claim finds while the hand-off is held.
+const stateHeld = "held"
+
 var publishedScript = goredis.NewScript(`
 local cur = tonumber(redis.call('HGET', KEYS[1], 'published') or '-1')
 if cur < 0 then return 0 end
@@ -684,13 +713,14 @@ func parseNotice(s string) (string, string) {
 // init creates the hand-off unless it exists, or replaces what a decision
 // that never became durable left (replace); it returns its state, its
 // publish cursor, and whether this call created it. seeding says results
-// of an earlier hand-off come first; fence is the run's lease fence.
-func (b *barrier) init(ctx context.Context, ws *engine.WorkSplit, tolerated int, seeding bool, ttl time.Duration, fence uint64, replace bool) (string, int, bool, error) {
+// of an earlier hand-off come first; fence is the run's lease fence; held
+// keeps workers from its items until release.
+func (b *barrier) init(ctx context.Context, ws *engine.WorkSplit, tolerated int, seeding bool, ttl time.Duration, fence uint64, replace, held bool) (string, int, bool, error) {
 	wsJSON, err := jsonx.Marshal(ws)
 	if err != nil {
 		return "", 0, false, fmt.Errorf("encoding split context: %w", err)
 	}
-	res, err := initScript.Run(ctx, b.rdb, b.k.all(), ws.Total, tolerated, wsJSON, ttl.Milliseconds(), flag(seeding), fence, flag(replace)).Slice()
+	res, err := initScript.Run(ctx, b.rdb, b.k.all(), ws.Total, tolerated, wsJSON, ttl.Milliseconds(), flag(seeding), fence, flag(replace), flag(held)).Slice()
 	if err != nil {
 		return "", 0, false, fmt.Errorf("creating split %s in Redis: %w", b.ref, err)
 	}
@@ -805,6 +835,14 @@ func (b *barrier) workAndClaim(ctx context.Context, owner string, ttl time.Durat
 	}
 	state, claims := parseClaims(res, indexes)
 	return ws, state, claims, nil
+}
+
+// release lets workers claim the hand-off's items.
+func (b *barrier) release(ctx context.Context) error {
+	if err := releaseScript.Run(ctx, b.rdb, []string{b.k.meta}, b.channel, b.notice()).Err(); err != nil {
+		return fmt.Errorf("releasing split %s in Redis: %w", b.ref, err)
+	}
+	return nil
 }
 
 // doneBits reads the bitmap of finished items.

@@ -42,7 +42,7 @@ func TestClaims(t *testing.T) {
 	ctx := context.Background()
 	rdb, b := testBarrier(t, "claims")
 	ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: 3}
-	if state, _, _, err := b.init(ctx, ws, 0, false, time.Hour, 0, false); err != nil || state != "open" {
+	if state, _, _, err := b.init(ctx, ws, 0, false, time.Hour, 0, false, false); err != nil || state != "open" {
 		t.Fatalf("init: %q %v", state, err)
 	}
 	const ttl = 300 * time.Millisecond
@@ -104,6 +104,58 @@ func TestClaims(t *testing.T) {
 	}
 }
 
+// TestHeldClaims: no item of a held hand-off is claimed until its
+// release, which tells workers; a hand-off taken up again unheld, by a
+// resumed run, is released with it.
+func TestHeldClaims(t *testing.T) {
+	ctx := context.Background()
+	rdb, b := testBarrier(t, "held")
+	ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: 2}
+	if _, _, _, err := b.init(ctx, ws, 0, false, time.Hour, 1, true, true); err != nil {
+		t.Fatal(err)
+	}
+	state, claims, err := b.claim(ctx, "w1", time.Minute, true, []int{0, 1})
+	if err != nil || state != stateHeld || len(claims) != 0 {
+		t.Fatalf("claim while held: %q %+v %v", state, claims, err)
+	}
+	if n, err := rdb.HLen(ctx, b.k.claims).Result(); err != nil || n != 0 {
+		t.Fatalf("%d claims while held, %v", n, err)
+	}
+	if state, _, err := b.claim(ctx, "w1", time.Minute, false, []int{0}); err != nil || state != "open" {
+		t.Errorf("reading while held: %q %v; want the state itself", state, err)
+	}
+	sub := rdb.Subscribe(ctx, b.channel)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil || msg.Payload != b.notice()+" open" {
+		t.Fatalf("release notice %v, %v; want %q", msg, err, b.notice()+" open")
+	}
+	if state, _, err := b.claim(ctx, "w1", time.Minute, true, []int{0, 1}); err != nil || state != "open" {
+		t.Fatalf("claim once released: %q %v", state, err)
+	}
+	if n, _ := rdb.HLen(ctx, b.k.claims).Result(); n != 2 {
+		t.Errorf("%d items claimed once released, want 2", n)
+	}
+
+	// Held again by a decision that never became durable, then taken up
+	// by a resumed run: released.
+	if _, err := rdb.HSet(ctx, b.k.meta, "held", 1).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := b.init(ctx, ws, 0, false, time.Hour, 1, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := rdb.HExists(ctx, b.k.meta, "held").Result(); held {
+		t.Error("a hand-off taken up unheld is still held")
+	}
+}
+
 // TestInitReplacesAnUndecidedHandOff creates a hand-off as a run does
 // before its decision is durable: what a decision that never became
 // durable left is replaced, unless a gateway with a later lease on the run
@@ -131,7 +183,7 @@ func TestInitReplacesAnUndecidedHandOff(t *testing.T) {
 		{"a decision made again replaces it", "again", 6, true, "open", 0, true, "again"},
 	}
 	for i, st := range steps {
-		state, published, created, err := b.init(ctx, ws(st.prev), 0, false, time.Hour, st.fence, st.replace)
+		state, published, created, err := b.init(ctx, ws(st.prev), 0, false, time.Hour, st.fence, st.replace, st.replace)
 		if err != nil || state != st.state || published != st.published || created != st.created {
 			t.Fatalf("%s: init gave %q, %d published, created %v, %v", st.name, state, published, created, err)
 		}
@@ -140,14 +192,21 @@ func TestInitReplacesAnUndecidedHandOff(t *testing.T) {
 			t.Fatalf("%s: the context is %+v, %v; want the one from %q", st.name, got, err, st.ctx)
 		}
 		if i == 0 {
-			// What the first decision's workers would have left.
+			// What the first decision's workers would have left, had it
+			// been released.
 			if err := b.setPublished(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.release(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if _, _, err := b.claim(ctx, "w1", time.Hour, true, []int{0}); err != nil {
 				t.Fatal(err)
 			}
 		}
+	}
+	if err := b.release(ctx); err != nil {
+		t.Fatal(err)
 	}
 	_, got, err := b.claim(ctx, "w2", time.Hour, true, []int{0})
 	if err != nil || len(got) != 1 || got[0].held {
@@ -174,7 +233,7 @@ func TestCompletingCommitSendsTheNews(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb, b := testBarrier(t, "push")
 			ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: tc.total}
-			if _, _, _, err := b.init(ctx, ws, tc.total, false, time.Hour, 0, false); err != nil {
+			if _, _, _, err := b.init(ctx, ws, tc.total, false, time.Hour, 0, false, false); err != nil {
 				t.Fatal(err)
 			}
 			ps := rdb.Subscribe(ctx, b.newsChannel())
@@ -236,7 +295,7 @@ func TestBarrierKeepsItemsApart(t *testing.T) {
 	rdb, b := testBarrier(t, "bits")
 	const total = 20_000
 	ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: total}
-	if _, _, _, err := b.init(ctx, ws, total, false, time.Hour, 0, false); err != nil {
+	if _, _, _, err := b.init(ctx, ws, total, false, time.Hour, 0, false, false); err != nil {
 		t.Fatal(err)
 	}
 	items := []int{0, 7, 8, 15, 16, 9_999, 19_999}
@@ -435,7 +494,7 @@ func BenchmarkBarrier(b *testing.B) {
 	const size, ahead = 500, 8
 	total := (b.N + ahead) * size
 	ws := &engine.WorkSplit{Key: "loop", Step: "loop", Total: total}
-	if _, _, _, err := br.init(ctx, ws, 0, false, time.Hour, 0, false); err != nil {
+	if _, _, _, err := br.init(ctx, ws, 0, false, time.Hour, 0, false, false); err != nil {
 		b.Fatal(err)
 	}
 	body := json.RawMessage(`{"i":{"name":"host-0000001","status":"up","zone":"eu-west-1a"}}`)

@@ -92,6 +92,12 @@ func newNode(t *testing.T, config string) *node {
 // metrics in m when set.
 func newNodeAt(t *testing.T, config, db string, m fanout.Metrics) *node {
 	t.Helper()
+	return newNodeWith(t, config, db, m, nil)
+}
+
+// newNodeWith is newNodeAt with the engine's store wrapped by wrap, when set.
+func newNodeWith(t *testing.T, config, db string, m fanout.Metrics, wrap func(store.Store) store.Store) *node {
+	t.Helper()
 	opts := loader.Options{ProviderTypes: builtin.Types()}
 	cfg, err := loader.LoadBytes("test.toml", []byte(providersTOML+config), opts)
 	if err != nil {
@@ -107,6 +113,9 @@ func newNodeAt(t *testing.T, config, db string, m fanout.Metrics) *node {
 	}
 	n := &node{t: t, cfg: cfg, st: st, pm: host.NewManager(host.Options{Executable: exe})}
 	eopts := engine.Options{Store: st, Config: cfg, Providers: resolver{n.pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: n.record}
+	if wrap != nil {
+		eopts.Store = wrap(st)
+	}
 	if cfg.Gateway.Fanout != nil {
 		if n.f, err = fanout.Open(context.Background(), fanout.Options{Config: cfg.Gateway.Fanout, Metrics: m}); err != nil {
 			t.Fatal(err)
@@ -523,9 +532,8 @@ func TestFreshHandOffQuietUntilNews(t *testing.T) {
 	}
 }
 
-// TestHeldHandOffWaitsForRelease attaches a split whose decision is not
-// durable yet: its hand-off is created at once, and nothing goes out
-// before the run releases it.
+// TestHeldHandOffWaitsForRelease: a held hand-off's items go out at once,
+// and its state says held, keeping workers from them, until the release.
 func TestHeldHandOffWaitsForRelease(t *testing.T) {
 	m := &counter{}
 	n := newNodeAt(t, servers(t, ""), filepath.Join(t.TempDir(), "gw.db"), m)
@@ -539,17 +547,76 @@ func TestHeldHandOffWaitsForRelease(t *testing.T) {
 	}
 	h := n.f.Attach(job, func(*engine.FanoutNews) {})
 	defer h.End(store.StepCancelled)
-	waitUntil(t, "the held split's hand-off is created", func() bool {
+	held := func() bool {
 		keys, err := n.f.Redis().Keys(context.Background(), "*{"+run+"}*:meta").Result()
-		return err == nil && len(keys) == 1
-	})
-	time.Sleep(300 * time.Millisecond)
-	published := func() int { return m.get(func(c *counter) int { return c.published }) }
-	if got := published(); got != 0 {
-		t.Fatalf("%d items of a held split went out before its release", got)
+		if err != nil || len(keys) != 1 {
+			return false
+		}
+		ok, err := n.f.Redis().HExists(context.Background(), keys[0], "held").Result()
+		return err == nil && ok
+	}
+	waitUntil(t, "the held split's 3 items go out", func() bool { return m.get(func(c *counter) int { return c.published }) == 3 })
+	if !held() {
+		t.Fatal("the hand-off is not held before its release")
 	}
 	h.Release()
-	waitUntil(t, "the released split's 3 items go out", func() bool { return published() == 3 })
+	waitUntil(t, "the hand-off is released", func() bool { return !held() })
+}
+
+// decisionHold holds the commit of a distributed split's decision until
+// release is closed, telling holding once it is held.
+type decisionHold struct {
+	store.Store
+	holding, release chan struct{}
+	once             sync.Once
+}
+
+func (s *decisionHold) Commit(ctx context.Context, b *store.Batch) error {
+	for _, ev := range b.Events {
+		if ev.Type == store.EventSplitFanoutStarted {
+			s.once.Do(func() { close(s.holding) })
+			<-s.release
+		}
+	}
+	return s.Store.Commit(ctx, b)
+}
+
+// TestItemsWaitForTheDecision: a split's items reach the workers while
+// the run's decision to hand them out is not durable yet, and no worker
+// runs one until it is. The release's notice starts them: with a claim
+// TTL of ten minutes, a worker that waited for its timer instead would
+// not finish before the wait for the run gives up.
+func TestItemsWaitForTheDecision(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "r.jsonl")
+	cfg := servers(t, "claim_ttl_seconds = 600") + splitChain("c", "distributed", rec, "")
+	m := &counter{}
+	hold := &decisionHold{holding: make(chan struct{}), release: make(chan struct{})}
+	owner := newNodeWith(t, cfg, filepath.Join(dir, "gw.db"), m, func(st store.Store) store.Store { hold.Store = st; return hold })
+	defer newNode(t, cfg).work()()
+	release := sync.OnceFunc(func() { close(hold.release) })
+	// A failure lets the decision through, so that the engine can stop.
+	defer release()
+	id := owner.start("c", itemsPayload(10, func(int) bool { return false }))
+	<-hold.holding
+	waitUntil(t, "the items go out", func() bool { return m.get(func(c *counter) int { return c.published }) == 10 })
+	// Time for the worker to have the message and try its items.
+	time.Sleep(300 * time.Millisecond)
+	if got := calls(t, rec); len(got) != 0 {
+		t.Fatalf("items ran before the decision was durable: %v", got)
+	}
+	release()
+	if res := owner.wait(id); res.Status != store.RunSucceeded {
+		t.Fatalf("run %s %+v", res.Status, res.Error)
+	}
+	for key, n := range calls(t, rec) {
+		if n != 1 {
+			t.Errorf("%s called %d times", key, n)
+		}
+	}
+	if got := len(calls(t, rec)); got != 9 {
+		t.Errorf("%d items called, want the 9 kept", got)
+	}
 }
 
 type emptyItems struct{}

@@ -75,7 +75,7 @@ type owned struct {
 	salvageReq chan struct{}
 	room       chan struct{} // results came, so more may go out
 	acked      chan struct{} // the run made news durable
-	released   chan struct{} // closed once the items may go out
+	released   chan struct{} // closed once the run's decision is durable
 	release    sync.Once
 	// imported is how far the run holds the log durably.
 	imported atomic.Int64
@@ -227,7 +227,7 @@ func (o *owned) run() {
 	var published int
 	var created bool
 	if !o.retry("creating a distributed split in Redis", func() (err error) {
-		state, published, created, err = o.b.init(o.ctx, o.job.Work, o.job.Tolerated, o.job.Seed != nil, o.ttl(), o.job.Fence, o.job.Held)
+		state, published, created, err = o.b.init(o.ctx, o.job.Work, o.job.Tolerated, o.job.Seed != nil, o.ttl(), o.job.Fence, o.job.Held, o.job.Held)
 		return err
 	}) {
 		return
@@ -249,7 +249,23 @@ func (o *owned) run() {
 		o.wg.Add(1)
 		go o.publish(published, fresh)
 	}
+	if o.job.Held {
+		o.wg.Add(1)
+		go o.releaseOnceDurable()
+	}
 	o.follow(fresh)
+}
+
+// releaseOnceDurable lets workers claim the hand-off's items once the run's
+// decision is durable. Its items went out as soon as it was created.
+func (o *owned) releaseOnceDurable() {
+	defer o.wg.Done()
+	select {
+	case <-o.released:
+	case <-o.ctx.Done():
+		return
+	}
+	o.retry("releasing a distributed split's items to workers in Redis", func() error { return o.b.release(o.ctx) })
 }
 
 // countsEvery bounds how often news that only moves the counts goes to
@@ -568,11 +584,6 @@ func (o *owned) publish(cursor int, fresh bool) {
 		limit = n
 	}
 	size := batchSize(total, o.f.cfg.BatchSize, limit)
-	select {
-	case <-o.released:
-	case <-o.ctx.Done():
-		return
-	}
 	var done []byte
 	if !fresh && !o.retry("reading a distributed split's finished items from Redis", func() (err error) {
 		done, err = o.b.doneBits(o.ctx)

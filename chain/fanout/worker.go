@@ -130,6 +130,9 @@ type worked struct {
 	closing bool               // this worker stops: what it holds is delivered again
 	used    time.Time
 	unsub   func()
+	// opened is closed by the next notice that the split is open, which
+	// its release is.
+	opened chan struct{}
 }
 
 // pending is a delivery whose items are not all finished.
@@ -302,12 +305,23 @@ func (ws *worked) claimAndRun(ctx context.Context, p *pending, items []engine.Wo
 	}
 	var state string
 	var claims []claimed
+	opened := ws.openSignal()
 	if already != nil {
 		state, claims = already.state, already.claims
 	} else if !w.retry(ctx, "claiming split items in Redis", func() (err error) {
 		state, claims, err = ws.b.claim(ctx, w.eng.Owner(), w.claimTTL(), true, indexes)
 		return err
 	}) {
+		return
+	}
+	if state == stateHeld {
+		if already != nil {
+			// Its release may have come before this split was followed
+			// here: the claim is tried again, now that a release is heard.
+			ws.claimAndRun(ctx, p, items, nil)
+			return
+		}
+		ws.w.spawn(func() { ws.await(ctx, p, items, opened) })
 		return
 	}
 	if state != string(engine.FanoutOpen) {
@@ -341,7 +355,7 @@ func (ws *worked) claimAndRun(ctx context.Context, p *pending, items []engine.Wo
 	}
 	ws.settle(p, done)
 	if len(held) > 0 {
-		ws.w.spawn(func() { ws.await(ctx, p, held) })
+		ws.w.spawn(func() { ws.await(ctx, p, held, nil) })
 	}
 	if len(todo) == 0 {
 		return
@@ -363,14 +377,18 @@ func (ws *worked) claimAndRun(ctx context.Context, p *pending, items []engine.Wo
 	}
 }
 
-// await waits for items another worker holds: each is settled once it is
-// done, or claimed and run here once the other's claim has lapsed.
-func (ws *worked) await(ctx context.Context, p *pending, held []engine.WorkItem) {
+// await waits for items another worker holds, or for the release of a
+// split whose run has not made its decision durable yet (opened, nil
+// otherwise), and claims them again: those done are settled, those whose
+// claim lapsed, or that were released, are run here. A release's notice
+// ends the wait early; should it be lost, the wait is the one for a claim.
+func (ws *worked) await(ctx context.Context, p *pending, items []engine.WorkItem, opened <-chan struct{}) {
 	t := time.NewTimer(ws.w.claimTTL() / 3)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return
+	case <-opened:
 	case <-t.C:
 	}
 	ws.mu.Lock()
@@ -383,8 +401,17 @@ func (ws *worked) await(ctx context.Context, p *pending, held []engine.WorkItem)
 		ws.w.ack(p.d)
 		return
 	}
-	// What is still held is waited for again.
-	ws.claimAndRun(ctx, p, held, nil)
+	ws.claimAndRun(ctx, p, items, nil)
+}
+
+// openSignal is closed by the next notice that the split is open.
+func (ws *worked) openSignal() <-chan struct{} {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.opened == nil {
+		ws.opened = make(chan struct{})
+	}
+	return ws.opened
 }
 
 // settle counts n items of p as finished, and acknowledges (or requeues)
@@ -584,6 +611,12 @@ func (ws *worked) watch(ctx context.Context, r *engine.ItemRunner) {
 func (ws *worked) notice(state string) {
 	switch state {
 	case string(engine.FanoutOpen):
+		ws.mu.Lock()
+		if ws.opened != nil {
+			close(ws.opened)
+			ws.opened = nil
+		}
+		ws.mu.Unlock()
 	case "":
 		ws.w.spawn(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
