@@ -213,16 +213,6 @@ func (o *owned) retry(what string, fn func() error) bool {
 
 func (o *owned) run() {
 	defer o.wg.Done()
-	if o.small() {
-		// The channel is followed again after a reconnection, even when
-		// this subscription did not reach Redis, so it is always let go of.
-		_ = o.f.ps.Subscribe(o.ctx, o.b.newsChannel())
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = o.f.ps.Unsubscribe(ctx, o.b.newsChannel())
-		}()
-	}
 	var state string
 	var published int
 	var created bool
@@ -252,6 +242,18 @@ func (o *owned) run() {
 	if o.job.Held {
 		o.wg.Add(1)
 		go o.releaseOnceDurable()
+	}
+	if o.small() {
+		// Once the items are on their way: the news comes after they are
+		// run, and news pushed before this is read instead. The channel is
+		// followed again after a reconnection, even when this subscription
+		// did not reach Redis, so it is always let go of.
+		_ = o.f.ps.Subscribe(o.ctx, o.b.newsChannel())
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = o.f.ps.Unsubscribe(ctx, o.b.newsChannel())
+		}()
 	}
 	o.follow(fresh)
 }
