@@ -80,12 +80,12 @@ type call struct {
 	done func(*providerv1.ExecuteResponse, error)
 }
 
-// end ends the call, once; it reports whether this was the end.
-func (c *call) end(resp *providerv1.ExecuteResponse, err error) bool {
+// end ends the call, unless it has ended already.
+func (c *call) end(resp *providerv1.ExecuteResponse, err error) {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
-		return false
+		return
 	}
 	c.ended = true
 	stop := c.stop
@@ -94,7 +94,6 @@ func (c *call) end(resp *providerv1.ExecuteResponse, err error) bool {
 		stop()
 	}
 	c.done(resp, err)
-	return true
 }
 
 // outgoing is a queued message; its call withdraws it when it gives up
