@@ -18,9 +18,10 @@ import (
 )
 
 // runner advances one run. Only its own goroutine touches its state;
-// provider calls run in goroutines of their own and report to inbox, and a
-// committer goroutine writes batches to the store, so the run keeps
-// deciding while a commit is under way.
+// provider calls report their end to inbox, from the goroutine that reads a
+// plugin's answers or one of their own, and a committer goroutine writes
+// batches to the store, so the run keeps deciding while a commit is under
+// way.
 type runner struct {
 	e   *Engine
 	def *chain.Chain
