@@ -131,7 +131,7 @@ type worked struct {
 	used    time.Time
 	unsub   func()
 	// opened is closed by the next notice that the split is open, which
-	// its release is.
+	// its release is, or once it is over.
 	opened chan struct{}
 }
 
@@ -380,8 +380,9 @@ func (ws *worked) claimAndRun(ctx context.Context, p *pending, items []engine.Wo
 // await waits for items another worker holds, or for the release of a
 // split whose run has not made its decision durable yet (opened, nil
 // otherwise), and claims them again: those done are settled, those whose
-// claim lapsed, or that were released, are run here. A release's notice
-// ends the wait early; should it be lost, the wait is the one for a claim.
+// claim lapsed, or that were released, are run here. A release's notice,
+// or the split's end, ends the wait early; should the notice be lost, the
+// wait is the one for a claim.
 func (ws *worked) await(ctx context.Context, p *pending, items []engine.WorkItem, opened <-chan struct{}) {
 	t := time.NewTimer(ws.w.claimTTL() / 3)
 	defer t.Stop()
@@ -404,7 +405,17 @@ func (ws *worked) await(ctx context.Context, p *pending, items []engine.WorkItem
 	ws.claimAndRun(ctx, p, items, nil)
 }
 
-// openSignal is closed by the next notice that the split is open.
+// wakeLocked wakes what waits for the split to open: it has, or it is
+// over. ws.mu is held.
+func (ws *worked) wakeLocked() {
+	if ws.opened != nil {
+		close(ws.opened)
+		ws.opened = nil
+	}
+}
+
+// openSignal is closed by the next notice that the split is open, or
+// once it is over.
 func (ws *worked) openSignal() <-chan struct{} {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -612,10 +623,7 @@ func (ws *worked) notice(state string) {
 	switch state {
 	case string(engine.FanoutOpen):
 		ws.mu.Lock()
-		if ws.opened != nil {
-			close(ws.opened)
-			ws.opened = nil
-		}
+		ws.wakeLocked()
 		ws.mu.Unlock()
 	case "":
 		ws.w.spawn(func() {
@@ -635,6 +643,7 @@ func (ws *worked) notice(state string) {
 func (ws *worked) end() {
 	ws.mu.Lock()
 	ws.over = true
+	ws.wakeLocked()
 	r := ws.runner
 	ws.mu.Unlock()
 	if r != nil {
