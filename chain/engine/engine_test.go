@@ -80,6 +80,7 @@ type harnessOpts struct {
 	lease   time.Duration
 	linger  time.Duration
 	logger  *slog.Logger
+	obs     engine.Observer
 }
 
 // atStore opens the store file db, so that a second harness on it stands
@@ -102,6 +103,9 @@ func withLeaseTTL(d time.Duration) harnessOption { return func(o *harnessOpts) {
 
 // withLinger sets how long a run's results may wait to be committed together.
 func withLinger(d time.Duration) harnessOption { return func(o *harnessOpts) { o.linger = d } }
+
+// withObserver has the engine tell obs about every provider call.
+func withObserver(obs engine.Observer) harnessOption { return func(o *harnessOpts) { o.obs = obs } }
 
 // withLogger gets the engine's logs, outcomes included.
 func withLogger(l *slog.Logger) harnessOption { return func(o *harnessOpts) { o.logger = l } }
@@ -146,7 +150,7 @@ func newHarness(t testing.TB, config string, options ...harnessOption) *harness 
 		engStore = o.wrap(st)
 	}
 	h.eng, err = engine.New(engine.Options{Store: engStore, Config: cfg, Providers: resolver{pm}, LoadOptions: opts, Limits: cfg.Gateway.Limits, OnEvent: onEvent, LeaseTTL: o.lease,
-		Linger: o.linger, Logger: o.logger, LogOutcomes: o.logger != nil})
+		Linger: o.linger, Observer: o.obs, Logger: o.logger, LogOutcomes: o.logger != nil})
 	if err != nil {
 		t.Fatal(err)
 	}
