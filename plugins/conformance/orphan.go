@@ -17,6 +17,7 @@ import (
 
 	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/plugins/host"
+	"github.com/chaingate/gateway/plugins/internal/wire"
 )
 
 // orphanHostEnv makes a re-executed gateway binary the short-lived parent
@@ -32,6 +33,8 @@ const orphanWait = 5 * time.Second
 type orphanHost struct {
 	Target    Target `json:"target"`
 	TimeoutMS int64  `json:"timeout_ms"`
+	// SocketDir is where the plugin makes its socket; the check removes it.
+	SocketDir string `json:"socket_dir,omitempty"`
 }
 
 // ServeOrphanHostIfRequested turns this process into the intermediate
@@ -51,7 +54,7 @@ func ServeOrphanHostIfRequested() {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", orphanHostEnv, err)
 		os.Exit(2)
 	}
-	pid, err := startOrphan(h.Target, time.Duration(h.TimeoutMS)*time.Millisecond)
+	pid, err := startOrphan(h.Target, time.Duration(h.TimeoutMS)*time.Millisecond, h.SocketDir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -65,7 +68,7 @@ func ServeOrphanHostIfRequested() {
 // startOrphan launches the plugin and waits for its handshake line. It sets
 // no parent-death signal, unlike the gateway on Linux: the check is about
 // what the plugin does by itself, as it must on every system.
-func startOrphan(t Target, timeout time.Duration) (int, error) {
+func startOrphan(t Target, timeout time.Duration, socketDir string) (int, error) {
 	var cmd *exec.Cmd
 	if t.Builtin != "" {
 		cmd = exec.Command(t.Executable, "plugin", t.Builtin)
@@ -73,26 +76,30 @@ func startOrphan(t Target, timeout time.Duration) (int, error) {
 	} else {
 		cmd = exec.Command(t.Path, t.Args...)
 	}
-	cmd.Env = append(append(os.Environ(), cmd.Env...),
+	cmd.Env = append(wire.SocketDirEnv(append(os.Environ(), cmd.Env...), socketDir),
 		plugins.MagicCookieKey+"="+plugins.MagicCookieValue,
 		"PLUGIN_PROTOCOL_VERSIONS="+strconv.Itoa(plugins.ProtocolVersion),
 		"PLUGIN_MIN_PORT=10000", "PLUGIN_MAX_PORT=25000")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
+	fail := func(err error) (int, error) {
+		if cmd.Process != nil {
+			_ = cmd.Process.Kill()
+		}
 		return 0, err
 	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return fail(err)
+	}
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("starting the plugin: %w", err)
+		return fail(fmt.Errorf("starting the plugin: %w", err))
 	}
 	line, err := readLine(out, timeout)
 	if err != nil {
-		_ = cmd.Process.Kill()
-		return 0, fmt.Errorf("reading the plugin's handshake: %w", err)
+		return fail(fmt.Errorf("reading the plugin's handshake: %w", err))
 	}
 	// CORE-VERSION|APP-VERSION|NETWORK|ADDRESS|PROTOCOL[|CERT]
 	if f := strings.Split(line, "|"); len(f) < 5 || f[1] != strconv.Itoa(plugins.ProtocolVersion) {
-		_ = cmd.Process.Kill()
-		return 0, fmt.Errorf("the plugin's handshake line %q is not go-plugin's for protocol version %d", line, plugins.ProtocolVersion)
+		return fail(fmt.Errorf("the plugin's handshake line %q is not go-plugin's for protocol version %d", line, plugins.ProtocolVersion))
 	}
 	return cmd.Process.Pid, nil
 }
@@ -132,7 +139,16 @@ func (c *checker) orphan(ctx context.Context) {
 		c.skip(checkOrphan, "the gateway binary, which acts as the plugin's parent, could not be found")
 		return
 	}
-	spec, err := json.Marshal(orphanHost{Target: c.t, TimeoutMS: c.opts.Timeout.Milliseconds()})
+	// Made here, so that it goes whether or not the plugin removes it.
+	socketDir, err := wire.MakeSocketDir()
+	if err != nil {
+		c.fail(checkOrphan, "%v", err)
+		return
+	}
+	if socketDir != "" {
+		defer os.RemoveAll(socketDir)
+	}
+	spec, err := json.Marshal(orphanHost{Target: c.t, TimeoutMS: c.opts.Timeout.Milliseconds(), SocketDir: socketDir})
 	if err != nil {
 		c.fail(checkOrphan, "encoding the target: %v", err)
 		return

@@ -81,6 +81,9 @@ type Manager struct {
 	handles  map[string]*handle
 	launches sync.WaitGroup // launches in flight; Close waits for them
 	kills    sync.WaitGroup // discarded processes being stopped; Close waits for them
+	// sweep removes, before the first launch, the plugin sockets of
+	// gateways that are gone.
+	sweep sync.Once
 }
 
 // NewManager returns a Manager; it starts no process until a provider is used.
@@ -204,13 +207,15 @@ func backoff(n int) time.Duration {
 
 // instance is one running plugin process.
 type instance struct {
-	client   *plugin.Client
-	cmd      *exec.Cmd
-	rpc      providerv1.ProviderClient
-	session  *session        // nil when the plugin serves only unary Execute
-	exited   <-chan struct{} // closed once the process has exited and been reaped
-	started  time.Time
-	killOnce sync.Once
+	client  *plugin.Client
+	cmd     *exec.Cmd
+	rpc     providerv1.ProviderClient
+	session *session        // nil when the plugin serves only unary Execute
+	exited  <-chan struct{} // closed once the process has exited and been reaped
+	// socketDir holds the plugin's socket; "" where plugins use TCP.
+	socketDir string
+	started   time.Time
+	killOnce  sync.Once
 	// stopping is set when the gateway stops a running process, so that
 	// its exit is not taken for a crash.
 	stopping atomic.Bool
@@ -248,7 +253,14 @@ func (i *instance) stop(force bool) {
 			_ = i.cmd.Process.Kill()
 			<-done
 		}
+		removeSocketDir(i.socketDir)
 	})
+}
+
+func removeSocketDir(dir string) {
+	if dir != "" {
+		_ = os.RemoveAll(dir)
+	}
 }
 
 func (i *instance) hasExited() bool {
@@ -659,6 +671,12 @@ func (m *Manager) start(spec Spec) (*instance, error) {
 		return nil, err
 	}
 	cmd.Env = append(cmd.Env, wire.MaxMessageEnv+"="+strconv.Itoa(m.opts.MaxMessageBytes))
+	m.sweep.Do(func() { sweepSocketDirs(m.opts.Logger) })
+	socketDir, err := wire.MakeSocketDir()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Env = wire.SocketDirEnv(cmd.Env, socketDir)
 	setDeathSignal(cmd)
 
 	logger := m.opts.Logger.With("provider", spec.Name)
@@ -676,9 +694,15 @@ func (m *Manager) start(spec Spec) (*instance, error) {
 		SyncStderr:       &lineLogger{l: logger.With("stream", "stderr")},
 		GRPCDialOptions:  wire.DialOptions(m.opts.MaxMessageBytes),
 	})
+	fail := func(err error) (*instance, error) {
+		client.Kill()
+		removeSocketDir(socketDir)
+		return nil, err
+	}
 	proto, err := startLocked(client)
 	if err != nil {
-		client.Kill()
+		// Once the process is gone, its stderr has been read to the end.
+		_, err = fail(err)
 		if head := stderr.String(); head != "" {
 			return nil, fmt.Errorf("plugin stderr: %s: %w", head, err)
 		}
@@ -686,24 +710,26 @@ func (m *Manager) start(spec Spec) (*instance, error) {
 	}
 	raw, err := proto.Dispense(wire.PluginName)
 	if err != nil {
-		client.Kill()
-		return nil, fmt.Errorf("dispensing the provider: %w", err)
+		return fail(fmt.Errorf("dispensing the provider: %w", err))
 	}
 	d := raw.(*wire.Dispensed)
-	inst := &instance{client: client, cmd: cmd, rpc: d.RPC, exited: d.Exited, started: time.Now()}
+	inst := &instance{client: client, cmd: cmd, rpc: d.RPC, exited: d.Exited, socketDir: socketDir, started: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.StartTimeout)
 	defer cancel()
 	desc, err := d.RPC.Describe(ctx, &providerv1.DescribeRequest{})
 	if err != nil {
-		client.Kill()
-		return nil, fmt.Errorf("describing the provider: %w", err)
+		return fail(fmt.Errorf("describing the provider: %w", err))
 	}
 	if desc.Session && !m.unary {
 		if inst.session, err = openSession(d.RPC, m.opts.MaxMessageBytes); err != nil {
-			client.Kill()
-			return nil, err
+			return fail(err)
 		}
 	}
+	// However the process ends, its socket is of no more use.
+	go func() {
+		<-inst.exited
+		removeSocketDir(socketDir)
+	}()
 	return inst, nil
 }
 

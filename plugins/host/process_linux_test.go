@@ -16,6 +16,7 @@ import (
 
 	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/plugins/host"
+	"github.com/chaingate/gateway/plugins/internal/wire"
 	"github.com/chaingate/gateway/providers"
 )
 
@@ -55,7 +56,11 @@ func startPluginAsHost(mode string) (int, error) {
 		// Launch the plugin the way a host that knows nothing of parent-death
 		// signals would, so that only Serve's own watch can end it.
 		cmd := exec.Command(exe, "plugin", "echo")
-		cmd.Env = append(os.Environ(),
+		dir, err := wire.MakeSocketDir()
+		if err != nil {
+			return 0, err
+		}
+		cmd.Env = append(wire.SocketDirEnv(os.Environ(), dir),
 			host.BuiltinEnv+"=echo",
 			plugins.MagicCookieKey+"="+plugins.MagicCookieValue,
 			"PLUGIN_PROTOCOL_VERSIONS="+strconv.Itoa(plugins.ProtocolVersion))
@@ -75,10 +80,14 @@ func startPluginAsHost(mode string) (int, error) {
 }
 
 // TestOrphanedPluginExits kills a gateway with SIGKILL, so that it can clean
-// nothing up, and checks that its plugin goes away by itself.
+// nothing up, and checks that its plugin goes away by itself. A plugin that
+// notices it is orphaned removes its socket; one the kernel kills leaves it
+// to the next gateway (TestSocketDirsOfGatewaysGoneAreSwept).
 func TestOrphanedPluginExits(t *testing.T) {
 	for _, mode := range []string{"manager", "raw"} {
 		t.Run(mode, func(t *testing.T) {
+			tmp := t.TempDir()
+			t.Setenv("TMPDIR", tmp)
 			host := exec.Command(os.Args[0], "-test.run=^$")
 			host.Env = append(os.Environ(), hostModeEnv+"="+mode)
 			host.Stderr = os.Stderr
@@ -114,6 +123,9 @@ func TestOrphanedPluginExits(t *testing.T) {
 			}
 			_ = host.Wait()
 			waitGone(t, pid, 2*time.Second)
+			if left := socketDirs(t, tmp); mode == "raw" && len(left) != 0 {
+				t.Errorf("the orphaned plugin left its socket directory: %v", left)
+			}
 		})
 	}
 }

@@ -38,7 +38,17 @@ func Serve(p providers.Provider) {
 func exitWhenOrphaned(parent int) {
 	for range time.Tick(orphanPoll) {
 		if os.Getppid() != parent {
+			removeOwnSocketDir()
 			os.Exit(1)
 		}
 	}
+}
+
+// SocketDirEnv adds to env the name of the directory the plugin is to make
+// its socket in, if there is one (see MakeSocketDir).
+func SocketDirEnv(env []string, dir string) []string {
+	if dir == "" {
+		return env
+	}
+	return append(env, plugin.EnvUnixSocketDir+"="+dir)
 }

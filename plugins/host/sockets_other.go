@@ -1,0 +1,9 @@
+//go:build !unix
+
+package host
+
+import "log/slog"
+
+// Plugins listen on TCP where there are no Unix sockets: nothing is left on
+// disk.
+func sweepSocketDirs(*slog.Logger) {}
