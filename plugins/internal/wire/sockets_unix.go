@@ -11,12 +11,13 @@ import (
 	"github.com/hashicorp/go-plugin"
 )
 
-// A plugin listens on a Unix socket that go-plugin creates in the
-// directory named by plugin.EnvUnixSocketDir. Whoever launches a plugin
-// gives each launch a directory of its own, named after the launcher's pid,
-// and removes it once the process has exited: a plugin that crashed, or
-// that the kernel killed along with its gateway, leaves its socket behind
-// otherwise, one file in the temporary directory per crash.
+// SocketDirPrefix begins the name of a plugin's socket directory. A plugin
+// listens on a Unix socket that go-plugin creates in the directory named
+// by plugin.EnvUnixSocketDir. Whoever launches a plugin gives each launch a
+// directory of its own, named after the launcher's pid, and removes it
+// once the process has exited: a plugin that crashed, or that the kernel
+// killed along with its gateway, leaves its socket behind otherwise, one
+// file in the temporary directory per crash.
 const SocketDirPrefix = "cg-plugin-"
 
 // MakeSocketDir makes the directory for one launch's socket, to name to
