@@ -619,6 +619,38 @@ func TestItemsWaitForTheDecision(t *testing.T) {
 	}
 }
 
+// TestEndedHeldSplitLetsGoOfItsMessage: a worker waiting for the release
+// of a held split stops waiting when the split ends instead. It holds one
+// message at a time and its claims last ten minutes: a worker that waited
+// for its timer would keep the ended split's message past the next run's
+// wait, and that run's items would never reach it.
+func TestEndedHeldSplitLetsGoOfItsMessage(t *testing.T) {
+	dir := t.TempDir()
+	cfg := servers(t, "claim_ttl_seconds = 600\nprefetch = 1") + splitChain("c", "distributed", filepath.Join(dir, "r.jsonl"), "")
+	m := &counter{}
+	n := newNodeAt(t, cfg, filepath.Join(dir, "gw.db"), m)
+	defer newNode(t, cfg).work()()
+	job := &engine.FanoutJob{
+		Work:  &engine.WorkSplit{Run: &store.Run{ID: "held-" + strconv.FormatInt(time.Now().UnixNano(), 36)}, Key: "loop", Step: "loop", Total: 1},
+		Items: fanout.CountItems(1),
+		Gen:   1,
+		Held:  true,
+		Fence: 1,
+	}
+	h := n.f.Attach(job, func(*engine.FanoutNews) {})
+	waitUntil(t, "the held split's item goes out", func() bool { return m.get(func(c *counter) int { return c.published }) == 1 })
+	waitUntil(t, "the worker takes the message", func() bool {
+		ready, err := n.f.ItemsReady(context.Background())
+		return err == nil && ready == 0
+	})
+	// Time for the worker to find the split held and wait for its release.
+	time.Sleep(300 * time.Millisecond)
+	h.End(store.StepCancelled)
+	if res := n.run("c", itemsPayload(3, func(int) bool { return false })); res.Status != store.RunSucceeded {
+		t.Fatalf("the next run %s %+v", res.Status, res.Error)
+	}
+}
+
 type emptyItems struct{}
 
 func (emptyItems) Len() int                          { return 0 }
