@@ -629,7 +629,12 @@ func TestEndedHeldSplitLetsGoOfItsMessage(t *testing.T) {
 	cfg := servers(t, "claim_ttl_seconds = 600\nprefetch = 1") + splitChain("c", "distributed", filepath.Join(dir, "r.jsonl"), "")
 	m := &counter{}
 	n := newNodeAt(t, cfg, filepath.Join(dir, "gw.db"), m)
-	defer newNode(t, cfg).work()()
+	worker := newNode(t, cfg)
+	// The worker's claims: one as it reads the split, found held, and one
+	// more, after which it waits.
+	claims := &fanout.CommandCounter{Match: func(args []any) bool { return len(args) > 0 && args[0] == "evalsha" }}
+	worker.f.Redis().AddHook(claims)
+	defer worker.work()()
 	job := &engine.FanoutJob{
 		Work:  &engine.WorkSplit{Run: &store.Run{ID: "held-" + strconv.FormatInt(time.Now().UnixNano(), 36)}, Key: "loop", Step: "loop", Total: 1},
 		Items: fanout.CountItems(1),
@@ -639,12 +644,7 @@ func TestEndedHeldSplitLetsGoOfItsMessage(t *testing.T) {
 	}
 	h := n.f.Attach(job, func(*engine.FanoutNews) {})
 	waitUntil(t, "the held split's item goes out", func() bool { return m.get(func(c *counter) int { return c.published }) == 1 })
-	waitUntil(t, "the worker takes the message", func() bool {
-		ready, err := n.f.ItemsReady(context.Background())
-		return err == nil && ready == 0
-	})
-	// Time for the worker to find the split held and wait for its release.
-	time.Sleep(300 * time.Millisecond)
+	waitUntil(t, "the worker finds the split held", func() bool { return claims.N.Load() >= 2 })
 	h.End(store.StepCancelled)
 	if res := n.run("c", itemsPayload(3, func(int) bool { return false })); res.Status != store.RunSucceeded {
 		t.Fatalf("the next run %s %+v", res.Status, res.Error)

@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"os"
 	"sync"
-	"syscall"
-	"time"
 )
 
 // Buffer is a bytes.Buffer safe for concurrent writers, such as a logger
@@ -35,15 +33,4 @@ func QuickRaceExit() {
 	if _, ok := os.LookupEnv("GORACE"); !ok {
 		os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
-}
-
-// CPUTimes returns the user+system CPU time of this process and of its
-// children that have exited and been waited for.
-func CPUTimes() (self, children time.Duration) {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
-	children = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return self, children
 }

@@ -80,26 +80,22 @@ func startOrphan(t Target, timeout time.Duration, socketDir string) (int, error)
 		plugins.MagicCookieKey+"="+plugins.MagicCookieValue,
 		"PLUGIN_PROTOCOL_VERSIONS="+strconv.Itoa(plugins.ProtocolVersion),
 		"PLUGIN_MIN_PORT=10000", "PLUGIN_MAX_PORT=25000")
-	fail := func(err error) (int, error) {
-		if cmd.Process != nil {
-			_ = cmd.Process.Kill()
-		}
-		return 0, err
-	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return fail(err)
+		return 0, err
 	}
 	if err := cmd.Start(); err != nil {
-		return fail(fmt.Errorf("starting the plugin: %w", err))
+		return 0, fmt.Errorf("starting the plugin: %w", err)
 	}
 	line, err := readLine(out, timeout)
 	if err != nil {
-		return fail(fmt.Errorf("reading the plugin's handshake: %w", err))
+		_ = cmd.Process.Kill()
+		return 0, fmt.Errorf("reading the plugin's handshake: %w", err)
 	}
 	// CORE-VERSION|APP-VERSION|NETWORK|ADDRESS|PROTOCOL[|CERT]
 	if f := strings.Split(line, "|"); len(f) < 5 || f[1] != strconv.Itoa(plugins.ProtocolVersion) {
-		return fail(fmt.Errorf("the plugin's handshake line %q is not go-plugin's for protocol version %d", line, plugins.ProtocolVersion))
+		_ = cmd.Process.Kill()
+		return 0, fmt.Errorf("the plugin's handshake line %q is not go-plugin's for protocol version %d", line, plugins.ProtocolVersion)
 	}
 	return cmd.Process.Pid, nil
 }

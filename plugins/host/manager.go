@@ -81,9 +81,8 @@ type Manager struct {
 	handles  map[string]*handle
 	launches sync.WaitGroup // launches in flight; Close waits for them
 	kills    sync.WaitGroup // discarded processes being stopped; Close waits for them
-	// sweep removes, before the first launch, the plugin sockets of
-	// gateways that are gone.
-	sweep sync.Once
+	// sockets removes the plugin sockets of gateways that are gone.
+	sockets socketSweeper
 }
 
 // NewManager returns a Manager; it starts no process until a provider is used.
@@ -671,12 +670,14 @@ func (m *Manager) start(spec Spec) (*instance, error) {
 		return nil, err
 	}
 	cmd.Env = append(cmd.Env, wire.MaxMessageEnv+"="+strconv.Itoa(m.opts.MaxMessageBytes))
-	m.sweep.Do(func() { sweepSocketDirs(m.opts.Logger) })
+	m.sockets.sweep(m.opts.Logger)
 	socketDir, err := wire.MakeSocketDir()
 	if err != nil {
 		return nil, err
 	}
-	cmd.Env = wire.SocketDirEnv(cmd.Env, socketDir)
+	// The gateway's own environment first, so that what is set here wins
+	// over a variable of the same name there.
+	cmd.Env = wire.SocketDirEnv(append(os.Environ(), cmd.Env...), socketDir)
 	setDeathSignal(cmd)
 
 	logger := m.opts.Logger.With("provider", spec.Name)
@@ -686,6 +687,7 @@ func (m *Manager) start(spec Spec) (*instance, error) {
 		VersionedPlugins: wire.PluginSets(nil, nil),
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		SkipHostEnv:      true, // in cmd.Env already
 		AutoMTLS:         true,
 		StartTimeout:     m.opts.StartTimeout,
 		Logger:           newHCLogger(logger),
@@ -701,8 +703,9 @@ func (m *Manager) start(spec Spec) (*instance, error) {
 	}
 	proto, err := startLocked(client)
 	if err != nil {
-		// Once the process is gone, its stderr has been read to the end.
-		_, err = fail(err)
+		client.Kill()
+		removeSocketDir(socketDir)
+		// The process is gone: its stderr has been read to the end.
 		if head := stderr.String(); head != "" {
 			return nil, fmt.Errorf("plugin stderr: %s: %w", head, err)
 		}

@@ -86,7 +86,7 @@ func startPluginAsHost(mode string) (int, error) {
 func TestOrphanedPluginExits(t *testing.T) {
 	for _, mode := range []string{"manager", "raw"} {
 		t.Run(mode, func(t *testing.T) {
-			tmp := t.TempDir()
+			tmp := shortTempDir(t)
 			t.Setenv("TMPDIR", tmp)
 			host := exec.Command(os.Args[0], "-test.run=^$")
 			host.Env = append(os.Environ(), hostModeEnv+"="+mode)

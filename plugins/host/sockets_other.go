@@ -6,4 +6,6 @@ import "log/slog"
 
 // Plugins listen on TCP where there are no Unix sockets: nothing is left on
 // disk.
-func sweepSocketDirs(*slog.Logger) {}
+type socketSweeper struct{}
+
+func (*socketSweeper) sweep(*slog.Logger) {}

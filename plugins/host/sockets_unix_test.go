@@ -9,11 +9,27 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-plugin"
+
 	"github.com/chaingate/gateway/plugins/host"
+	"github.com/chaingate/gateway/plugins/internal/wire"
 )
+
+// shortTempDir is a temporary directory for plugin sockets: a socket's
+// whole path must fit in 104 bytes, which one under t.TempDir may not.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "cg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
 
 // socketDirs lists the plugin socket directories in dir.
 func socketDirs(t *testing.T, dir string) []string {
@@ -24,7 +40,7 @@ func socketDirs(t *testing.T, dir string) []string {
 	}
 	var names []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "cg-plugin-") {
+		if strings.HasPrefix(e.Name(), wire.SocketDirPrefix) {
 			names = append(names, e.Name())
 		}
 	}
@@ -33,10 +49,13 @@ func socketDirs(t *testing.T, dir string) []string {
 
 // A plugin that crashes cannot remove its socket; the gateway removes the
 // directory holding it once the process is gone, and every other one on
-// Close.
+// Close. The directory is the gateway's choice, whatever its own
+// environment says.
 func TestPluginSocketsAreRemoved(t *testing.T) {
-	tmp := t.TempDir()
+	tmp := shortTempDir(t)
 	t.Setenv("TMPDIR", tmp)
+	elsewhere := shortTempDir(t)
+	t.Setenv(plugin.EnvUnixSocketDir, elsewhere)
 	m, _ := newManager(t, host.Options{})
 	p := m.Provider(host.Spec{Name: "faulty", Builtin: "faulty"})
 	mustCall(t, p, `{}`)
@@ -63,37 +82,70 @@ func TestPluginSocketsAreRemoved(t *testing.T) {
 	if left := socketDirs(t, tmp); len(left) != 0 {
 		t.Errorf("socket directories left after Close: %v", left)
 	}
+	if stray, _ := os.ReadDir(elsewhere); len(stray) != 0 {
+		t.Errorf("a plugin used the gateway's %s: %v", plugin.EnvUnixSocketDir, stray)
+	}
+}
+
+// A plugin killed from outside while no call is out is noticed only by the
+// goroutine that reaps it, which removes its socket too.
+func TestKilledPluginsSocketIsRemoved(t *testing.T) {
+	tmp := shortTempDir(t)
+	t.Setenv("TMPDIR", tmp)
+	m, _ := newManager(t, host.Options{})
+	p := m.Provider(host.Spec{Name: "echo", Builtin: "echo"})
+	mustCall(t, p, `1`)
+	if dirs := socketDirs(t, tmp); len(dirs) != 1 {
+		t.Fatalf("socket directories with one plugin running: %v, want one", dirs)
+	}
+	if err := syscall.Kill(host.PID(p), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return len(socketDirs(t, tmp)) == 0 }, "the killed plugin's socket directory to go")
 }
 
 // A gateway killed with SIGKILL leaves its plugins' socket directories; the
 // next gateway removes those of gateways that are gone, once they are old
-// enough not to be a launch in progress in another pid namespace.
+// enough not to be a launch in progress in another pid namespace, and its
+// own pid's from before it started, as a restarted container's gateway
+// has the same pid.
 func TestSocketDirsOfGatewaysGoneAreSwept(t *testing.T) {
-	tmp := t.TempDir()
+	tmp := shortTempDir(t)
 	t.Setenv("TMPDIR", tmp)
 	gone := exec.Command(os.Args[0], "-test.run=^$")
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)
 	}
-	dead := gone.Process.Pid
+	dead, self, parent := gone.Process.Pid, os.Getpid(), os.Getppid()
 	old := time.Now().Add(-2 * time.Hour)
-	for _, d := range []struct {
-		name string
-		old  bool
+	dirs := []struct {
+		name      string
+		old, kept bool
+		otherUser bool
 	}{
-		{fmt.Sprintf("cg-plugin-%d-1", dead), true},
-		{fmt.Sprintf("cg-plugin-%d-2", dead), false},
-		{fmt.Sprintf("cg-plugin-%d-3", os.Getpid()), true},
-		{fmt.Sprintf("cg-plugin-%d-4", os.Getppid()), true},
-		{"cg-plugin-notapid", true},
-		{"plugin-dir-5", true},
-	} {
+		{name: fmt.Sprintf("cgp-%d-1", dead), old: true},
+		{name: fmt.Sprintf("cgp-%d-2", dead), kept: true},
+		{name: fmt.Sprintf("cgp-%d-3", self), old: true},
+		{name: fmt.Sprintf("cgp-%d-4", parent), old: true, kept: true},
+		{name: fmt.Sprintf("cgp-%d-5", dead), old: true, kept: true, otherUser: true},
+		{name: "cgp-notapid", old: true, kept: true},
+		{name: "plugin-dir-6", old: true, kept: true},
+	}
+	for _, d := range dirs {
 		dir := filepath.Join(tmp, d.name)
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, "plugin123"), nil, 0o600); err != nil {
 			t.Fatal(err)
+		}
+		if d.otherUser {
+			if os.Getuid() != 0 {
+				continue
+			}
+			if err := os.Chown(dir, os.Getuid()+1000, -1); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if d.old {
 			if err := os.Chtimes(dir, old, old); err != nil {
@@ -112,18 +164,12 @@ func TestSocketDirsOfGatewaysGoneAreSwept(t *testing.T) {
 	for _, e := range entries {
 		left = append(left, e.Name())
 	}
-	for _, want := range []string{
-		fmt.Sprintf("cg-plugin-%d-2", dead),
-		fmt.Sprintf("cg-plugin-%d-3", os.Getpid()),
-		fmt.Sprintf("cg-plugin-%d-4", os.Getppid()),
-		"cg-plugin-notapid",
-		"plugin-dir-5",
-	} {
-		if !slices.Contains(left, want) {
-			t.Errorf("%s was removed; left: %v", want, left)
+	for _, d := range dirs {
+		if d.otherUser && os.Getuid() != 0 {
+			continue
 		}
-	}
-	if slices.Contains(left, fmt.Sprintf("cg-plugin-%d-1", dead)) {
-		t.Errorf("the old directory of a gateway that is gone was kept: %v", left)
+		if got := slices.Contains(left, d.name); got != d.kept {
+			t.Errorf("%s kept: %v, want %v; left: %v", d.name, got, d.kept, left)
+		}
 	}
 }

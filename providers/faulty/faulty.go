@@ -73,6 +73,9 @@ func (Provider) Execute(ctx context.Context, req providers.Request) (providers.R
 	}
 	if c.SleepMS > 0 {
 		if err := sleep(ctx, time.Duration(c.SleepMS)*time.Millisecond); err != nil {
+			if ctx.Err() == nil {
+				return providers.Response{}, providers.Permanent("sleep", "sleeping %d ms: %v", c.SleepMS, err)
+			}
 			return providers.Response{}, c.cancelled(req, payload, fmt.Errorf("sleeping %d ms: %w", c.SleepMS, err))
 		}
 	}
@@ -101,19 +104,6 @@ func (Provider) Execute(ctx context.Context, req providers.Request) (providers.R
 	}
 	obj["attempt"] = json.RawMessage(fmt.Sprint(req.Attempt))
 	return body(obj)
-}
-
-// sleepOnTimer waits d on Go's timer, or until ctx ends, and returns ctx's
-// error then.
-func sleepOnTimer(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // cancelled notes a cancellation in record_cancel, if set, and returns err.

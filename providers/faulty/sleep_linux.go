@@ -2,6 +2,7 @@ package faulty
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
@@ -21,13 +22,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
-		return sleepOnTimer(ctx, d)
+		return fmt.Errorf("creating a timerfd: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "timerfd")
 	defer f.Close()
 	due := unix.ItimerSpec{Value: unix.NsecToTimespec(d.Nanoseconds())}
 	if err := unix.TimerfdSettime(fd, 0, &due, nil); err != nil {
-		return sleepOnTimer(ctx, d)
+		return fmt.Errorf("arming a timerfd: %w", err)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Now()) })
 	defer stop()
@@ -36,7 +37,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return sleepOnTimer(ctx, d)
+		return fmt.Errorf("waiting on a timerfd: %w", err)
 	}
 	return nil
 }

@@ -7,4 +7,14 @@ import (
 	"time"
 )
 
-func sleep(ctx context.Context, d time.Duration) error { return sleepOnTimer(ctx, d) }
+// sleep waits d, or until ctx ends, and returns ctx's error then.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -17,8 +17,9 @@ import (
 // directory of its own, named after the launcher's pid, and removes it
 // once the process has exited: a plugin that crashed, or that the kernel
 // killed along with its gateway, leaves its socket behind otherwise, one
-// file in the temporary directory per crash.
-const SocketDirPrefix = "cg-plugin-"
+// file in the temporary directory per crash. The name is short because a
+// socket's whole path must fit in 104 bytes on some systems.
+const SocketDirPrefix = "cgp-"
 
 // MakeSocketDir makes the directory for one launch's socket, to name to
 // the plugin with SocketDirEnv.
