@@ -70,29 +70,71 @@ func timerfds(t *testing.T) int {
 	return n
 }
 
-// On Linux a sleep waits on a timerfd of its own, closed however it ends.
+// On Linux sleeps wait on one timerfd, however many there are and however
+// they end.
 func TestSleepOnATimerfd(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("timerfds are Linux's")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	slept := make(chan error, 1)
-	go func() { slept <- sleep(ctx, time.Hour) }()
-	for end := time.Now().Add(30 * time.Second); timerfds(t) != 1; time.Sleep(5 * time.Millisecond) {
+	slept := make(chan error, 10)
+	for range 10 {
+		go func() { slept <- sleep(ctx, time.Hour) }()
+	}
+	c, err := theClock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.sleepers)
+	}
+	for end := time.Now().Add(30 * time.Second); waiting() != 10; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatalf("%d timerfds open during a sleep, want 1", timerfds(t))
+			t.Fatalf("%d sleepers on the timerfd, want 10", waiting())
 		}
 	}
+	if n := timerfds(t); n != 1 {
+		t.Errorf("%d timerfds open during ten sleeps, want 1", n)
+	}
 	cancel()
-	if err := <-slept; !errors.Is(err, context.Canceled) {
-		t.Errorf("sleep = %v, want context.Canceled", err)
+	for range 10 {
+		if err := <-slept; !errors.Is(err, context.Canceled) {
+			t.Errorf("sleep = %v, want context.Canceled", err)
+		}
 	}
 	for range 50 {
 		if err := sleep(context.Background(), time.Microsecond); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := timerfds(t); n != 0 {
-		t.Errorf("%d timerfds open after the sleeps ended", n)
+	if n := timerfds(t); n != 1 {
+		t.Errorf("%d timerfds open after the sleeps ended, want the one", n)
+	}
+	if n := waiting(); n != 0 {
+		t.Errorf("%d sleepers left on the timerfd after every sleep ended", n)
+	}
+}
+
+// Sleepers due in any order each wake once they are due, not before.
+func TestSleepersInAnyOrder(t *testing.T) {
+	start := time.Now()
+	ds := []time.Duration{30, 5, 20, 1, 25, 10, 15, 1}
+	woke := make(chan time.Duration, len(ds))
+	for _, ms := range ds {
+		go func() {
+			d := ms * time.Millisecond
+			if err := sleep(context.Background(), d); err != nil {
+				t.Error(err)
+			}
+			if got := time.Since(start); got < d {
+				t.Errorf("a sleep of %v ended after %v", d, got)
+			}
+			woke <- d
+		}()
+	}
+	for range ds {
+		<-woke
 	}
 }
