@@ -87,7 +87,15 @@ func chromiumPath(t *testing.T) string {
 // screenshot of where the page was.
 func chrome(t *testing.T) context.Context {
 	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox, chromedp.WindowSize(1300, 1000))
+	// Chromium leaves its singleton socket in $TMPDIR when it is killed, as
+	// it is at the end of each test: this one goes with the test. Short,
+	// since a socket's path must fit in 108 bytes.
+	tmp, err := os.MkdirTemp("", "cgc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox, chromedp.WindowSize(1300, 1000), chromedp.Env("TMPDIR="+tmp))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	if err := chromedp.Do(ctx); err != nil {
