@@ -134,9 +134,10 @@ type Engine struct {
 
 	mu      sync.Mutex
 	runners map[string]*runner
-	// reserved holds runs being taken up, between the check that no
-	// runner here advances them and the runner's start.
-	reserved map[string]bool
+	// reserved holds runs being started or taken up, between the check
+	// that no runner here advances them and the runner's start; the
+	// channel closes when the reservation ends.
+	reserved map[string]chan struct{}
 	// workers are the runners running items handed to this gateway.
 	workers map[*runner]*workerItems
 	// damaged are the unfinished runs whose records cannot be read back,
@@ -213,7 +214,7 @@ func New(opts Options) (*Engine, error) {
 		onEvent:    opts.OnEvent,
 		observer:   opts.Observer,
 		runners:    map[string]*runner{},
-		reserved:   map[string]bool{},
+		reserved:   map[string]chan struct{}{},
 		workers:    map[*runner]*workerItems{},
 		damaged:    map[string]string{},
 		fanout:     opts.Fanout,
@@ -356,6 +357,10 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 	if err != nil {
 		return nil, fmt.Errorf("starting run: %w", err)
 	}
+	if err := e.reserveStart(ctx, id); err != nil {
+		return nil, err
+	}
+	defer e.unreserve(id)
 	lease, err := e.store.AcquireLease(ctx, id, e.owner, e.leaseTTL)
 	if err != nil {
 		return nil, fmt.Errorf("starting run: %w", err)
@@ -657,11 +662,17 @@ func (e *Engine) CancelStored(ctx context.Context, id string) error {
 	return nil
 }
 
+// admit registers a runner. A run has at most one runner in an engine: a
+// store lease cannot tell two of them apart, since both hold the engine's
+// own lease, so a second would advance the run beside the first.
 func (e *Engine) admit(r *runner) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return ErrClosed
+	}
+	if e.runners[r.run.ID] != nil {
+		return errTaken
 	}
 	e.runners[r.run.ID] = r
 	return nil
@@ -671,23 +682,50 @@ func (e *Engine) admit(r *runner) error {
 // up, already.
 var errTaken = errors.New("the run is already being advanced here")
 
-// reserve claims a run for one resume here at a time. A store lease cannot
-// tell two resumes of one engine apart: both hold the engine's own lease,
-// and the one that gives up would release it under the other.
+// reserve claims a run for one start, resume or replay here at a time.
 func (e *Engine) reserve(id string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.runners[id] != nil || e.reserved[id] {
+	if e.runners[id] != nil || e.reserved[id] != nil {
 		return false
 	}
-	e.reserved[id] = true
+	e.reserved[id] = make(chan struct{})
 	return true
+}
+
+// reserveStart reserves a run id for its start. While another start of
+// the same id is under way here, it waits for that one to end: if it
+// created the run, or a runner here advances it, the run exists (ErrExists);
+// if it failed, this start may try.
+func (e *Engine) reserveStart(ctx context.Context, id string) error {
+	for {
+		e.mu.Lock()
+		if e.runners[id] != nil {
+			e.mu.Unlock()
+			return fmt.Errorf("starting run %s: %w", id, store.ErrExists)
+		}
+		busy := e.reserved[id]
+		if busy == nil {
+			e.reserved[id] = make(chan struct{})
+			e.mu.Unlock()
+			return nil
+		}
+		e.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return fmt.Errorf("starting run %s: waiting for its other start: %w", id, ctx.Err())
+		}
+	}
 }
 
 func (e *Engine) unreserve(id string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	delete(e.reserved, id)
+	if ch := e.reserved[id]; ch != nil {
+		close(ch)
+		delete(e.reserved, id)
+	}
 }
 
 func (e *Engine) forget(r *runner) {
