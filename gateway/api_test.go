@@ -907,6 +907,11 @@ func (c *countingStore) Run(ctx context.Context, id string) (*store.Run, error) 
 	return c.Store.Run(ctx, id)
 }
 
+func (c *countingStore) RunHeader(ctx context.Context, id string) (*store.Run, error) {
+	c.runs.Add(1)
+	return c.Store.RunHeader(ctx, id)
+}
+
 // TestStartReadsOnlyWhatItNeeds checks that starting a run reads no run
 // from the store unless an Idempotency-Key was seen before.
 func TestStartReadsOnlyWhatItNeeds(t *testing.T) {
