@@ -107,6 +107,22 @@ type Store interface {
 	// KeyRun returns the run id an idempotency key is bound to, or "" when
 	// it is bound to none or its binding has lapsed.
 	KeyRun(ctx context.Context, key string) (string, error)
+	// ReleaseKey unbinds a key bound to runID, so that the next claim of it
+	// binds anew; a key bound to another run, or to none, is left as it is.
+	ReleaseKey(ctx context.Context, key, runID string) error
+
+	// AddDLQ parks an entry that belongs to no run, such as a trigger
+	// delivery no run could be started for.
+	AddDLQ(ctx context.Context, d *DLQEntry) error
+
+	// PutDelivery keeps a trigger delivery that was accepted and answered
+	// before all of it was turned into runs.
+	PutDelivery(ctx context.Context, d *Delivery) error
+	// Deliveries returns up to limit kept deliveries (all of them when
+	// limit <= 0), oldest first.
+	Deliveries(ctx context.Context, limit int) ([]*Delivery, error)
+	// DeleteDelivery removes a kept delivery; one already gone is no error.
+	DeleteDelivery(ctx context.Context, id string) error
 
 	// Close releases the store; it waits for commits under way.
 	Close() error
@@ -347,15 +363,38 @@ type Event struct {
 
 // DLQEntry is a failure parked for an operator.
 type DLQEntry struct {
-	ID       string    `json:"id"`
+	ID string `json:"id"`
+	// Kind is empty for a step's failure, DLQDelivery for a delivery.
+	Kind     string    `json:"kind,omitempty"`
 	RunID    string    `json:"run_id"`
 	Chain    string    `json:"chain"`
 	Step     string    `json:"step"`
 	Error    ErrorInfo `json:"error"`
 	Attempts int       `json:"attempts"`
-	// Payload is the rendered payload of the failed call.
+	// Payload is the rendered payload of the failed call; for a delivery,
+	// the body it brought.
 	Payload   json.RawMessage `json:"payload,omitempty"`
 	CreatedAt time.Time       `json:"created_at"`
+	// Trigger, Headers and Metadata are a delivery's: the trigger it came
+	// to, its headers (credentials left out) and where it came from.
+	Trigger  string            `json:"trigger,omitempty"`
+	Headers  map[string]string `json:"headers,omitempty"`
+	Metadata json.RawMessage   `json:"metadata,omitempty"`
+}
+
+// DLQDelivery is the kind of a dead-letter entry that holds a trigger
+// delivery the gateway could not turn into a run: replaying it delivers it
+// again, through the trigger as configured then.
+const DLQDelivery = "delivery"
+
+// Delivery is a trigger request accepted and answered whose alerts are
+// still to be turned into runs: the notification, narrowed to them.
+type Delivery struct {
+	ID         string          `json:"id"`
+	Trigger    string          `json:"trigger"`
+	Body       json.RawMessage `json:"body"`
+	Metadata   json.RawMessage `json:"metadata,omitempty"`
+	ReceivedAt time.Time       `json:"received_at"`
 }
 
 // RunFilter selects runs to list.

@@ -44,7 +44,8 @@ var (
 	bucketDefs       = []byte("definitions")
 	bucketKeys       = []byte("idempotency_keys")
 	bucketKeyExpiry  = []byte("idempotency_expiry") // expires-at | key → nothing, for sweeping
-	allBuckets       = [][]byte{bucketMeta, bucketHeaders, bucketOrigins, bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs, bucketKeys, bucketKeyExpiry}
+	bucketInbox      = []byte("deliveries")         // id → a kept trigger delivery
+	allBuckets       = [][]byte{bucketMeta, bucketHeaders, bucketOrigins, bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs, bucketKeys, bucketKeyExpiry, bucketInbox}
 )
 
 // formatKey holds the file's layout version in the meta bucket.
@@ -905,6 +906,62 @@ func (s *Store) DeleteDLQ(ctx context.Context, id string) error {
 	})
 }
 
+// AddDLQ implements store.Store.
+func (s *Store) AddDLQ(ctx context.Context, d *store.DLQEntry) error {
+	v, err := jsonx.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("encoding dead-letter entry %s: %w", d.ID, err)
+	}
+	return s.batch(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketDLQ).Put([]byte(d.ID), v)
+	})
+}
+
+// batch runs fn in a write transaction shared with other writes arriving
+// together: one fsync for all of them. fn may run more than once.
+func (s *Store) batch(fn func(tx *bbolt.Tx) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	return s.db.Batch(fn)
+}
+
+// PutDelivery implements store.Store.
+func (s *Store) PutDelivery(ctx context.Context, d *store.Delivery) error {
+	v, err := jsonx.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("encoding delivery %s: %w", d.ID, err)
+	}
+	if err := s.batch(func(tx *bbolt.Tx) error { return tx.Bucket(bucketInbox).Put([]byte(d.ID), v) }); err != nil {
+		return fmt.Errorf("keeping delivery %s: %w", d.ID, err)
+	}
+	return nil
+}
+
+// Deliveries implements store.Store.
+func (s *Store) Deliveries(ctx context.Context, limit int) ([]*store.Delivery, error) {
+	var out []*store.Delivery
+	err := s.view(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketInbox).Cursor()
+		for k, v := c.First(); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
+			var d store.Delivery
+			if err := jsonx.Unmarshal(v, &d); err != nil {
+				return fmt.Errorf("decoding delivery %s: %w", k, err)
+			}
+			out = append(out, &d)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DeleteDelivery implements store.Store.
+func (s *Store) DeleteDelivery(ctx context.Context, id string) error {
+	return s.batch(func(tx *bbolt.Tx) error { return tx.Bucket(bucketInbox).Delete([]byte(id)) })
+}
+
 // CountDLQ implements store.Store.
 func (s *Store) CountDLQ(ctx context.Context) (int, error) {
 	var n int
@@ -1022,6 +1079,25 @@ func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Durati
 		return "", fmt.Errorf("claiming idempotency key: %w", err)
 	}
 	return existing, nil
+}
+
+// ReleaseKey implements store.Store.
+func (s *Store) ReleaseKey(ctx context.Context, key, runID string) error {
+	err := s.batch(func(tx *bbolt.Tx) error {
+		keys, expiry := tx.Bucket(bucketKeys), tx.Bucket(bucketKeyExpiry)
+		v := keys.Get([]byte(key))
+		if len(v) <= 8 || string(v[8:]) != runID {
+			return nil
+		}
+		if err := expiry.Delete(append(append([]byte(nil), v[:8]...), key...)); err != nil {
+			return err
+		}
+		return keys.Delete([]byte(key))
+	})
+	if err != nil {
+		return fmt.Errorf("releasing idempotency key: %w", err)
+	}
+	return nil
 }
 
 // sweepBatch bounds how many expired keys one claim removes, so a claim

@@ -14,6 +14,8 @@
 //	P unfinished    sorted set, score 0, of unfinished run ids
 //	P dlq           hash: entry id → DLQ entry
 //	P dlqids        sorted set, score 0, of DLQ entry ids, for ordering
+//	P inbox         hash: delivery id → a kept trigger delivery
+//	P inboxids      sorted set, score 0, of kept delivery ids, for ordering
 //	P def:HASH      chain definition source
 //	P idem:KEY      run id an idempotency key is bound to, with its TTL
 //
@@ -221,6 +223,8 @@ func (s *Store) runsKey() string              { return s.p + "runs" }
 func (s *Store) unfinishedKey() string        { return s.p + "unfinished" }
 func (s *Store) dlqKey() string               { return s.p + "dlq" }
 func (s *Store) dlqIDsKey() string            { return s.p + "dlqids" }
+func (s *Store) inboxKey() string             { return s.p + "inbox" }
+func (s *Store) inboxIDsKey() string          { return s.p + "inboxids" }
 func (s *Store) defKey(hash string) string    { return s.p + "def:" + hash }
 func (s *Store) idemKey(key string) string    { return s.p + "idem:" + key }
 
@@ -849,6 +853,93 @@ func (s *Store) DeleteDLQ(ctx context.Context, id string) error {
 	return nil
 }
 
+// AddDLQ implements store.Store.
+func (s *Store) AddDLQ(ctx context.Context, d *store.DLQEntry) error {
+	v, err := jsonx.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("encoding dead-letter entry %s: %w", d.ID, err)
+	}
+	return s.putIndexed(ctx, s.dlqKey(), s.dlqIDsKey(), d.ID, v)
+}
+
+// putIndexed writes a value under id in a hash and adds id to the sorted
+// set that orders the hash's entries, in one transaction.
+func (s *Store) putIndexed(ctx context.Context, hash, ids, id string, v []byte) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	_, err := s.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		p.HSet(ctx, hash, id, v)
+		p.ZAdd(ctx, ids, goredis.Z{Member: id})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("writing %s to %s: %w", id, hash, err)
+	}
+	return nil
+}
+
+// PutDelivery implements store.Store.
+func (s *Store) PutDelivery(ctx context.Context, d *store.Delivery) error {
+	v, err := jsonx.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("encoding delivery %s: %w", d.ID, err)
+	}
+	return s.putIndexed(ctx, s.inboxKey(), s.inboxIDsKey(), d.ID, v)
+}
+
+// Deliveries implements store.Store.
+func (s *Store) Deliveries(ctx context.Context, limit int) ([]*store.Delivery, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	var out []*store.Delivery
+	err := s.scanIndex(ctx, s.inboxIDsKey(), "", func(ids []string) (bool, error) {
+		vals, err := s.client.HMGet(ctx, s.inboxKey(), ids...).Result()
+		if err != nil {
+			return false, err
+		}
+		for i, v := range vals {
+			str, ok := v.(string)
+			if !ok {
+				continue // done since the ids were read
+			}
+			var d store.Delivery
+			if err := jsonx.Unmarshal([]byte(str), &d); err != nil {
+				return false, fmt.Errorf("decoding delivery %s: %w", ids[i], err)
+			}
+			out = append(out, &d)
+			if limit > 0 && len(out) == limit {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing kept deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteDelivery implements store.Store.
+func (s *Store) DeleteDelivery(ctx context.Context, id string) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	_, err := s.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		p.HDel(ctx, s.inboxKey(), id)
+		p.ZRem(ctx, s.inboxIDsKey(), id)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("deleting delivery %s: %w", id, err)
+	}
+	return nil
+}
+
 // CountDLQ implements store.Store.
 func (s *Store) CountDLQ(ctx context.Context) (int, error) {
 	if err := s.begin(); err != nil {
@@ -942,6 +1033,18 @@ func (s *Store) KeyRun(ctx context.Context, key string) (string, error) {
 		return "", fmt.Errorf("reading idempotency key: %w", err)
 	}
 	return id, nil
+}
+
+// ReleaseKey implements store.Store.
+func (s *Store) ReleaseKey(ctx context.Context, key, runID string) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	if err := releaseScript.Run(ctx, s.client, []string{s.idemKey(key)}, runID).Err(); err != nil {
+		return fmt.Errorf("releasing idempotency key: %w", err)
+	}
+	return nil
 }
 
 // ClaimKey implements store.Store.

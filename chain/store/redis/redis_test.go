@@ -505,6 +505,9 @@ func TestKeyLayout(t *testing.T) {
 	if _, err := s.ClaimKey(ctx, "k", run.ID, time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.PutDelivery(ctx, &store.Delivery{ID: "dv1", Trigger: "t", Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
 	keys, err := rawClient(t).Keys(ctx, prefix+"*").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -513,7 +516,7 @@ func TestKeyLayout(t *testing.T) {
 		keys[i] = strings.ReplaceAll(strings.TrimPrefix(k, prefix), run.ID, "ID")
 	}
 	sort.Strings(keys)
-	want := []string{"def:h", "dlq", "dlqids", "events:ID", "fence:ID", "idem:k", "lease:ID", "run:ID", "runs", "stepkeys:ID", "steps:ID", "unfinished"}
+	want := []string{"def:h", "dlq", "dlqids", "events:ID", "fence:ID", "idem:k", "inbox", "inboxids", "lease:ID", "run:ID", "runs", "stepkeys:ID", "steps:ID", "unfinished"}
 	if !slices.Equal(keys, want) {
 		t.Errorf("keys under the prefix: %v, want %v", keys, want)
 	}

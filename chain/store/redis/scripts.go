@@ -170,9 +170,10 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `)
 
-// releaseScript deletes a lease if it is still the current one.
+// releaseScript deletes a key if it still holds the value given: a lease
+// that is still the current one, an idempotency key still bound to a run.
 //
-// KEYS: lease. ARGV: token.
+// KEYS: key. ARGV: value.
 var releaseScript = goredis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])

@@ -41,6 +41,9 @@ func Run(t *testing.T, f Factory) {
 		{"Unfinished", testUnfinished},
 		{"ListRuns", testListRuns},
 		{"DLQ", testDLQ},
+		{"DeliveryDLQ", testDeliveryDLQ},
+		{"Deliveries", testDeliveries},
+		{"ReleaseKey", testReleaseKey},
 		{"Definitions", testDefinitions},
 		{"Leases", testLeases},
 		{"DeleteSteps", testDeleteSteps},
@@ -647,6 +650,107 @@ func testDLQ(t *testing.T, f Factory) {
 	}
 	if err := s.DeleteDLQ(ctx, entries[0].ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("deleting twice: got %v, want ErrNotFound", err)
+	}
+}
+
+// testDeliveryDLQ parks an entry that belongs to no run beside a run's.
+func testDeliveryDLQ(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	run := NewRun("c", time.Now().UTC())
+	create(t, s, run)
+	step := &store.DLQEntry{ID: store.NewID(), RunID: run.ID, Chain: "c", Step: "page", CreatedAt: time.Now().UTC()}
+	if err := s.Commit(ctx, &store.Batch{Run: run, DLQ: []*store.DLQEntry{step}}); err != nil {
+		t.Fatal(err)
+	}
+	parked := &store.DLQEntry{ID: store.NewID(), Kind: store.DLQDelivery, Chain: "c", Trigger: "am",
+		Error: store.ErrorInfo{Message: "when failed", Code: "trigger_when"}, Payload: json.RawMessage(`{"alerts":[{"a":1}]}`),
+		Headers: map[string]string{"user-agent": "Alertmanager/0.35.0"}, Metadata: json.RawMessage(`{"remote_addr":"10.0.0.9:4411"}`),
+		CreatedAt: time.Now().UTC()}
+	if err := s.AddDLQ(ctx, parked); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.DLQ(ctx, parked.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Kind != store.DLQDelivery || got.Trigger != "am" || got.RunID != "" || string(got.Payload) != string(parked.Payload) ||
+		got.Headers["user-agent"] != "Alertmanager/0.35.0" || string(got.Metadata) != string(parked.Metadata) {
+		t.Errorf("the delivery read back as %+v", got)
+	}
+	list, err := s.ListDLQ(ctx, store.DLQFilter{Chain: "c"})
+	if err != nil || len(list) != 2 || list[0].ID != step.ID || list[1].ID != parked.ID {
+		t.Errorf("listing: %v %+v", err, list)
+	}
+	if n, err := s.CountDLQ(ctx); err != nil || n != 2 {
+		t.Errorf("CountDLQ: %d %v, want 2", n, err)
+	}
+	if err := s.DeleteDLQ(ctx, parked.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DLQ(ctx, parked.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("deleted entry: got %v, want ErrNotFound", err)
+	}
+}
+
+// testDeliveries keeps deliveries, lists them oldest first and deletes
+// them, a second delete included.
+func testDeliveries(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	if got, err := s.Deliveries(ctx, 10); err != nil || len(got) != 0 {
+		t.Fatalf("an empty inbox: %v %v", got, err)
+	}
+	var ids []string
+	for i := range 3 {
+		d := &store.Delivery{ID: store.NewID(), Trigger: "am", Body: json.RawMessage(fmt.Sprintf(`{"alerts":[%d]}`, i)),
+			Metadata: json.RawMessage(`{"remote_addr":"10.0.0.9:4411"}`), ReceivedAt: time.Now().UTC()}
+		if err := s.PutDelivery(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, d.ID)
+	}
+	got, err := s.Deliveries(ctx, 2)
+	if err != nil || len(got) != 2 || got[0].ID != ids[0] || got[1].ID != ids[1] || string(got[1].Body) != `{"alerts":[1]}` || got[0].Trigger != "am" {
+		t.Fatalf("the first two: %v %+v", err, got)
+	}
+	if err := s.DeleteDelivery(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteDelivery(ctx, ids[0]); err != nil {
+		t.Errorf("deleting twice: %v", err)
+	}
+	got, err = s.Deliveries(ctx, 0)
+	if err != nil || len(got) != 2 || got[0].ID != ids[1] || got[1].ID != ids[2] {
+		t.Errorf("after a delete: %v %+v", err, got)
+	}
+}
+
+// testReleaseKey unbinds a key only from the run it is bound to.
+func testReleaseKey(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	key := "group/" + store.NewID()
+	if _, err := s.ClaimKey(ctx, key, "run-1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseKey(ctx, key, "run-2"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.KeyRun(ctx, key); got != "run-1" {
+		t.Errorf("after a release for another run, the key is bound to %q", got)
+	}
+	if err := s.ReleaseKey(ctx, key, "run-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.KeyRun(ctx, key); got != "" {
+		t.Errorf("after its release, the key is bound to %q", got)
+	}
+	if got, err := s.ClaimKey(ctx, key, "run-3", time.Minute); err != nil || got != "" {
+		t.Errorf("a claim after the release: %q %v", got, err)
+	}
+	if err := s.ReleaseKey(ctx, "never/"+store.NewID(), "run-1"); err != nil {
+		t.Errorf("releasing a key never bound: %v", err)
 	}
 }
 
