@@ -46,7 +46,8 @@ Usage:
   gateway cancel RUN_ID [--state PATH]          cancel a run
   gateway serve --config PATH... [flags]        serve the HTTP API and advance runs
   gateway worker --config PATH... [flags]       run the items of distributed splits
-  gateway runs list|show|cancel|events|dag      inspect and cancel runs
+  gateway runs list|show|events|dag             inspect runs
+  gateway runs cancel|replay|approve|reject     cancel, replay, answer an approval step
   gateway dlq list|show|replay|delete|purge     work the dead-letter queue
   gateway graph CHAIN                           draw a chain as a Mermaid flowchart
   gateway schedules list                        the schedules' next fire times

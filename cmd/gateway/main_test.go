@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -458,6 +459,19 @@ func TestHelpAndVersion(t *testing.T) {
 			if code != exitOK || !strings.Contains(out, "Usage") || errOut != "" {
 				t.Errorf("%v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errOut)
 			}
+		}
+	}
+	// The overview names every runs sub-command, so none is found only by chance.
+	_, out, _ := runCLI(t, "help")
+	var named []string
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "gateway runs "); ok {
+			named = append(named, strings.Split(strings.Fields(rest)[0], "|")...)
+		}
+	}
+	for _, c := range runsCommands {
+		if !slices.Contains(named, c) {
+			t.Errorf("gateway help does not name gateway runs %s:\n%s", c, out)
 		}
 	}
 	if _, out, _ := runCLI(t, "serve", "-h"); !strings.Contains(out, "redis://") {

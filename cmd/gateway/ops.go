@@ -118,6 +118,9 @@ answer wins, and a second is refused naming who gave the first.
 
 `
 
+// runsCommands are the sub-commands of "gateway runs".
+var runsCommands = []string{"list", "show", "cancel", "replay", "approve", "reject", "events", "dag"}
+
 func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, runsHelp)
@@ -144,7 +147,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return parseExit(err)
 	}
-	if !slices.Contains([]string{"list", "show", "cancel", "replay", "approve", "reject", "events", "dag"}, sub) {
+	if !slices.Contains(runsCommands, sub) {
 		fmt.Fprintf(stderr, "gateway runs: unknown command %q\n\n%s", sub, runsHelp)
 		return exitUsage
 	}
