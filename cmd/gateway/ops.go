@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/user"
 	"slices"
@@ -80,6 +81,11 @@ func isSet(fs *flag.FlagSet, name string) bool {
 func fail(stderr io.Writer, cmd string, err error) int {
 	if errors.Is(err, errUsage) {
 		return exitUsage
+	}
+	var ae *gateway.APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
+		fmt.Fprintf(stderr, "gateway %s: %v; pass a token the gateway accepts with --token T or CHAINGATE_TOKEN\n", cmd, err)
+		return exitFailed
 	}
 	fmt.Fprintf(stderr, "gateway %s: %v\n", cmd, err)
 	return exitFailed

@@ -232,6 +232,31 @@ func TestOperatorCommands(t *testing.T) {
 	}
 }
 
+// TestOperatorCommandsSayHowToPassAToken: a gateway with tokens answers an
+// operator command without one, or with a wrong one, 401; the command says
+// how to give one.
+func TestOperatorCommandsSayHowToPassAToken(t *testing.T) {
+	t.Setenv("CHAINGATE_TOKEN", "")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.toml")
+	writeFile(t, cfg, strings.ReplaceAll(serveConfig, "[gateway]", "[gateway]\nauth = { tokens = [\"s3cret\"] }"))
+	gw := startServe(t, cfg, filepath.Join(dir, "gw.db"))
+	for _, args := range [][]string{
+		{"runs", "list", "--server", gw.url},
+		{"dlq", "list", "--server", gw.url, "--token", "wrong"},
+		{"schedules", "list", "--server", gw.url},
+		{"graph", "slow", "--server", gw.url},
+	} {
+		code, out, errOut := runCLI(t, args...)
+		if code != exitFailed || !strings.Contains(errOut, "unauthorized") || !strings.Contains(errOut, "--token T or CHAINGATE_TOKEN") {
+			t.Errorf("%v: exit %d\n%s%s", args, code, out, errOut)
+		}
+	}
+	if code, out, errOut := runCLI(t, "runs", "list", "--server", gw.url, "--token", "s3cret"); code != exitOK || errOut != "" {
+		t.Errorf("with the token: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
 // TestServeSecondSignalEndsTheDrain sends SIGTERM while a long call is in
 // flight, then SIGTERM again: the second one stops the wait at once, the
 // gateway exits non-zero, and the run stays persisted for a resume.
