@@ -594,3 +594,71 @@ func TestRunRefusesUnstorablePayload(t *testing.T) {
 		t.Errorf("runs list: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestRunLeavesNoControlSocket: the control socket beside the store file
+// goes with the command that opened it, however the command ends.
+func TestRunLeavesNoControlSocket(t *testing.T) {
+	const config = `
+[[providers]]
+name = "faulty"
+type = "faulty"
+[[chains]]
+name = "ok"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+[[chains]]
+name = "fails"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { fail = "refused" }
+[[chains]]
+name = "slow"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { record = "DIR/calls.jsonl", sleep_ms = 60000 }
+`
+	tests := []struct {
+		name      string
+		args      []string
+		interrupt bool // cancel the command once its call is out
+		want      int
+	}{
+		{"succeeded", []string{"run", "ok"}, false, exitOK},
+		{"failed", []string{"run", "fails"}, false, exitFailed},
+		{"unknown chain", []string{"run", "nope"}, false, exitUsage},
+		{"interrupted", []string{"run", "slow"}, true, exitInterrupt},
+		{"resume", []string{"resume"}, false, exitOK},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newCrashEnv(t, config)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			if tc.interrupt {
+				go func() {
+					for ctx.Err() == nil {
+						if data, _ := os.ReadFile(env.path("calls.jsonl")); bytes.Contains(data, []byte("\n")) {
+							break
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+					cancel()
+				}()
+			}
+			var stdout, stderr bytes.Buffer
+			code := run(ctx, append(tc.args, "--config", env.config, "--state", env.state), &stdout, &stderr)
+			if code != tc.want {
+				t.Fatalf("exit %d, want %d\n%s%s", code, tc.want, stdout.String(), stderr.String())
+			}
+			if _, err := os.Stat(env.state); err != nil {
+				t.Fatalf("the command opened no store: %v", err)
+			}
+			if _, err := os.Lstat(gateway.ControlPath(env.state)); !os.IsNotExist(err) {
+				t.Errorf("%s is left behind (%v)", gateway.ControlPath(env.state), err)
+			}
+		})
+	}
+}

@@ -70,6 +70,9 @@ func TestServeSIGTERMDrains(t *testing.T) {
 		t.Fatalf("gateway exit: %v %v\n%s", state2, err, gw.logs)
 	}
 	waitGone(t, children, 15*time.Second)
+	if _, err := os.Lstat(state + ".sock"); !os.IsNotExist(err) {
+		t.Errorf("the control socket is left behind (%v)", err)
+	}
 	st, err := bolt.Open(state, bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
