@@ -662,3 +662,50 @@ payload_template = { record = "DIR/calls.jsonl", sleep_ms = 60000 }
 		})
 	}
 }
+
+// TestTablesPrintTimesWithTheirZone: every time the CLI prints in a table
+// names its zone, so a table copied to another machine keeps its meaning.
+func TestTablesPrintTimesWithTheirZone(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.toml")
+	writeFile(t, cfg, `
+[[providers]]
+name = "faulty"
+type = "faulty"
+[[chains]]
+name = "fails"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { fail = "refused" }
+on_failure = "dlq"
+[[schedules]]
+name = "nightly"
+chain = "fails"
+cron = "30 2 * * *"
+timezone = "Europe/Paris"
+`)
+	state := filepath.Join(dir, "gw.db")
+	code, out, errOut := runCLI(t, "run", "fails", "--config", cfg, "--state", state)
+	if code != exitFailed {
+		t.Fatalf("run: exit %d\n%s%s", code, out, errOut)
+	}
+	var res struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	zoned := regexp.MustCompile(`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ([A-Z]{2,5}|[+-]\d\d(\d\d)?)\b`)
+	for _, args := range [][]string{
+		{"runs", "list", "--state", state},
+		{"runs", "show", res.ID, "--state", state},
+		{"dlq", "list", "--state", state},
+		{"schedules", "list", "--config", cfg},
+	} {
+		code, out, errOut := runCLI(t, args...)
+		if code != exitOK || !zoned.MatchString(out) {
+			t.Errorf("%v: exit %d, no time with its zone:\n%s%s", args, code, out, errOut)
+		}
+	}
+}
