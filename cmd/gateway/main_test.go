@@ -114,6 +114,28 @@ on_failure = "explode"
 	}
 }
 
+// TestReadmeTOMLValidates checks that every TOML block in the README is a
+// config that validates as written, without warnings.
+func TestReadmeTOMLValidates(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?ms)^```toml\n(.*?)^```").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) == 0 {
+		t.Fatal("README.md has no TOML block")
+	}
+	dir := t.TempDir()
+	for i, b := range blocks {
+		f := filepath.Join(dir, fmt.Sprintf("readme-%d.toml", i+1))
+		writeFile(t, f, b[1])
+		code, out, errOut := runCLI(t, "validate", f)
+		if code != exitOK || !strings.HasPrefix(out, "ok: ") || strings.Count(out, "\n") != 1 {
+			t.Errorf("README.md's TOML block %d: exit %d\n%s%s", i+1, code, out, errOut)
+		}
+	}
+}
+
 func TestRunExampleChain(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "gw.db")
 	code, out, errOut := runCLI(t, "run", "incident-response", "--config", "../../configs",
