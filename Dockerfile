@@ -26,8 +26,9 @@ USER nonroot:nonroot
 WORKDIR /var/lib/chaingate
 VOLUME ["/var/lib/chaingate"]
 EXPOSE 8080
-# Without API tokens the gateway only answers clients on its own loopback:
-# set CHAINGATE_API_TOKENS to reach it from outside the container.
+# The default command listens on every address of the container, where the
+# gateway refuses to start without API tokens: set CHAINGATE_API_TOKENS (or
+# [gateway.auth] in a mounted config).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
   CMD ["/usr/local/bin/gateway", "health", "--server", "http://127.0.0.1:8080"]
 ENTRYPOINT ["/usr/local/bin/gateway"]

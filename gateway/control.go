@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/chaingate/gateway/chain/engine"
@@ -22,24 +23,26 @@ import (
 // ControlPath is the control socket of the gateway holding a store file.
 func ControlPath(storeFile string) string { return storeFile + ".sock" }
 
-// ServeControl answers control commands until ctx is done.
-func ServeControl(ctx context.Context, path string, eng *engine.Engine, log *slog.Logger) error {
+// ServeControl answers control commands until ctx is done or stop is
+// called. Closing the listener removes the socket file; stop does so before
+// it returns, so a process that calls stop on every way out leaves no socket
+// behind (ctx being done only starts the close, which a process exiting at
+// once can outrun).
+func ServeControl(ctx context.Context, path string, eng *engine.Engine, log *slog.Logger) (stop func(), err error) {
 	// A socket left by a gateway that was killed is stale: the store's file
 	// lock, already held by this process, proves nobody else serves it.
 	_ = os.Remove(path)
 	l, err := net.Listen("unix", path)
 	if err != nil {
-		return fmt.Errorf("listening on control socket: %w", err)
+		return nil, fmt.Errorf("listening on control socket: %w", err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		_ = l.Close()
-		return fmt.Errorf("listening on control socket: %w", err)
+		return nil, fmt.Errorf("listening on control socket: %w", err)
 	}
-	go func() {
-		<-ctx.Done()
-		_ = l.Close()
-		_ = os.Remove(path)
-	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { _ = l.Close() }) }
+	context.AfterFunc(ctx, stop)
 	go func() {
 		for {
 			conn, err := l.Accept()
@@ -49,7 +52,7 @@ func ServeControl(ctx context.Context, path string, eng *engine.Engine, log *slo
 			go handleControl(ctx, conn, eng, log)
 		}
 	}()
-	return nil
+	return stop, nil
 }
 
 func handleControl(ctx context.Context, conn net.Conn, eng *engine.Engine, log *slog.Logger) {

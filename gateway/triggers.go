@@ -178,7 +178,7 @@ func (s *Server) fire(w http.ResponseWriter, r *http.Request, tr *chain.Trigger)
 		group, ok := doc.(map[string]any)
 		alerts, okAlerts := group["alerts"].([]any)
 		if !ok || !okAlerts {
-			s.writeError(w, r, badRequest("invalid_payload", "a %s trigger takes the webhook's alert group: a JSON object with an alerts array", tr.Type))
+			s.writeError(w, r, badRequest("invalid_payload", "this %s trigger takes the webhook's alert group: a JSON object with an alerts array", tr.Type))
 			return
 		}
 		if tr.Per == chain.PerGroup {

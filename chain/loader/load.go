@@ -180,7 +180,7 @@ func (l *loader) file(name, src string) {
 func (l *loader) gateway(t *table) {
 	src := t.d.source(t.path)
 	if l.gwSeen != nil {
-		t.d.errorf(t.path, "[gateway] is already defined at %s", where(*l.gwSeen))
+		t.d.errorf(t.path, "[gateway] is already defined at %s: [gateway] and its sub-tables ([gateway.auth], [gateway.limits], ...) go in one file", where(*l.gwSeen))
 		return
 	}
 	l.gwSeen = &src

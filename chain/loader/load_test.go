@@ -78,8 +78,9 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// TestConfigErrorsAcrossFiles checks that names defined in two files are
-// reported with both places, and references resolve across files.
+// TestConfigErrorsAcrossFiles checks that names defined in two files, and a
+// [gateway] table split over two, are reported with both places, and that
+// references resolve across files.
 func TestConfigErrorsAcrossFiles(t *testing.T) {
 	cfg, err := loader.Load([]string{"testdata/multi"}, loadOpts)
 	checkGolden(t, "testdata/multi.golden", render(cfg, err))

@@ -129,7 +129,11 @@ func (s *posScanner) header() []string {
 	}
 	path := s.resolve(keys[:len(keys)-1])
 	path = append(path, keys[len(keys)-1])
-	s.record(path, p)
+	// The header defines the tables above it that have no header of their
+	// own ([gateway.auth] alone defines [gateway]): they are placed here.
+	for i := 1; i <= len(path); i++ {
+		s.record(path[:i], p)
+	}
 	if array {
 		k := strings.Join(path, pathSep)
 		n := s.arrays[k]

@@ -70,6 +70,15 @@ payload_template = { "é" = "ü", "\u00e9x" = ["ä", "ö"], z = 1 }
 	}
 }
 
+// TestScanPositionsImplicitTable: a table defined only by its sub-table's
+// header is placed at that header.
+func TestScanPositionsImplicitTable(t *testing.T) {
+	pos := scanPositionsStrict("# auth only\n[gateway.auth]\ntokens = []\n")
+	if got := pos[chain.PosKey([]string{"gateway"})]; got != (chain.Position{Line: 2, Col: 1}) {
+		t.Errorf("gateway at %v, want 2:1", got)
+	}
+}
+
 // FuzzScanPositions runs the scanner without its safety net on every input
 // the TOML decoder accepts.
 func FuzzScanPositions(f *testing.F) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"debug/elf"
 	"encoding/json"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaingate/gateway/gateway"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -79,6 +81,7 @@ type composeFile struct {
 		Image       string         `yaml:"image"`
 		Build       any            `yaml:"build"`
 		Command     []string       `yaml:"command"`
+		Ports       []string       `yaml:"ports"`
 		EnvFile     any            `yaml:"env_file"`
 		DependsOn   map[string]any `yaml:"depends_on"`
 		Healthcheck *struct {
@@ -149,6 +152,49 @@ func TestComposeFile(t *testing.T) {
 	}
 	if c.Services["gateway"].Build == nil {
 		t.Error("the gateway service does not build the image")
+	}
+	// The file's comment and docs/deployment.md say so.
+	for _, p := range c.Services["gateway"].Ports {
+		if !strings.HasPrefix(p, "127.0.0.1:") {
+			t.Errorf("the gateway is published on %s, not on the host's loopback only", p)
+		}
+	}
+}
+
+// TestImageRefusesToStartWithoutTokens runs the image's default command,
+// with the image's paths mapped to the checkout's: it listens on every
+// address, so without API tokens it must refuse to start, before it
+// creates a store, as the Dockerfile says.
+func TestImageRefusesToStartWithoutTokens(t *testing.T) {
+	df, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^CMD (\[.*\])$`).FindSubmatch(df)
+	if m == nil {
+		t.Fatal("the Dockerfile has no CMD [...]")
+	}
+	var args []string
+	if err := json.Unmarshal(m[1], &args); err != nil {
+		t.Fatalf("the Dockerfile's CMD: %v", err)
+	}
+	dir := t.TempDir()
+	for i, a := range args {
+		a = strings.Replace(a, "/etc/chaingate", filepath.Join(repoRoot, "configs"), 1)
+		args[i] = strings.Replace(a, "/var/lib/chaingate", dir, 1)
+	}
+	t.Setenv(gateway.EnvTokens, "")
+	t.Setenv(gateway.EnvReadTokens, "")
+	// Were it to start, it would serve until this ends.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var stdout, stderr strings.Builder
+	code := run(ctx, args, &stdout, &stderr)
+	if code != exitUsage || !strings.Contains(stderr.String(), "without API tokens") {
+		t.Errorf("%v: exit %d\n%s%s", args, code, stdout.String(), stderr.String())
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("a refused start left %v in the state directory", entries)
 	}
 }
 

@@ -46,7 +46,8 @@ Usage:
   gateway cancel RUN_ID [--state PATH]          cancel a run
   gateway serve --config PATH... [flags]        serve the HTTP API and advance runs
   gateway worker --config PATH... [flags]       run the items of distributed splits
-  gateway runs list|show|cancel|events|dag      inspect and cancel runs
+  gateway runs list|show|events|dag             inspect runs
+  gateway runs cancel|replay|approve|reject     cancel, replay, answer an approval step
   gateway dlq list|show|replay|delete|purge     work the dead-letter queue
   gateway graph CHAIN                           draw a chain as a Mermaid flowchart
   gateway schedules list                        the schedules' next fire times
@@ -362,6 +363,8 @@ type session struct {
 	stderr io.Writer
 	// stopWorker ends the worker that runs distributed splits' items here.
 	stopWorker func()
+	// stopControl closes the control socket and removes its file.
+	stopControl func()
 }
 
 // openSession loads the config, opens the store and plugins, and listens on
@@ -386,12 +389,15 @@ func openSession(ctx context.Context, configs []string, state, logLevel string, 
 		fmt.Fprintln(stderr, "gateway:", err)
 		return nil, exitUsage
 	}
+	s := &session{gw: gw, log: logger, stdout: stdout, stderr: stderr, stopWorker: func() {}, stopControl: func() {}}
 	if gw.StoreFile != "" {
-		if err := gateway.ServeControl(ctx, gateway.ControlPath(gw.StoreFile), gw.Engine, logger); err != nil {
+		stop, err := gateway.ServeControl(ctx, gateway.ControlPath(gw.StoreFile), gw.Engine, logger)
+		if err != nil {
 			logger.Warn("gateway cancel will not reach this process", "err", err)
+		} else {
+			s.stopControl = stop
 		}
 	}
-	s := &session{gw: gw, log: logger, stdout: stdout, stderr: stderr, stopWorker: func() {}}
 	if gw.Fanout != nil && work {
 		// One process is enough: the items it hands out, it runs too.
 		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -408,6 +414,7 @@ func openSession(ctx context.Context, configs []string, state, logLevel string, 
 }
 
 func (s *session) close() {
+	s.stopControl()
 	s.stopWorker()
 	if err := s.gw.Close(); err != nil {
 		s.log.Error("closing gateway", "err", err)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -110,6 +111,28 @@ on_failure = "explode"
 	}
 	if code, out, _ := runCLI(t, "validate", filepath.Join(dir, "missing.toml")); code != exitFailed || !strings.Contains(out, "no such file") {
 		t.Errorf("missing file: exit %d %q", code, out)
+	}
+}
+
+// TestReadmeTOMLValidates checks that every TOML block in the README is a
+// config that validates as written, without warnings.
+func TestReadmeTOMLValidates(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?ms)^```toml\n(.*?)^```").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) == 0 {
+		t.Fatal("README.md has no TOML block")
+	}
+	dir := t.TempDir()
+	for i, b := range blocks {
+		f := filepath.Join(dir, fmt.Sprintf("readme-%d.toml", i+1))
+		writeFile(t, f, b[1])
+		code, out, errOut := runCLI(t, "validate", f)
+		if code != exitOK || !strings.HasPrefix(out, "ok: ") || strings.Count(out, "\n") != 1 {
+			t.Errorf("README.md's TOML block %d: exit %d\n%s%s", i+1, code, out, errOut)
+		}
 	}
 }
 
@@ -460,6 +483,19 @@ func TestHelpAndVersion(t *testing.T) {
 			}
 		}
 	}
+	// The overview names every runs sub-command, so none is found only by chance.
+	_, out, _ := runCLI(t, "help")
+	var named []string
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "gateway runs "); ok {
+			named = append(named, strings.Split(strings.Fields(rest)[0], "|")...)
+		}
+	}
+	for _, c := range runsCommands {
+		if !slices.Contains(named, c) {
+			t.Errorf("gateway help does not name gateway runs %s:\n%s", c, out)
+		}
+	}
 	if _, out, _ := runCLI(t, "serve", "-h"); !strings.Contains(out, "redis://") {
 		t.Errorf("serve -h does not mention redis:// state:\n%s", out)
 	}
@@ -578,5 +614,120 @@ func TestRunRefusesUnstorablePayload(t *testing.T) {
 	}
 	if code, out, errOut := runCLI(t, "runs", "list", "--state", state); code != exitOK {
 		t.Errorf("runs list: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestRunLeavesNoControlSocket: the control socket beside the store file
+// goes with the command that opened it, however the command ends.
+func TestRunLeavesNoControlSocket(t *testing.T) {
+	const config = `
+[[providers]]
+name = "faulty"
+type = "faulty"
+[[chains]]
+name = "ok"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+[[chains]]
+name = "fails"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { fail = "refused" }
+[[chains]]
+name = "slow"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { record = "DIR/calls.jsonl", sleep_ms = 60000 }
+`
+	tests := []struct {
+		name      string
+		args      []string
+		interrupt bool // cancel the command once its call is out
+		want      int
+	}{
+		{"succeeded", []string{"run", "ok"}, false, exitOK},
+		{"failed", []string{"run", "fails"}, false, exitFailed},
+		{"unknown chain", []string{"run", "nope"}, false, exitUsage},
+		{"interrupted", []string{"run", "slow"}, true, exitInterrupt},
+		{"resume", []string{"resume"}, false, exitOK},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newCrashEnv(t, config)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			if tc.interrupt {
+				go func() {
+					for ctx.Err() == nil {
+						if data, _ := os.ReadFile(env.path("calls.jsonl")); bytes.Contains(data, []byte("\n")) {
+							break
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+					cancel()
+				}()
+			}
+			var stdout, stderr bytes.Buffer
+			code := run(ctx, append(tc.args, "--config", env.config, "--state", env.state), &stdout, &stderr)
+			if code != tc.want {
+				t.Fatalf("exit %d, want %d\n%s%s", code, tc.want, stdout.String(), stderr.String())
+			}
+			if _, err := os.Stat(env.state); err != nil {
+				t.Fatalf("the command opened no store: %v", err)
+			}
+			if _, err := os.Lstat(gateway.ControlPath(env.state)); !os.IsNotExist(err) {
+				t.Errorf("%s is left behind (%v)", gateway.ControlPath(env.state), err)
+			}
+		})
+	}
+}
+
+// TestTablesPrintTimesWithTheirZone: every time the CLI prints in a table
+// names its zone, so a table copied to another machine keeps its meaning.
+func TestTablesPrintTimesWithTheirZone(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.toml")
+	writeFile(t, cfg, `
+[[providers]]
+name = "faulty"
+type = "faulty"
+[[chains]]
+name = "fails"
+[[chains.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { fail = "refused" }
+on_failure = "dlq"
+[[schedules]]
+name = "nightly"
+chain = "fails"
+cron = "30 2 * * *"
+timezone = "Europe/Paris"
+`)
+	state := filepath.Join(dir, "gw.db")
+	code, out, errOut := runCLI(t, "run", "fails", "--config", cfg, "--state", state)
+	if code != exitFailed {
+		t.Fatalf("run: exit %d\n%s%s", code, out, errOut)
+	}
+	var res struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	zoned := regexp.MustCompile(`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ([A-Z]{2,5}|[+-]\d\d(\d\d)?)\b`)
+	for _, args := range [][]string{
+		{"runs", "list", "--state", state},
+		{"runs", "show", res.ID, "--state", state},
+		{"dlq", "list", "--state", state},
+		{"schedules", "list", "--config", cfg},
+	} {
+		code, out, errOut := runCLI(t, args...)
+		if code != exitOK || !zoned.MatchString(out) {
+			t.Errorf("%v: exit %d, no time with its zone:\n%s%s", args, code, out, errOut)
+		}
 	}
 }

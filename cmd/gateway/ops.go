@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/user"
 	"slices"
@@ -81,6 +82,11 @@ func fail(stderr io.Writer, cmd string, err error) int {
 	if errors.Is(err, errUsage) {
 		return exitUsage
 	}
+	var ae *gateway.APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
+		fmt.Fprintf(stderr, "gateway %s: %v; pass a token the gateway accepts with --token T or CHAINGATE_TOKEN\n", cmd, err)
+		return exitFailed
+	}
 	fmt.Fprintf(stderr, "gateway %s: %v\n", cmd, err)
 	return exitFailed
 }
@@ -118,6 +124,9 @@ answer wins, and a second is refused naming who gave the first.
 
 `
 
+// runsCommands are the sub-commands of "gateway runs".
+var runsCommands = []string{"list", "show", "cancel", "replay", "approve", "reject", "events", "dag"}
+
 func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, runsHelp)
@@ -144,7 +153,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return parseExit(err)
 	}
-	if !slices.Contains([]string{"list", "show", "cancel", "replay", "approve", "reject", "events", "dag"}, sub) {
+	if !slices.Contains(runsCommands, sub) {
 		fmt.Fprintf(stderr, "gateway runs: unknown command %q\n\n%s", sub, runsHelp)
 		return exitUsage
 	}
@@ -195,7 +204,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tCHAIN\tSTATUS\tSTARTED\tTOOK\tERROR")
 		for _, r := range page.Runs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Chain, r.Status, r.CreatedAt.Local().Format(time.DateTime), took(r), short(errMsg(r.Error), 60))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Chain, r.Status, r.CreatedAt.Local().Format(timeLayout), took(r), short(errMsg(r.Error), 60))
 		}
 		for _, d := range page.Damaged {
 			fmt.Fprintf(tw, "%s\t?\tdamaged\t\t\t%s\n", d.ID, short(d.Error, 60))
@@ -279,6 +288,10 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// timeLayout is how the CLI's tables print a time: to the second, with its
+// zone, so a time read off one machine's table means the same on another.
+const timeLayout = "2006-01-02 15:04:05 MST"
+
 func took(r *gateway.Run) string {
 	end := r.FinishedAt
 	if end.IsZero() {
@@ -303,7 +316,7 @@ func short(s string, n int) string {
 }
 
 func showRun(w io.Writer, v *gateway.RunView) {
-	fmt.Fprintf(w, "run      %s\nchain    %s\nstatus   %s\nstarted  %s\ntook     %s\n", v.ID, v.Chain, v.Status, v.CreatedAt.Local().Format(time.DateTime), took(v.Run))
+	fmt.Fprintf(w, "run      %s\nchain    %s\nstatus   %s\nstarted  %s\ntook     %s\n", v.ID, v.Chain, v.Status, v.CreatedAt.Local().Format(timeLayout), took(v.Run))
 	if v.ParentRun != "" {
 		fmt.Fprintf(w, "parent   %s (step %s)\n", v.ParentRun, v.ParentStep)
 	}
@@ -463,7 +476,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tCHAIN\tSTEP\tRUN\tATTEMPTS\tPARKED\tERROR")
 		for _, e := range entries {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Chain, e.Step, e.RunID, e.Attempts, e.CreatedAt.Local().Format(time.DateTime), short(e.Error.Message, 60))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Chain, e.Step, e.RunID, e.Attempts, e.CreatedAt.Local().Format(timeLayout), short(e.Error.Message, 60))
 		}
 		_ = tw.Flush()
 	case "show":

@@ -76,11 +76,11 @@ func cmdSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		next := make([]string, len(s.Next))
 		for i, n := range s.Next {
-			next[i] = n.Format("2006-01-02 15:04:05 MST")
+			next[i] = n.Format(timeLayout)
 		}
 		last := ""
 		if !s.LastTick.IsZero() {
-			last = s.LastTick.Format("2006-01-02 15:04:05 MST")
+			last = s.LastTick.Format(timeLayout)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Chain, when, strings.Join(next, ", "), last, s.LastRun)
 	}

@@ -105,8 +105,11 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	if gw.StoreFile != "" {
-		if err := gateway.ServeControl(ctx, gateway.ControlPath(gw.StoreFile), gw.Engine, logger); err != nil {
+		stopControl, err := gateway.ServeControl(ctx, gateway.ControlPath(gw.StoreFile), gw.Engine, logger)
+		if err != nil {
 			logger.Warn("gateway cancel will not reach this process", "err", err)
+		} else {
+			defer stopControl()
 		}
 	}
 	fmt.Fprintf(stdout, "gateway: serving on http://%s\n", l.Addr())

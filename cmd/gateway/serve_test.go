@@ -70,6 +70,9 @@ func TestServeSIGTERMDrains(t *testing.T) {
 		t.Fatalf("gateway exit: %v %v\n%s", state2, err, gw.logs)
 	}
 	waitGone(t, children, 15*time.Second)
+	if _, err := os.Lstat(state + ".sock"); !os.IsNotExist(err) {
+		t.Errorf("the control socket is left behind (%v)", err)
+	}
 	st, err := bolt.Open(state, bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -229,6 +232,31 @@ func TestOperatorCommands(t *testing.T) {
 	code, out, errOut = runCLI(t, "runs", "replay", failed[1], "--state", state, "--config", cfg)
 	if code != exitOK || !strings.Contains(out, "run "+failed[1]+" failed") {
 		t.Errorf("runs replay on the store: %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestOperatorCommandsSayHowToPassAToken: a gateway with tokens answers an
+// operator command without one, or with a wrong one, 401; the command says
+// how to give one.
+func TestOperatorCommandsSayHowToPassAToken(t *testing.T) {
+	t.Setenv("CHAINGATE_TOKEN", "")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.toml")
+	writeFile(t, cfg, strings.ReplaceAll(serveConfig, "[gateway]", "[gateway]\nauth = { tokens = [\"s3cret\"] }"))
+	gw := startServe(t, cfg, filepath.Join(dir, "gw.db"))
+	for _, args := range [][]string{
+		{"runs", "list", "--server", gw.url},
+		{"dlq", "list", "--server", gw.url, "--token", "wrong"},
+		{"schedules", "list", "--server", gw.url},
+		{"graph", "slow", "--server", gw.url},
+	} {
+		code, out, errOut := runCLI(t, args...)
+		if code != exitFailed || !strings.Contains(errOut, "unauthorized") || !strings.Contains(errOut, "--token T or CHAINGATE_TOKEN") {
+			t.Errorf("%v: exit %d\n%s%s", args, code, out, errOut)
+		}
+	}
+	if code, out, errOut := runCLI(t, "runs", "list", "--server", gw.url, "--token", "s3cret"); code != exitOK || errOut != "" {
+		t.Errorf("with the token: exit %d\n%s%s", code, out, errOut)
 	}
 }
 
