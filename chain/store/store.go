@@ -340,6 +340,9 @@ const (
 	EventStepCancelled EventType = "step_cancelled"
 	EventStepProgress  EventType = "step_progress"
 	EventDeadLettered  EventType = "dead_lettered"
+	// EventNote is something that happened to the run from outside its
+	// steps, such as a later notification of the alert group it serves.
+	EventNote EventType = "note"
 	// A distributed split's hand-off: its items are being published to
 	// workers, how many are out, and the moment every result is in.
 	EventSplitFanoutStarted  EventType = "split_fanout_started"

@@ -140,7 +140,7 @@
       };
       source.onmessage = apply;
       for (const t of Object.keys(stepStatus).concat(runEnds, ["run_started", "run_resumed", "run_replayed", "step_progress",
-        "dead_lettered", "split_fanout_started", "split_items_enqueued", "split_fanin_completed"])) {
+        "dead_lettered", "note", "split_fanout_started", "split_items_enqueued", "split_fanin_completed"])) {
         source.addEventListener(t, apply);
       }
       source.onerror = () => {
