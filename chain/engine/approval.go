@@ -121,7 +121,7 @@ func (e *Engine) Signal(ctx context.Context, runID, step, decision, comment stri
 		if !first.TimedOut {
 			return fmt.Errorf("%s: %w", what, &AnsweredError{First: *first})
 		}
-		e.log.Info("approval answer refused: the step's deadline had passed", "run", runID, "step", step,
+		e.log.Info("approval answer refused: the step's deadline had passed", "run", runID, "chain", run.Chain, "step", step,
 			"decision", decision, "by", who, "deadline", rec.Deadline)
 		return fmt.Errorf("%s: %w", what, &LateError{At: at, Deadline: rec.Deadline, OnTimeout: onTimeout(s)})
 	}
