@@ -90,7 +90,9 @@ func decisionKey(runID string, rec *store.StepRecord) string {
 
 // Signal answers the approval step step of run runID, which must be
 // waiting: decision is approve or reject, comment says why. Who answers is
-// the context's actor. The answer is durable when Signal returns.
+// the context's actor. The answer is durable when Signal returns. An
+// answer at or after the step's deadline, by this engine's clock, is
+// refused with a *LateError, the step's timeout answering instead.
 func (e *Engine) Signal(ctx context.Context, runID, step, decision, comment string) (*Decision, error) {
 	what := fmt.Sprintf("answering step %q of run %s", step, runID)
 	if decision != chain.DecisionApprove && decision != chain.DecisionReject {
