@@ -64,6 +64,12 @@ type LateError struct {
 }
 
 func (e *LateError) Error() string {
+	if e.At.Before(e.Deadline) {
+		// In time by this clock, but the timeout's answer, given by a
+		// clock ahead of it or recorded first, stands.
+		return fmt.Sprintf("too late: answered at %s, but the step's deadline, %s, was reached first; it goes on as on_timeout = %q says",
+			e.At.UTC().Format(stampMillis), e.Deadline.UTC().Format(stampMillis), e.OnTimeout)
+	}
 	return fmt.Sprintf("too late: answered at %s, the step's deadline was %s; it goes on as on_timeout = %q says",
 		e.At.UTC().Format(stampMillis), e.Deadline.UTC().Format(stampMillis), e.OnTimeout)
 }
