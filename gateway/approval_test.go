@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,7 @@ func TestApprovalFromConsoleAndAPI(t *testing.T) {
 	env.token = "alice-tok"
 	id := startRun(t, env, "restart-db", `{"host": "db-1"}`)
 	waitAsking(t, env, id, "ask")
+	metricsSay(t, env, "chaingate_approvals_waiting 1", `chaingate_approvals_answered_total{decision="approved"} 0`)
 
 	reader := newBrowser(t, env)
 	reader.post("/ui/login", url.Values{"token": {"read-tok"}})
@@ -106,4 +108,97 @@ func TestApprovalFromConsoleAndAPI(t *testing.T) {
 	if said != "approved by alice (console): window open" {
 		t.Errorf("the approval's event: %q", said)
 	}
+	metricsSay(t, env, "chaingate_approvals_waiting 0", `chaingate_approvals_answered_total{decision="approved"} 1`,
+		`chaingate_approvals_answered_total{decision="rejected"} 0`, "chaingate_approvals_timed_out_total 0")
+	logsSay(t, env, `"msg":"approval waiting"`, `"msg":"approval answered","component":"engine","run":"`+id+`"`, `"decision":"approve","by":"alice (console)"`)
+}
+
+// metricsSay checks that the gateway's metrics have each line of want.
+func metricsSay(t *testing.T, env *apiEnv, want ...string) {
+	t.Helper()
+	_, _, body := env.call("GET", "/metrics", "", nil, nil)
+	for _, line := range want {
+		if !slices.Contains(strings.Split(body, "\n"), line) {
+			t.Errorf("the metrics lack %q", line)
+		}
+	}
+}
+
+// logsSay checks that the gateway's log holds each text of want.
+func logsSay(t *testing.T, env *apiEnv, want ...string) {
+	t.Helper()
+	for _, text := range want {
+		if !strings.Contains(env.logs.String(), text) {
+			t.Errorf("the log lacks %s", text)
+		}
+	}
+}
+
+const lateApprovalConfig = `[gateway.auth]
+tokens = [{ name = "alice", token = "alice-tok" }]
+
+[[chains]]
+name = "restart-db-soon"
+[[chains.steps]]
+name = "ask"
+timeout_seconds = 1
+approval = { message = "Restart <<origin.payload.host>>?", on_timeout = "reject" }
+[[chains.steps]]
+name = "restart"
+provider = "echo"
+payload_template = { host = "<<origin.payload.host>>" }
+
+`
+
+// TestApprovalAfterDeadline answers an approval step once its recorded
+// deadline has passed, from the console and through the API: both are
+// refused naming the deadline, and the run goes on as on_timeout says.
+func TestApprovalAfterDeadline(t *testing.T) {
+	env := newAPI(t, lateApprovalConfig)
+	env.token = "alice-tok"
+	id := startRun(t, env, "restart-db-soon", `{"host": "db-1"}`)
+	waitAsking(t, env, id, "ask")
+	var v struct {
+		Steps map[string]struct {
+			Deadline time.Time `json:"deadline"`
+		} `json:"steps"`
+	}
+	env.call("GET", "/v1/runs/"+id, "", nil, &v)
+	deadline := v.Steps["ask"].Deadline
+	if deadline.IsZero() {
+		t.Fatal("the waiting step has no deadline")
+	}
+	time.Sleep(time.Until(deadline))
+	for !time.Now().After(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	says := "deadline was " + deadline.UTC().Format("2006-01-02T15:04:05.000Z")
+
+	writer := newBrowser(t, env)
+	writer.post("/ui/login", url.Values{"token": {"alice-tok"}})
+	if _, doc, _ := writer.get("/ui/runs/" + id + "/steps/ask"); find(doc, func(n *html.Node) bool { return attr(n, "id") == "answer-approve" }) != nil {
+		t.Error("the step's panel offers to answer past the deadline")
+	}
+	// A panel loaded before the deadline still has its buttons.
+	if code, _, body := writer.post("/ui/runs/"+id+"/answer/ask", url.Values{"decision": {"approve"}}); code != http.StatusConflict || !strings.Contains(body, "too late") || !strings.Contains(body, says) {
+		t.Errorf("the console's late answer: %d\n%s", code, body)
+	}
+	var e apiErr
+	if code, _, raw := env.call("POST", "/v1/runs/"+id+"/signals/ask", `{"decision": "approve"}`, nil, &e); code != http.StatusConflict || e.Error.Code != "past_deadline" || !strings.Contains(e.Error.Message, says) {
+		t.Errorf("the API's late answer: %d %s", code, raw)
+	}
+	if v := waitRunEnd(t, env, id); v.Status != "failed" {
+		t.Errorf("the run: %s", v.Status)
+	}
+	var said string
+	for _, ev := range readSSE(t, env, id, "") {
+		if ev.Step == "ask" && ev.Type == "step_failed" {
+			said = ev.Message
+		}
+	}
+	if said != "rejected: no answer within the step's timeout" {
+		t.Errorf("the approval's event: %q", said)
+	}
+	metricsSay(t, env, "chaingate_approvals_waiting 0", "chaingate_approvals_timed_out_total 1", `chaingate_approvals_answered_total{decision="approved"} 0`)
+	logsSay(t, env, `"msg":"approval timed out"`, `"on_timeout":"reject"`, `"msg":"approval answer refused: the step's deadline had passed"`)
 }

@@ -412,7 +412,10 @@ func (c *console) stepPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		sv.Node = def.Step(rec.Name)
 	}
 	sv.Waiting = waitingOn(rec, sv.Node, v)
-	if sv.Node != nil && sv.Node.Kind == chain.KindApproval && rec.Status == string(store.StepRunning) && !v.Final() {
+	// Past the deadline answers are refused: no buttons, though the step
+	// waits for a gateway to apply its timeout.
+	if sv.Node != nil && sv.Node.Kind == chain.KindApproval && rec.Status == string(store.StepRunning) && !v.Final() &&
+		(rec.Deadline.IsZero() || time.Now().Before(rec.Deadline)) {
 		var body struct {
 			Message string `json:"message"`
 		}
@@ -441,10 +444,14 @@ func waitingOn(rec *Step, def *chain.Step, v *RunView) string {
 	case rec.Child != "":
 		return "its sub-chain run " + rec.Child
 	case def != nil && def.Kind == chain.KindApproval && rec.Status == string(store.StepRunning):
-		if !rec.Deadline.IsZero() {
-			return fmt.Sprintf("a person's answer, approve or reject, until %s (in %s)", rec.Deadline.UTC().Format(time.RFC3339), time.Until(rec.Deadline).Round(time.Second))
+		switch left := time.Until(rec.Deadline); {
+		case rec.Deadline.IsZero():
+			return "a person's answer, approve or reject"
+		case left <= 0:
+			return fmt.Sprintf("its timeout to be applied: the deadline for an answer, %s, has passed", rec.Deadline.UTC().Format(time.RFC3339))
+		default:
+			return fmt.Sprintf("a person's answer, approve or reject, until %s (in %s)", rec.Deadline.UTC().Format(time.RFC3339), left.Round(time.Second))
 		}
-		return "a person's answer, approve or reject"
 	case def != nil && def.Parallel != nil:
 		done, pending := 0, []string{}
 		for _, sub := range def.Parallel.Steps {

@@ -217,6 +217,7 @@ func (m *Metrics) Register(gw *Gateway) {
 		return []sample{{value: float64(n)}}
 	})
 	m.registerLimits(gw.limits)
+	m.registerApprovals(gw)
 }
 
 // registerLimits adds the metrics of providers' limits. A provider has a

@@ -315,6 +315,8 @@ func apiError(err error) *APIError {
 		return &APIError{Status: http.StatusNotFound, Code: "unknown_chain", Message: err.Error()}
 	case errors.Is(err, store.ErrLeaseHeld), errors.Is(err, engine.ErrNotActive):
 		return &APIError{Status: http.StatusConflict, Code: "run_elsewhere", Message: err.Error()}
+	case errors.As(err, new(*engine.LateError)):
+		return &APIError{Status: http.StatusConflict, Code: "past_deadline", Message: err.Error()}
 	case errors.As(err, new(*engine.AnsweredError)):
 		return &APIError{Status: http.StatusConflict, Code: "already_answered", Message: err.Error()}
 	case errors.Is(err, engine.ErrNotWaiting):

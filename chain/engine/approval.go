@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
@@ -20,6 +21,15 @@ import (
 // first, and an answer given while no gateway advances the run (after a
 // crash, during a takeover) is found when one does. The run's own runner
 // reads the claim when told, and every approvalPoll otherwise.
+//
+// The step's deadline, persisted in its record, is part of the claim: an
+// answer is recorded only if the clock of the gateway recording it reads
+// before the deadline just before the claim is written, and the timeout's
+// own answer is claimed the same way once the deadline has passed, by the
+// run's runner or by the first gateway refusing a late answer. Whichever
+// claim lands first is the step's answer, so an answer racing the timeout
+// cannot win alongside it, and once a late answer has been refused no
+// other can win, whatever the clocks of the gateways still taking answers.
 
 // approvalPoll is how often a waiting approval step reads the store for an
 // answer given through another gateway.
@@ -38,9 +48,34 @@ type Decision struct {
 	Message  string    `json:"message,omitempty"`
 }
 
+// decisionTimedOut is the timeout's answer when on_timeout = "fail".
+const decisionTimedOut = "timed_out"
+
 // ErrNotWaiting is a signal to a step that is not an approval step waiting
 // for its answer.
 var ErrNotWaiting = errors.New("step is not waiting for a decision")
+
+// LateError is an answer to an approval step refused because it came at
+// or after the step's deadline: the step goes on as its on_timeout says.
+type LateError struct {
+	// At is when the answer came, by the clock of the gateway refusing it.
+	At, Deadline time.Time
+	OnTimeout    string
+}
+
+func (e *LateError) Error() string {
+	if e.At.Before(e.Deadline) {
+		// In time by this clock, but the timeout's answer, given by a
+		// clock ahead of it or recorded first, stands.
+		return fmt.Sprintf("too late: answered at %s, but the step's deadline, %s, was reached first; it goes on as on_timeout = %q says",
+			e.At.UTC().Format(stampMillis), e.Deadline.UTC().Format(stampMillis), e.OnTimeout)
+	}
+	return fmt.Sprintf("too late: answered at %s, the step's deadline was %s; it goes on as on_timeout = %q says",
+		e.At.UTC().Format(stampMillis), e.Deadline.UTC().Format(stampMillis), e.OnTimeout)
+}
+
+// stampMillis shows the times that decide whether an answer was late.
+const stampMillis = "2006-01-02T15:04:05.000Z07:00"
 
 // AnsweredError is a signal to an approval step someone already answered.
 type AnsweredError struct{ First Decision }
@@ -61,7 +96,9 @@ func decisionKey(runID string, rec *store.StepRecord) string {
 
 // Signal answers the approval step step of run runID, which must be
 // waiting: decision is approve or reject, comment says why. Who answers is
-// the context's actor. The answer is durable when Signal returns.
+// the context's actor. The answer is durable when Signal returns. An
+// answer at or after the step's deadline, by this engine's clock, is
+// refused with a *LateError, the step's timeout answering instead.
 func (e *Engine) Signal(ctx context.Context, runID, step, decision, comment string) (*Decision, error) {
 	what := fmt.Sprintf("answering step %q of run %s", step, runID)
 	if decision != chain.DecisionApprove && decision != chain.DecisionReject {
@@ -79,23 +116,36 @@ func (e *Engine) Signal(ctx context.Context, runID, step, decision, comment stri
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if rec != nil && !rec.StartedAt.IsZero() {
+	def, _, err := e.definition(ctx, run.Chain, run.ChainHash)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	s := def.Step(step)
+	who := Actor(ctx)
+	if who == "" {
+		who = "unknown"
+	}
+	refuse := func(first *Decision, at time.Time) error {
+		if !first.TimedOut {
+			return fmt.Errorf("%s: %w", what, &AnsweredError{First: *first})
+		}
+		e.log.Info("approval answer refused: the step's deadline had passed", "run", runID, "chain", run.Chain, "step", step,
+			"decision", decision, "by", who, "deadline", rec.Deadline)
+		return fmt.Errorf("%s: %w", what, &LateError{At: at, Deadline: rec.Deadline, OnTimeout: onTimeout(s)})
+	}
+	if rec != nil && !rec.StartedAt.IsZero() && s != nil && s.Kind == chain.KindApproval {
 		// Answered already, whether the run went on or not: say by whom.
 		if bound, err := e.store.KeyRun(ctx, decisionKey(runID, rec)); err == nil && bound != "" {
 			var first Decision
 			if json.Unmarshal([]byte(bound), &first) == nil {
-				return nil, fmt.Errorf("%s: %w", what, &AnsweredError{First: first})
+				return nil, refuse(&first, e.now().UTC())
 			}
 		}
 	}
 	if run.Status.Final() {
 		return nil, fmt.Errorf("%s: %w (%s)", what, ErrFinished, run.Status)
 	}
-	def, _, err := e.definition(ctx, run.Chain, run.ChainHash)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	switch s := def.Step(step); {
+	switch {
 	case s == nil:
 		return nil, fmt.Errorf("%s: %w: chain %q has no step %q", what, store.ErrNotFound, run.Chain, step)
 	case s.Kind != chain.KindApproval:
@@ -107,15 +157,10 @@ func (e *Engine) Signal(ctx context.Context, runID, step, decision, comment stri
 		}
 		return nil, fmt.Errorf("%s: %w: it is %s", what, ErrNotWaiting, status)
 	}
-	who := Actor(ctx)
-	if who == "" {
-		who = "unknown"
-	}
-	d := Decision{Decision: decision, By: who, Comment: comment, At: time.Now().UTC()}
-	if first, err := e.claimDecision(ctx, decisionKey(runID, rec), d); err != nil {
+	d := Decision{Decision: decision, By: who, Comment: comment}
+	first, err := e.claimAnswer(ctx, runID, rec, s, &d)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
-	} else if first != nil {
-		return nil, fmt.Errorf("%s: %w", what, &AnsweredError{First: *first})
 	}
 	if r := e.active(runID); r != nil {
 		// Its runner reads the answer now rather than at its next poll.
@@ -125,7 +170,30 @@ func (e *Engine) Signal(ctx context.Context, runID, step, decision, comment stri
 		case <-ctx.Done():
 		}
 	}
+	if first != nil {
+		return nil, refuse(first, d.At)
+	}
 	return &d, nil
+}
+
+// claimAnswer records d as the answer to the approval step s waiting as
+// rec, unless its deadline has passed: the clock is read just before the
+// claim, and a late answer claims the timeout's answer instead, so that
+// no later answer can win either. It returns the answer that stands when
+// it is not d.
+func (e *Engine) claimAnswer(ctx context.Context, runID string, rec *store.StepRecord, s *chain.Step, d *Decision) (*Decision, error) {
+	key := decisionKey(runID, rec)
+	now := e.now().UTC()
+	d.At = now
+	if rec.Deadline.IsZero() || now.Before(rec.Deadline) {
+		return e.claimDecision(ctx, key, *d)
+	}
+	timeout := timeoutDecision(s, now)
+	first, err := e.claimDecision(ctx, key, timeout)
+	if err != nil || first != nil {
+		return first, err
+	}
+	return &timeout, nil
 }
 
 // claimDecision binds d to key unless an answer is bound there already,
@@ -141,6 +209,23 @@ func (e *Engine) claimDecision(ctx context.Context, key string, d Decision) (*De
 		return nil, fmt.Errorf("reading the answer already given: %w", err)
 	}
 	return &first, nil
+}
+
+// onTimeout is what no answer before an approval step's deadline means.
+func onTimeout(s *chain.Step) string {
+	if s.Approval != nil && s.Approval.OnTimeout != "" {
+		return s.Approval.OnTimeout
+	}
+	return "fail"
+}
+
+// timeoutDecision is the answer the timeout gives an approval step.
+func timeoutDecision(s *chain.Step, now time.Time) Decision {
+	decision := onTimeout(s)
+	if decision == "fail" {
+		decision = decisionTimedOut
+	}
+	return Decision{Decision: decision, By: "timeout", At: now.UTC(), TimedOut: true}
 }
 
 // progressApproval starts an approval step's wait, and ends it once an
@@ -169,17 +254,36 @@ func (r *runner) progressApproval(now time.Time, q *seq, s *chain.Step, rec *sto
 		}
 		rec.Body, _ = jsonx.Marshal(map[string]string{"message": msg})
 		r.put(rec)
+		r.asking(rec.Key)
 		text := "waiting for approval"
 		if msg != "" {
 			text += ": " + msg
 		}
 		r.event(store.EventStepStarted, rec.Key, 1, text)
+		step, deadline := rec.Key, rec.Deadline
+		r.whenDurable(func() {
+			if deadline.IsZero() {
+				r.log.Info("approval waiting", "step", step)
+				return
+			}
+			r.log.Info("approval waiting", "step", step, "deadline", deadline)
+		}, func() {})
 		r.addTimer(now.Add(approvalPoll), rec.Key)
 		return nil, false
 	case store.StepRunning:
+		r.asking(rec.Key)
 		return nil, r.checkDecision(now, q, s, rec)
 	}
 	return nil, rec.Status.Final()
+}
+
+// asking notes the approval step key as waiting in this run, for the
+// waiting gauge; put forgets it once its record says otherwise.
+func (r *runner) asking(key string) {
+	if r.askingKey != key {
+		r.askingKey = key
+		r.waitingApproval.Store(true)
+	}
 }
 
 // checkDecision ends the wait when an answer is claimed, or claims the
@@ -202,35 +306,17 @@ func (r *runner) checkDecision(now time.Time, q *seq, s *chain.Step, rec *store.
 			return true
 		}
 	} else if !rec.Deadline.IsZero() && !now.Before(rec.Deadline) {
-		onTimeout := "fail"
-		if s.Approval != nil {
-			onTimeout = s.Approval.OnTimeout
+		// A claim still, so a late answer is refused rather than lost.
+		mine := timeoutDecision(s, now)
+		first, err := r.e.claimDecision(ctx, key, mine)
+		if err != nil {
+			r.log.Warn("claiming an approval's timeout; trying again shortly", "step", rec.Key, "err", err)
+			r.addTimer(now.Add(approvalPoll), rec.Key)
+			return false
 		}
-		if onTimeout == "fail" {
-			// A claim still, so a late answer is refused rather than lost.
-			mine := Decision{Decision: "timed_out", By: "timeout", At: now.UTC(), TimedOut: true}
-			first, err := r.e.claimDecision(ctx, key, mine)
-			if err != nil {
-				r.addTimer(now.Add(approvalPoll), rec.Key)
-				return false
-			}
-			if first == nil {
-				r.finishStep(q, rec, store.StepTimedOut, &store.ErrorInfo{
-					Message: fmt.Sprintf("no answer to step %q within %ds", s.Name, s.TimeoutSeconds), Code: "timeout"})
-				return true
-			}
+		d = &mine
+		if first != nil {
 			d = first
-		} else {
-			mine := Decision{Decision: onTimeout, By: "timeout", At: now.UTC(), TimedOut: true}
-			first, err := r.e.claimDecision(ctx, key, mine)
-			if err != nil {
-				r.addTimer(now.Add(approvalPoll), rec.Key)
-				return false
-			}
-			d = &mine
-			if first != nil {
-				d = first
-			}
 		}
 	}
 	if d == nil {
@@ -240,6 +326,23 @@ func (r *runner) checkDecision(now time.Time, q *seq, s *chain.Step, rec *store.
 		}
 		r.addTimer(next, rec.Key)
 		return false
+	}
+	// Logged and counted once applied durably, by the gateway applying it.
+	if step, deadline, answer := rec.Key, rec.Deadline, *d; answer.TimedOut {
+		r.whenDurable(func() {
+			r.e.approvals.timedOut.Add(1)
+			r.log.Info("approval timed out", "step", step, "deadline", deadline, "on_timeout", onTimeout(s))
+		}, func() {})
+	} else {
+		r.whenDurable(func() {
+			r.e.approvals.answered(answer.Decision)
+			r.log.Info("approval answered", "step", step, "decision", answer.Decision, "by", answer.By)
+		}, func() {})
+	}
+	if d.Decision == decisionTimedOut {
+		r.finishStep(q, rec, store.StepTimedOut, &store.ErrorInfo{
+			Message: fmt.Sprintf("no answer to step %q within %ds", s.Name, s.TimeoutSeconds), Code: "timeout"})
+		return true
 	}
 	r.decide(q, s, rec, d)
 	return true
@@ -278,4 +381,45 @@ func (r *runner) decide(q *seq, s *chain.Step, rec *store.StepRecord, d *Decisio
 	value, _ := parseJSON(body)
 	r.setStepVar(q, rec, value)
 	r.event(store.EventStepSucceeded, rec.Key, rec.Attempts, text)
+}
+
+// approvalCounts counts how approval steps' waits ended in the runs an
+// engine advanced.
+type approvalCounts struct {
+	approved, rejected, timedOut atomic.Uint64
+}
+
+func (c *approvalCounts) answered(decision string) {
+	if decision == chain.DecisionApprove {
+		c.approved.Add(1)
+	} else {
+		c.rejected.Add(1)
+	}
+}
+
+// ApprovalStats are an engine's approval steps, for metrics.
+type ApprovalStats struct {
+	// Waiting is how many approval steps wait for an answer in the runs
+	// the engine advances now.
+	Waiting int
+	// Approved and Rejected count the answers the engine applied to the
+	// runs it advanced; TimedOut the waits it ended at their deadline.
+	Approved, Rejected, TimedOut uint64
+}
+
+// Approvals returns the engine's approval statistics.
+func (e *Engine) Approvals() ApprovalStats {
+	st := ApprovalStats{
+		Approved: e.approvals.approved.Load(),
+		Rejected: e.approvals.rejected.Load(),
+		TimedOut: e.approvals.timedOut.Load(),
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range e.runners {
+		if r.waitingApproval.Load() {
+			st.Waiting++
+		}
+	}
+	return st
 }

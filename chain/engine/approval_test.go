@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,14 +50,15 @@ func approvalHarness(t *testing.T, timeout, onTimeout, onReject string, opts ...
 	return newHarness(t, cfg, opts...)
 }
 
-// waitWaiting waits for the run's approval step to wait for its answer.
-func waitWaiting(t *testing.T, h *harness, id string) {
+// waitWaiting waits for the run's approval step to wait for its answer,
+// and returns its record.
+func waitWaiting(t *testing.T, h *harness, id string) *store.StepRecord {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		recs, _ := h.store.Steps(context.Background(), id, "")
 		for _, rec := range recs {
 			if rec.Key == "ask" && rec.Status == store.StepRunning {
-				return
+				return rec
 			}
 		}
 		if time.Now().After(deadline) {
@@ -264,5 +268,216 @@ func TestApprovalCancelAndReplay(t *testing.T) {
 	final, err = h.eng.Wait(ctx, run.ID)
 	if err != nil || final.Status != store.RunFailed {
 		t.Fatalf("after the replay's answer: %v %v", final, err)
+	}
+}
+
+// at is a clock stopped at t.
+func at(t time.Time) func() time.Time { return func() time.Time { return t } }
+
+// TestApprovalDeadline answers a waiting step just before its recorded
+// deadline, at it and after it, through the gateway advancing the run and
+// through another one sharing its store, with each gateway's clock set
+// rather than waited for: an answer before the deadline stands, one at or
+// after it is refused and the run goes on as on_timeout says. Once a late
+// answer is refused, no gateway can answer any more, even one whose clock
+// is behind.
+func TestApprovalDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name, onTimeout, decide string
+		other                   bool // answered through the other gateway
+		offset                  time.Duration
+		late                    bool
+		status                  store.RunStatus
+		stepSays                string
+	}{
+		{name: "approved just before", onTimeout: "reject", decide: "approve", offset: -time.Millisecond,
+			status: store.RunSucceeded, stepSays: "approved by alice (API)"},
+		{name: "approved at the deadline", onTimeout: "reject", decide: "approve", late: true,
+			status: store.RunFailed, stepSays: "rejected: no answer within the step's timeout"},
+		{name: "approved late through another gateway", onTimeout: "reject", decide: "approve", other: true, offset: 800 * time.Millisecond, late: true,
+			status: store.RunFailed, stepSays: "rejected: no answer within the step's timeout"},
+		{name: "rejected late with on_timeout approve", onTimeout: "approve", decide: "reject", other: true, offset: 6500 * time.Millisecond, late: true,
+			status: store.RunSucceeded, stepSays: "approved: no answer within the step's timeout"},
+		{name: "approved late with on_timeout fail", onTimeout: "fail", decide: "approve", offset: time.Second, late: true,
+			status: store.RunFailed, stepSays: `no answer to step "ask" within 600s`},
+		{name: "rejected before through another gateway", onTimeout: "approve", decide: "reject", other: true, offset: -time.Minute,
+			status: store.RunFailed, stepSays: "rejected by alice (API)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := approvalHarness(t, "600", tc.onTimeout, "fail")
+			other := approvalHarness(t, "600", tc.onTimeout, "fail", sharing(h.store))
+			ctx := engine.WithActor(context.Background(), "alice (API)")
+			run, err := h.eng.Start(ctx, "restart", engine.Input{Payload: json.RawMessage(`{"host":"db-1"}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := waitWaiting(t, h, run.ID).Deadline
+			if deadline.IsZero() {
+				t.Fatal("the waiting step has no deadline")
+			}
+			answering, behind := h, other
+			if tc.other {
+				answering, behind = other, h
+			}
+			answering.eng.SetClock(at(deadline.Add(tc.offset)))
+			behind.eng.SetClock(at(deadline.Add(-time.Hour)))
+
+			d, err := answering.eng.Signal(ctx, run.ID, "ask", tc.decide, "")
+			var late *engine.LateError
+			switch {
+			case tc.late && (!errors.As(err, &late) || !late.Deadline.Equal(deadline) || late.OnTimeout != tc.onTimeout):
+				t.Fatalf("a late answer: %+v %v, want it refused as late", d, err)
+			case tc.late && !strings.Contains(err.Error(), "the step's deadline was "+deadline.UTC().Format("2006-01-02T15:04:05.000Z")):
+				t.Errorf("the refusal does not name the deadline: %v", err)
+			case !tc.late && (err != nil || !d.At.Before(deadline)):
+				t.Fatalf("an answer in time: %+v %v", d, err)
+			}
+			// A gateway whose clock is behind answers next: the first
+			// answer stands, the timeout's included.
+			_, err = behind.eng.Signal(engine.WithActor(ctx, "bob (API)"), run.ID, "ask", "approve", "")
+			var answered *engine.AnsweredError
+			if tc.late && (!errors.As(err, &late) || !strings.Contains(err.Error(), "was reached first")) || !tc.late && !errors.As(err, &answered) {
+				t.Errorf("a later answer through a gateway whose clock is behind: %v", err)
+			}
+
+			final, err := h.eng.Wait(ctx, run.ID)
+			if err != nil || final.Status != tc.status {
+				t.Fatalf("run ended %+v %v, want %s", final, err, tc.status)
+			}
+			if events := strings.Join(h.eventMessages(run.ID), "\n"); !strings.Contains(events, tc.stepSays) {
+				t.Errorf("the run's events:\n%s", events)
+			}
+			if tc.onTimeout != "fail" {
+				if body := stepBody(t, h, run.ID, "ask"); (body["timed_out"] == true) != tc.late {
+					t.Errorf("the approval's body: %v", body)
+				}
+			}
+		})
+	}
+}
+
+// TestApprovalAnswersRacingTheDeadline answers one waiting step many times
+// at once through two gateways, one whose clock reads just before the
+// deadline and one just after: one answer stands, whichever it is, every
+// other is refused naming it, and the run goes on as it says.
+func TestApprovalAnswersRacingTheDeadline(t *testing.T) {
+	h := approvalHarness(t, "600", "reject", "fail")
+	other := approvalHarness(t, "600", "reject", "fail", sharing(h.store))
+	ctx := context.Background()
+	run, err := h.eng.Start(ctx, "restart", engine.Input{Payload: json.RawMessage(`{"host":"db-1"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := waitWaiting(t, h, run.ID).Deadline
+	h.eng.SetClock(at(deadline.Add(-time.Millisecond)))
+	other.eng.SetClock(at(deadline.Add(time.Millisecond)))
+	const n = 16
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		eng := h.eng
+		if i%2 == 1 {
+			eng = other.eng
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = eng.Signal(engine.WithActor(ctx, fmt.Sprintf("user%d (API)", i)), run.ID, "ask", "approve", "")
+		}()
+	}
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		if err == nil {
+			if winner >= 0 {
+				t.Fatalf("answers %d and %d both stand", winner, i)
+			}
+			winner = i
+		}
+	}
+	want := store.RunFailed
+	for i, err := range errs {
+		var late *engine.LateError
+		var answered *engine.AnsweredError
+		switch {
+		case i == winner:
+		case winner < 0 && !errors.As(err, &late):
+			t.Errorf("answer %d, after the timeout stood: %v", i, err)
+		case winner >= 0 && (!errors.As(err, &answered) || answered.First.By != fmt.Sprintf("user%d (API)", winner)):
+			t.Errorf("answer %d, after answer %d stood: %v", i, winner, err)
+		}
+	}
+	if winner >= 0 {
+		if winner%2 == 1 {
+			t.Errorf("answer %d stands, given after the deadline", winner)
+		}
+		want = store.RunSucceeded
+	}
+	if final, err := h.eng.Wait(ctx, run.ID); err != nil || final.Status != want {
+		t.Fatalf("run ended %+v %v, want %s (answer %d stood)", final, err, want, winner)
+	}
+}
+
+// TestApprovalStatsAndLogs follows one approval answered in time and one
+// answered late through the engine's statistics and its log: a line when
+// the step starts waiting, when it is answered (by whom, how), when a late
+// answer is refused, and when it times out.
+func TestApprovalStatsAndLogs(t *testing.T) {
+	var logs logLines
+	h := approvalHarness(t, "600", "reject", "fail", withLogger(logs.logger()))
+	ctx := engine.WithActor(context.Background(), "alice (API)")
+	var before engine.ApprovalStats
+	for _, late := range []bool{false, true} {
+		run, err := h.eng.Start(ctx, "restart", engine.Input{Payload: json.RawMessage(`{"host":"db-1"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := waitWaiting(t, h, run.ID).Deadline
+		if st := h.eng.Approvals(); st.Waiting != 1 {
+			t.Errorf("waiting: %+v", st)
+		}
+		h.eng.SetClock(at(deadline.Add(-time.Second)))
+		if late {
+			h.eng.SetClock(at(deadline.Add(time.Second)))
+		}
+		if _, err := h.eng.Signal(ctx, run.ID, "ask", "approve", ""); (err != nil) != late {
+			t.Fatalf("answer (late %v): %v", late, err)
+		}
+		if _, err := h.eng.Wait(ctx, run.ID); err != nil {
+			t.Fatal(err)
+		}
+		want := engine.ApprovalStats{Approved: before.Approved + 1, TimedOut: before.TimedOut}
+		if late {
+			want = engine.ApprovalStats{Approved: before.Approved, TimedOut: before.TimedOut + 1}
+		}
+		if st := h.eng.Approvals(); st != want {
+			t.Errorf("after the answer (late %v): %+v, want %+v", late, st, want)
+		}
+		before = want
+	}
+	var got []string
+	for _, rec := range logs.records(t) {
+		if msg, _ := rec["msg"].(string); strings.HasPrefix(msg, "approval") {
+			line := fmt.Sprintf("%s %s step=%v", rec["level"], msg, rec["step"])
+			for _, k := range []string{"decision", "by", "on_timeout"} {
+				if v, ok := rec[k]; ok {
+					line += fmt.Sprintf(" %s=%v", k, v)
+				}
+			}
+			if _, ok := rec["deadline"]; ok {
+				line += " with deadline"
+			}
+			got = append(got, line)
+		}
+	}
+	want := []string{
+		"INFO approval waiting step=ask with deadline",
+		"INFO approval answered step=ask decision=approve by=alice (API)",
+		"INFO approval waiting step=ask with deadline",
+		"INFO approval answer refused: the step's deadline had passed step=ask decision=approve by=alice (API) with deadline",
+		"INFO approval timed out step=ask on_timeout=reject with deadline",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the approval log lines:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -149,6 +149,10 @@ type Engine struct {
 
 	stopKeeper chan struct{}
 	keeperDone chan struct{}
+
+	// now is the clock answers to approval steps are timed by.
+	now       func() time.Time
+	approvals approvalCounts
 }
 
 var (
@@ -220,6 +224,7 @@ func New(opts Options) (*Engine, error) {
 		fanout:     opts.Fanout,
 		sources:    map[string][]byte{},
 		defs:       map[string]*chain.Config{},
+		now:        time.Now,
 	}
 	e.cfgPtr.Store(opts.Config)
 	go e.keepLeases()

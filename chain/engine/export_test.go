@@ -1,5 +1,7 @@
 package engine
 
+import "time"
+
 // Pending reports how many step records the runner holds unwritten, asked
 // on the runner's own goroutine; -1 once it has stopped.
 func (w *ItemRunner) Pending() int { return w.r.pending() }
@@ -30,3 +32,7 @@ func (r *runner) pending() int {
 		return -1
 	}
 }
+
+// SetClock sets the clock answers to approval steps are timed by; call it
+// before the engine takes answers.
+func (e *Engine) SetClock(now func() time.Time) { e.now = now }

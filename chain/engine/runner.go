@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
@@ -81,6 +82,11 @@ type runner struct {
 	// process as a worker; sink is where it commits.
 	role runnerRole
 	sink recordSink
+
+	// askingKey is the approval step the run waits at, if any;
+	// waitingApproval says so to the engine's statistics.
+	askingKey       string
+	waitingApproval atomic.Bool
 
 	inbox     chan outcome
 	cancelReq chan string // who cancels, as " by WHO"
@@ -629,6 +635,10 @@ func (r *runner) put(rec *store.StepRecord) {
 	}
 	q.ack = r.nextBatch
 	r.recs[rec.Key] = rec
+	if r.askingKey == rec.Key && rec.Status != store.StepRunning {
+		r.askingKey = ""
+		r.waitingApproval.Store(false)
+	}
 	if _, ok := r.dirty[rec.Key]; !ok {
 		r.order = append(r.order, rec.Key)
 	}

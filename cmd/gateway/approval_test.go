@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -13,7 +14,9 @@ import (
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
-func approvalConfig(dir string) string {
+// approvalConfig is a chain that asks before it calls; no answer within
+// timeout seconds rejects.
+func approvalConfig(dir string, leaseTTL, timeout int) string {
 	return fmt.Sprintf(`
 [gateway]
 lease_ttl_seconds = %d
@@ -27,13 +30,43 @@ type = "faulty"
 name = "restart-db"
 [[chains.steps]]
 name = "ask"
-timeout_seconds = 600
-approval = { message = "Restart <<origin.payload.host>>?" }
+timeout_seconds = %d
+approval = { message = "Restart <<origin.payload.host>>?", on_timeout = "reject" }
 [[chains.steps]]
 name = "restart"
 provider = "faulty"
 payload_template = { record = %q, host = "<<origin.payload.host>>", approved_by = "<<steps.ask.body.by>>" }
-`, clusterLeaseTTL, filepath.Join(dir, "calls.jsonl"))
+`, leaseTTL, timeout, filepath.Join(dir, "calls.jsonl"))
+}
+
+// stepDeadline reads the deadline of a run's waiting step through the API.
+func stepDeadline(t *testing.T, url, id, step string) time.Time {
+	t.Helper()
+	resp, err := http.Get(url + "/v1/runs/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var run struct {
+		Steps map[string]struct {
+			Deadline time.Time `json:"deadline"`
+		} `json:"steps"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&run); err != nil || run.Steps[step].Deadline.IsZero() {
+		t.Fatalf("the deadline of step %s of run %s: %v", step, id, err)
+	}
+	return run.Steps[step].Deadline
+}
+
+// waitPast waits until the clock has passed t.
+func waitPast(t time.Time) {
+	for time.Sleep(time.Until(t)); !time.Now().After(t); time.Sleep(time.Millisecond) {
+	}
+}
+
+// lateSays is how a refused late answer names the deadline it missed.
+func lateSays(deadline time.Time) string {
+	return "the step's deadline was " + deadline.UTC().Format("2006-01-02T15:04:05.000Z")
 }
 
 // waitStep polls a run's step through the API until it has status want.
@@ -65,7 +98,7 @@ func waitStep(t *testing.T, url, id, step, want string) {
 func TestApprovalSurvivesKill(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
-	writeFile(t, cfg, approvalConfig(dir))
+	writeFile(t, cfg, approvalConfig(dir, clusterLeaseTTL, 600))
 	state := filepath.Join(dir, "gw.db")
 	gw := startServe(t, cfg, state)
 	id, err := postRun(gw.url, "restart-db", `{"host": "db-1"}`)
@@ -103,7 +136,7 @@ func TestApprovalSurvivesKill(t *testing.T) {
 func TestApprovalAnsweredDuringTakeover(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
-	writeFile(t, cfg, approvalConfig(dir))
+	writeFile(t, cfg, approvalConfig(dir, clusterLeaseTTL, 600))
 	state := redistest.Open(t)
 	owner := startServe(t, cfg, state)
 	other := startServe(t, cfg, state)
@@ -126,5 +159,96 @@ func TestApprovalAnsweredDuringTakeover(t *testing.T) {
 	waitRunStatus(t, other.url, id, "succeeded")
 	if calls := readRecords(t, filepath.Join(dir, "calls.jsonl")); len(calls) != 1 {
 		t.Errorf("the restart step ran %d times: %v", len(calls), calls)
+	}
+}
+
+// TestApprovalLateThroughAnotherGateway kills the gateway holding a waiting
+// run on a shared Redis and, once the step's recorded deadline has passed
+// and before the other gateway takes the run over (its lease outlives the
+// deadline), approves through the other one: the answer is refused naming
+// the deadline, and the run, taken over, goes on as on_timeout = "reject"
+// says.
+func TestApprovalLateThroughAnotherGateway(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.toml")
+	writeFile(t, cfg, approvalConfig(dir, 10, 2))
+	state := redistest.Open(t)
+	owner := startServe(t, cfg, state)
+	other := startServe(t, cfg, state)
+	id, err := postRun(owner.url, "restart-db", `{"host": "db-3"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStep(t, owner.url, id, "ask", "running")
+	deadline := stepDeadline(t, owner.url, id, "ask")
+	_ = owner.cmd.Process.Signal(syscall.SIGKILL)
+	_, _ = owner.cmd.Process.Wait()
+	waitPast(deadline)
+	req, _ := http.NewRequest("POST", other.url+"/v1/runs/"+id+"/signals/ask", strings.NewReader(`{"decision": "approve", "comment": "go"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), `"code":"past_deadline"`) || !strings.Contains(string(body), lateSays(deadline)) {
+		t.Fatalf("a late answer: %d %s", resp.StatusCode, body)
+	}
+	waitRunStatus(t, other.url, id, "failed")
+	if calls := readRecords(t, filepath.Join(dir, "calls.jsonl")); len(calls) != 0 {
+		t.Errorf("the restart step ran: %v", calls)
+	}
+	code, evs, _ := runCLI(t, "runs", "events", id, "--server", other.url)
+	if code != exitOK || !strings.Contains(evs, "rejected: no answer within the step's timeout") {
+		t.Errorf("the run's events:\n%s", evs)
+	}
+}
+
+// TestApprovalOnStoreFile answers with `gateway runs approve --state` while
+// no gateway runs on the file, before the step's recorded deadline and
+// after it: the first stands, the second is refused naming the deadline,
+// and the gateway started again carries the run on as each says.
+func TestApprovalOnStoreFile(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout int
+		late    bool
+		status  string
+		says    string
+	}{
+		{name: "in time", timeout: 600, status: "succeeded", says: "approved by "},
+		{name: "late", timeout: 1, late: true, status: "failed", says: "rejected: no answer within the step's timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "gateway.toml")
+			writeFile(t, cfg, approvalConfig(dir, clusterLeaseTTL, tc.timeout))
+			state := filepath.Join(dir, "gw.db")
+			gw := startServe(t, cfg, state)
+			id, err := postRun(gw.url, "restart-db", `{"host": "db-4"}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitStep(t, gw.url, id, "ask", "running")
+			deadline := stepDeadline(t, gw.url, id, "ask")
+			_ = gw.cmd.Process.Signal(syscall.SIGKILL)
+			_, _ = gw.cmd.Process.Wait()
+			if tc.late {
+				waitPast(deadline)
+			}
+			code, out, errOut := runCLI(t, "runs", "approve", id, "ask", "--state", state)
+			switch {
+			case tc.late && (code == exitOK || !strings.Contains(errOut, "too late") || !strings.Contains(errOut, lateSays(deadline))):
+				t.Errorf("a late answer on the file: %d\n%s%s", code, out, errOut)
+			case !tc.late && (code != exitOK || !strings.Contains(out, "approved step ask of run "+id)):
+				t.Errorf("an answer in time on the file: %d\n%s%s", code, out, errOut)
+			}
+			gw = startServe(t, cfg, state)
+			waitRunStatus(t, gw.url, id, tc.status)
+			code, evs, _ := runCLI(t, "runs", "events", id, "--server", gw.url)
+			if code != exitOK || !strings.Contains(evs, tc.says) {
+				t.Errorf("the run's events:\n%s", evs)
+			}
+		})
 	}
 }

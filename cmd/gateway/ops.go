@@ -120,7 +120,9 @@ default) carries on from the step it stopped at, keeping what succeeded;
 succeeded run too. On a store it needs --config and waits for the run.
 
 approve and reject answer an approval step the run waits at; the first
-answer wins, and a second is refused naming who gave the first.
+answer wins, and a second is refused naming who gave the first. An answer
+at or after the step's deadline is refused, and the step goes on as its
+on_timeout says.
 
 `
 
