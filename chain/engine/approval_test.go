@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/loader"
 	"github.com/chaingate/gateway/chain/store"
 )
 
@@ -264,5 +265,32 @@ func TestApprovalCancelAndReplay(t *testing.T) {
 	final, err = h.eng.Wait(ctx, run.ID)
 	if err != nil || final.Status != store.RunFailed {
 		t.Fatalf("after the replay's answer: %v %v", final, err)
+	}
+}
+
+// TestDecisionIsWhatTheLoaderChecks: an approval step's body is a
+// Decision, and the loader checks what conditions and templates read of it
+// against loader.ApprovalFields (strings, but timed_out a boolean), so a
+// field added here must be added there.
+func TestDecisionIsWhatTheLoaderChecks(t *testing.T) {
+	d := engine.Decision{Decision: "approve", By: "alice", Comment: "ok", At: time.Now(), TimedOut: true, Message: "restart?"}
+	raw, _ := json.Marshal(d)
+	var body map[string]any
+	if err := json.Unmarshal(raw, &body); err != nil {
+		t.Fatal(err)
+	}
+	if len(body) != len(loader.ApprovalFields) {
+		t.Errorf("a decision holds %v, the loader checks %v", body, loader.ApprovalFields)
+	}
+	for _, name := range loader.ApprovalFields {
+		v, ok := body[name]
+		_, isBool := v.(bool)
+		_, isString := v.(string)
+		switch {
+		case !ok:
+			t.Errorf("the loader checks field %q, which a decision does not hold: %s", name, raw)
+		case name == "timed_out" && !isBool, name != "timed_out" && !isString:
+			t.Errorf("field %q is %T", name, v)
+		}
 	}
 }
