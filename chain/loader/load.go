@@ -184,6 +184,7 @@ func (l *loader) gateway(t *table) {
 		return
 	}
 	l.gwSeen = &src
+	l.cfg.Gateway.Source = src
 	l.cfg.Gateway.Listen = t.str("listen")
 	l.cfg.Gateway.State = t.str("state")
 	if lt, ok := t.sub("limits"); ok {
