@@ -481,6 +481,7 @@ func (l *loader) providerConfigTemplate(t *table, p *chain.Provider, v any) {
 			return
 		}
 	}
+	t.d.checkRefs(t.path.Key("config"), secretShapes, templateRefs(tpl))
 	p.ConfigTemplate = tpl
 }
 

@@ -78,7 +78,7 @@ func (b *chainBuild) stepShapes(sc *scope, self *chain.Step) roots {
 		"prev":       resultShape(nil),
 		"run":        object(field{"id", aString}),
 		"chain":      object(field{"name", aString}),
-		"secrets":    nil,
+		"secrets":    stringMap,
 		"result":     unset("result is only available in branch conditions; use prev or steps.NAME"),
 		"item":       unset("item is only set inside a split's per-item steps"),
 		"item_index": unset("item_index is only set inside a split's per-item steps"),
@@ -170,6 +170,10 @@ func firingRunShape(c *chain.Chain) *shape {
 	})
 	return object(field{"id", aString}, field{"status", aString}, field{"body", nil}, field{"steps", steps})
 }
+
+// secretShapes are what a provider's config and a trigger's credentials
+// read: secrets, each a string.
+var secretShapes = roots{"secrets": stringMap}
 
 // scheduleShapes are the names a schedule's payload reads.
 var scheduleShapes = roots{"schedule": object(field{"name", aString}, field{"tick", aString}, field{"timezone", aString})}

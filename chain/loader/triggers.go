@@ -169,6 +169,7 @@ func secretTemplate(t *table, key string) *templates.Template {
 			return nil
 		}
 	}
+	t.d.checkRefs(t.path.Key(key), secretShapes, templateRefs(tpl))
 	return tpl
 }
 
