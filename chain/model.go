@@ -73,6 +73,8 @@ type Gateway struct {
 	// and every split runs in the gateway that runs its chain.
 	Fanout *Fanout
 	UI     UI
+	// Source is where the [gateway] table was written; zero without one.
+	Source Source
 }
 
 // UI is the [gateway.ui] table: the web console that serve answers.

@@ -117,13 +117,9 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg := opts.Config
-	secretVals, err := loadSecrets(cfg)
+	secretVals, red, err := openSecrets(ctx, cfg)
 	if err != nil {
 		return nil, err
-	}
-	red := secrets.NewRedactor(secretVals)
-	if diags := checkResolvedBuiltins(ctx, cfg, secretVals, red); len(diags) > 0 {
-		return nil, &chain.ConfigError{Diagnostics: diags}
 	}
 	log := slog.New(red.Handler(opts.Logger.Handler()))
 	if opts.ItemsOnly && cfg.Gateway.Fanout == nil {

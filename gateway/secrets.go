@@ -19,7 +19,7 @@ import (
 func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 	vals, err := secrets.Load(cfg.Gateway.SecretsFile)
 	if err != nil {
-		return nil, &chain.ConfigError{Diagnostics: []chain.Diagnostic{{Path: "gateway.secrets_file", Message: err.Error()}}}
+		return nil, &chain.ConfigError{Diagnostics: []chain.Diagnostic{cfg.Gateway.Source.Key("secrets_file").Errorf("%v", err)}}
 	}
 	var diags []chain.Diagnostic
 	check := func(src chain.Source, key string, tpl *templates.Template) {
@@ -49,6 +49,9 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 		for _, s := range list {
 			check(s.Source, "payload_template", s.Payload)
 			check(s.Source, "input", s.Input)
+			if s.Approval != nil {
+				check(s.Source, "approval.message", s.Approval.Message)
+			}
 			if s.Parallel != nil {
 				steps(s.Parallel.Steps)
 			}
@@ -70,6 +73,32 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 		return nil, &chain.ConfigError{Diagnostics: diags}
 	}
 	return vals, nil
+}
+
+// openSecrets reads cfg's secrets and checks what serve, run and resume
+// need of them before they open anything: every secret a template reads
+// (loadSecrets), and each built-in provider's config with its secrets
+// filled in. It returns the values and the redactor that hides them.
+func openSecrets(ctx context.Context, cfg *chain.Config) (map[string]string, *secrets.Redactor, error) {
+	vals, err := loadSecrets(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	red := secrets.NewRedactor(vals)
+	if diags := checkResolvedBuiltins(ctx, cfg, vals, red); len(diags) > 0 {
+		return nil, nil, &chain.ConfigError{Diagnostics: diags}
+	}
+	return vals, red, nil
+}
+
+// CheckSecrets reports, as a *chain.ConfigError, what a gateway opened on
+// cfg with this environment would be refused for in its secrets: a secret
+// a template reads that neither the environment nor secrets_file holds,
+// with the variable to set, or a built-in provider's config its secrets
+// make unusable. validate checks this so that it agrees with serve.
+func CheckSecrets(ctx context.Context, cfg *chain.Config) error {
+	_, _, err := openSecrets(ctx, cfg)
+	return err
 }
 
 // checkReloadSecrets refuses a config whose secrets the running gateway

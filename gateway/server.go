@@ -120,6 +120,58 @@ func AuthConfigured(cfg *chain.Config) bool {
 	return len(write)+len(read) > 0
 }
 
+// DefaultListen is where serve listens when neither --listen nor
+// [gateway].listen says otherwise.
+const DefaultListen = "127.0.0.1:8080"
+
+// CheckAuth refuses to serve addr without API tokens, from cfg or the
+// environment, unless only this machine can reach it.
+func CheckAuth(cfg *chain.Config, addr string) error {
+	if AuthConfigured(cfg) || loopback(addr) {
+		return nil
+	}
+	return fmt.Errorf("refusing to serve %s without API tokens; set [gateway.auth] tokens or %s, or listen on a loopback address", addr, EnvTokens)
+}
+
+// CheckServe reports, as a *chain.ConfigError, what serve (without
+// --listen) would refuse cfg for in this environment that loading alone
+// does not see: the secrets it reads (CheckSecrets), and API tokens for
+// a [gateway].listen other machines can reach (CheckAuth).
+func CheckServe(ctx context.Context, cfg *chain.Config) error {
+	var diags []chain.Diagnostic
+	var ce *chain.ConfigError
+	switch err := CheckSecrets(ctx, cfg); {
+	case errors.As(err, &ce):
+		diags = append(diags, ce.Diagnostics...)
+	case err != nil:
+		return err
+	}
+	addr := cfg.Gateway.Listen
+	if addr == "" {
+		addr = DefaultListen
+	}
+	if err := CheckAuth(cfg, addr); err != nil {
+		diags = append(diags, cfg.Gateway.Source.Key("listen").Errorf("serve: %v", err))
+	}
+	if len(diags) > 0 {
+		return &chain.ConfigError{Diagnostics: sortDiagnostics(diags)}
+	}
+	return nil
+}
+
+// loopback reports whether addr only listens on this machine.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // AuthEnabled reports whether requests need a token.
 func (s *Server) AuthEnabled() bool {
 	s.mu.RLock()

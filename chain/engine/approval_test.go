@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/loader"
 	"github.com/chaingate/gateway/chain/store"
 )
 
@@ -479,5 +480,32 @@ func TestApprovalStatsAndLogs(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("the approval log lines:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestDecisionIsWhatTheLoaderChecks: an approval step's body is a
+// Decision, and the loader checks what conditions and templates read of it
+// against loader.ApprovalFields (strings, but timed_out a boolean), so a
+// field added here must be added there.
+func TestDecisionIsWhatTheLoaderChecks(t *testing.T) {
+	d := engine.Decision{Decision: "approve", By: "alice", Comment: "ok", At: time.Now(), TimedOut: true, Message: "restart?"}
+	raw, _ := json.Marshal(d)
+	var body map[string]any
+	if err := json.Unmarshal(raw, &body); err != nil {
+		t.Fatal(err)
+	}
+	if len(body) != len(loader.ApprovalFields) {
+		t.Errorf("a decision holds %v, the loader checks %v", body, loader.ApprovalFields)
+	}
+	for _, name := range loader.ApprovalFields {
+		v, ok := body[name]
+		_, isBool := v.(bool)
+		_, isString := v.(string)
+		switch {
+		case !ok:
+			t.Errorf("the loader checks field %q, which a decision does not hold: %s", name, raw)
+		case name == "timed_out" && !isBool, name != "timed_out" && !isString:
+			t.Errorf("field %q is %T", name, v)
+		}
 	}
 }

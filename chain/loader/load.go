@@ -184,6 +184,7 @@ func (l *loader) gateway(t *table) {
 		return
 	}
 	l.gwSeen = &src
+	l.cfg.Gateway.Source = src
 	l.cfg.Gateway.Listen = t.str("listen")
 	l.cfg.Gateway.State = t.str("state")
 	if lt, ok := t.sub("limits"); ok {
@@ -480,6 +481,7 @@ func (l *loader) providerConfigTemplate(t *table, p *chain.Provider, v any) {
 			return
 		}
 	}
+	t.d.checkRefs(t.path.Key("config"), secretShapes, templateRefs(tpl))
 	p.ConfigTemplate = tpl
 }
 

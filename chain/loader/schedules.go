@@ -47,9 +47,14 @@ func (l *loader) schedule(t *table) {
 	}
 	if expr != "" {
 		spec, err := cronParser.Parse(expr)
-		if err != nil {
+		switch {
+		case err != nil:
 			t.d.errorf(t.path.Key("cron"), "invalid cron expression %q: %v (minute hour day-of-month month day-of-week, or @hourly, @daily, @weekly, @monthly)", expr, err)
-		} else {
+		case spec.Next(time.Now().In(s.Location)).IsZero():
+			// The parser takes each field alone, so "0 0 30 2 *" parses;
+			// Next finds no tick in the five years it looks ahead.
+			t.d.errorf(t.path.Key("cron"), "cron expression %q never fires: no time in the next five years matches it; check the day of month against the month (February has at most 29 days; April, June, September and November 30)", expr)
+		default:
 			s.Cron = expr
 			s.SetNext(spec.Next)
 		}
@@ -91,14 +96,10 @@ func (l *loader) schedule(t *table) {
 
 // scheduleTemplate compiles a schedule's payload, which reads the tick.
 func scheduleTemplate(t *table, v any) *templates.Template {
-	tpl := compileRoots(t.d, t.path.Key("payload"), v, chain.ScheduleRoots)
-	if tpl == nil {
-		return nil
-	}
-	for _, r := range tpl.Refs() {
-		if len(r.Path) > 0 && !contains([]string{"name", "tick", "timezone"}, r.Path[0]) {
-			t.d.errorf(t.path.Key("payload").Sub(r.Key), "<<%s>>: %s", r.Text, unknownField("schedule", r.Path[0], []string{"name", "tick", "timezone"}))
-		}
+	p := t.path.Key("payload")
+	tpl := compileRoots(t.d, p, v, chain.ScheduleRoots)
+	if tpl != nil {
+		t.d.checkRefs(p, scheduleShapes, templateRefs(tpl))
 	}
 	return tpl
 }

@@ -105,7 +105,7 @@ func (b *chainBuild) step(t *table, parent *chain.Step, sc *scope) *chain.Step {
 		s.Retry = decodeRetry(rt)
 	}
 	if src := t.nonEmpty("when"); src != "" {
-		s.When = b.condition(t.path.Key("when"), src, sc, false)
+		s.When = b.condition(t.path.Key("when"), src, sc, nil)
 	}
 
 	switch {
@@ -199,8 +199,8 @@ func (b *chainBuild) step(t *table, parent *chain.Step, sc *scope) *chain.Step {
 	return s
 }
 
-// roots returns the names a template or condition may read in scope sc.
-func roots(sc *scope, branch bool) []string {
+// rootNames are the names a condition may read in scope sc.
+func rootNames(sc *scope, branch bool) []string {
 	r := append([]string(nil), stepRoots...)
 	if sc.split != "" {
 		r = append(r, "item", "item_index")
@@ -259,7 +259,7 @@ func (b *chainBuild) routing(t *table, s *chain.Step, sc *scope) {
 			bt.d.errorf(bt.path, "a branch has either when or field/operator/value, not both")
 		case bt.has("when"):
 			if src := bt.nonEmpty("when"); src != "" {
-				if c := b.condition(bt.path.Key("when"), src, sc, true); c != nil {
+				if c := b.condition(bt.path.Key("when"), src, sc, s); c != nil {
 					br.Cond = c
 				}
 			}
@@ -277,6 +277,9 @@ func (b *chainBuild) routing(t *table, s *chain.Step, sc *scope) {
 					bt.d.errorf(bt.path, "%v", err)
 				default:
 					br.Cond = f
+					// Checked as the branch's own result: field = "body.x" reads result.body.x.
+					path, _ := condition.ParsePath(field)
+					b.checkRefs(bt.path.Key("field"), sc, s, []ref{{root: "result", path: path, text: fmt.Sprintf("field %q", field)}})
 				}
 			}
 		default:
@@ -402,34 +405,22 @@ func (b *chainBuild) split(t *table, owner *chain.Step, sc *scope) *chain.Split 
 	return sp
 }
 
-// template compiles a payload, input or items template and checks that the
-// steps it reads exist and are visible from scope sc.
+// template compiles a payload, input, items or message template, whose
+// paths are checked once every step of the chain is known.
 func (b *chainBuild) template(p chain.KeyPath, v any, sc *scope) *templates.Template {
 	tpl := compileRoots(b.d, p, v, nil)
 	if tpl == nil {
 		return nil
 	}
-	for _, r := range tpl.Refs() {
-		at := p.Sub(r.Key)
-		switch r.Root {
-		case "item", "item_index":
-			if sc.split == "" {
-				b.d.errorf(at, "<<%s>> is only set inside a split's per-item steps", r.Text)
-				continue
-			}
-		case "result":
-			b.d.errorf(at, "<<%s>>: result is only available in branch conditions; use prev or steps.NAME", r.Text)
-			continue
-		}
-		b.checkRef(at, r.Root, r.Path, "<<"+r.Text+">>", sc)
-	}
+	b.checkRefs(p, sc, nil, templateRefs(tpl))
 	b.warnCurlyPlaceholders(p, v)
 	return tpl
 }
 
-// condition compiles a when condition and checks the steps it reads.
-func (b *chainBuild) condition(p chain.KeyPath, src string, sc *scope, branch bool) *condition.Expr {
-	e, err := condition.CompileExpr(src, roots(sc, branch))
+// condition compiles a when condition: a step's, or with self set, a
+// branch's of step self, which reads its result.
+func (b *chainBuild) condition(p chain.KeyPath, src string, sc *scope, self *chain.Step) *condition.Expr {
+	e, err := condition.CompileExpr(src, rootNames(sc, self != nil))
 	if err != nil {
 		msg := err.Error()
 		switch {
@@ -441,31 +432,14 @@ func (b *chainBuild) condition(p chain.KeyPath, src string, sc *scope, branch bo
 		b.d.errorf(p, "%s", msg)
 		return nil
 	}
-	for _, ref := range e.Paths() {
-		b.checkRef(p, ref.Root, ref.Segments, ref.String(), sc)
-	}
+	b.checkRefs(p, sc, self, conditionRefs(e))
 	return e
 }
 
-func (b *chainBuild) checkStepRef(p chain.KeyPath, sc *scope, name, text string) {
-	b.checks = append(b.checks, func() {
-		if sc.visible(name) {
-			return
-		}
-		if s := b.byName[name]; s != nil {
-			b.d.errorf(p, "%s: step %q is inside split %q and its results are private to each item; read the split's body instead", text, name, enclosingSplit(s))
-			return
-		}
-		msg := fmt.Sprintf("%s refers to unknown step %q", text, name)
-		names := make([]string, 0, len(b.sources))
-		for n := range b.sources {
-			names = append(names, n)
-		}
-		if s := chain.Suggest(name, names); s != "" {
-			msg += fmt.Sprintf(" (did you mean %q?)", s)
-		}
-		b.d.errorf(p, "%s", msg)
-	})
+// checkRefs checks refs, read in scope sc, once every step of the chain is
+// known: steps.NAME may name a later one.
+func (b *chainBuild) checkRefs(p chain.KeyPath, sc *scope, self *chain.Step, refs []ref) {
+	b.checks = append(b.checks, func() { b.d.checkRefs(p, b.stepShapes(sc, self), refs) })
 }
 
 func enclosingSplit(s *chain.Step) string {

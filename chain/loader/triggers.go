@@ -12,16 +12,6 @@ import (
 
 var triggerKeys = []string{"name", "type", "chain", "resolve_chain", "per", "when", "payload", "resolve_payload", "idempotency_key", "token", "secret", "signature"}
 
-// The fields of an alert and of its group, as Alertmanager's webhook
-// (version 4) and Grafana's add them, so a typo in a mapping is caught
-// when the config loads.
-var (
-	alertFields = []string{"status", "labels", "annotations", "startsAt", "endsAt", "generatorURL", "fingerprint",
-		"values", "valueString", "silenceURL", "dashboardURL", "panelURL", "imageURL"}
-	groupFields = []string{"version", "groupKey", "truncatedAlerts", "status", "receiver", "groupLabels", "commonLabels",
-		"commonAnnotations", "externalURL", "alerts", "orgId", "title", "state", "message"}
-)
-
 func (l *loader) trigger(t *table) {
 	tr := &chain.Trigger{Name: l.checkName(t, "trigger"), Source: t.d.source(t.path)}
 	tr.Type = chain.TriggerType(t.enum("type", []string{"alertmanager", "grafana", "webhook"}, ""))
@@ -86,8 +76,10 @@ func (l *loader) trigger(t *table) {
 	}
 	l.cfg.Triggers[tr.Name] = tr
 	l.cfg.TriggerNames = append(l.cfg.TriggerNames, tr.Name)
-	raw := t.m["payload"]
-	l.later = append(l.later, func() { l.checkTriggerChains(t, tr, raw) })
+	l.later = append(l.later, func() {
+		l.checkTriggerChains(t, tr)
+		checkTriggerRefs(t, tr, l.cfg.Chains[tr.Chain])
+	})
 }
 
 // triggerTemplate compiles one of a trigger's templates, which read the
@@ -100,26 +92,31 @@ func triggerTemplate(t *table, key string, v any, roots []string) *templates.Tem
 		return nil
 	}
 	for _, r := range tpl.Refs() {
-		at := p.Sub(r.Key)
 		if r.Root == "secrets" {
 			// What the mapping makes is stored with the run as its origin.
-			t.d.errorf(at, "<<%s>>: a trigger's %s may not read secrets: it becomes the run's stored payload; read secrets in the chain's steps", r.Text, key)
-			continue
-		}
-		var fields []string
-		switch r.Root {
-		case "alert":
-			fields = alertFields
-		case "group":
-			fields = groupFields
-		case "firing_run":
-			fields = []string{"id", "status", "body", "steps"}
-		}
-		if fields != nil && len(r.Path) > 0 && !slices.Contains(fields, r.Path[0]) {
-			t.d.errorf(at, "<<%s>>: %s", r.Text, unknownField(r.Root, r.Path[0], fields))
+			t.d.errorf(p.Sub(r.Key), "<<%s>>: a trigger's %s may not read secrets: it becomes the run's stored payload; read secrets in the chain's steps", r.Text, key)
 		}
 	}
 	return tpl
+}
+
+// checkTriggerRefs checks what a trigger's condition and templates read
+// against the request its type takes, and a resolve mapping's firing_run
+// against firing, the chain whose run the alert's firing started.
+func checkTriggerRefs(t *table, tr *chain.Trigger, firing *chain.Chain) {
+	rs := triggerShapes(tr)
+	if tr.When != nil {
+		t.d.checkRefs(t.path.Key("when"), rs, conditionRefs(tr.When))
+	}
+	for key, tpl := range map[string]*templates.Template{"payload": tr.Payload, "idempotency_key": tr.IdempotencyKey} {
+		if tpl != nil {
+			t.d.checkRefs(t.path.Key(key), rs, templateRefs(tpl))
+		}
+	}
+	if tr.ResolvePayload != nil {
+		rs["firing_run"] = firingRunShape(firing)
+		t.d.checkRefs(t.path.Key("resolve_payload"), rs, templateRefs(tr.ResolvePayload))
+	}
 }
 
 // compileRoots compiles a template that reads roots (a chain step's when
@@ -172,13 +169,13 @@ func secretTemplate(t *table, key string) *templates.Template {
 			return nil
 		}
 	}
+	t.d.checkRefs(t.path.Key(key), secretShapes, templateRefs(tpl))
 	return tpl
 }
 
 // checkTriggerChains checks, once every chain is loaded, that the chains a
-// trigger starts exist and that its payload gives the input a chain
-// declares.
-func (l *loader) checkTriggerChains(t *table, tr *chain.Trigger, raw any) {
+// trigger starts exist and that its mappings give the input they declare.
+func (l *loader) checkTriggerChains(t *table, tr *chain.Trigger) {
 	for _, k := range []string{"chain", "resolve_chain"} {
 		name := tr.Chain
 		if k == "resolve_chain" {
@@ -188,26 +185,56 @@ func (l *loader) checkTriggerChains(t *table, tr *chain.Trigger, raw any) {
 			t.d.errorf(t.path.Key(k), "trigger %q starts chain %q, which is not defined%s", tr.Name, name, l.cfg.ChainHint(name))
 		}
 	}
-	c := l.cfg.Chains[tr.Chain]
+	l.checkTriggerInput(t, tr.Chain, "payload", nil)
+	if tr.ResolveChain != "" {
+		passed := []string{"alert", "firing_run"}
+		if tr.Per == chain.PerGroup {
+			passed[0] = "group"
+		}
+		l.checkTriggerInput(t, tr.ResolveChain, "resolve_payload", passed)
+	}
+}
+
+// checkTriggerInput checks that the mapping at key gives the input chain
+// name declares. passed are the fields of what the trigger passes without
+// a mapping; nil when that is the request as it came.
+func (l *loader) checkTriggerInput(t *table, name, key string, passed []string) {
+	c := l.cfg.Chains[name]
 	if c == nil || c.Input == nil || c.Input.Schema != nil {
+		return
+	}
+	fields := c.Input.Fields()
+	raw, given := t.m[key]
+	if !given {
+		fits := passed != nil
+		for _, f := range c.Input.Required {
+			fits = fits && slices.Contains(passed, f)
+		}
+		for _, f := range passed {
+			fits = fits && slices.Contains(fields, f)
+		}
+		if !fits {
+			t.d.errorf(t.path, "chain %q declares its input (%s); map the request to it with %s = { ... }", name, strings.Join(fields, ", "), key)
+		}
 		return
 	}
 	obj, ok := raw.(map[string]any)
 	if !ok {
-		if raw == nil {
-			t.d.errorf(t.path, "chain %q declares its input (%s); map the request to it with payload = { ... }", tr.Chain, strings.Join(c.Input.Fields(), ", "))
-		}
 		return
 	}
 	for _, f := range c.Input.Required {
 		if _, ok := obj[f]; !ok {
-			t.d.errorf(t.path.Key("payload"), "chain %q requires field %q in its payload, and the mapping does not give it", tr.Chain, f)
+			t.d.errorf(t.path.Key(key), "chain %q requires field %q in its payload, and the mapping does not give it", name, f)
 		}
 	}
-	fields := c.Input.Fields()
+	keys := make([]string, 0, len(obj))
 	for k := range obj {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
 		if !slices.Contains(fields, k) {
-			t.d.errorf(t.path.Key("payload").Key(k), "chain %q does not declare field %q in its input%s", tr.Chain, k, didYouMean(k, fields, "fields"))
+			t.d.errorf(t.path.Key(key).Key(k), "chain %q does not declare field %q in its input%s", name, k, didYouMean(k, fields, "fields"))
 		}
 	}
 }

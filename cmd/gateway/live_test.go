@@ -43,8 +43,19 @@ func TestLiveConfigNeedsOnlySecrets(t *testing.T) {
 			"bolt://./data/live.db", "bolt://"+filepath.Join(dir, "live.db")).Replace(string(data))
 		writeFile(t, filepath.Join(dir, filepath.Base(f)), text)
 	}
-	if code, out, errOut := runCLI(t, "validate", dir); code != exitOK {
-		t.Fatalf("validate: exit %d\n%s%s", code, out, errOut)
+	if code, out, errOut := runCLI(t, "validate", dir, "--skip-secrets"); code != exitOK {
+		t.Fatalf("validate --skip-secrets: exit %d\n%s%s", code, out, errOut)
+	}
+	// Without its secrets the config does not validate: each is named
+	// with the variable that sets it.
+	code, out, _ := runCLI(t, "validate", dir)
+	if code != exitFailed {
+		t.Fatalf("validate without secrets: exit %d\n%s", code, out)
+	}
+	for name := range liveSecrets {
+		if !strings.Contains(out, "no secret "+name+": set CHAINGATE_SECRET_"+name) {
+			t.Errorf("validate without secrets does not name %s:\n%s", name, out)
+		}
 	}
 	payload := `{"dedup_key":"01abc/page","channel":"C0123456789","ts":"1700000000.000100"}`
 
@@ -60,7 +71,10 @@ func TestLiveConfigNeedsOnlySecrets(t *testing.T) {
 	}
 
 	t.Setenv("CHAINGATE_SECRET_SLACK_BOT_TOKEN", liveSecrets["SLACK_BOT_TOKEN"])
-	code, out, errOut := runCLI(t, "run", "resolve-incident", "--config", dir, "--payload", payload)
+	if code, out, _ := runCLI(t, "validate", dir); code != exitOK {
+		t.Fatalf("validate with every secret: exit %d\n%s", code, out)
+	}
+	code, out, errOut = runCLI(t, "run", "resolve-incident", "--config", dir, "--payload", payload)
 	if code != exitOK {
 		t.Fatalf("run: exit %d\n%s", code, errOut)
 	}

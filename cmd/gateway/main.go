@@ -198,16 +198,22 @@ func (fs *flagSet) usage(w io.Writer) {
 	fs.SetOutput(fs.stderr)
 }
 
-const validateHelp = `Usage: gateway validate PATH... [--plugins] [--output text|json] (files or directories of *.toml)
+const validateHelp = `Usage: gateway validate PATH... [--plugins] [--skip-secrets] [--output text|json] (files or directories of *.toml)
 
 Checks config files as every command that loads them does, including each
 provider step's action_type and each built-in provider's config against
 what the provider declares, and every path a template or condition reads
 (a step, a field of its result, an origin.payload field the chain's input
-declares). External plugins are checked too with --plugins, which starts
-each one to read what it declares. Exit status: 0 the config is fine,
-1 it has errors, 2 usage. --output json prints one document with ok,
-counts, and errors and warnings with file, line, col, path and message.
+declares, a trigger's alert or body fields). It also checks what serve
+would refuse in this environment: every secret the config reads must be
+set (the message names the CHAINGATE_SECRET_ variable), each built-in
+provider's config must work with its secrets filled in, and a
+[gateway].listen other machines can reach needs API tokens; where the
+secrets are not at hand (CI), --skip-secrets leaves that out. External
+plugins are checked too with --plugins, which starts each one to read
+what it declares. Exit status: 0 the config is fine, 1 it has errors,
+2 usage. --output json prints one document with ok, counts, and errors
+and warnings with file, line, col, path and message.
 
 `
 
@@ -216,6 +222,7 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	var configs stringList
 	fs.Var(&configs, "config", "config file or directory (repeatable; same as a PATH argument)")
 	checkPlugins := fs.Bool("plugins", false, "also start every external plugin, and check the steps and config that use it against what it declares")
+	skipSecrets := fs.Bool("skip-secrets", false, "check the config alone, not the secrets and API tokens serve needs from the environment")
 	pluginTimeout := fs.Duration("plugin-timeout", 15*time.Second, "with --plugins, how long each plugin may take to start and describe itself")
 	output := fs.String("output", "text", "text (one FILE:LINE:COL: KEY.PATH: message line per problem) or json")
 	pos, err := parseInterleaved(fs, args)
@@ -239,6 +246,9 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			err = &chain.ConfigError{Diagnostics: diags}
 		}
 	}
+	if err == nil && !*skipSecrets {
+		err = gateway.CheckServe(ctx, cfg)
+	}
 	var ce *chain.ConfigError
 	switch {
 	case errors.As(err, &ce):
@@ -255,6 +265,9 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		rep.Triggers, rep.Schedules = len(cfg.Triggers), len(cfg.Schedules)
 		for _, c := range cfg.Chains {
 			rep.Steps += countSteps(c.Steps)
+		}
+		if *skipSecrets {
+			rep.Notes = append(rep.Notes, "the secrets and API tokens serve needs were not checked (--skip-secrets)")
 		}
 		if !*checkPlugins && len(external) > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the action types and config of external plugins (%s) were not checked; validate --plugins starts them to check", strings.Join(external, ", ")))

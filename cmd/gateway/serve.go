@@ -65,18 +65,18 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		addr = cfg.Gateway.Listen
 	}
 	if addr == "" {
-		addr = "127.0.0.1:8080"
+		addr = gateway.DefaultListen
 	}
 	// Everything that can be refused is, before the store is opened.
 	if err := checkListen(addr); err != nil {
 		fmt.Fprintln(stderr, "gateway serve:", err)
 		return exitUsage
 	}
+	if err := gateway.CheckAuth(cfg, addr); err != nil {
+		fmt.Fprintln(stderr, "gateway serve:", err)
+		return exitUsage
+	}
 	if !gateway.AuthConfigured(cfg) {
-		if !loopback(addr) {
-			fmt.Fprintf(stderr, "gateway serve: refusing to serve %s without API tokens; set [gateway.auth] tokens or %s, or listen on a loopback address\n", addr, gateway.EnvTokens)
-			return exitUsage
-		}
 		logger.Warn("no API tokens configured: the API is open to anyone who can reach " + addr)
 	}
 
@@ -165,17 +165,4 @@ func checkListen(addr string) error {
 		return fmt.Errorf("bad listen address %q, want HOST:PORT such as 127.0.0.1:8080: %w", addr, err)
 	}
 	return nil
-}
-
-// loopback reports whether addr only listens on this machine.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
+	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -332,6 +334,84 @@ func TestServeChecksBeforeOpening(t *testing.T) {
 		if _, err := os.Stat(state); err == nil {
 			t.Errorf("--listen %s created the store", tc.listen)
 		}
+	}
+}
+
+// TestValidateAgreesWithServe: what serve refuses to start with, in this
+// environment, validate reports too, in the same words and with the
+// variable to set; with it set, both go on.
+func TestValidateAgreesWithServe(t *testing.T) {
+	t.Setenv(gateway.EnvTokens, "")
+	t.Setenv(gateway.EnvReadTokens, "")
+	const chains = `
+[[providers]]
+name = "echo"
+type = "echo"
+[providers.config]
+level = "<<secrets.ECHO_LEVEL>>"
+
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "ask"
+approval = { message = "Restart? See <<secrets.RUNBOOK_URL>>" }
+[[chains.steps]]
+name = "do"
+provider = "echo"
+
+[[triggers]]
+name = "am"
+type = "alertmanager"
+chain = "c"
+token = "<<secrets.AM_TOKEN>>"
+`
+	secrets := map[string]string{"ECHO_LEVEL": "1", "RUNBOOK_URL": "https://runbooks.example.com", "AM_TOKEN": "am-4e1f"}
+	tests := []struct {
+		name, listen, unset, want string
+	}{
+		{"a provider's secret", "", "ECHO_LEVEL", "providers[echo].config.level: <<secrets.ECHO_LEVEL>>: no secret ECHO_LEVEL: set CHAINGATE_SECRET_ECHO_LEVEL"},
+		{"an approval message's secret", "", "RUNBOOK_URL", "chains[c].steps[ask].approval.message: <<secrets.RUNBOOK_URL>>: no secret RUNBOOK_URL: set CHAINGATE_SECRET_RUNBOOK_URL"},
+		{"a trigger's token", "", "AM_TOKEN", "triggers[am].token: <<secrets.AM_TOKEN>>: no secret AM_TOKEN: set CHAINGATE_SECRET_AM_TOKEN"},
+		{"API tokens", "0.0.0.0:0", "", "refusing to serve 0.0.0.0:0 without API tokens; set [gateway.auth] tokens or CHAINGATE_API_TOKENS"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for name, v := range secrets {
+				if name != tc.unset {
+					t.Setenv("CHAINGATE_SECRET_"+name, v)
+				}
+			}
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "gateway.toml")
+			args := []string{"serve", "--config", cfg, "--state", filepath.Join(dir, "gw.db")}
+			if tc.listen != "" {
+				writeFile(t, cfg, fmt.Sprintf("[gateway]\nlisten = %q\n", tc.listen)+chains)
+			} else {
+				// Not the default port: should serve start, it would not
+				// take another process's.
+				writeFile(t, cfg, chains)
+				args = append(args, "--listen", "127.0.0.1:0")
+			}
+			code, out, _ := runCLI(t, "validate", cfg)
+			if code != exitFailed || !strings.Contains(out, tc.want) {
+				t.Errorf("validate: exit %d, want %d and %q\n%s", code, exitFailed, tc.want, out)
+			}
+			if code, out, _ := runCLI(t, "validate", "--skip-secrets", cfg); code != exitOK || !strings.Contains(out, "note: the secrets and API tokens serve needs were not checked") {
+				t.Errorf("validate --skip-secrets: exit %d\n%s", code, out)
+			}
+			code, _, errOut := runCLI(t, args...)
+			if code != exitUsage || !strings.Contains(errOut, tc.want) {
+				t.Errorf("serve: exit %d, want %d and %q\n%s", code, exitUsage, tc.want, errOut)
+			}
+			if tc.unset != "" {
+				t.Setenv("CHAINGATE_SECRET_"+tc.unset, secrets[tc.unset])
+			} else {
+				t.Setenv(gateway.EnvTokens, "tok-5b0e")
+			}
+			if code, out, _ := runCLI(t, "validate", cfg); code != exitOK {
+				t.Errorf("validate with it set: exit %d\n%s", code, out)
+			}
+		})
 	}
 }
 
