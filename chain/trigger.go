@@ -65,8 +65,15 @@ type Trigger struct {
 	Token     *templates.Template
 	Secret    *templates.Template
 	Signature string
+	// MaxAlerts bounds the alerts one delivery turns into runs; those
+	// beyond it are parked in the dead-letter queue.
+	MaxAlerts int
 	Source    Source
 }
+
+// DefaultMaxAlerts is how many alerts of one delivery an alert trigger
+// turns into runs when max_alerts is not set.
+const DefaultMaxAlerts = 1000
 
 // TriggerRoots are the names a trigger's templates and condition read.
 func (t *Trigger) TriggerRoots() []string {

@@ -105,15 +105,24 @@ type Event struct {
 
 // DLQEntry is a failure parked for an operator.
 type DLQEntry struct {
-	ID       string    `json:"id"`
+	ID string `json:"id"`
+	// Kind is "step" for a step's failure, "delivery" for a trigger
+	// delivery no run could be started for.
+	Kind     string    `json:"kind"`
 	RunID    string    `json:"run_id"`
 	Chain    string    `json:"chain"`
 	Step     string    `json:"step"`
 	Error    ErrorInfo `json:"error"`
 	Attempts int       `json:"attempts"`
-	// Payload is the rendered payload of the failed call.
+	// Payload is the rendered payload of the failed call; for a delivery,
+	// the body it brought.
 	Payload   json.RawMessage `json:"payload,omitempty"`
 	CreatedAt time.Time       `json:"created_at"`
+	// Trigger, Headers and Metadata are a delivery's: the trigger it came
+	// to, its headers (credentials left out) and where it came from.
+	Trigger  string            `json:"trigger,omitempty"`
+	Headers  map[string]string `json:"headers,omitempty"`
+	Metadata json.RawMessage   `json:"metadata,omitempty"`
 }
 
 // RunPage is one page of a run listing.
@@ -173,8 +182,12 @@ func EventOf(ev store.Event) Event {
 }
 
 func apiDLQEntry(e *store.DLQEntry) *DLQEntry {
-	return &DLQEntry{ID: e.ID, RunID: e.RunID, Chain: e.Chain, Step: e.Step, Error: *apiErrorInfo(&e.Error),
-		Attempts: e.Attempts, Payload: e.Payload, CreatedAt: e.CreatedAt}
+	kind := e.Kind
+	if kind == "" {
+		kind = "step"
+	}
+	return &DLQEntry{ID: e.ID, Kind: kind, RunID: e.RunID, Chain: e.Chain, Step: e.Step, Error: *apiErrorInfo(&e.Error),
+		Attempts: e.Attempts, Payload: e.Payload, CreatedAt: e.CreatedAt, Trigger: e.Trigger, Headers: e.Headers, Metadata: e.Metadata}
 }
 
 func apiRunPage(p store.RunPage) RunPage {

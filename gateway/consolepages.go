@@ -145,7 +145,22 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 		case e.CreatedAt.After(since.Add(-failureWindow)):
 			v.DLQBefore++
 		}
+		if e.Kind == store.DLQDelivery && e.CreatedAt.After(since) {
+			// A delivery no run was started for fails no run: it is a
+			// failure of its own.
+			msg := normaliseError(e.Error.Message)
+			k := "delivery\x00" + e.Trigger + "\x00" + msg
+			g := groups[k]
+			if g == nil {
+				g = &failureGroup{Chain: e.Chain, Step: "trigger " + e.Trigger + ": no run started", Error: msg,
+					Link: c.base + "/dlq?chain=" + url.QueryEscape(e.Chain) + "&since=" + url.QueryEscape(failureWindow.String())}
+				groups[k] = g
+				v.Failures = append(v.Failures, g)
+			}
+			g.Count++
+		}
 	}
+	sort.SliceStable(v.Failures, func(i, j int) bool { return v.Failures[i].Count > v.Failures[j].Count })
 
 	running, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunRunning, Limit: 200, NoOrigins: true})
 	if err != nil {

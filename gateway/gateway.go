@@ -108,6 +108,10 @@ type Gateway struct {
 	secrets map[string]string
 	// limits pace and guard calls to each provider, across all runs.
 	limits *limits.Set
+	// door is told what trigger deliveries and schedule ticks did.
+	door DoorObserver
+	// inboxWake tells RunInbox that this gateway kept a delivery.
+	inboxWake chan struct{}
 }
 
 // Open opens the store and prepares the engine. Plugin processes start when
@@ -187,7 +191,8 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, errors.Join(err, pm.Close(), closeFanout(), st.Close())
 	}
-	g := &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, ItemStore: itemStore, secrets: secretVals, limits: lim}
+	g := &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, ItemStore: itemStore, secrets: secretVals, limits: lim,
+		door: noDoorObserver{}, inboxWake: make(chan struct{}, 1)}
 	switch {
 	case fo == nil:
 	case opts.ItemsOnly:

@@ -32,6 +32,8 @@ type Metrics struct {
 	fanInFlight prometheus.Gauge
 	redelivered prometheus.Counter
 	poisoned    prometheus.Counter
+	deliveries  *prometheus.CounterVec
+	ticks       *prometheus.CounterVec
 
 	// series holds each provider's call series, looked up once: resolving
 	// label values on every call was a measurable share of a worker's CPU.
@@ -102,9 +104,17 @@ func NewMetrics() *Metrics {
 		poisoned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chaingate_fanout_items_poisoned_total", Help: "Items a worker here parked as poison: their message outlived max_redeliveries.",
 		}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chaingate_trigger_deliveries_total",
+			Help: "What triggers did with each alert, alert group or body they took, by trigger and outcome (started, deduplicated, skipped, parked, queued, failed), and each request they refused (refused).",
+		}, []string{"trigger", "outcome"}),
+		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chaingate_schedule_ticks_total",
+			Help: "Schedule ticks, by schedule and outcome (started, deduplicated, caught_up, missed, failed).",
+		}, []string{"schedule", "outcome"}),
 	}
 	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.calls, m.inFlight, m.latency,
-		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned,
+		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned, m.deliveries, m.ticks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -117,6 +127,16 @@ func (m *Metrics) Event(ev store.Event) {
 	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut:
 		m.runsEnded.WithLabelValues(ev.Chain, strings.TrimPrefix(string(ev.Type), "run_")).Inc()
 	}
+}
+
+// Delivered implements DoorObserver.
+func (m *Metrics) Delivered(trigger, outcome string) {
+	m.deliveries.WithLabelValues(trigger, outcome).Inc()
+}
+
+// Ticked implements DoorObserver.
+func (m *Metrics) Ticked(schedule, outcome string, n int) {
+	m.ticks.WithLabelValues(schedule, outcome).Add(float64(n))
 }
 
 // CallStarted implements engine.Observer.

@@ -406,9 +406,29 @@ func (l *Local) DLQEntry(ctx context.Context, id string) (*DLQEntry, error) {
 	return apiDLQEntry(e), nil
 }
 
-// Replay implements Ops.
+// Replay implements Ops. A parked delivery is delivered again, through
+// its trigger as configured now; the run is that of its first alert.
 func (l *Local) Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error) {
-	run, err := l.GW.Engine.Replay(ctx, id, opts)
+	e, err := l.GW.Store.DLQ(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return l.replayEntry(ctx, e, opts)
+}
+
+func (l *Local) replayEntry(ctx context.Context, e *store.DLQEntry, opts engine.ReplayOptions) (*Run, error) {
+	if e.Kind != store.DLQDelivery {
+		run, err := l.GW.Engine.Replay(ctx, e.ID, opts)
+		if err != nil {
+			return nil, err
+		}
+		return apiRun(run), nil
+	}
+	id, err := l.GW.redeliver(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	run, err := l.GW.Store.RunHeader(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -456,7 +476,7 @@ func (l *Local) ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.R
 		wg.Add(1)
 		go func(e *store.DLQEntry) {
 			defer func() { <-sem; wg.Done() }()
-			run, err := l.GW.Engine.Replay(ctx, e.ID, opts)
+			run, err := l.replayEntry(ctx, e, opts)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -89,7 +89,7 @@ func (sc *Scheduler) Due(ctx context.Context, now time.Time) []ScheduleFire {
 		sc.last[name] = now
 		if !seen {
 			if tick := s.Latest(now, scheduleWindow); !tick.IsZero() {
-				if f, ok := sc.fire(ctx, s, tick, !s.CatchUp); ok {
+				if f, ok := sc.fire(ctx, s, tick, !s.CatchUp, true); ok {
 					fired = append(fired, f)
 				}
 			}
@@ -111,9 +111,10 @@ func (sc *Scheduler) Due(ctx context.Context, now time.Time) []ScheduleFire {
 			continue
 		}
 		if skipped > 0 {
+			sc.srv.gw.door.Ticked(name, "missed", skipped)
 			sc.srv.log.Warn("schedule ticks passed while the gateway was not checking; starting the latest only", "schedule", name, "skipped", skipped, "tick", tick)
 		}
-		if f, ok := sc.fire(ctx, s, tick, false); ok {
+		if f, ok := sc.fire(ctx, s, tick, false, false); ok {
 			fired = append(fired, f)
 		}
 	}
@@ -143,7 +144,7 @@ func tickKey(s *chain.Schedule, tick time.Time) string {
 
 // fire starts the run of one tick. With claimedOnly it starts only a tick
 // a gateway claimed and never started, and reports nothing otherwise.
-func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time, claimedOnly bool) (ScheduleFire, bool) {
+func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time, claimedOnly, catchUp bool) (ScheduleFire, bool) {
 	f := ScheduleFire{Schedule: s.Name, Tick: tick}
 	key := tickKey(s, tick)
 	log := sc.srv.log.With("schedule", s.Name, "tick", tick)
@@ -162,19 +163,26 @@ func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time
 	}
 	if err != nil {
 		f.Action, f.Reason = "failed", err.Error()
+		sc.srv.gw.door.Ticked(s.Name, OutcomeFailed, 1)
 		log.Error("scheduled run could not start", "err", err)
 		return f, true
 	}
-	if f.Action == "started" {
-		log.Info("scheduled run started", "run", f.Run, "chain", s.Chain)
-	} else {
+	switch {
+	case f.Action != "started":
+		sc.srv.gw.door.Ticked(s.Name, OutcomeDeduplicated, 1)
 		log.Debug("tick already started", "run", f.Run)
+	case catchUp:
+		sc.srv.gw.door.Ticked(s.Name, "caught_up", 1)
+		log.Info("scheduled run started for a tick missed while no gateway was checking", "run", f.Run, "chain", s.Chain)
+	default:
+		sc.srv.gw.door.Ticked(s.Name, OutcomeStarted, 1)
+		log.Info("scheduled run started", "run", f.Run, "chain", s.Chain)
 	}
 	return f, true
 }
 
 func (sc *Scheduler) start(ctx context.Context, s *chain.Schedule, key string, in engine.Input) (id, status, action string, err error) {
-	id, status, replayed, err := sc.srv.startKeyed(engine.WithActor(ctx, "schedule "+s.Name), s.Chain, "", key, scheduleTTL, in)
+	id, status, replayed, err := sc.srv.gw.startKeyed(engine.WithActor(ctx, "schedule "+s.Name), s.Chain, "", key, scheduleTTL, in)
 	if err != nil {
 		return "", "", "", err
 	}

@@ -53,6 +53,9 @@ type Server struct {
 	// workItems makes the server work the items of distributed splits too.
 	workItems bool
 	sched     *Scheduler
+	// budget bounds how long a trigger delivery's alerts are turned into
+	// runs before the answer goes.
+	budget time.Duration
 }
 
 // Token environment variables, comma separated; they add to [gateway.auth].
@@ -64,7 +67,10 @@ const (
 // NewServer returns the API of gw. hub and metrics must be the ones gw's
 // events and calls feed; paths are the config paths reload reads again.
 func NewServer(gw *Gateway, hub *Hub, metrics *Metrics, paths []string) *Server {
-	s := &Server{gw: gw, ops: &Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths}
+	s := &Server{gw: gw, ops: &Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: deliveryBudget}
+	if metrics != nil {
+		gw.door = metrics
+	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.aborting, s.abort = context.WithCancel(context.Background())
 	metrics.Register(gw)
@@ -233,6 +239,7 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	go func() { errc <- srv.Serve(limitConns(l, lim.MaxConnections)) }()
 	go s.adopt(ctx)
 	go s.sched.Run(s.stopping)
+	go s.gw.RunInbox(s.stopping)
 	workerCtx, stopWorker := context.WithCancel(context.Background())
 	defer stopWorker()
 	workerDone := make(chan struct{})

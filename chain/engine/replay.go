@@ -83,6 +83,9 @@ func (e *Engine) Replay(ctx context.Context, entryID string, opts ReplayOptions)
 
 func (e *Engine) replay(ctx context.Context, entry *store.DLQEntry, opts ReplayOptions) (*store.Run, error) {
 	what := "replaying entry " + entry.ID
+	if entry.Kind == store.DLQDelivery {
+		return nil, fmt.Errorf("%s: it holds a trigger delivery, which its trigger takes again, not a run", what)
+	}
 	old, err := e.store.Run(ctx, entry.RunID)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)

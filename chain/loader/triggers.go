@@ -10,7 +10,7 @@ import (
 	"github.com/chaingate/gateway/templates"
 )
 
-var triggerKeys = []string{"name", "type", "chain", "resolve_chain", "per", "when", "payload", "resolve_payload", "idempotency_key", "token", "secret", "signature"}
+var triggerKeys = []string{"name", "type", "chain", "resolve_chain", "per", "when", "payload", "resolve_payload", "idempotency_key", "token", "secret", "signature", "max_alerts"}
 
 func (l *loader) trigger(t *table) {
 	tr := &chain.Trigger{Name: l.checkName(t, "trigger"), Source: t.d.source(t.path)}
@@ -28,6 +28,16 @@ func (l *loader) trigger(t *table) {
 				t.d.errorf(t.path.Key(k), "only a trigger of type alertmanager or grafana takes %s", k)
 			}
 		}
+	}
+	if tr.Type.Alerts() {
+		tr.MaxAlerts = chain.DefaultMaxAlerts
+		if t.has("max_alerts") {
+			if tr.MaxAlerts = t.count("max_alerts", "alerts"); tr.MaxAlerts == 0 {
+				t.d.errorf(t.path.Key("max_alerts"), "must be at least 1")
+			}
+		}
+	} else if t.has("max_alerts") {
+		t.d.errorf(t.path.Key("max_alerts"), "only a trigger of type alertmanager or grafana takes max_alerts")
 	}
 	if tr.Type != chain.TriggerWebhook && t.has("idempotency_key") {
 		t.d.errorf(t.path.Key("idempotency_key"), "only a webhook trigger takes idempotency_key; an alert's run is keyed by its fingerprint and startsAt")

@@ -1,0 +1,838 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
+	"github.com/chaingate/gateway/templates"
+)
+
+// The door is everything between a delivery arriving at a trigger and its
+// runs starting. Every alert, alert group or body it takes ends in one of
+// the outcomes below, each logged and counted: nothing it cannot turn into a
+// run is dropped; it is parked in the dead-letter queue, replayable once
+// the config is fixed.
+
+// What the door did with one alert, group or body, as metrics name it.
+const (
+	OutcomeStarted      = "started"
+	OutcomeDeduplicated = "deduplicated"
+	OutcomeSkipped      = "skipped"
+	OutcomeParked       = "parked"
+	OutcomeQueued       = "queued"
+	OutcomeFailed       = "failed"
+	OutcomeRefused      = "refused"
+)
+
+// DoorObserver is told what the door does, for metrics. Its methods must
+// not block.
+type DoorObserver interface {
+	// Delivered is one alert, group or body a trigger took, or one request
+	// it refused.
+	Delivered(trigger, outcome string)
+	// Ticked is what n ticks of a schedule did: started, deduplicated,
+	// caught_up, missed (passed while the gateway was not checking) or
+	// failed.
+	Ticked(schedule, outcome string, n int)
+}
+
+type noDoorObserver struct{}
+
+func (noDoorObserver) Delivered(string, string) {}
+func (noDoorObserver) Ticked(string, string, int) {}
+
+const (
+	// triggerTTL is how long a trigger remembers what it started: an alert
+	// Alertmanager keeps sending (every repeat_interval) starts one run for
+	// as long as it fires, up to this.
+	triggerTTL = 7 * 24 * time.Hour
+	// deliveryBudget is how long a delivery's alerts are turned into runs
+	// before the answer goes: the rest are kept, and started after it.
+	deliveryBudget = 500 * time.Millisecond
+	// deliveryWorkers turn one delivery's alerts into runs at once.
+	deliveryWorkers = 8
+	// inboxRecheck is how often kept deliveries are looked for, so that
+	// those a gateway kept and died before starting are started elsewhere.
+	inboxRecheck = 10 * time.Second
+	// inboxClaimTTL bounds how long one gateway works a kept delivery
+	// before another may take it up; doing it twice starts nothing twice.
+	inboxClaimTTL = 2 * time.Minute
+)
+
+// TriggerResponse is the answer to POST /v1/triggers/{name}: what each
+// alert (or the group, or the body) did.
+type TriggerResponse struct {
+	Trigger string          `json:"trigger"`
+	Results []TriggerResult `json:"results"`
+	// TruncatedAlerts counts the alerts beyond the trigger's max_alerts,
+	// parked in the dead-letter queue rather than turned into runs.
+	TruncatedAlerts int `json:"truncated_alerts,omitempty"`
+}
+
+// TriggerResult is what one alert, group or body did.
+type TriggerResult struct {
+	// Action is started, replayed (a run it started before, or the open
+	// run of its group, which notes it), skipped, parked (kept in the
+	// dead-letter queue: no run could be started), queued (kept, and
+	// started after the answer) or failed (nothing kept: send it again).
+	Action string `json:"action"`
+	Run    string `json:"run,omitempty"`
+	Chain  string `json:"chain,omitempty"`
+	Status string `json:"status,omitempty"`
+	// Alert is the alert's fingerprint, for alert triggers.
+	Alert string `json:"alert,omitempty"`
+	// Group is the alert group's key, for triggers with per = "group".
+	Group string `json:"group,omitempty"`
+	// AlertStatus is firing or resolved.
+	AlertStatus string `json:"alert_status,omitempty"`
+	// FiringRun is the run a resolved alert's firing started.
+	FiringRun string `json:"firing_run,omitempty"`
+	// DeadLetter is the dead-letter entry a parked delivery is kept in.
+	DeadLetter string `json:"dead_letter,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// inbound is one delivery as the door works it.
+type inbound struct {
+	tr  *chain.Trigger
+	doc any
+	// headers are a webhook's, credentials left out.
+	headers map[string]any
+	// meta becomes the runs' origin.metadata.
+	meta map[string]string
+	// key makes two webhook deliveries the same: the Idempotency-Key
+	// header, or the signature of a signed body.
+	key string
+	// replay is the dead-letter entry this delivery is a replay of: it is
+	// neither capped nor parked again.
+	replay string
+}
+
+// deliver turns a delivery into runs. Alerts not started by until (zero:
+// no bound) are kept, and started after the answer.
+func (gw *Gateway) deliver(ctx context.Context, in *inbound, until time.Time) TriggerResponse {
+	resp := TriggerResponse{Trigger: in.tr.Name, Results: []TriggerResult{}}
+	defer func() {
+		for _, res := range resp.Results {
+			gw.observe(in.tr, res)
+		}
+	}()
+	if !in.tr.Type.Alerts() {
+		resp.Results = append(resp.Results, gw.fireWebhook(ctx, in))
+		return resp
+	}
+	group := in.doc.(map[string]any)
+	alerts := group["alerts"].([]any)
+	if n, _ := group["truncatedAlerts"].(float64); n > 0 {
+		gw.Log.Warn("the sender truncated this notification: alerts it holds were never delivered; raise the sender's max_alerts", "trigger", in.tr.Name, "truncated", int(n))
+	}
+	if in.tr.Per == chain.PerGroup {
+		resp.Results = append(resp.Results, gw.fireGroup(ctx, in, group, alerts))
+		return resp
+	}
+	if limit := in.tr.MaxAlerts; in.replay == "" && len(alerts) > limit {
+		// The alerts beyond the cap are parked in entries of at most the cap
+		// each, so that replaying one starts a bounded number of runs.
+		resp.TruncatedAlerts = len(alerts) - limit
+		cause := fmt.Errorf("the delivery holds %d alerts, and trigger %q turns at most max_alerts = %d of one delivery into runs", len(alerts), in.tr.Name, limit)
+		for rest := alerts[limit:]; len(rest) > 0; rest = rest[min(limit, len(rest)):] {
+			chunk := rest[:min(limit, len(rest))]
+			resp.Results = append(resp.Results, gw.park(ctx, in, TriggerResult{Chain: in.tr.Chain}, withAlerts(group, chunk), "", cause, "max_alerts"))
+		}
+		alerts = alerts[:limit]
+	}
+	results, rest := gw.fireAlerts(ctx, in, group, alerts, until)
+	resp.Results = append(results, resp.Results...)
+	if len(rest) > 0 {
+		resp.Results = append(resp.Results, gw.queue(ctx, in, group, rest)...)
+	}
+	return resp
+}
+
+// fireAlerts starts the runs of alerts, several at once, until until; it
+// returns what each alert it took did, and the alerts it did not take.
+func (gw *Gateway) fireAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, until time.Time) ([]TriggerResult, []any) {
+	results := make([]TriggerResult, len(alerts))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(alerts), deliveryWorkers) {
+		wg.Go(func() {
+			for {
+				if !until.IsZero() && time.Now().After(until) {
+					return
+				}
+				i := int(next.Add(1) - 1)
+				if i >= len(alerts) {
+					return
+				}
+				results[i] = gw.fireAlert(ctx, in, group, alerts[i])
+			}
+		})
+	}
+	wg.Wait()
+	taken := min(int(next.Load()), len(alerts))
+	return results[:taken], alerts[taken:]
+}
+
+// queue keeps the alerts of a delivery not started before its answer, and
+// wakes the inbox to start them.
+func (gw *Gateway) queue(ctx context.Context, in *inbound, group map[string]any, rest []any) []TriggerResult {
+	results := make([]TriggerResult, len(rest))
+	for i, a := range rest {
+		alert, _ := a.(map[string]any)
+		fp, _ := alert["fingerprint"].(string)
+		status, _ := alert["status"].(string)
+		results[i] = TriggerResult{Action: "queued", Alert: fp, AlertStatus: status, Chain: in.tr.Chain}
+	}
+	body, err := jsonx.Marshal(withAlerts(group, rest))
+	var meta []byte
+	if err == nil {
+		meta, err = jsonx.Marshal(in.meta)
+	}
+	if err == nil {
+		err = gw.Store.PutDelivery(ctx, &store.Delivery{ID: store.NewID(), Trigger: in.tr.Name, Body: body, Metadata: meta, ReceivedAt: time.Now().UTC()})
+	}
+	if err != nil {
+		for i := range results {
+			results[i].Action, results[i].Reason = "failed", "keeping the alerts to start after the answer: "+err.Error()
+		}
+		return results
+	}
+	select {
+	case gw.inboxWake <- struct{}{}:
+	default:
+	}
+	return results
+}
+
+// fireAlert starts the run one alert asks for: the trigger's chain when
+// it fires, its resolve chain when it is resolved. Its fingerprint and
+// startsAt key both, so Alertmanager's repeats start nothing new.
+func (gw *Gateway) fireAlert(ctx context.Context, in *inbound, group map[string]any, a any) TriggerResult {
+	tr := in.tr
+	alert, ok := a.(map[string]any)
+	if !ok {
+		res := TriggerResult{Chain: tr.Chain}
+		return gw.park(ctx, in, res, withAlerts(group, []any{a}), "", errors.New("an alert must be a JSON object"), "invalid_alert")
+	}
+	status, _ := alert["status"].(string)
+	fp, _ := alert["fingerprint"].(string)
+	if fp == "" {
+		// Alertmanager before 0.20 sent none: the labels identify the alert.
+		labels, _ := jsonx.Marshal(alert["labels"])
+		sum := sha256.Sum256(labels)
+		fp = hex.EncodeToString(sum[:8])
+	}
+	startsAt, _ := alert["startsAt"].(string)
+	res := TriggerResult{Alert: fp, AlertStatus: status}
+	key := "trigger/" + tr.Name + "/alert/" + keyPart(fp) + "/" + keyPart(startsAt)
+	st := start{
+		scope: map[string]any{"alert": alert, "group": group},
+		meta:  withMeta(in.meta, "alert_fingerprint", fp, "alert_status", status),
+		kept:  withAlerts(group, []any{alert}),
+	}
+	if status != "resolved" {
+		st.chain, st.tpl, st.whole, st.key = tr.Chain, tr.Payload, alert, key
+		return gw.start(ctx, in, res, st)
+	}
+	firing, err := gw.Store.KeyRun(ctx, key)
+	if err == nil && firing == "" {
+		// An alert that fired before keys were escaped.
+		firing, err = gw.Store.KeyRun(ctx, "trigger/"+tr.Name+"/"+fp+"/"+startsAt)
+	}
+	if err != nil {
+		res.Action, res.Reason = "failed", "finding the run the alert's firing started: "+err.Error()
+		return res
+	}
+	res.FiringRun = firing
+	if tr.ResolveChain == "" {
+		res.Action, res.Reason = "skipped", "resolved, and the trigger has no resolve_chain"
+		return res
+	}
+	fr := gw.firingRun(ctx, firing)
+	st.scope["firing_run"] = fr
+	st.meta = withMeta(st.meta, "firing_run", firing)
+	st.chain, st.tpl, st.key = tr.ResolveChain, tr.ResolvePayload, key+"/resolved"
+	st.whole = map[string]any{"alert": alert, "firing_run": fr}
+	return gw.start(ctx, in, res, st)
+}
+
+// fireGroup starts one run for an alert group. The group's run lives from
+// its first firing notification until the group is resolved: notifications
+// in between, whoever joined or left the group, are noted on it; the
+// resolved group starts the resolve chain once, and a later firing starts a
+// run anew.
+func (gw *Gateway) fireGroup(ctx context.Context, in *inbound, group map[string]any, alerts []any) TriggerResult {
+	tr := in.tr
+	status, _ := group["status"].(string)
+	groupKey, _ := group["groupKey"].(string)
+	members := membersHash(status, alerts)
+	if groupKey == "" {
+		// No group key: the alerts in it are the group.
+		groupKey = "members:" + members
+	}
+	res := TriggerResult{Group: groupKey, AlertStatus: status}
+	key := "trigger/" + tr.Name + "/group/" + keyPart(groupKey)
+	st := start{
+		scope: map[string]any{"group": group},
+		meta:  withMeta(in.meta, "alert_group", groupKey, "alert_status", status),
+		kept:  group,
+	}
+	open, err := gw.Store.KeyRun(ctx, key)
+	if err != nil {
+		res.Action, res.Reason = "failed", "finding the group's open run: "+err.Error()
+		return res
+	}
+	seen := key + "/seen/" + members
+	if status != "resolved" {
+		if open != "" {
+			gw.noteGroup(ctx, open, seen, group, alerts)
+			res.Action, res.Run, res.Chain = "replayed", open, tr.Chain
+			res.Status = gw.runStatus(ctx, open)
+			res.Reason = "the group's run is open until the group is resolved; this notification is noted on it"
+			return res
+		}
+		// The notification the run starts with is not noted again when the
+		// other member of an HA pair delivers it too.
+		if _, err := gw.Store.ClaimKey(ctx, seen, store.NewID(), triggerTTL); err != nil {
+			res.Action, res.Reason = "failed", "recording the group's notification: "+err.Error()
+			return res
+		}
+		st.chain, st.tpl, st.whole, st.key = tr.Chain, tr.Payload, group, key
+		return gw.start(ctx, in, res, st)
+	}
+	res.FiringRun = open
+	if open != "" {
+		gw.noteGroup(ctx, open, seen, group, alerts)
+	}
+	release := func() {
+		if open == "" {
+			return
+		}
+		if err := gw.Store.ReleaseKey(context.WithoutCancel(ctx), key, open); err != nil {
+			gw.Log.Error("releasing a resolved alert group's run: its next firing is noted on that run", "trigger", tr.Name, "group", groupKey, "run", open, "err", err)
+		}
+	}
+	if tr.ResolveChain == "" {
+		release()
+		res.Action, res.Reason = "skipped", "resolved, and the trigger has no resolve_chain"
+		return res
+	}
+	fr := gw.firingRun(ctx, open)
+	st.scope["firing_run"] = fr
+	st.meta = withMeta(st.meta, "firing_run", open)
+	// A resolution is keyed by the run it closes; the same notification
+	// coming again once that run is let go of (from the other member of an
+	// HA pair, say) finds it by what it holds.
+	byMembers := key + "/resolved/members/" + members
+	st.chain, st.tpl, st.key = tr.ResolveChain, tr.ResolvePayload, key+"/resolved/"+keyPart(open)
+	if open == "" {
+		st.key = byMembers
+	}
+	st.whole = map[string]any{"group": group, "firing_run": fr}
+	res = gw.start(ctx, in, res, st)
+	if res.Action == "parked" || res.Action == "failed" {
+		return res
+	}
+	if open != "" && res.Run != "" {
+		if _, err := gw.Store.ClaimKey(ctx, byMembers, res.Run, triggerTTL); err != nil {
+			gw.Log.Warn("recording a resolved alert group's notification", "trigger", tr.Name, "group", groupKey, "err", err)
+		}
+	}
+	release()
+	return res
+}
+
+// noteGroup notes a notification of an alert group on its open run, once
+// whichever of an HA pair delivers it.
+func (gw *Gateway) noteGroup(ctx context.Context, run, seen string, group map[string]any, alerts []any) {
+	if bound, err := gw.Store.ClaimKey(ctx, seen, store.NewID(), triggerTTL); err != nil || bound != "" {
+		return
+	}
+	status, _ := group["status"].(string)
+	firing, resolved := 0, 0
+	for _, a := range alerts {
+		if alert, ok := a.(map[string]any); ok && alert["status"] == "resolved" {
+			resolved++
+		} else {
+			firing++
+		}
+	}
+	msg := fmt.Sprintf("alert group notified again: %s, %d firing, %d resolved", status, firing, resolved)
+	if status == "resolved" {
+		msg = fmt.Sprintf("alert group resolved: %d alerts", len(alerts))
+	}
+	data, _ := jsonx.Marshal(map[string]any{"status": status, "firing": firing, "resolved": resolved, "alerts": alertIDs(alerts)})
+	if err := gw.Engine.Note(ctx, run, msg, data); err != nil {
+		gw.Log.Warn("noting an alert group's notification on its run", "run", run, "err", err)
+	}
+}
+
+// fireWebhook starts the run a webhook's body asks for.
+func (gw *Gateway) fireWebhook(ctx context.Context, in *inbound) TriggerResult {
+	tr := in.tr
+	scope := map[string]any{"body": in.doc, "headers": in.headers}
+	res := TriggerResult{}
+	st := start{chain: tr.Chain, tpl: tr.Payload, scope: scope, whole: in.doc, meta: in.meta, kept: in.doc}
+	key := in.key
+	if tr.IdempotencyKey != nil {
+		v, err := tr.IdempotencyKey.Render(templates.MapScope(scope))
+		if err != nil {
+			res.Chain = tr.Chain
+			return gw.park(ctx, in, res, in.doc, "", fmt.Errorf("rendering idempotency_key: %w", err), "trigger_mapping")
+		}
+		if v != nil {
+			key = fmt.Sprint(v)
+		}
+	}
+	if key != "" {
+		st.key = "trigger/" + tr.Name + "/key/" + keyPart(key)
+		st.meta = withMeta(st.meta, "idempotency_key", key)
+	}
+	return gw.start(ctx, in, res, st)
+}
+
+// start is what one alert, group or body starts, and how.
+type start struct {
+	chain string
+	tpl   *templates.Template
+	scope map[string]any
+	// whole is the payload when there is no template.
+	whole any
+	// key makes repeats of the delivery find the run it started.
+	key  string
+	meta map[string]string
+	// kept is what a parked entry keeps of the delivery.
+	kept any
+}
+
+// start checks the trigger's condition, maps the payload and starts the
+// run under the start's key; a delivery it cannot start a run for is
+// parked.
+func (gw *Gateway) start(ctx context.Context, in *inbound, res TriggerResult, st start) TriggerResult {
+	res.Chain = st.chain
+	parkKey := ""
+	if st.key != "" {
+		parkKey = st.key + "/parked"
+	}
+	if in.tr.When != nil {
+		ok, err := in.tr.When.Eval(st.scope)
+		if err != nil {
+			return gw.park(ctx, in, res, st.kept, parkKey, fmt.Errorf("evaluating when (%s): %w", in.tr.When.String(), err), "trigger_when")
+		}
+		if !ok {
+			res.Action, res.Reason = "skipped", "when is false: "+in.tr.When.String()
+			return res
+		}
+	}
+	var payload []byte
+	var err error
+	if st.tpl != nil {
+		payload, err = st.tpl.AppendJSON(nil, templates.MapScope(st.scope))
+	} else {
+		payload, err = jsonx.Marshal(st.whole)
+	}
+	if err != nil {
+		return gw.park(ctx, in, res, st.kept, parkKey, fmt.Errorf("mapping the payload: %w", err), "trigger_mapping")
+	}
+	mb, _ := jsonx.Marshal(st.meta)
+	ctx = engine.WithActor(ctx, "trigger "+in.tr.Name)
+	id, status, replayed, err := gw.startKeyed(ctx, st.chain, "", st.key, triggerTTL, engine.Input{Payload: payload, Metadata: mb})
+	switch {
+	case errors.Is(err, engine.ErrClosed) || ctx.Err() != nil:
+		res.Action, res.Reason = "failed", err.Error()
+		return res
+	case err != nil:
+		return gw.park(ctx, in, res, st.kept, parkKey, fmt.Errorf("starting the run: %w", err), "trigger_start")
+	}
+	res.Run, res.Status, res.Action = id, status, "started"
+	if replayed {
+		res.Action = "replayed"
+	}
+	return res
+}
+
+// park keeps what a delivery brought that no run could be started for as
+// a dead-letter entry of its own kind, once per key, and says so loudly.
+// A replay of an entry parks nothing anew: the entry stays.
+func (gw *Gateway) park(ctx context.Context, in *inbound, res TriggerResult, kept any, key string, cause error, code string) TriggerResult {
+	res.Action, res.Reason = "parked", cause.Error()
+	if in.replay != "" {
+		res.DeadLetter = in.replay
+		return res
+	}
+	id := store.NewID()
+	if key != "" {
+		bound, err := gw.Store.ClaimKey(ctx, key, id, triggerTTL)
+		if err != nil {
+			res.Action, res.Reason = "failed", fmt.Sprintf("%s; parking it: %v", cause, err)
+			return res
+		}
+		if bound != "" {
+			res.DeadLetter = bound
+			return res
+		}
+	}
+	body, err := jsonx.Marshal(kept)
+	var meta []byte
+	if err == nil {
+		meta, err = jsonx.Marshal(in.meta)
+	}
+	var headers map[string]string
+	if len(in.headers) > 0 {
+		headers = make(map[string]string, len(in.headers))
+		for k, v := range in.headers {
+			headers[k] = fmt.Sprint(v)
+		}
+	}
+	if err == nil {
+		err = gw.Store.AddDLQ(ctx, &store.DLQEntry{
+			ID: id, Kind: store.DLQDelivery, Chain: res.Chain, Trigger: in.tr.Name,
+			Error:   store.ErrorInfo{Message: gw.Redactor.String(cause.Error()), Code: code},
+			Payload: gw.Redactor.JSON(body), Headers: headers, Metadata: meta, CreatedAt: time.Now().UTC(),
+		})
+	}
+	if err != nil {
+		if key != "" {
+			_ = gw.Store.ReleaseKey(context.WithoutCancel(ctx), key, id)
+		}
+		res.Action, res.Reason = "failed", fmt.Sprintf("%s; parking it: %v", cause, err)
+		return res
+	}
+	res.DeadLetter = id
+	gw.Log.Error("a trigger delivery was parked in the dead-letter queue: no run started for it; fix the config and replay the entry",
+		"trigger", in.tr.Name, "chain", res.Chain, "entry", id, "alert", res.Alert, "group", res.Group, "code", code, "err", cause)
+	return res
+}
+
+// observe logs and counts what one result did.
+func (gw *Gateway) observe(tr *chain.Trigger, res TriggerResult) {
+	outcome := res.Action
+	switch res.Action {
+	case "replayed":
+		outcome = OutcomeDeduplicated
+	case "started":
+		gw.Log.Info("trigger started a run", "trigger", tr.Name, "chain", res.Chain, "run", res.Run, "alert", res.Alert, "group", res.Group, "alert_status", res.AlertStatus)
+	case "failed":
+		gw.Log.Error("a trigger delivery could not be taken: its sender must send it again", "trigger", tr.Name, "alert", res.Alert, "group", res.Group, "err", res.Reason)
+	}
+	gw.door.Delivered(tr.Name, outcome)
+}
+
+// startKeyed starts a run of chainName. With a key, it first binds
+// prefix+key to the new run for ttl: a key already bound answers with its
+// run, which is then replayed rather than started again. Requests with one
+// key arriving together, here or on gateways sharing the store, all answer
+// with the one run the first of them bound.
+func (gw *Gateway) startKeyed(ctx context.Context, chainName, prefix, key string, ttl time.Duration, in engine.Input) (id, status string, replayed bool, err error) {
+	id, status = store.NewID(), string(store.RunRunning)
+	if key == "" {
+		if _, err := gw.Engine.StartWithID(ctx, chainName, in, id); err != nil {
+			return "", "", false, err
+		}
+		return id, status, false, nil
+	}
+	bound, err := gw.Store.ClaimKey(ctx, prefix+key, id, ttl)
+	if err != nil {
+		return "", "", false, err
+	}
+	if bound != "" {
+		id = bound
+	}
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
+		if bound != "" {
+			existing, err := gw.Store.RunHeader(ctx, id)
+			if err == nil {
+				return id, string(existing.Status), true, nil
+			}
+			if !errors.Is(err, store.ErrNotFound) {
+				return "", "", false, err
+			}
+		}
+		// The run is not there yet: the request that bound the key is
+		// starting it, or its start failed and this request starts it,
+		// which is then no replay.
+		_, err := gw.Engine.StartWithID(ctx, chainName, in, id)
+		switch {
+		case err == nil:
+			return id, status, false, nil
+		case errors.Is(err, store.ErrExists):
+			bound = id
+		case errors.Is(err, store.ErrLeaseHeld):
+			// Another gateway is creating it: wait for the run to appear,
+			// or for that start to fail and let go of the lease.
+			bound = id
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return "", "", false, fmt.Errorf("waiting for run %s, which another gateway is starting: %w", id, ctx.Err())
+			}
+		default:
+			return "", "", false, err
+		}
+	}
+}
+
+// firingRun is what a resolve mapping reads of the run the alert started:
+// its id, status, result, and each top-level step's status and body.
+func (gw *Gateway) firingRun(ctx context.Context, id string) any {
+	if id == "" {
+		return nil
+	}
+	v, err := (&Local{GW: gw}).Run(ctx, id, false)
+	if err != nil {
+		return map[string]any{"id": id}
+	}
+	steps := map[string]any{}
+	for _, name := range v.Path {
+		if st := v.Steps[name]; st != nil {
+			body, _ := engine.DecodeJSON(st.Body)
+			steps[name] = map[string]any{"status": st.Status, "body": body}
+		}
+	}
+	result := v.Body
+	if st := v.Steps[v.BodyStep]; v.BodyStep != "" && st != nil {
+		result = st.Body
+	}
+	body, _ := engine.DecodeJSON(result)
+	return map[string]any{"id": id, "status": v.Status, "body": body, "steps": steps}
+}
+
+// runStatus is a run's status, or "" when it cannot be read.
+func (gw *Gateway) runStatus(ctx context.Context, id string) string {
+	run, err := gw.Store.RunHeader(ctx, id)
+	if err != nil {
+		return ""
+	}
+	return string(run.Status)
+}
+
+// RunInbox starts the runs of kept deliveries until ctx ends: this
+// gateway's as soon as it keeps them, and every inboxRecheck those any
+// gateway kept and did not get to.
+func (gw *Gateway) RunInbox(ctx context.Context) {
+	t := time.NewTicker(inboxRecheck)
+	defer t.Stop()
+	for {
+		gw.drainInbox(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-gw.inboxWake:
+		case <-t.C:
+		}
+	}
+}
+
+// drainInbox starts the runs of the kept deliveries no other gateway is
+// working, and lets go of each once every alert in it is started, parked
+// or skipped.
+func (gw *Gateway) drainInbox(ctx context.Context) {
+	for ctx.Err() == nil {
+		ds, err := gw.Store.Deliveries(ctx, 16)
+		if err != nil {
+			gw.Log.Error("reading kept deliveries", "err", err)
+			return
+		}
+		worked := 0
+		for _, d := range ds {
+			claim := "inbox/" + d.ID
+			if bound, err := gw.Store.ClaimKey(ctx, claim, gw.Engine.Owner(), inboxClaimTTL); err != nil || bound != "" {
+				continue
+			}
+			if gw.workDelivery(ctx, d) {
+				worked++
+				if err := gw.Store.DeleteDelivery(ctx, d.ID); err != nil {
+					gw.Log.Error("deleting a kept delivery whose runs started", "delivery", d.ID, "err", err)
+				}
+			}
+			_ = gw.Store.ReleaseKey(context.WithoutCancel(ctx), claim, gw.Engine.Owner())
+		}
+		if worked == 0 {
+			return
+		}
+	}
+}
+
+// workDelivery starts the runs of one kept delivery; it reports whether
+// the delivery is done with.
+func (gw *Gateway) workDelivery(ctx context.Context, d *store.Delivery) bool {
+	log := gw.Log.With("delivery", d.ID, "trigger", d.Trigger)
+	tr := gw.Engine.Config().Triggers[d.Trigger]
+	doc, err := engine.DecodeJSON(d.Body)
+	group, _ := doc.(map[string]any)
+	alerts, _ := group["alerts"].([]any)
+	var meta map[string]string
+	if err == nil && len(d.Metadata) > 0 {
+		err = jsonx.Unmarshal(d.Metadata, &meta)
+	}
+	if err != nil || alerts == nil {
+		log.Error("a kept delivery cannot be read back; it is dropped", "err", err)
+		return true
+	}
+	if tr == nil || !tr.Type.Alerts() {
+		// A reload removed the trigger: what it kept is parked.
+		tr = &chain.Trigger{Name: d.Trigger, Type: chain.TriggerAlertmanager}
+		in := &inbound{tr: tr, doc: doc, meta: meta}
+		res := gw.park(ctx, in, TriggerResult{}, group, "", fmt.Errorf("trigger %q is no longer configured", d.Trigger), "trigger_removed")
+		gw.observe(tr, res)
+		return res.Action == "parked"
+	}
+	in := &inbound{tr: tr, doc: doc, meta: meta}
+	results, _ := gw.fireAlerts(ctx, in, group, alerts, time.Time{})
+	done := true
+	for _, res := range results {
+		gw.observe(tr, res)
+		if res.Action == "failed" {
+			done = false
+		}
+	}
+	if !done {
+		log.Warn("some alerts of a kept delivery could not be taken; they are tried again", "in", inboxRecheck)
+	}
+	return done
+}
+
+// redeliver delivers a parked delivery again, through its trigger as
+// configured now, and returns the run its first alert started or found.
+// The entry goes once every alert in it started a run.
+func (gw *Gateway) redeliver(ctx context.Context, e *store.DLQEntry) (string, error) {
+	what := fmt.Sprintf("replaying delivery %s", e.ID)
+	tr := gw.Engine.Config().Triggers[e.Trigger]
+	if tr == nil {
+		return "", &APIError{Status: 409, Code: "trigger_removed", Message: fmt.Sprintf("%s: trigger %q is not configured", what, e.Trigger)}
+	}
+	doc, err := engine.DecodeJSON(e.Payload)
+	if err != nil {
+		return "", fmt.Errorf("%s: reading what it kept: %w", what, err)
+	}
+	in := &inbound{tr: tr, doc: doc, replay: e.ID, meta: map[string]string{}}
+	if len(e.Metadata) > 0 {
+		if err := jsonx.Unmarshal(e.Metadata, &in.meta); err != nil {
+			return "", fmt.Errorf("%s: reading its metadata: %w", what, err)
+		}
+	}
+	in.key = in.meta["idempotency_key"]
+	if tr.Type.Alerts() {
+		if err := checkAlertGroup(tr, doc); err != nil {
+			return "", fmt.Errorf("%s: %w", what, err)
+		}
+	} else {
+		in.headers = map[string]any{}
+		for k, v := range e.Headers {
+			in.headers[k] = v
+		}
+	}
+	resp := gw.deliver(ctx, in, time.Time{})
+	run := ""
+	for _, res := range resp.Results {
+		switch res.Action {
+		case "started", "replayed":
+			if run == "" {
+				run = res.Run
+			}
+		default:
+			return "", &APIError{Status: 409, Code: "not_replayed", Message: fmt.Sprintf("%s: %s: %s; the entry is kept", what, res.Action, res.Reason)}
+		}
+	}
+	if run == "" {
+		return "", &APIError{Status: 409, Code: "not_replayed", Message: what + ": it holds nothing to start; the entry is kept"}
+	}
+	if err := gw.Store.DeleteDLQ(ctx, e.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return run, fmt.Errorf("%s: deleting the entry: %w", what, err)
+	}
+	return run, nil
+}
+
+// checkAlertGroup checks that an alert trigger's body is an alert group.
+func checkAlertGroup(tr *chain.Trigger, doc any) error {
+	group, ok := doc.(map[string]any)
+	if _, isList := group["alerts"].([]any); !ok || !isList {
+		return badRequest("invalid_payload", "trigger %q (type %s) takes the webhook's alert group: a JSON object with an alerts array", tr.Name, tr.Type)
+	}
+	return nil
+}
+
+// keyPart escapes one part of a key, so that no two different inputs make
+// the same key: "/" never appears inside a part.
+func keyPart(s string) string { return url.PathEscape(s) }
+
+// membersHash names a notification of an alert group: its status and each
+// alert's fingerprint, startsAt and status.
+func membersHash(status string, alerts []any) string {
+	ids := alertIDs(alerts)
+	slices.Sort(ids)
+	b, _ := jsonx.Marshal(append([]string{status}, ids...))
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12])
+}
+
+// alertIDs are the alerts of a group as fingerprint@startsAt:status.
+func alertIDs(alerts []any) []string {
+	ids := make([]string, 0, len(alerts))
+	for _, a := range alerts {
+		alert, _ := a.(map[string]any)
+		fp, _ := alert["fingerprint"].(string)
+		startsAt, _ := alert["startsAt"].(string)
+		status, _ := alert["status"].(string)
+		ids = append(ids, keyPart(fp)+"@"+keyPart(startsAt)+":"+status)
+	}
+	return ids
+}
+
+// withAlerts is a copy of an alert group holding alerts.
+func withAlerts(group map[string]any, alerts []any) map[string]any {
+	out := make(map[string]any, len(group))
+	for k, v := range group {
+		out[k] = v
+	}
+	out["alerts"] = alerts
+	return out
+}
+
+func withMeta(meta map[string]string, kv ...string) map[string]string {
+	out := make(map[string]string, len(meta)+len(kv)/2)
+	for k, v := range meta {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			out[kv[i]] = kv[i+1]
+		}
+	}
+	return out
+}
+
+// credentialHeader reports whether a header may carry a credential, by
+// its name or its value's scheme: such headers never reach a run.
+func credentialHeader(name, value string) bool {
+	n := strings.ToLower(name)
+	if n == "idempotency-key" {
+		return false
+	}
+	for _, part := range []string{"auth", "token", "secret", "signature", "cookie", "key", "pass", "credential", "session", "csrf", "xsrf", "jwt", "bearer"} {
+		if strings.Contains(n, part) {
+			return true
+		}
+	}
+	v := strings.ToLower(strings.TrimSpace(value))
+	for _, scheme := range []string{"bearer ", "basic ", "digest ", "token ", "negotiate "} {
+		if strings.HasPrefix(v, scheme) {
+			return true
+		}
+	}
+	return false
+}
