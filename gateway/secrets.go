@@ -33,11 +33,7 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 			if _, ok := vals[r.Path[0]]; ok {
 				continue
 			}
-			fix := "set " + secrets.EnvPrefix + r.Path[0]
-			if f := cfg.Gateway.SecretsFile; f != "" {
-				fix = "add " + r.Path[0] + "=VALUE to " + f + " or " + fix
-			}
-			diags = append(diags, src.Key(joinKey(key, r.Key)).Errorf("<<%s>>: no secret %s: %s, or give a default with ??", r.Text, r.Path[0], fix))
+			diags = append(diags, src.Key(joinKey(key, r.Key)).Errorf("<<%s>>: no secret %s: %s, or give a default with ??", r.Text, r.Path[0], secretFix(cfg, r.Path[0])))
 		}
 	}
 	for _, name := range cfg.ProviderNames {
@@ -66,10 +62,31 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 		check(tr.Source, "token", tr.Token)
 		check(tr.Source, "secret", tr.Secret)
 	}
+	auth := cfg.Gateway.Auth
+	for _, t := range append(slices.Clone(auth.Tokens), auth.ReadTokens...) {
+		if t.Secret == "" {
+			continue
+		}
+		switch v, ok := vals[t.Secret]; {
+		case !ok:
+			diags = append(diags, t.Source.Errorf("<<secrets.%s>>: no secret %s for this API token: %s", t.Secret, t.Secret, secretFix(cfg, t.Secret)))
+		case strings.TrimSpace(v) == "":
+			diags = append(diags, t.Source.Errorf("<<secrets.%s>>: the secret %s is empty, and an API token must not be", t.Secret, t.Secret))
+		}
+	}
 	if len(diags) > 0 {
 		return nil, &chain.ConfigError{Diagnostics: diags}
 	}
 	return vals, nil
+}
+
+// secretFix says how to give the gateway the secret name.
+func secretFix(cfg *chain.Config, name string) string {
+	fix := "set " + secrets.EnvPrefix + name
+	if f := cfg.Gateway.SecretsFile; f != "" {
+		fix = "add " + name + "=VALUE to " + f + " or " + fix
+	}
+	return fix
 }
 
 // checkReloadSecrets refuses a config whose secrets the running gateway
