@@ -59,6 +59,8 @@ func (s Source) Key(rel string) Source {
 type Gateway struct {
 	Listen string
 	// State is the store URL: bolt://PATH (default) or redis://HOST:PORT/DB.
+	// Like the broker URLs of Fanout, it may read secrets (a password) as
+	// <<secrets.NAME>>, filled in when the store is opened.
 	State  string
 	Limits Limits
 	Auth   Auth
@@ -73,6 +75,8 @@ type Gateway struct {
 	// and every split runs in the gateway that runs its chain.
 	Fanout *Fanout
 	UI     UI
+	// Source is where the [gateway] table was written; zero without one.
+	Source Source
 }
 
 // UI is the [gateway.ui] table: the web console that serve answers.

@@ -184,8 +184,12 @@ func (l *loader) gateway(t *table) {
 		return
 	}
 	l.gwSeen = &src
+	l.cfg.Gateway.Source = src
 	l.cfg.Gateway.Listen = t.str("listen")
 	l.cfg.Gateway.State = t.str("state")
+	if l.cfg.Gateway.State != "" {
+		t.d.urlSecrets(t.path.Key("state"), l.cfg.Gateway.State)
+	}
 	if lt, ok := t.sub("limits"); ok {
 		lim := &l.cfg.Gateway.Limits
 		lim.MaxSplitItems, _ = lt.bounded("max_split_items", "items", 1, 0, lim.MaxSplitItems)
@@ -401,7 +405,11 @@ func (t *table) brokerURL(k, what string, schemes []string, example string) stri
 	if raw == "" {
 		return ""
 	}
-	u, err := url.Parse(raw)
+	check, ok := t.d.urlSecrets(t.path.Key(k), raw)
+	if !ok || check == "" {
+		return raw
+	}
+	u, err := url.Parse(check)
 	if err != nil {
 		t.d.errorf(t.path.Key(k), "is not a valid URL (percent-encode reserved characters in the user name and password), e.g. %s", example)
 		return ""
@@ -415,6 +423,42 @@ func (t *table) brokerURL(k, what string, schemes []string, example string) stri
 		return ""
 	}
 	return raw
+}
+
+// urlSecretStandIn is what a secret read inside a URL is checked as.
+const urlSecretStandIn = "secret"
+
+var placeholderRE = regexp.MustCompile(`<<.*?>>`)
+
+// urlSecrets checks the secrets a URL written at p reads, a password most
+// often ("amqps://gateway:<<secrets.MQ_PASSWORD>>@mq:5671/"): each must be
+// <<secrets.NAME>>, with no default, which would put the credential back
+// in the file. It returns the URL with each secret replaced by a stand-in,
+// for the rest of it to be checked, or "" when the URL is one secret alone
+// and can be checked only once read.
+func (d *fileDecoder) urlSecrets(p chain.KeyPath, s string) (string, bool) {
+	if !strings.Contains(s, "<<") {
+		return s, true
+	}
+	tpl, err := templates.CompileString(s)
+	if err != nil {
+		var ce *templates.CompileError
+		if errors.As(err, &ce) {
+			err = errors.New(ce.Msg)
+		}
+		d.errorf(p, "is not a valid template (%v): a URL may read secrets as <<secrets.NAME>>", err)
+		return "", false
+	}
+	for _, r := range tpl.Refs() {
+		if r.Root != "secrets" || len(r.Path) != 1 || r.HasDefault {
+			d.errorf(p, "<<%s>>: a URL may read only secrets, each as <<secrets.NAME>> with no ?? default", r.Text)
+			return "", false
+		}
+	}
+	if _, ok := tpl.SinglePath(); ok {
+		return "", true
+	}
+	return placeholderRE.ReplaceAllString(s, urlSecretStandIn), true
 }
 
 // withoutQuery cuts a URL before its query string or fragment.
