@@ -348,3 +348,69 @@ on_failure = "dlq"
 		})
 	}
 }
+
+// TestSubChainInputSecretNotWritten: a sub-chain's input that reads a
+// secret, or a request's payload that carries one, is the origin of a run,
+// which is written: the child gets the value, its record does not keep it.
+func TestSubChainInputSecretNotWritten(t *testing.T) {
+	const secret = "child-s3cr3t-value"
+	record := filepath.Join(t.TempDir(), "calls.jsonl")
+	cfg, err := loader.LoadBytes("test.toml", []byte(testProviders+`
+[[chains]]
+name = "child"
+[[chains.steps]]
+name = "use"
+provider = "faulty"
+payload_template = { record = "`+record+`", token = "<<origin.payload.token>>" }
+
+[[chains]]
+name = "parent"
+[[chains.steps]]
+name = "sub"
+sub_chain = "child"
+input = { token = "<<secrets.T>>" }
+`), loader.Options{ProviderTypes: builtin.Types()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "gw.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	exe, _ := os.Executable()
+	pm := host.NewManager(host.Options{Executable: exe})
+	defer pm.Close()
+	eng, err := engine.New(engine.Options{Store: st, Config: cfg, Providers: resolver{pm}, Secrets: map[string]string{"T": secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx := context.Background()
+	for _, start := range []struct{ chain, payload string }{
+		{"parent", `{}`},
+		{"child", `{"token": "` + base64.StdEncoding.EncodeToString([]byte(secret)) + `"}`},
+	} {
+		run, err := eng.Start(ctx, start.chain, engine.Input{Payload: json.RawMessage(start.payload)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if final, err := eng.Wait(ctx, run.ID); err != nil || final.Status != store.RunSucceeded {
+			t.Fatalf("run of %s: %+v %v", start.chain, final, err)
+		}
+	}
+	if calls, _ := os.ReadFile(record); !strings.Contains(string(calls), secret) {
+		t.Errorf("the child was not given the secret:\n%s", calls)
+	}
+	page, err := st.ListRuns(ctx, store.RunFilter{})
+	if err != nil || len(page.Runs) != 3 {
+		t.Fatalf("runs: %+v %v", page, err)
+	}
+	for _, r := range page.Runs {
+		full, _ := st.Run(ctx, r.ID)
+		dump, _ := json.Marshal(full)
+		if strings.Contains(string(dump), secret) || strings.Contains(string(dump), base64.RawStdEncoding.EncodeToString([]byte(secret))[:20]) {
+			t.Errorf("run %s (%s) holds the secret: %s", r.ID, r.Chain, dump)
+		}
+	}
+}
