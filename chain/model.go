@@ -59,6 +59,8 @@ func (s Source) Key(rel string) Source {
 type Gateway struct {
 	Listen string
 	// State is the store URL: bolt://PATH (default) or redis://HOST:PORT/DB.
+	// Like the broker URLs of Fanout, it may read secrets (a password) as
+	// <<secrets.NAME>>, filled in when the store is opened.
 	State  string
 	Limits Limits
 	Auth   Auth
@@ -136,16 +138,31 @@ const (
 )
 
 // Auth is the [gateway.auth] table. Tokens may also come from the
-// environment (CHAINGATE_API_TOKENS, CHAINGATE_API_READ_TOKENS, comma
-// separated), which keeps them out of config files.
+// environment (CHAINGATE_API_TOKENS and CHAINGATE_API_READ_TOKENS, comma
+// separated; CHAINGATE_API_TOKEN_NAME and CHAINGATE_API_READ_TOKEN_NAME,
+// one named token each), and a token written here may read a secret, so
+// none needs to be written in a config file.
 type Auth struct {
 	// Tokens may do anything.
-	Tokens []string
+	Tokens []Token
 	// ReadTokens may only read (GET).
-	ReadTokens []string
-	// Names are the names given to tokens, by token, so that what a
-	// token's holder does is recorded with who did it.
-	Names map[string]string
+	ReadTokens []Token
+}
+
+// Token is one API token of [gateway.auth]: its value as written, or the
+// secret that holds it.
+type Token struct {
+	// Name is who holds the token, so that what is done with it is
+	// recorded with who did it; empty for a token without one.
+	Name string
+	// Value is the token as written; empty when it reads a secret.
+	Value string
+	// Secret is NAME for a token written as <<secrets.NAME>>: its value
+	// is that secret's, which the gateway reads when it starts.
+	Secret string
+	// Source is where the token is written, so that a secret it reads and
+	// the gateway lacks is reported there.
+	Source Source
 }
 
 // Limits bound what one run may hold, so that a runaway input fails with a

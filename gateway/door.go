@@ -51,7 +51,7 @@ type DoorObserver interface {
 
 type noDoorObserver struct{}
 
-func (noDoorObserver) Delivered(string, string) {}
+func (noDoorObserver) Delivered(string, string)   {}
 func (noDoorObserver) Ticked(string, string, int) {}
 
 const (

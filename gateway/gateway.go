@@ -131,7 +131,11 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	}
 	var fo *fanout.Fanout
 	if cfg.Gateway.Fanout != nil {
-		if fo, err = fanout.Open(ctx, fanout.Options{Config: cfg.Gateway.Fanout, Logger: log.With("component", "fanout"), Metrics: opts.FanoutMetrics}); err != nil {
+		fcfg, err := filledFanout(cfg.Gateway.Fanout, secretVals)
+		if err != nil {
+			return nil, err
+		}
+		if fo, err = fanout.Open(ctx, fanout.Options{Config: fcfg, Logger: log.With("component", "fanout"), Metrics: opts.FanoutMetrics}); err != nil {
 			return nil, err
 		}
 	}
@@ -155,7 +159,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	}
 	st, file := itemStore, ""
 	if !opts.ItemsOnly {
-		if st, file, err = openState(ctx, cfg, opts, log); err != nil {
+		if st, file, err = openState(ctx, cfg, opts, secretVals, log); err != nil {
 			return nil, errors.Join(err, closeFanout())
 		}
 	}
@@ -208,14 +212,19 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// openState opens the store the config, or opts.State, names.
-func openState(ctx context.Context, cfg *chain.Config, opts Options, log *slog.Logger) (store.Store, string, error) {
+// openState opens the store the config, or opts.State, names, with the
+// secrets its URL reads (vals) filled in.
+func openState(ctx context.Context, cfg *chain.Config, opts Options, vals map[string]string, log *slog.Logger) (store.Store, string, error) {
 	state := opts.State
 	if state == "" {
 		state = cfg.Gateway.State
 	}
 	if state == "" {
 		state = DefaultState
+	}
+	state, err := fillURL(state, vals)
+	if err != nil {
+		return nil, "", fmt.Errorf("filling in the secrets of the state URL: %w", err)
 	}
 	if file := StateFile(state); opts.Existing && file != "" {
 		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -33,11 +34,7 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 			if _, ok := vals[r.Path[0]]; ok {
 				continue
 			}
-			fix := "set " + secrets.EnvPrefix + r.Path[0]
-			if f := cfg.Gateway.SecretsFile; f != "" {
-				fix = "add " + r.Path[0] + "=VALUE to " + f + " or " + fix
-			}
-			diags = append(diags, src.Key(joinKey(key, r.Key)).Errorf("<<%s>>: no secret %s: %s, or give a default with ??", r.Text, r.Path[0], fix))
+			diags = append(diags, src.Key(joinKey(key, r.Key)).Errorf("<<%s>>: no secret %s: %s, or give a default with ??", r.Text, r.Path[0], secretFix(cfg, r.Path[0])))
 		}
 	}
 	for _, name := range cfg.ProviderNames {
@@ -69,6 +66,36 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 		check(tr.Source, "token", tr.Token)
 		check(tr.Source, "secret", tr.Secret)
 	}
+	auth := cfg.Gateway.Auth
+	for _, t := range append(slices.Clone(auth.Tokens), auth.ReadTokens...) {
+		if t.Secret == "" {
+			continue
+		}
+		switch v, ok := vals[t.Secret]; {
+		case !ok:
+			diags = append(diags, t.Source.Errorf("<<secrets.%s>>: no secret %s for this API token: %s", t.Secret, t.Secret, secretFix(cfg, t.Secret)))
+		case strings.TrimSpace(v) == "":
+			diags = append(diags, t.Source.Errorf("<<secrets.%s>>: the secret %s is empty, and an API token must not be", t.Secret, t.Secret))
+		}
+	}
+	urls := map[string]string{"state": cfg.Gateway.State}
+	if f := cfg.Gateway.Fanout; f != nil {
+		urls["fanout.rabbitmq_url"], urls["fanout.redis_url"] = f.RabbitMQURL, f.RedisURL
+	}
+	for _, key := range slices.Sorted(maps.Keys(urls)) {
+		tpl, err := templates.CompileString(urls[key])
+		if err != nil {
+			continue // reported when the config loaded
+		}
+		for _, r := range tpl.Refs() {
+			if r.Root != "secrets" || len(r.Path) != 1 {
+				continue
+			}
+			if _, ok := vals[r.Path[0]]; !ok {
+				diags = append(diags, cfg.Gateway.Source.Key(key).Errorf("<<%s>>: no secret %s: %s", r.Text, r.Path[0], secretFix(cfg, r.Path[0])))
+			}
+		}
+	}
 	if len(diags) > 0 {
 		return nil, &chain.ConfigError{Diagnostics: diags}
 	}
@@ -99,6 +126,70 @@ func openSecrets(ctx context.Context, cfg *chain.Config) (map[string]string, *se
 func CheckSecrets(ctx context.Context, cfg *chain.Config) error {
 	_, _, err := openSecrets(ctx, cfg)
 	return err
+}
+
+// fillURL fills in the secrets a URL from the config reads: a secret that
+// is the whole URL as it is, and one inside it (a password) percent-encoded,
+// so that its value may hold any character.
+func fillURL(raw string, vals map[string]string) (string, error) {
+	if !strings.Contains(raw, "<<") {
+		return raw, nil
+	}
+	tpl, err := templates.CompileString(raw)
+	if err != nil {
+		return "", err
+	}
+	_, whole := tpl.SinglePath()
+	scope := make(map[string]any, len(vals))
+	for k, v := range vals {
+		if !whole {
+			v = escapeURLPart(v)
+		}
+		scope[k] = v
+	}
+	v, err := tpl.Render(templates.MapScope{"secrets": scope})
+	if err != nil {
+		return "", err
+	}
+	s, _ := v.(string)
+	return s, nil
+}
+
+// escapeURLPart percent-encodes every byte of s but the unreserved ones
+// (RFC 3986), which read the same in any part of a URL.
+func escapeURLPart(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '.', c == '_', c == '~':
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// filledFanout is f with the secrets its URLs read filled in.
+func filledFanout(f *chain.Fanout, vals map[string]string) (*chain.Fanout, error) {
+	out := *f
+	var err error
+	if out.RabbitMQURL, err = fillURL(f.RabbitMQURL, vals); err != nil {
+		return nil, fmt.Errorf("filling in the secrets of [gateway.fanout] rabbitmq_url: %w", err)
+	}
+	if out.RedisURL, err = fillURL(f.RedisURL, vals); err != nil {
+		return nil, fmt.Errorf("filling in the secrets of [gateway.fanout] redis_url: %w", err)
+	}
+	return &out, nil
+}
+
+// secretFix says how to give the gateway the secret name.
+func secretFix(cfg *chain.Config, name string) string {
+	fix := "set " + secrets.EnvPrefix + name
+	if f := cfg.Gateway.SecretsFile; f != "" {
+		fix = "add " + name + "=VALUE to " + f + " or " + fix
+	}
+	return fix
 }
 
 // checkReloadSecrets refuses a config whose secrets the running gateway

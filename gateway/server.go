@@ -38,6 +38,8 @@ type Server struct {
 	cfg      *chain.Config
 	writeTok [][]byte
 	readTok  [][]byte
+	// tokNames are the names given to tokens, by token.
+	tokNames map[string]string
 
 	draining atomic.Bool
 	// stopping ends event streams and waits when shutdown begins, so
@@ -58,10 +60,16 @@ type Server struct {
 	budget time.Duration
 }
 
-// Token environment variables, comma separated; they add to [gateway.auth].
+// Token environment variables; they add to [gateway.auth]. EnvTokens and
+// EnvReadTokens are comma-separated lists of unnamed tokens. Each variable
+// EnvTokenPrefix+NAME (EnvReadTokenPrefix+NAME) holds one token, named
+// NAME: the whole value is the token, so no character in it is taken for
+// a separator.
 const (
-	EnvTokens     = "CHAINGATE_API_TOKENS"
-	EnvReadTokens = "CHAINGATE_API_READ_TOKENS"
+	EnvTokens          = "CHAINGATE_API_TOKENS"
+	EnvReadTokens      = "CHAINGATE_API_READ_TOKENS"
+	EnvTokenPrefix     = "CHAINGATE_API_TOKEN_"
+	EnvReadTokenPrefix = "CHAINGATE_API_READ_TOKEN_"
 )
 
 // NewServer returns the API of gw. hub and metrics must be the ones gw's
@@ -89,28 +97,62 @@ func (s *Server) WorkItems() {
 }
 
 func (s *Server) setConfig(cfg *chain.Config) {
-	write, read := apiTokens(cfg)
+	toks := apiTokens(cfg, s.gw.secrets)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cfg = cfg
-	s.writeTok, s.readTok = write, read
+	s.writeTok, s.readTok, s.tokNames = toks.write, toks.read, toks.names
 }
 
-// apiTokens are the tokens cfg and the environment give the API.
-func apiTokens(cfg *chain.Config) (write, read [][]byte) {
-	toBytes := func(lists ...[]string) [][]byte {
-		var out [][]byte
-		for _, l := range lists {
-			for _, t := range l {
-				if t = strings.TrimSpace(t); t != "" {
-					out = append(out, []byte(t))
-				}
-			}
+// tokens are the API's tokens, and the names given to them.
+type tokens struct {
+	write, read [][]byte
+	names       map[string]string
+}
+
+// apiTokens are the tokens cfg, the secrets its tokens read (vals) and the
+// environment give the API. A name given to the same token twice is the
+// first one.
+func apiTokens(cfg *chain.Config, vals map[string]string) tokens {
+	out := tokens{names: map[string]string{}}
+	add := func(list *[][]byte, tok, name string) {
+		if tok = strings.TrimSpace(tok); tok == "" {
+			return
 		}
-		return out
+		*list = append(*list, []byte(tok))
+		if _, ok := out.names[tok]; !ok && name != "" {
+			out.names[tok] = name
+		}
 	}
-	return toBytes(cfg.Gateway.Auth.Tokens, strings.Split(os.Getenv(EnvTokens), ",")),
-		toBytes(cfg.Gateway.Auth.ReadTokens, strings.Split(os.Getenv(EnvReadTokens), ","))
+	for _, t := range cfg.Gateway.Auth.Tokens {
+		add(&out.write, tokenValue(t, vals), t.Name)
+	}
+	for _, t := range cfg.Gateway.Auth.ReadTokens {
+		add(&out.read, tokenValue(t, vals), t.Name)
+	}
+	for _, t := range strings.Split(os.Getenv(EnvTokens), ",") {
+		add(&out.write, t, "")
+	}
+	for _, t := range strings.Split(os.Getenv(EnvReadTokens), ",") {
+		add(&out.read, t, "")
+	}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		if name, ok := strings.CutPrefix(k, EnvTokenPrefix); ok && name != "" {
+			add(&out.write, v, name)
+		} else if name, ok := strings.CutPrefix(k, EnvReadTokenPrefix); ok && name != "" {
+			add(&out.read, v, name)
+		}
+	}
+	return out
+}
+
+// tokenValue is t's value: as written, or the secret it reads.
+func tokenValue(t chain.Token, vals map[string]string) string {
+	if t.Secret != "" {
+		return vals[t.Secret]
+	}
+	return t.Value
 }
 
 func (s *Server) config() *chain.Config {
@@ -120,10 +162,12 @@ func (s *Server) config() *chain.Config {
 }
 
 // AuthConfigured reports whether cfg and the environment give the API any
-// token, so an open API can be refused before anything is opened.
+// token, so an open API can be refused before anything is opened: before
+// the secrets are read, a token that reads one counts (a gateway without
+// the secret does not start).
 func AuthConfigured(cfg *chain.Config) bool {
-	write, read := apiTokens(cfg)
-	return len(write)+len(read) > 0
+	toks := apiTokens(cfg, nil)
+	return len(cfg.Gateway.Auth.Tokens)+len(cfg.Gateway.Auth.ReadTokens)+len(toks.write)+len(toks.read) > 0
 }
 
 // DefaultListen is where serve listens when neither --listen nor
@@ -457,11 +501,14 @@ func (s *Server) guard(need access, h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// tokenName is the name [gateway.auth] gives tok, or, for a token without
-// one, the start of its SHA-256: enough to tell tokens apart in a run's
-// events, nothing to replay it with.
+// tokenName is the name [gateway.auth] or the environment gives tok, or,
+// for a token without one, the start of its SHA-256: enough to tell tokens
+// apart in a run's events, nothing to replay it with.
 func (s *Server) tokenName(tok string) string {
-	if name := s.config().Gateway.Auth.Names[tok]; name != "" {
+	s.mu.RLock()
+	name := s.tokNames[tok]
+	s.mu.RUnlock()
+	if name != "" {
 		return name
 	}
 	sum := sha256.Sum256([]byte(tok))

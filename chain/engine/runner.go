@@ -731,6 +731,13 @@ func (r *runner) flushCreate(ctx context.Context, def *store.Definition) error {
 	c := r.takeBatch()
 	c.batch.Create = true
 	c.batch.Definition = def
+	// The origin is written once, here, and may hold a secret: a
+	// sub-chain's input may read one, a request's payload may carry one.
+	// The run goes on with it as it came; a resumed run reads it redacted.
+	if red := r.e.redactor; red.Active() {
+		o := &c.batch.Run.Origin
+		o.Payload, o.Metadata = red.JSON(o.Payload), red.JSON(o.Metadata)
+	}
 	if err := r.e.store.Commit(ctx, c.batch); err != nil {
 		return err
 	}

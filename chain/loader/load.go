@@ -187,6 +187,9 @@ func (l *loader) gateway(t *table) {
 	l.cfg.Gateway.Source = src
 	l.cfg.Gateway.Listen = t.str("listen")
 	l.cfg.Gateway.State = t.str("state")
+	if l.cfg.Gateway.State != "" {
+		t.d.urlSecrets(t.path.Key("state"), l.cfg.Gateway.State)
+	}
 	if lt, ok := t.sub("limits"); ok {
 		lim := &l.cfg.Gateway.Limits
 		lim.MaxSplitItems, _ = lt.bounded("max_split_items", "items", 1, 0, lim.MaxSplitItems)
@@ -204,10 +207,8 @@ func (l *loader) gateway(t *table) {
 		l.cfg.Gateway.UI = decodeUI(ut)
 	}
 	if at, ok := t.sub("auth"); ok {
-		names := map[string]string{}
-		l.cfg.Gateway.Auth.Tokens = at.tokens("tokens", names)
-		l.cfg.Gateway.Auth.ReadTokens = at.tokens("read_tokens", names)
-		l.cfg.Gateway.Auth.Names = names
+		l.cfg.Gateway.Auth.Tokens = at.tokens("tokens")
+		l.cfg.Gateway.Auth.ReadTokens = at.tokens("read_tokens")
 		at.finish([]string{"tokens", "read_tokens"})
 	}
 	if f := t.str("secrets_file"); f != "" {
@@ -222,9 +223,9 @@ func (l *loader) gateway(t *table) {
 }
 
 // tokens reads an array of API tokens: each a string, or a table
-// { name = "...", token = "..." } that names its holder; names collects
-// the names by token.
-func (t *table) tokens(k string, names map[string]string) []string {
+// { name = "...", token = "..." } that names its holder; either may be
+// "<<secrets.NAME>>", a secret that holds the token.
+func (t *table) tokens(k string) []chain.Token {
 	v, ok := t.value(k)
 	if !ok {
 		return nil
@@ -234,7 +235,7 @@ func (t *table) tokens(k string, names map[string]string) []string {
 		t.d.errorf(t.path.Key(k), "must be an array of tokens, got %s", describe(v))
 		return nil
 	}
-	var out []string
+	var out []chain.Token
 	for i, e := range arr {
 		at := t.path.Key(k).Elem(i, "")
 		switch x := e.(type) {
@@ -243,21 +244,70 @@ func (t *table) tokens(k string, names map[string]string) []string {
 				t.d.errorf(at, "must be a non-empty token")
 				continue
 			}
-			out = append(out, x)
+			if tok, ok := t.d.token(at, x); ok {
+				out = append(out, tok)
+			}
 		case map[string]any:
 			tt := &table{d: t.d, path: at, m: x}
-			name, tok := tt.requiredStr("name"), tt.requiredStr("token")
+			name, val := tt.requiredStr("name"), tt.requiredStr("token")
 			tt.finish([]string{"name", "token"})
-			if name == "" || tok == "" {
+			if name == "" || val == "" {
 				continue
 			}
-			names[tok] = name
-			out = append(out, tok)
+			if tok, ok := t.d.token(at.Key("token"), val); ok {
+				tok.Name = name
+				out = append(out, tok)
+			}
 		default:
 			t.d.errorf(at, "must be a token, or a table { name = \"...\", token = \"...\" }, got %s", describe(e))
 		}
 	}
 	return out
+}
+
+// token reads one API token written at p: the token itself, or
+// "<<secrets.NAME>>" alone, which reads it from a secret. Anything else
+// that holds << is refused: a token built from text and a secret would
+// put part of it in the config, and one with a ?? default the whole of it.
+func (d *fileDecoder) token(p chain.KeyPath, s string) (chain.Token, bool) {
+	tok := chain.Token{Source: d.source(p)}
+	if !strings.Contains(s, "<<") {
+		tok.Value = s
+		return tok, true
+	}
+	const want = `want the token itself, or "<<secrets.NAME>>" alone to read it from a secret`
+	tpl, err := templates.CompileString(s)
+	if err != nil {
+		var ce *templates.CompileError
+		if errors.As(err, &ce) {
+			err = errors.New(ce.Msg)
+		}
+		d.errorf(p, "is not a valid template (%v): %s", err, want)
+		return tok, false
+	}
+	if r, ok := tpl.SinglePath(); ok && r.Root == "secrets" && len(r.Path) == 1 {
+		tok.Secret = r.Path[0]
+		return tok, true
+	}
+	for _, r := range tpl.Refs() {
+		switch {
+		case r.Root != "secrets":
+			d.errorf(p, "<<%s>>: a token may read only a secret: %s", r.Text, want)
+		case r.HasDefault:
+			d.errorf(p, "<<%s>>: a token takes no ?? default, which would be a token written in the config: %s", r.Text, want)
+		case len(r.Path) != 1:
+			d.errorf(p, "<<%s>>: a secret is read whole, as <<secrets.NAME>>: %s", r.Text, want)
+		default:
+			continue
+		}
+		return tok, false
+	}
+	if len(tpl.Refs()) > 1 {
+		d.errorf(p, "reads more than one secret: %s", want)
+	} else {
+		d.errorf(p, "holds text besides <<secrets.NAME>>, which would be part of the token written in the config: %s", want)
+	}
+	return tok, false
 }
 
 var uiBasePathRE = regexp.MustCompile(`^(/[A-Za-z0-9._~-]+)+$`)
@@ -355,7 +405,11 @@ func (t *table) brokerURL(k, what string, schemes []string, example string) stri
 	if raw == "" {
 		return ""
 	}
-	u, err := url.Parse(raw)
+	check, ok := t.d.urlSecrets(t.path.Key(k), raw)
+	if !ok || check == "" {
+		return raw
+	}
+	u, err := url.Parse(check)
 	if err != nil {
 		t.d.errorf(t.path.Key(k), "is not a valid URL (percent-encode reserved characters in the user name and password), e.g. %s", example)
 		return ""
@@ -369,6 +423,42 @@ func (t *table) brokerURL(k, what string, schemes []string, example string) stri
 		return ""
 	}
 	return raw
+}
+
+// urlSecretStandIn is what a secret read inside a URL is checked as.
+const urlSecretStandIn = "secret"
+
+var placeholderRE = regexp.MustCompile(`<<.*?>>`)
+
+// urlSecrets checks the secrets a URL written at p reads, a password most
+// often ("amqps://gateway:<<secrets.MQ_PASSWORD>>@mq:5671/"): each must be
+// <<secrets.NAME>>, with no default, which would put the credential back
+// in the file. It returns the URL with each secret replaced by a stand-in,
+// for the rest of it to be checked, or "" when the URL is one secret alone
+// and can be checked only once read.
+func (d *fileDecoder) urlSecrets(p chain.KeyPath, s string) (string, bool) {
+	if !strings.Contains(s, "<<") {
+		return s, true
+	}
+	tpl, err := templates.CompileString(s)
+	if err != nil {
+		var ce *templates.CompileError
+		if errors.As(err, &ce) {
+			err = errors.New(ce.Msg)
+		}
+		d.errorf(p, "is not a valid template (%v): a URL may read secrets as <<secrets.NAME>>", err)
+		return "", false
+	}
+	for _, r := range tpl.Refs() {
+		if r.Root != "secrets" || len(r.Path) != 1 || r.HasDefault {
+			d.errorf(p, "<<%s>>: a URL may read only secrets, each as <<secrets.NAME>> with no ?? default", r.Text)
+			return "", false
+		}
+	}
+	if _, ok := tpl.SinglePath(); ok {
+		return "", true
+	}
+	return placeholderRE.ReplaceAllString(s, urlSecretStandIn), true
 }
 
 // withoutQuery cuts a URL before its query string or fragment.

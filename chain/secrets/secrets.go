@@ -8,13 +8,14 @@ package secrets
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
-	"sort"
-	"strconv"
+	"slices"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -70,19 +71,27 @@ const Placeholder = "[REDACTED]"
 // being redacted everywhere; they are still never logged by name.
 const minLen = 4
 
+// minEncoded is the shortest piece of a base64 encoding that is looked for
+// on its own: a shorter one would turn up in unrelated encoded data.
+const minEncoded = 6
+
 // Redactor replaces secret values wherever they appear, however they are
-// written: as they are, escaped inside a JSON string (\u002d for -, \/ for
-// /, HTML-safe or not), or percent-encoded in a URL. Text is redacted in the
-// forms it can be written in; a JSON document is redacted in its decoded
-// strings, so an escaping nobody listed cannot carry a value past it. The
-// zero value and a nil *Redactor redact nothing.
+// written: as they are; escaped inside a JSON string in any way (\u002d
+// for -, \/ for /, HTML-safe or not); percent-encoded in a URL in any way;
+// base64 in the standard or URL alphabet, padded or not, alone or inside a
+// longer encoding (a Basic credential, an encoded document); hex, in lower
+// or upper case. The zero value and a nil *Redactor redact nothing.
+//
+// Every form of every value is looked for in one pass over the text, so
+// what redaction costs grows with the text, not with the number of
+// secrets or forms.
 type Redactor struct {
-	r *strings.Replacer
+	m *matcher
 }
 
 // NewRedactor returns a Redactor for the values of secrets.
 func NewRedactor(secrets map[string]string) *Redactor {
-	var vals []string
+	var pats []string
 	seen := map[string]bool{}
 	for _, v := range secrets {
 		if len(v) < minLen {
@@ -91,27 +100,39 @@ func NewRedactor(secrets map[string]string) *Redactor {
 		for _, form := range forms(v) {
 			if !seen[form] {
 				seen[form] = true
-				vals = append(vals, form)
+				pats = append(pats, form)
 			}
 		}
 	}
-	if len(vals) == 0 {
+	if len(pats) == 0 {
 		return &Redactor{}
 	}
-	// Longest first, so a secret containing another is replaced whole.
-	sort.Slice(vals, func(i, j int) bool { return len(vals[i]) > len(vals[j]) })
-	pairs := make([]string, 0, 2*len(vals))
-	for _, v := range vals {
-		pairs = append(pairs, v, Placeholder)
-	}
-	return &Redactor{r: strings.NewReplacer(pairs...)}
+	return &Redactor{m: newMatcher(pats, denseCells)}
 }
 
-// forms lists how v is most often written in text: as it is, inside a
-// JSON string as json.Marshal and as templates write it, and as a query
-// value (a space as +). Other escapings are found by decoding (see text).
+// forms lists how v is written in text: as it is; inside a JSON string as
+// json.Marshal and as templates write it; as a query value (a space as +,
+// percent-encoded or not); base64 and hex. Other JSON and URL escapings are
+// found by reading the text decoded (see scan).
 func forms(v string) []string {
-	return []string{v, jsonForm(v, true), jsonForm(v, false), url.QueryEscape(v)}
+	out := []string{v, jsonForm(v, true), jsonForm(v, false), url.QueryEscape(v), strings.ReplaceAll(v, " ", "+")}
+	b := []byte(v)
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
+		raw := enc.WithPadding(base64.NoPadding)
+		out = append(out, enc.EncodeToString(b), raw.EncodeToString(b))
+		// Inside a longer encoding v starts at one of three places in a
+		// group of three bytes; at each, the characters that v's bytes
+		// alone decide are the same whatever surrounds it.
+		for k := range 3 {
+			text := raw.EncodeToString(append(make([]byte, k), b...))
+			lo, hi := (8*k+5)/6, 8*(k+len(b))/6
+			if hi-lo >= minEncoded {
+				out = append(out, text[lo:hi])
+			}
+		}
+	}
+	h := hex.EncodeToString(b)
+	return append(out, h, strings.ToUpper(h))
 }
 
 // jsonForm is how v reads inside a JSON string: with <, > and & escaped as
@@ -126,187 +147,248 @@ func jsonForm(v string, escapeHTML bool) string {
 }
 
 // Active reports whether there is anything to redact.
-func (r *Redactor) Active() bool { return r != nil && r.r != nil }
+func (r *Redactor) Active() bool { return r != nil && r.m != nil }
 
 // String redacts text: an error message, a log line.
 func (r *Redactor) String(s string) string {
 	if !r.Active() {
 		return s
 	}
-	return r.text(s)
-}
-
-// text redacts s in the forms a value is written in, then, if s may spell
-// a value in escapes — JSON's (a backslash) or a URL's (a percent sign),
-// which can write any character many ways — reads s with them decoded,
-// and if a value shows then, returns it redacted in that decoded form.
-func (r *Redactor) text(s string) string {
-	out := r.r.Replace(s)
-	if strings.IndexByte(out, '\\') < 0 && strings.IndexByte(out, '%') < 0 {
-		return out
-	}
-	plain := percentDecode(unescape(out))
-	if plain == out {
-		return out
-	}
-	if red := r.r.Replace(plain); red != plain {
-		return red
-	}
-	return out
-}
-
-// percentDecode decodes every valid %XX in s and leaves the rest, so that
-// text that merely holds a percent sign reads as it is.
-func percentDecode(s string) string {
-	if strings.IndexByte(s, '%') < 0 {
+	esc := firstEscape(strings.IndexByte(s, '\\'), strings.IndexByte(s, '%'), len(s))
+	spans := scan(r.m, s, esc)
+	if spans == nil {
 		return s
 	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 2
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return string(replace(s, spans))
 }
 
-// Bytes redacts text held in bytes, returning b itself when it holds no
-// secret.
-func (r *Redactor) Bytes(b []byte) []byte {
+// JSON redacts a JSON document (a step's body, a payload), or any text
+// held in bytes, returning b itself when it holds no secret. A value is
+// replaced inside its string, escapes and all, so the document stays JSON
+// and keeps its escapes elsewhere.
+func (r *Redactor) JSON(b []byte) []byte {
 	if !r.Active() || len(b) == 0 {
 		return b
 	}
-	s := string(b)
-	if out := r.text(s); out != s {
-		return []byte(out)
+	esc := firstEscape(bytes.IndexByte(b, '\\'), bytes.IndexByte(b, '%'), len(b))
+	spans := scan(r.m, b, esc)
+	if spans == nil {
+		return b
 	}
-	return b
+	return replace(b, spans)
 }
 
-// JSON redacts a JSON document (a step's body, a payload) in its decoded
-// strings and keys, returning doc itself when it holds no secret. A
-// document without escapes reads the same decoded, so it is redacted as
-// text, without decoding; one that is not JSON is redacted as text.
-func (r *Redactor) JSON(doc []byte) []byte {
-	if !r.Active() || len(doc) == 0 {
-		return doc
+// firstEscape is where the first backslash or percent sign is, given
+// where each is (-1 for none), or n if there is neither.
+func firstEscape(backslash, percent, n int) int {
+	switch {
+	case backslash < 0 && percent < 0:
+		return n
+	case backslash < 0:
+		return percent
+	case percent < 0:
+		return backslash
 	}
-	if bytes.IndexByte(doc, '\\') < 0 && bytes.IndexByte(doc, '%') < 0 {
-		return r.Bytes(doc)
-	}
-	// Decoding the whole text at once shows every value a decoded string
-	// could hold: most documents hold none, and are spared the decoding.
-	if plain := percentDecode(unescape(string(doc))); r.r.Replace(plain) == plain {
-		return doc
-	}
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil || dec.More() {
-		return r.Bytes(doc)
-	}
-	v, changed := r.value(v)
-	if !changed {
-		return doc
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return r.Bytes(doc)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	return min(backslash, percent)
 }
 
-func (r *Redactor) value(v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		out := r.text(x)
-		return out, out != x
-	case []any:
-		changed := false
-		for i, e := range x {
-			var c bool
-			if x[i], c = r.value(e); c {
-				changed = true
+// scan returns the spans of s that spell a secret, nil if none does: as s
+// is written, and as it reads with its JSON escapes and percent-encodings
+// decoded, which can write any character many ways. esc is where the first
+// backslash or percent sign is (len(s) if none): up to there s reads the
+// same decoded, and is read once.
+func scan[T string | []byte](m *matcher, s T, esc int) []span {
+	st, spans := feed(m, 0, s, 0, esc, 0, nil)
+	if esc == len(s) {
+		return spans
+	}
+	dst := st
+	_, spans = feed(m, st, s, esc, len(s), 0, spans)
+	// Decoded, from where the first escape is: runs without one read as
+	// they are, shifted to where they are in the decoded text (d).
+	var dspans []span
+	for i, d := esc, esc; i < len(s); {
+		if s[i] != '\\' && s[i] != '%' {
+			j := i + 1
+			for j < len(s) && s[j] != '\\' && s[j] != '%' {
+				j++
 			}
-		}
-		return x, changed
-	case map[string]any:
-		changed := false
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			e, c := r.value(e)
-			rk := r.text(k)
-			if c || rk != k {
-				changed = true
-			}
-			out[rk] = e
-		}
-		return out, changed
-	}
-	return v, false
-}
-
-// unescape decodes the JSON string escapes in s (\uXXXX with surrogate
-// pairs, \/, \n and the rest), leaving anything else as it is.
-func unescape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c != '\\' || i+1 >= len(s) {
-			b.WriteByte(c)
+			dst, dspans = feed(m, dst, s, i, j, d-i, dspans)
+			d += j - i
+			i = j
 			continue
 		}
-		switch e := s[i+1]; e {
-		case '"', '\\', '/':
-			b.WriteByte(e)
-			i++
-		case 'b', 'f', 'n', 'r', 't':
-			b.WriteByte(map[byte]byte{'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}[e])
-			i++
-		case 'u':
-			r, n := unicodeEscape(s[i:])
-			if n == 0 {
-				b.WriteByte(c)
-				continue
-			}
-			b.WriteRune(r)
-			i += n - 1
-		default:
-			b.WriteByte(c)
+		dec, k, n := decodeUnit(s[i:])
+		dst, dspans = feed(m, dst, dec[:k], 0, k, d, dspans)
+		d += k
+		i += n
+	}
+	if dspans == nil {
+		return spans
+	}
+	return union(spans, placeDecoded(s, dspans))
+}
+
+// feed reads s[i:j] from state st, adding to spans where a form ends,
+// shifted by shift, and returns the state it ends in.
+func feed[T string | []byte](m *matcher, st int32, s T, i, j, shift int, spans []span) (int32, []span) {
+	for i < j {
+		st, i = run(m, st, s, i, j)
+		if l := int(m.long[st]); l > 0 {
+			spans = addSpan(spans, i+shift-l, i+shift)
 		}
 	}
-	return b.String()
+	return st, spans
+}
+
+// run reads s[i:j] from state st up to where a form ends, or to j, and
+// returns the state it is in and where it stopped. Each byte of every
+// text redacted passes through this loop, which is kept to a table load.
+func run[T string | []byte](m *matcher, st int32, s T, i, j int) (int32, int) {
+	delta, class, long, dense, classes := m.delta, &m.class, m.long, m.dense, m.classes
+	for i < j {
+		c := s[i]
+		i++
+		if st < dense {
+			st = delta[int(st)*classes+int(class[c])]
+		} else {
+			st = m.step(st, c)
+		}
+		if long[st] > 0 {
+			break
+		}
+	}
+	return st, i
+}
+
+// decodeUnit reads one character at the start of s, which is not empty, as
+// decoding reads it: a JSON escape (\uXXXX with surrogate pairs, \/, \n and
+// the rest) or a percent-encoded byte as the bytes it stands for, anything
+// else as itself. It returns the bytes, how many (k) and how many bytes of
+// s they were read from (n).
+func decodeUnit[T string | []byte](s T) (dec [4]byte, k, n int) {
+	switch s[0] {
+	case '\\':
+		if len(s) < 2 {
+			break
+		}
+		switch e := s[1]; e {
+		case '"', '\\', '/':
+			dec[0] = e
+			return dec, 1, 2
+		case 'b', 'f', 'n', 'r', 't':
+			dec[0] = "\b\f\n\r\t"[strings.IndexByte("bfnrt", e)]
+			return dec, 1, 2
+		case 'u':
+			if r, n := unicodeEscape(s); n > 0 {
+				k := utf8.EncodeRune(dec[:], r)
+				return dec, k, n
+			}
+		}
+	case '%':
+		if len(s) >= 3 {
+			if hi, ok := unhex(s[1]); ok {
+				if lo, ok := unhex(s[2]); ok {
+					dec[0] = hi<<4 | lo
+					return dec, 1, 3
+				}
+			}
+		}
+	}
+	dec[0] = s[0]
+	return dec, 1, 1
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }
 
 // unicodeEscape reads \uXXXX, or a surrogate pair of them, at the start of
 // s, and returns the rune and how many bytes it took; 0 if there is none.
-func unicodeEscape(s string) (rune, int) {
-	hex := func(s string) (rune, bool) {
+func unicodeEscape[T string | []byte](s T) (rune, int) {
+	quad := func(s T) (rune, bool) {
 		if len(s) < 6 || s[0] != '\\' || s[1] != 'u' {
 			return 0, false
 		}
-		n, err := strconv.ParseUint(s[2:6], 16, 16)
-		return rune(n), err == nil
+		var r rune
+		for i := 2; i < 6; i++ {
+			v, ok := unhex(s[i])
+			if !ok {
+				return 0, false
+			}
+			r = r<<4 | rune(v)
+		}
+		return r, true
 	}
-	r1, ok := hex(s)
+	r1, ok := quad(s)
 	if !ok {
 		return 0, 0
 	}
 	if utf16.IsSurrogate(r1) {
-		if r2, ok := hex(s[6:]); ok {
+		if r2, ok := quad(s[6:]); ok {
 			if r := utf16.DecodeRune(r1, r2); r != utf8.RuneError {
 				return r, 12
 			}
 		}
 	}
 	return r1, 6
+}
+
+// placeDecoded turns spans of s's decoded bytes into spans of s, each
+// widened to whole escapes, so that no part of one is left behind.
+func placeDecoded[T string | []byte](s T, dspans []span) []span {
+	out := make([]span, 0, len(dspans))
+	// The character being read: s[i:i+n], decoded bytes [d, d+k).
+	i, n, d, k := 0, 0, 0, 0
+	at := func(pos int) span {
+		for d+k <= pos {
+			i, d = i+n, d+k
+			_, k, n = decodeUnit(s[i:])
+		}
+		return span{i, i + n}
+	}
+	for _, sp := range dspans {
+		start := at(sp.start).start
+		out = append(out, span{start, at(sp.end - 1).end})
+	}
+	return out
+}
+
+// union merges two lists of sorted spans into one whose overlapping spans
+// are joined.
+func union(a, b []span) []span {
+	all := append(slices.Clone(a), b...)
+	slices.SortFunc(all, func(x, y span) int { return x.start - y.start })
+	out := all[:0]
+	for _, sp := range all {
+		if len(out) > 0 && sp.start < out[len(out)-1].end {
+			out[len(out)-1].end = max(out[len(out)-1].end, sp.end)
+			continue
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+// replace returns s with each of spans, sorted and apart, replaced by the
+// placeholder.
+func replace[T string | []byte](s T, spans []span) []byte {
+	out := make([]byte, 0, len(s))
+	at := 0
+	for _, sp := range spans {
+		out = append(out, s[at:sp.start]...)
+		out = append(out, Placeholder...)
+		at = sp.end
+	}
+	return append(out, s[at:]...)
 }
 
 // Handler wraps a slog.Handler so that no secret value reaches the log.

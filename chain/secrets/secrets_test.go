@@ -2,10 +2,15 @@ package secrets_test
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
+	"math/rand/v2"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -158,8 +163,8 @@ func TestRedactor(t *testing.T) {
 			if got := r.String(tc.in); got != tc.want {
 				t.Errorf("String(%q) = %q, want %q", tc.in, got, tc.want)
 			}
-			if got := string(r.Bytes([]byte(tc.in))); got != tc.want {
-				t.Errorf("Bytes(%q) = %q, want %q", tc.in, got, tc.want)
+			if got := string(r.JSON([]byte(tc.in))); got != tc.want {
+				t.Errorf("JSON(%q) = %q, want %q", tc.in, got, tc.want)
 			}
 		})
 	}
@@ -168,8 +173,8 @@ func TestRedactor(t *testing.T) {
 func TestRedactorLeavesCleanBytesAlone(t *testing.T) {
 	r := secrets.NewRedactor(map[string]string{"A": "secret-value"})
 	in := []byte("nothing here")
-	if out := r.Bytes(in); &out[0] != &in[0] {
-		t.Error("Bytes copied input that held no secret")
+	if out := r.JSON(in); &out[0] != &in[0] {
+		t.Error("JSON copied input that held no secret")
 	}
 	for _, r := range []*secrets.Redactor{nil, secrets.NewRedactor(nil), secrets.NewRedactor(map[string]string{"S": "ab"})} {
 		if r.Active() || r.String("ab secret-value") != "ab secret-value" {
@@ -239,4 +244,183 @@ func TestRedactWhateverTheEncoding(t *testing.T) {
 	if got := red.String(`50% off \u00e9t\u00e9`); got != `50% off \u00e9t\u00e9` {
 		t.Errorf("text without a secret changed: %q", got)
 	}
+}
+
+// encodings are the ways a provider may hand a value back besides as it
+// is: each turns bytes into text, and reads a text back into every
+// candidate for what it may hold, at every alignment.
+var encodings = []struct {
+	name   string
+	encode func([]byte) string
+	decode func(string) [][]byte
+}{
+	{"base64 standard, padded", base64.StdEncoding.EncodeToString, decodeBase64},
+	{"base64 standard, raw", base64.RawStdEncoding.EncodeToString, decodeBase64},
+	{"base64 URL, padded", base64.URLEncoding.EncodeToString, decodeBase64},
+	{"base64 URL, raw", base64.RawURLEncoding.EncodeToString, decodeBase64},
+	{"hex, lower case", hex.EncodeToString, decodeHex},
+	{"hex, upper case", func(b []byte) string { return strings.ToUpper(hex.EncodeToString(b)) }, decodeHex},
+	{"URL query", func(b []byte) string { return url.QueryEscape(string(b)) }, decodeURL},
+	{"URL path", func(b []byte) string { return url.PathEscape(string(b)) }, decodeURL},
+	{"URL, every byte, lower case", func(b []byte) string {
+		var s strings.Builder
+		for _, c := range b {
+			fmt.Fprintf(&s, "%%%02x", c)
+		}
+		return s.String()
+	}, decodeURL},
+	{"JSON string", func(b []byte) string { return strings.Trim(marshal(string(b)), `"`) }, decodeJSON},
+	{"JSON, every character \\u-escaped", func(b []byte) string {
+		var s strings.Builder
+		for _, r := range string(b) {
+			fmt.Fprintf(&s, `\u%04X`, r)
+		}
+		return s.String()
+	}, decodeJSON},
+}
+
+// runs are the longest stretches of s made of the bytes in set.
+func runs(s, set string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return !strings.ContainsRune(set, r) })
+}
+
+func decodeBase64(s string) [][]byte {
+	var out [][]byte
+	for _, run := range runs(strings.NewReplacer("-", "+", "_", "/").Replace(s), "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") {
+		for skip := 0; skip < 4 && skip < len(run); skip++ {
+			r := run[skip:]
+			if len(r)%4 == 1 {
+				r = r[:len(r)-1]
+			}
+			if b, err := base64.RawStdEncoding.DecodeString(r); err == nil {
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
+
+func decodeHex(s string) [][]byte {
+	var out [][]byte
+	for _, run := range runs(strings.ToLower(s), "0123456789abcdef") {
+		for skip := 0; skip < 2 && skip < len(run); skip++ {
+			r := run[skip:]
+			b, _ := hex.DecodeString(r[:len(r)/2*2])
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func decodeURL(s string) [][]byte {
+	u, err := url.QueryUnescape(s)
+	if err != nil {
+		return [][]byte{[]byte(s)}
+	}
+	return [][]byte{[]byte(u), []byte(strings.ReplaceAll(u, "+", " "))}
+}
+
+func decodeJSON(s string) [][]byte {
+	var v struct{ Data string }
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return [][]byte{[]byte(s)}
+	}
+	return [][]byte{[]byte(v.Data)}
+}
+
+// TestRedactEncodings writes values of each length modulo three, after
+// prefixes of each length modulo three (as in a Basic credential, where
+// "user:" comes first), in every encoding, inside a JSON document; the
+// document read back must hold nothing from which four bytes of the value
+// in a row can be decoded, at any alignment, and must still be JSON.
+func TestRedactEncodings(t *testing.T) {
+	vals := []string{"k3y/+?&= x", "xoxb-1234-5678", "R0UT1NGK3Y0123456789abcdef012345", "pässwörd €5"}
+	red := secrets.NewRedactor(map[string]string{"A": vals[0], "B": vals[1], "C": vals[2], "D": vals[3]})
+	for _, enc := range encodings {
+		t.Run(enc.name, func(t *testing.T) {
+			for _, v := range vals {
+				for _, pre := range []string{"", "u", "us", "user:", "Bearer "} {
+					text := enc.encode([]byte(pre + v + "\n-trailer"))
+					doc := `{"data":"` + text + `","n":1}`
+					got := string(red.JSON([]byte(doc)))
+					if !strings.Contains(got, secrets.Placeholder) {
+						t.Errorf("%q after %q: not redacted: %s", v, pre, got)
+						continue
+					}
+					if !json.Valid([]byte(got)) {
+						t.Errorf("%q after %q: no longer JSON: %s", v, pre, got)
+					}
+					for _, b := range enc.decode(got) {
+						for i := 0; i+4 <= len(v); i++ {
+							if bytes.Contains(b, []byte(v[i:i+4])) {
+								t.Errorf("%q after %q: %q can be read from %s", v, pre, v[i:i+4], got)
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestRedactLeavesEncodedDataAlone: encoded data holding no secret, the
+// letters and digits encoded values are made of, comes back as it was.
+func TestRedactLeavesEncodedDataAlone(t *testing.T) {
+	red := secrets.NewRedactor(map[string]string{"A": "xoxb-1234-5678", "B": "hunter22", "C": "R0UT1NGK3Y0123456789abcdef012345"})
+	rng := rand.New(rand.NewPCG(3, 4))
+	data := make([]byte, 1<<16)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	for _, enc := range encodings {
+		doc := []byte(`{"data":"` + enc.encode(data) + `"}`)
+		if got := red.JSON(doc); &got[0] != &doc[0] {
+			t.Errorf("%s: data holding no secret was changed", enc.name)
+		}
+	}
+}
+
+// TestRedactPlacesDecodedValues: a value found only once the text is
+// decoded is replaced where it is written, escapes and all, and the rest
+// of the text keeps its escapes.
+func TestRedactPlacesDecodedValues(t *testing.T) {
+	red := secrets.NewRedactor(map[string]string{"S": "ab-cd/ef"})
+	tests := []struct{ in, want string }{
+		{`{"a":"x\u002f","b":"ab\u002dcd\/ef","c":"y\u002f"}`, `{"a":"x\u002f","b":"[REDACTED]","c":"y\u002f"}`},
+		{`50% of ab%2Dcd%2fef, 100%`, `50% of [REDACTED], 100%`},
+		{`\u0061b-cd/e\u0066 and ab-cd/ef`, `[REDACTED] and [REDACTED]`},
+		{`ab-cd\/ef%`, `[REDACTED]%`},
+		{`\ud83d\ude00ab-cd/ef\ud83d\ude00`, `\ud83d\ude00[REDACTED]\ud83d\ude00`},
+	}
+	for _, tc := range tests {
+		if got := red.String(tc.in); got != tc.want {
+			t.Errorf("String(%s) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+// FuzzRedact: whatever the text and the value, redaction does not panic,
+// leaves no plain occurrence of the value, and hands back text that held
+// none unchanged.
+func FuzzRedact(f *testing.F) {
+	f.Add("token=hunter22", "hunter22")
+	f.Add(`{"a":"\u0068unter22%"}`, "hunter22")
+	f.Add(`aHVudGVyMjI= \ud83d %4`, "hunter22")
+	f.Add(`\u12`, "ab\\u12")
+	f.Fuzz(func(t *testing.T, text, v string) {
+		if len(v) < 4 || strings.ContainsAny(v, "[]") {
+			return
+		}
+		red := secrets.NewRedactor(map[string]string{"V": v})
+		got := red.String(text)
+		if strings.Contains(got, v) {
+			t.Errorf("String(%q) = %q, still holds %q", text, got, v)
+		}
+		if !strings.Contains(got, secrets.Placeholder) && got != text {
+			t.Errorf("String(%q) = %q, changed without redacting", text, got)
+		}
+		if b := red.JSON([]byte(text)); string(b) != got {
+			t.Errorf("JSON(%q) = %q, String gave %q", text, b, got)
+		}
+	})
 }
