@@ -32,6 +32,7 @@ type Metrics struct {
 	fanInFlight prometheus.Gauge
 	redelivered prometheus.Counter
 	poisoned    prometheus.Counter
+	refused     *prometheus.CounterVec
 
 	// series holds each provider's call series, looked up once: resolving
 	// label values on every call was a measurable share of a worker's CPU.
@@ -102,9 +103,12 @@ func NewMetrics() *Metrics {
 		poisoned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chaingate_fanout_items_poisoned_total", Help: "Items a worker here parked as poison: their message outlived max_redeliveries.",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chaingate_api_refused_total", Help: "API connections and requests refused by the per-address and server limits, by reason.",
+		}, []string{"reason"}),
 	}
 	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.calls, m.inFlight, m.latency,
-		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned,
+		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned, m.refused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -147,6 +151,9 @@ func (m *Metrics) ItemsRedelivered(n int) { m.redelivered.Add(float64(n)) }
 
 // ItemsInFlight implements fanout.Metrics.
 func (m *Metrics) ItemsInFlight(delta int) { m.fanInFlight.Add(float64(delta)) }
+
+// Refused counts a connection or request the API's limits refused.
+func (m *Metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }
 
 // ItemsPoisoned implements fanout.Metrics.
 func (m *Metrics) ItemsPoisoned(n int) { m.poisoned.Add(float64(n)) }

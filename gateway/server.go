@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +55,8 @@ type Server struct {
 	// workItems makes the server work the items of distributed splits too.
 	workItems bool
 	sched     *Scheduler
+	// fails counts wrong credentials per remote address.
+	fails *authFailures
 }
 
 // Token environment variables, comma separated; they add to [gateway.auth].
@@ -64,7 +68,7 @@ const (
 // NewServer returns the API of gw. hub and metrics must be the ones gw's
 // events and calls feed; paths are the config paths reload reads again.
 func NewServer(gw *Gateway, hub *Hub, metrics *Metrics, paths []string) *Server {
-	s := &Server{gw: gw, ops: &Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths}
+	s := &Server{gw: gw, ops: &Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, fails: newAuthFailures(time.Now)}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.aborting, s.abort = context.WithCancel(context.Background())
 	metrics.Register(gw)
@@ -178,7 +182,7 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	lim := s.config().Gateway.Limits
 	srv := s.httpServer(lim)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(limitConns(l, lim.MaxConnections)) }()
+	go func() { errc <- srv.Serve(limitConns(l, lim, s.metrics.Refused)) }()
 	go s.adopt(ctx)
 	go s.sched.Run(s.stopping)
 	workerCtx, stopWorker := context.WithCancel(context.Background())
@@ -339,6 +343,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case ae.Status >= 500:
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
+	if bodyUnread(r) {
+		// Refused before its body was read: answered at once, and the
+		// connection closes rather than waiting for the rest.
+		w.Header().Set("Connection", "close")
+	}
 	out := *ae
 	out.Message = s.gw.Redactor.String(out.Message)
 	writeJSON(w, ae.Status, map[string]any{"error": out})
@@ -375,12 +384,23 @@ func (s *Server) guard(need access, h http.HandlerFunc) http.HandlerFunc {
 			}
 		}
 		if need != public && s.AuthEnabled() {
-			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			presented := r.Header.Get("Authorization")
+			if presented != "" {
+				if wait := s.credentialWait(r); wait > 0 {
+					w.Header().Set("Retry-After", strconv.Itoa(wait))
+					s.writeError(w, r, &APIError{Status: http.StatusTooManyRequests, Code: "too_many_auth_failures", Message: fmt.Sprintf("too many wrong credentials came from this address; the next one is checked in %d s", wait)})
+					return
+				}
+			}
+			tok, ok := strings.CutPrefix(presented, "Bearer ")
 			s.mu.RLock()
 			write, read := matches(tok, s.writeTok), matches(tok, s.readTok)
 			s.mu.RUnlock()
 			switch {
 			case !ok || (!write && !read):
+				if presented != "" {
+					s.failedCredential(r)
+				}
 				w.Header().Set("WWW-Authenticate", `Bearer realm="chaingate"`)
 				s.writeError(w, r, &APIError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid bearer token is required"})
 				return
@@ -394,6 +414,27 @@ func (s *Server) guard(need access, h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// credentialWait is how many seconds r's address must wait before a
+// credential it presents is checked; 0 when it may present one now.
+func (s *Server) credentialWait(r *http.Request) int {
+	d, first := s.fails.wait(requestAddress(r))
+	if d == 0 {
+		return 0
+	}
+	secs := int(math.Ceil(d.Seconds()))
+	if first {
+		s.log.Warn("refusing credentials from an address that presented too many wrong ones", "remote", r.RemoteAddr, "for_seconds", secs)
+	}
+	s.metrics.Refused("too_many_auth_failures")
+	return secs
+}
+
+// failedCredential counts a wrong credential against r's address.
+func (s *Server) failedCredential(r *http.Request) {
+	s.metrics.Refused("wrong_credential")
+	s.fails.fail(requestAddress(r))
 }
 
 // tokenName is the name [gateway.auth] gives tok, or, for a token without
@@ -422,6 +463,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	limit := int64(s.config().Gateway.Limits.MaxRequestBytes)
 	if limit <= 0 {
 		limit = chain.DefaultMaxRequestBytes
+	}
+	if r.ContentLength > limit {
+		// Refused as announced, without reading what the client sends.
+		return nil, &http.MaxBytesError{Limit: limit}
 	}
 	body := http.MaxBytesReader(w, r.Body, limit)
 	defer body.Close()
