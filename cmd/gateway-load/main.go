@@ -18,6 +18,13 @@
 // runs (providers.go).
 //
 //	gateway-load providers --gateway /tmp/gateway --concurrency 100
+//
+// gateway-load flood holds slow POSTs open against a gateway from one
+// loopback address while probing its /healthz from another, and
+// gateway-load guess sends wrong tokens (flood.go).
+//
+//	gateway-load flood --server http://127.0.0.1:8080 --connections 1100 --duration 60s
+//	gateway-load guess --server http://127.0.0.1:8080 --count 200
 package main
 
 import (
@@ -69,6 +76,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "providers" {
 		return runProviders(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "flood" {
+		return runFlood(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "guess" {
+		return runGuess(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("gateway-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
