@@ -70,7 +70,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		defer func() {
 			if bodyUnread(r) {
-				closeUnread(w)
+				closeUnread(w, r)
 			}
 		}()
 		if c := reserveConn(r); c != nil {

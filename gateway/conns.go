@@ -64,6 +64,8 @@ const (
 // its client sees the answer rather than a reset: net/http would read up
 // to 256 KB of it for as long as the request timeout to keep the
 // connection, and a client sending a byte at a time would hold it that long.
+// An address that holds half its connections or more gets no grace: a
+// flood's refused connections then free their slots at once.
 const refusedBodyGrace = time.Second
 
 // connLimiter admits the API's connections: each remote address holds at
@@ -150,6 +152,17 @@ func (l *connLimiter) release(c *admittedConn) {
 	if a.open+a.spare == 0 {
 		delete(l.byAddr, c.key)
 	}
+}
+
+// crowded reports whether c is in the reserve, or its address holds half
+// the connections it may or more.
+func (l *connLimiter) crowded(c *admittedConn) bool {
+	if c.over != nil {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return 2*l.byAddr[c.key].open >= l.perAddr
 }
 
 // admittedConn is a connection the limiter took, released when closed.
@@ -247,8 +260,12 @@ func bodyUnread(r *http.Request) bool {
 // closeUnread ends a request whose body was left unread: the connection
 // closes after the answer, and what the client still sends is read for
 // refusedBodyGrace at most.
-func closeUnread(w http.ResponseWriter) {
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(refusedBodyGrace))
+func closeUnread(w http.ResponseWriter, r *http.Request) {
+	grace := refusedBodyGrace
+	if c, ok := r.Context().Value(connKey{}).(*admittedConn); ok && c.l.crowded(c) {
+		grace = 0
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(grace))
 }
 
 // loopbackOnly guards an API served without tokens. Such an API listens
