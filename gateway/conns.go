@@ -104,7 +104,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		if ac := l.admit(c); ac != nil {
 			return ac, nil
 		}
-		l.refused("connections_full")
+		l.refused("connection_closed")
 		_ = c.Close()
 	}
 }

@@ -338,6 +338,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case ae.Code == "shutting_down":
 		// Expected while draining: load balancers probe /readyz to see it.
+	case ae.Code == "server_busy":
+		// One per connection of a flood: counted, not logged.
 	case ae.Status == http.StatusServiceUnavailable:
 		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	case ae.Status >= 500:
