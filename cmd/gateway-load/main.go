@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	chain := fs.String("chain", "", "chain to start")
 	trigger := fs.String("trigger", "", "Alertmanager trigger to post a new firing alert to in each request, instead of --chain")
 	payload := fs.String("payload", `{"alert_name":"load","severity":"critical"}`, "run payload")
-	concurrency := fs.Int("concurrency", 64, "requests in flight")
+	concurrency := fs.Int("concurrency", 64, "requests in flight, each on a connection of its own from one address: past the gateway's [gateway.limits] max_connections_per_address (default 128) they are refused")
 	duration := fs.Duration("duration", 20*time.Second, "how long to measure")
 	warmup := fs.Duration("warmup", 2*time.Second, "load driven before measuring")
 	if err := fs.Parse(args); err != nil {
