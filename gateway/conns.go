@@ -162,7 +162,9 @@ func (l *connLimiter) crowded(c *admittedConn) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return 2*l.byAddr[c.key].open >= l.perAddr
+	// Gone when the server closed c meanwhile, shutting down.
+	a := l.byAddr[c.key]
+	return a == nil || 2*a.open >= l.perAddr
 }
 
 // admittedConn is a connection the limiter took, released when closed.
