@@ -175,9 +175,12 @@ type Limits struct {
 	MaxBodyBytes int
 	// MaxRequestBytes bounds an API request body.
 	MaxRequestBytes int
-	// MaxConnections bounds the API's open connections; more wait to be
-	// accepted.
+	// MaxConnections bounds the API's open connections; past it, a
+	// connection may only ask for the health checks, and is refused the rest.
 	MaxConnections int
+	// MaxConnectionsPerAddress bounds the connections one remote address
+	// (an IPv6 client's /64) holds, so one client cannot take every slot.
+	MaxConnectionsPerAddress int
 	// RequestTimeoutSeconds bounds reading a request and writing its answer,
 	// so a slow client cannot hold a connection. Event streams and
 	// ?wait= requests are bounded by what they wait for instead.
@@ -192,6 +195,7 @@ const (
 	DefaultMaxBodyBytes    = 16 << 20
 	DefaultMaxRequestBytes = 1 << 20
 	DefaultMaxConnections  = 1024
+	DefaultMaxConnsPerAddr = 128
 	DefaultRequestTimeout  = 30
 	DefaultIdleTimeout     = 60
 )

@@ -65,6 +65,24 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("/", s.noRoute(mux))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &bodyWatch{ReadCloser: r.Body}
+		}
+		defer func() {
+			if bodyUnread(r) {
+				closeUnread(w, r)
+			}
+		}()
+		if c := reserveConn(r); c != nil {
+			// Answered once; only the health checks are served.
+			w.Header().Set("Connection", "close")
+			if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+				s.metrics.Refused(c.over.Code)
+				w.Header().Set("Retry-After", "1")
+				s.writeError(w, r, c.over)
+				return
+			}
+		}
 		if !canonicalPath(r.URL.Path) {
 			// The mux would redirect, in HTML; an API answers what was asked.
 			s.writeError(w, r, &APIError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("%s %s: not found (paths hold no empty, . or .. segments)", r.Method, r.URL.Path)})

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -308,12 +309,23 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok := strings.TrimSpace(r.PostFormValue("token"))
+	next := map[string]string{"Next": safeNext(c.base, r.PostFormValue("next"))}
+	if tok != "" {
+		if wait := c.s.credentialWait(r); wait > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(wait))
+			c.render(w, http.StatusTooManyRequests, "login.html", pageData{Title: "Sign in", Base: c.base, Body: next,
+				Flash: fmt.Sprintf("too many wrong tokens came from this address; try again in %d s", wait)})
+			return
+		}
+	}
 	c.s.mu.RLock()
 	write, read := matches(tok, c.s.writeTok), matches(tok, c.s.readTok)
 	c.s.mu.RUnlock()
 	if tok == "" || (!write && !read) {
-		c.render(w, http.StatusUnauthorized, "login.html", pageData{Title: "Sign in", Base: c.base, Flash: "that token is not one of the gateway's API tokens",
-			Body: map[string]string{"Next": safeNext(c.base, r.PostFormValue("next"))}})
+		if tok != "" {
+			c.s.failedCredential(r)
+		}
+		c.render(w, http.StatusUnauthorized, "login.html", pageData{Title: "Sign in", Base: c.base, Flash: "that token is not one of the gateway's API tokens", Body: next})
 		return
 	}
 	c.newSession(w, r, write, c.s.tokenName(tok))

@@ -34,6 +34,7 @@ type Metrics struct {
 	poisoned    prometheus.Counter
 	deliveries  *prometheus.CounterVec
 	ticks       *prometheus.CounterVec
+	refused     *prometheus.CounterVec
 
 	// series holds each provider's call series, looked up once: resolving
 	// label values on every call was a measurable share of a worker's CPU.
@@ -112,9 +113,12 @@ func NewMetrics() *Metrics {
 			Name: "chaingate_schedule_ticks_total",
 			Help: "Schedule ticks, by schedule and outcome (started, deduplicated, caught_up, missed, failed).",
 		}, []string{"schedule", "outcome"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chaingate_api_refused_total", Help: "API connections and requests refused by the per-address and server limits, by reason.",
+		}, []string{"reason"}),
 	}
 	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.calls, m.inFlight, m.latency,
-		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned, m.deliveries, m.ticks,
+		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned, m.deliveries, m.ticks, m.refused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -167,6 +171,9 @@ func (m *Metrics) ItemsRedelivered(n int) { m.redelivered.Add(float64(n)) }
 
 // ItemsInFlight implements fanout.Metrics.
 func (m *Metrics) ItemsInFlight(delta int) { m.fanInFlight.Add(float64(delta)) }
+
+// Refused counts a connection or request the API's limits refused.
+func (m *Metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }
 
 // ItemsPoisoned implements fanout.Metrics.
 func (m *Metrics) ItemsPoisoned(n int) { m.poisoned.Add(float64(n)) }

@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,6 +60,8 @@ type Server struct {
 	// budget bounds how long a trigger delivery's alerts are turned into
 	// runs before the answer goes.
 	budget time.Duration
+	// fails counts wrong credentials per remote address.
+	fails *authFailures
 }
 
 // Token environment variables; they add to [gateway.auth]. EnvTokens and
@@ -75,7 +79,7 @@ const (
 // NewServer returns the API of gw. hub and metrics must be the ones gw's
 // events and calls feed; paths are the config paths reload reads again.
 func NewServer(gw *Gateway, hub *Hub, metrics *Metrics, paths []string) *Server {
-	s := &Server{gw: gw, ops: &Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: deliveryBudget}
+	s := &Server{gw: gw, ops: &Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: deliveryBudget, fails: newAuthFailures(time.Now)}
 	if metrics != nil {
 		gw.door = metrics
 	}
@@ -280,7 +284,7 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	lim := s.config().Gateway.Limits
 	srv := s.httpServer(lim)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(limitConns(l, lim.MaxConnections)) }()
+	go func() { errc <- srv.Serve(limitConns(l, lim, s.metrics.Refused)) }()
 	go s.adopt(ctx)
 	go s.sched.Run(s.stopping)
 	go s.gw.RunInbox(s.stopping)
@@ -439,10 +443,17 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case ae.Code == "shutting_down":
 		// Expected while draining: load balancers probe /readyz to see it.
+	case ae.Code == "server_busy":
+		// One per connection of a flood: counted, not logged.
 	case ae.Status == http.StatusServiceUnavailable:
 		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	case ae.Status >= 500:
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	if bodyUnread(r) {
+		// Refused before its body was read: answered at once, and the
+		// connection closes rather than waiting for the rest.
+		w.Header().Set("Connection", "close")
 	}
 	out := *ae
 	out.Message = s.gw.Redactor.String(out.Message)
@@ -480,12 +491,23 @@ func (s *Server) guard(need access, h http.HandlerFunc) http.HandlerFunc {
 			}
 		}
 		if need != public && s.AuthEnabled() {
-			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			presented := r.Header.Get("Authorization")
+			if presented != "" {
+				if wait := s.credentialWait(r); wait > 0 {
+					w.Header().Set("Retry-After", strconv.Itoa(wait))
+					s.writeError(w, r, &APIError{Status: http.StatusTooManyRequests, Code: "too_many_auth_failures", Message: fmt.Sprintf("too many wrong credentials came from this address; the next one is checked in %d s", wait)})
+					return
+				}
+			}
+			tok, ok := strings.CutPrefix(presented, "Bearer ")
 			s.mu.RLock()
 			write, read := matches(tok, s.writeTok), matches(tok, s.readTok)
 			s.mu.RUnlock()
 			switch {
 			case !ok || (!write && !read):
+				if presented != "" {
+					s.failedCredential(r)
+				}
 				w.Header().Set("WWW-Authenticate", `Bearer realm="chaingate"`)
 				s.writeError(w, r, &APIError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid bearer token is required"})
 				return
@@ -499,6 +521,27 @@ func (s *Server) guard(need access, h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// credentialWait is how many seconds r's address must wait before a
+// credential it presents is checked; 0 when it may present one now.
+func (s *Server) credentialWait(r *http.Request) int {
+	d, first := s.fails.wait(requestAddress(r))
+	if d == 0 {
+		return 0
+	}
+	secs := int(math.Ceil(d.Seconds()))
+	if first {
+		s.log.Warn("refusing credentials from an address that presented too many wrong ones", "remote", r.RemoteAddr, "for_seconds", secs)
+	}
+	s.metrics.Refused("too_many_auth_failures")
+	return secs
+}
+
+// failedCredential counts a wrong credential against r's address.
+func (s *Server) failedCredential(r *http.Request) {
+	s.metrics.Refused("wrong_credential")
+	s.fails.fail(requestAddress(r))
 }
 
 // tokenName is the name [gateway.auth] or the environment gives tok, or,
@@ -530,6 +573,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	limit := int64(s.config().Gateway.Limits.MaxRequestBytes)
 	if limit <= 0 {
 		limit = chain.DefaultMaxRequestBytes
+	}
+	if r.ContentLength > limit {
+		// Refused as announced, without reading what the client sends.
+		return nil, &http.MaxBytesError{Limit: limit}
 	}
 	body := http.MaxBytesReader(w, r.Body, limit)
 	defer body.Close()

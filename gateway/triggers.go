@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,28 +20,43 @@ import (
 )
 
 // trigger serves POST /v1/triggers/{name}: it takes an alert group or a
-// webhook body and hands it to the door, which turns it into runs.
+// webhook body and hands it to the door, which turns it into runs. Wrong
+// credentials count against the sender's address as the API's do.
 func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
 		s.writeError(w, r, engine.ErrClosed)
 		return
 	}
+	presented := r.Header.Get("Authorization") != "" || r.Header.Get("X-Hub-Signature-256") != "" || r.Header.Get(webhook.SignatureHeader) != ""
+	if presented {
+		if wait := s.credentialWait(r); wait > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(wait))
+			s.writeError(w, r, &APIError{Status: http.StatusTooManyRequests, Code: "too_many_auth_failures", Message: fmt.Sprintf("too many wrong credentials came from this address; the next one is checked in %d s", wait)})
+			return
+		}
+	}
+	refuse := func(tr *chain.Trigger, why string) {
+		if presented {
+			s.failedCredential(r)
+		}
+		s.refuseTrigger(w, r, tr, why)
+	}
 	cfg := s.gw.Engine.Config()
 	name := r.PathValue("name")
 	tr := cfg.Triggers[name]
 	write, read, open := s.apiAccess(r)
+	if open {
+		if err := loopbackOnly(r); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
 	if tr == nil {
 		// Only a client the API trusts learns which triggers there are:
 		// anyone else is refused as at a trigger that exists.
 		if !open && !write && !read {
-			s.refuseTrigger(w, r, nil, "no such trigger")
+			refuse(nil, "no such trigger")
 			return
-		}
-		if open {
-			if err := loopbackOnly(r); err != nil {
-				s.writeError(w, r, err)
-				return
-			}
 		}
 		msg := fmt.Sprintf("no trigger %q", name)
 		if sug := chain.Suggest(name, cfg.TriggerNames); sug != "" {
@@ -49,11 +65,17 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &APIError{Status: http.StatusNotFound, Code: "not_found", Message: msg})
 		return
 	}
+	ctx := engine.WithActor(r.Context(), "trigger "+tr.Name)
 	if tr.Token == nil && tr.Secret == nil {
 		// No credential of its own: the API's full tokens.
-		s.guard(writeAccess, func(w http.ResponseWriter, r *http.Request) {
-			s.fire(w, r.WithContext(engine.WithActor(r.Context(), "trigger "+tr.Name)), tr, nil, "")
-		})(w, r)
+		switch {
+		case open || write:
+			s.fire(w, r.WithContext(ctx), tr, nil, "")
+		case read:
+			s.writeError(w, r, &APIError{Status: http.StatusForbidden, Code: "forbidden", Message: "this token may only read"})
+		default:
+			refuse(tr, "the trigger takes the API's full tokens")
+		}
 		return
 	}
 	body, err := s.readBody(w, r)
@@ -64,10 +86,10 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 	}
 	sig, err := s.triggerAuth(r, tr, body)
 	if err != nil {
-		s.refuseTrigger(w, r, tr, err.Error())
+		refuse(tr, err.Error())
 		return
 	}
-	s.fire(w, r.WithContext(engine.WithActor(r.Context(), "trigger "+tr.Name)), tr, body, sig)
+	s.fire(w, r.WithContext(ctx), tr, body, sig)
 }
 
 // apiAccess says what the request's bearer token may do with the API, or

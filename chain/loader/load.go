@@ -106,7 +106,7 @@ func newLoader(opts Options) *loader {
 		Chains:    map[string]*chain.Chain{},
 		Gateway: chain.Gateway{Limits: chain.Limits{
 			MaxSplitItems: chain.DefaultMaxSplitItems, MaxBodyBytes: chain.DefaultMaxBodyBytes, MaxRequestBytes: chain.DefaultMaxRequestBytes,
-			MaxConnections: chain.DefaultMaxConnections, RequestTimeoutSeconds: chain.DefaultRequestTimeout, IdleTimeoutSeconds: chain.DefaultIdleTimeout,
+			MaxConnections: chain.DefaultMaxConnections, MaxConnectionsPerAddress: chain.DefaultMaxConnsPerAddr, RequestTimeoutSeconds: chain.DefaultRequestTimeout, IdleTimeoutSeconds: chain.DefaultIdleTimeout,
 		}},
 	}}
 }
@@ -196,9 +196,10 @@ func (l *loader) gateway(t *table) {
 		lim.MaxBodyBytes, _ = lt.bounded("max_body_bytes", "bytes", 1024, 0, lim.MaxBodyBytes)
 		lim.MaxRequestBytes, _ = lt.bounded("max_request_bytes", "bytes", 1024, 0, lim.MaxRequestBytes)
 		lim.MaxConnections, _ = lt.bounded("max_connections", "connections", 1, 0, lim.MaxConnections)
+		lim.MaxConnectionsPerAddress, _ = lt.bounded("max_connections_per_address", "connections", 1, 0, lim.MaxConnectionsPerAddress)
 		lim.RequestTimeoutSeconds, _ = lt.bounded("request_timeout_seconds", "seconds", 1, 3600, lim.RequestTimeoutSeconds)
 		lim.IdleTimeoutSeconds, _ = lt.bounded("idle_timeout_seconds", "seconds", 1, 3600, lim.IdleTimeoutSeconds)
-		lt.finish([]string{"max_split_items", "max_body_bytes", "max_request_bytes", "max_connections", "request_timeout_seconds", "idle_timeout_seconds"})
+		lt.finish([]string{"max_split_items", "max_body_bytes", "max_request_bytes", "max_connections", "max_connections_per_address", "request_timeout_seconds", "idle_timeout_seconds"})
 	}
 	if ft, ok := t.sub("fanout"); ok {
 		l.cfg.Gateway.Fanout = decodeFanout(ft)

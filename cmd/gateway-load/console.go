@@ -40,6 +40,10 @@ const consoleConfig = `
 state = "bolt://DIR/gateway.db"
 shutdown_grace_seconds = 5
 
+# Every console follows from this one loopback address.
+[gateway.limits]
+max_connections_per_address = 1024
+
 [[providers]]
 name = "slow"
 type = "faulty"

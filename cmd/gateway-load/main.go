@@ -18,6 +18,13 @@
 // runs (providers.go).
 //
 //	gateway-load providers --gateway /tmp/gateway --concurrency 100
+//
+// gateway-load flood holds slow POSTs open against a gateway from one
+// loopback address while probing its /healthz from another, and
+// gateway-load guess sends wrong tokens (flood.go).
+//
+//	gateway-load flood --server http://127.0.0.1:8080 --connections 1100 --duration 60s
+//	gateway-load guess --server http://127.0.0.1:8080 --count 200
 package main
 
 import (
@@ -70,6 +77,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "providers" {
 		return runProviders(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "flood" {
+		return runFlood(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "guess" {
+		return runGuess(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("gateway-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	server := fs.String("server", "http://127.0.0.1:8080", "gateway API")
@@ -77,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	chain := fs.String("chain", "", "chain to start")
 	trigger := fs.String("trigger", "", "Alertmanager trigger to post a new firing alert to in each request, instead of --chain")
 	payload := fs.String("payload", `{"alert_name":"load","severity":"critical"}`, "run payload")
-	concurrency := fs.Int("concurrency", 64, "requests in flight")
+	concurrency := fs.Int("concurrency", 64, "requests in flight, each on a connection of its own from one address: past the gateway's [gateway.limits] max_connections_per_address (default 128) they are refused")
 	duration := fs.Duration("duration", 20*time.Second, "how long to measure")
 	warmup := fs.Duration("warmup", 2*time.Second, "load driven before measuring")
 	if err := fs.Parse(args); err != nil {
