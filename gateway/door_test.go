@@ -557,3 +557,22 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestTriggerGuessesAreSlowed sends wrong signatures to a trigger: they
+// count against the sender's address as wrong API tokens do.
+func TestTriggerGuessesAreSlowed(t *testing.T) {
+	env, _ := newDoorAPI(t, 10)
+	wrong := map[string]string{"X-Hub-Signature-256": "sha256=" + strings.Repeat("ab", 32)}
+	for i := range 10 {
+		if code, _, raw := env.call("POST", "/v1/triggers/hook", `{}`, wrong, nil); code != http.StatusUnauthorized {
+			t.Fatalf("wrong signature %d: %d %s", i+1, code, raw)
+		}
+	}
+	code, h, raw := env.call("POST", "/v1/triggers/hook", `{}`, wrong, nil)
+	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(raw, "too_many_auth_failures") {
+		t.Errorf("the eleventh wrong signature: %d %s", code, raw)
+	}
+	if code, _, _ := env.call("POST", "/v1/triggers/nope", `{}`, map[string]string{"Authorization": "Bearer x"}, nil); code != http.StatusTooManyRequests {
+		t.Errorf("a token to an unknown trigger from the same address: %d", code)
+	}
+}
