@@ -226,10 +226,22 @@ payload_template = "<<origin.payload>>"
 // recorded in the file it returns.
 func newDoorAPI(t *testing.T, maxAlerts int) (*apiEnv, string) {
 	t.Helper()
+	return newDoorAPIOn(t, maxAlerts, "")
+}
+
+// newDoorAPIOn is newDoorAPI on the store at state ("": a bbolt file).
+func newDoorAPIOn(t *testing.T, maxAlerts int, state string) (*apiEnv, string) {
+	t.Helper()
 	t.Setenv("CHAINGATE_SECRET_HOOK_SECRET", "hook-hmac-key")
 	record := filepath.Join(t.TempDir(), "calls.jsonl")
 	cfg := strings.NewReplacer("RECORD", record, "MAX", fmt.Sprint(maxAlerts)).Replace(doorTriggers)
-	return newAPIOn(t, cfg, ""), record
+	return newAPIOn(t, cfg, state), record
+}
+
+// onEachStore runs fn on a bbolt file and on Redis.
+func onEachStore(t *testing.T, fn func(t *testing.T, state string)) {
+	t.Run("bolt", func(t *testing.T) { fn(t, "") })
+	t.Run("redis", func(t *testing.T) { fn(t, redistest.Open(t)) })
 }
 
 // alertGroup is an Alertmanager notification of group gk holding alerts,
@@ -283,8 +295,10 @@ func TestAlertKeysDoNotCollide(t *testing.T) {
 // members start nothing and are noted on the run, once each whichever HA
 // member sends them; its resolution starts the resolve chain once; a later
 // firing starts a new run.
-func TestAlertGroupLifetime(t *testing.T) {
-	env, record := newDoorAPI(t, 10)
+func TestAlertGroupLifetime(t *testing.T) { onEachStore(t, alertGroupLifetime) }
+
+func alertGroupLifetime(t *testing.T, state string) {
+	env, record := newDoorAPIOn(t, 10, state)
 	first := alertGroup("{}:{alertname=\"A\"}", "firing", "a T1 firing", "b T2 firing")
 	code, res, raw := deliver(t, env, "am-group", first)
 	if code != http.StatusAccepted || res.Results[0].Action != "started" || res.Results[0].Group != `{}:{alertname="A"}` {
@@ -344,8 +358,10 @@ func TestAlertGroupLifetime(t *testing.T) {
 // turn into a run: it is parked as a delivery entry, loudly, once however
 // often it comes; the entry replays into a run once the config is fixed,
 // and goes.
-func TestParkedDeliveryReplays(t *testing.T) {
-	env, record := newDoorAPI(t, 10)
+func TestParkedDeliveryReplays(t *testing.T) { onEachStore(t, parkedDeliveryReplays) }
+
+func parkedDeliveryReplays(t *testing.T, state string) {
+	env, record := newDoorAPIOn(t, 10, state)
 	noInstance := `{"version":"4","groupKey":"g","status":"firing","alerts":[{"status":"firing","labels":{"alertname":"A"},"startsAt":"T1","fingerprint":"fp1"}]}`
 	code, res, raw := deliver(t, env, "am", noInstance)
 	if code != http.StatusAccepted || res.Results[0].Action != "parked" || res.Results[0].DeadLetter == "" ||
@@ -420,13 +436,15 @@ func TestParkedDeliveryReplays(t *testing.T) {
 // kept and started after it.
 func TestLargeDelivery(t *testing.T) {
 	for _, budget := range []time.Duration{time.Second, 0} {
-		t.Run(fmt.Sprint("budget ", budget), func(t *testing.T) { largeDelivery(t, budget) })
+		t.Run(fmt.Sprint("budget ", budget), func(t *testing.T) {
+			onEachStore(t, func(t *testing.T, state string) { largeDelivery(t, state, budget) })
+		})
 	}
 }
 
-func largeDelivery(t *testing.T, budget time.Duration) {
+func largeDelivery(t *testing.T, state string, budget time.Duration) {
 	const limit, sent = 300, 750
-	env, record := newDoorAPI(t, limit)
+	env, record := newDoorAPIOn(t, limit, state)
 	env.srv.SetDeliveryBudget(budget)
 	env.write(strings.Replace(readFile(t, env.cfg), "max_request_bytes = 2048", "max_request_bytes = 1048576", 1))
 	if code, _, raw := env.call("POST", "/v1/admin/reload", "", nil, nil); code != http.StatusOK {
