@@ -478,7 +478,12 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tCHAIN\tSTEP\tRUN\tATTEMPTS\tPARKED\tERROR")
 		for _, e := range entries {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Chain, e.Step, e.RunID, e.Attempts, e.CreatedAt.Local().Format(timeLayout), short(e.Error.Message, 60))
+			step, run := e.Step, e.RunID
+			if e.Kind == store.DLQDelivery {
+				// No run started: the trigger it came to stands in.
+				step, run = "(trigger "+e.Trigger+")", "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Chain, step, run, e.Attempts, e.CreatedAt.Local().Format(timeLayout), short(e.Error.Message, 60))
 		}
 		_ = tw.Flush()
 	case "show":
