@@ -25,6 +25,13 @@
 //
 //	gateway-load flood --server http://127.0.0.1:8080 --connections 1100 --duration 60s
 //	gateway-load guess --server http://127.0.0.1:8080 --count 200
+//
+// gateway-load door posts one notification of many alerts to a trigger, or
+// the same alerts several times at once to one or more gateways, and checks
+// what the gateway started (door.go).
+//
+//	gateway-load door --server http://127.0.0.1:8080 --alerts 13265
+//	gateway-load door --server http://127.0.0.1:8080,http://127.0.0.1:8081 --keys 30 --copies 8
 package main
 
 import (
@@ -82,6 +89,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "guess" {
 		return runGuess(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "door" {
+		return runDoor(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("gateway-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
