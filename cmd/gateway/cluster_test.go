@@ -172,6 +172,7 @@ func callCounts(t testing.TB, path string) map[string]int {
 // and checks that every run completes on the others and that no sub-step
 // whose result was recorded before the kill was called again.
 func TestThreeGatewaysShareRedis(t *testing.T) {
+	t.Parallel()
 	const runs, subs = 300, 4
 	url := redistest.Open(t)
 	dir := t.TempDir()
@@ -308,6 +309,7 @@ func TestThreeGatewaysShareRedis(t *testing.T) {
 // Idempotency-Key and ?wait= on a second gateway while the first runs it:
 // the answer waits for the run to end there.
 func TestWaitFollowsRunOnAnotherGateway(t *testing.T) {
+	t.Parallel()
 	url := redistest.Open(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
@@ -415,6 +417,7 @@ func writeFileTB(tb testing.TB, path, content string) {
 // at a tick: every tick that started a run started exactly one, and the
 // survivor goes on ticking.
 func TestScheduleTicksOnceWithAGatewayKilled(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
 	writeFileTB(t, cfg, fmt.Sprintf(`

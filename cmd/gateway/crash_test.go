@@ -296,6 +296,7 @@ func checkFanout(t *testing.T, env *crashEnv, runID string, persisted map[string
 }
 
 func TestCrashBeforeDispatch(t *testing.T) {
+	t.Parallel()
 	env := newCrashEnv(t, fanoutConfig(3000, 0))
 	cmd, _ := env.start("run", "fanout")
 	env.waitFor("prepare to be called", func() bool { return env.lines("prepare.jsonl") == 1 })
@@ -312,8 +313,10 @@ func TestCrashBeforeDispatch(t *testing.T) {
 }
 
 func TestCrashMidGroup(t *testing.T) {
+	t.Parallel()
 	for _, at := range []int{10, 25, 40} {
 		t.Run(fmt.Sprintf("after-%d-calls", at), func(t *testing.T) {
+			t.Parallel()
 			env := newCrashEnv(t, fanoutConfig(0, 0))
 			cmd, _ := env.start("run", "fanout")
 			env.waitFor(fmt.Sprintf("%d sub-steps to be called", at), func() bool { return env.lines("subs.jsonl") >= at })
@@ -329,6 +332,7 @@ func TestCrashMidGroup(t *testing.T) {
 }
 
 func TestCrashAfterJoin(t *testing.T) {
+	t.Parallel()
 	env := newCrashEnv(t, fanoutConfig(0, 3000))
 	cmd, _ := env.start("run", "fanout")
 	env.waitFor("the step after the group to be called", func() bool { return env.lines("after.jsonl") == 1 })
@@ -345,6 +349,7 @@ func TestCrashAfterJoin(t *testing.T) {
 }
 
 func TestCrashDuringBackoff(t *testing.T) {
+	t.Parallel()
 	env := newCrashEnv(t, `
 [[providers]]
 name = "faulty"
@@ -411,6 +416,7 @@ retry = { max_retries = 2, backoff_ms = 3000, strategy = "fixed" }
 // TestCancelReachesRunningGateway cancels a run held by another gateway
 // process through the store's control socket.
 func TestCancelReachesRunningGateway(t *testing.T) {
+	t.Parallel()
 	env := newCrashEnv(t, `
 [[providers]]
 name = "faulty"
@@ -458,6 +464,7 @@ func keys[V any](m map[string]V) []string {
 }
 
 func TestCrashMidSplit(t *testing.T) {
+	t.Parallel()
 	const items = 60
 	var hosts []string
 	for i := range items {

@@ -168,6 +168,7 @@ const (
 )
 
 func TestCrashMatrix(t *testing.T) {
+	t.Parallel()
 	for _, p := range matrixPoints {
 		if _, err := crashpoint.Parse(p.at); err != nil {
 			t.Fatal(err)
@@ -594,6 +595,7 @@ func matrixReference(t *testing.T) *matrixOutcome {
 // gateway's lease has lapsed: the run is left to its lease, and the command
 // says so rather than report nothing to do.
 func TestResumeNamesRunsLeasedElsewhere(t *testing.T) {
+	t.Parallel()
 	m := newMatrixEnv(t, "redis")
 	// A lease that outlasts the test, however slow the machine.
 	writeFile(t, m.config, strings.Replace(matrixConfig(m.dir), fmt.Sprintf("lease_ttl_seconds = %d", matrixLeaseTTL), "lease_ttl_seconds = 60", 1))

@@ -157,6 +157,7 @@ func TestComposeFile(t *testing.T) {
 // version, and validates the configs the image carries. Docker itself is
 // not run here.
 func TestDockerfileBuild(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("SKIP: -short: the static build takes a minute")
 	}

@@ -50,6 +50,7 @@ on_failure = "dlq"
 // finishes and is recorded, the gateway exits 0 without starting the next
 // step, its plugins are gone, and a resume carries the run on.
 func TestServeSIGTERMDrains(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
 	writeFile(t, cfg, strings.ReplaceAll(serveConfig, "DIR", dir))
@@ -91,6 +92,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 
 // TestServeSIGHUPReloads changes the config under a running gateway.
 func TestServeSIGHUPReloads(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
 	writeFile(t, cfg, strings.ReplaceAll(serveConfig, "DIR", dir))
@@ -123,6 +125,7 @@ provider = "faulty"
 // TestOperatorCommands drives runs and dlq commands against a server and
 // straight on a store.
 func TestOperatorCommands(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
 	writeFile(t, cfg, strings.ReplaceAll(serveConfig, "DIR", dir))
@@ -236,6 +239,7 @@ func TestOperatorCommands(t *testing.T) {
 // flight, then SIGTERM again: the second one stops the wait at once, the
 // gateway exits non-zero, and the run stays persisted for a resume.
 func TestServeSecondSignalEndsTheDrain(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
 	writeFile(t, cfg, strings.ReplaceAll(`
@@ -310,6 +314,7 @@ func TestServeChecksBeforeOpening(t *testing.T) {
 // TestServeSIGHUPDuringStartup sends SIGHUP while the gateway is still
 // opening its store: the process lives on, and reloads once it serves.
 func TestServeSIGHUPDuringStartup(t *testing.T) {
+	t.Parallel()
 	url := redistest.Open(t)
 	// Redis answers only once the gate opens, so startup waits there.
 	proxy, open := gatedProxy(t, redistest.Addr())
