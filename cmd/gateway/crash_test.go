@@ -227,7 +227,9 @@ func checkNoDuplicateEvents(t *testing.T, evs []store.Event) {
 const fanoutSubs = 50
 
 // fanoutConfig is prepare → notify (50 faulty sub-steps, five at a time,
-// staggered sleeps) → after.
+// staggered sleeps) → after. The last five sub-steps, started last, sleep
+// two seconds: a kill after 40 calls lands before the group ends, however
+// late a loaded machine lets the test see the count.
 func fanoutConfig(prepareSleep, afterSleep int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `
@@ -249,7 +251,11 @@ name = "notify"
 max_concurrency = 5
 `, prepareSleep)
 	for i := range fanoutSubs {
-		fmt.Fprintf(&b, "[[chains.steps.parallel.steps]]\nname = \"sub-%02d\"\nprovider = \"faulty\"\npayload_template = { record = \"DIR/subs.jsonl\", sleep_ms = %d, n = %d }\n", i, 40+(i%7)*25, i)
+		sleep := 40 + (i%7)*25
+		if i >= fanoutSubs-5 {
+			sleep = 2000
+		}
+		fmt.Fprintf(&b, "[[chains.steps.parallel.steps]]\nname = \"sub-%02d\"\nprovider = \"faulty\"\npayload_template = { record = \"DIR/subs.jsonl\", sleep_ms = %d, n = %d }\n", i, sleep, i)
 	}
 	fmt.Fprintf(&b, `
 [[chains.steps]]
@@ -468,7 +474,13 @@ func TestCrashMidSplit(t *testing.T) {
 	const items = 60
 	var hosts []string
 	for i := range items {
-		hosts = append(hosts, fmt.Sprint(30+(i%5)*20))
+		// The last wave sleeps two seconds: a kill after half the calls
+		// lands before the split ends, however late the test sees them.
+		sleep := 30 + (i%5)*20
+		if i >= items-6 {
+			sleep = 2000
+		}
+		hosts = append(hosts, fmt.Sprint(sleep))
 	}
 	env := newCrashEnv(t, `
 [[providers]]
