@@ -222,6 +222,7 @@ func TestThreeGatewaysShareRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = gws[0].cmd.Process.Wait()
+	killed := time.Now()
 
 	// What had a recorded result at the moment of the kill.
 	st, err := redisstore.OpenURL(context.Background(), url, nil)
@@ -272,11 +273,11 @@ func TestThreeGatewaysShareRedis(t *testing.T) {
 			t.Errorf("run %s (gateway %d): %s %+v", id, gw, run.Status, run.Error)
 		}
 		evs, _ := st.Events(ctx, id, 0, 0)
-		resumed := false
+		resumed, resumedAlive := false, false
 		for _, ev := range evs {
 			if ev.Type == store.EventRunResumed {
 				resumed = true
-				break
+				resumedAlive = resumedAlive || ev.Time.Before(killed)
 			}
 		}
 		if resumed && gw == 0 {
@@ -287,6 +288,11 @@ func TestThreeGatewaysShareRedis(t *testing.T) {
 			switch n := counts[key]; {
 			case n == 0:
 				t.Errorf("%s was never called", key)
+			case gw == 0 && resumedAlive && n == 2:
+				// The killed gateway's lease had lapsed under load while it
+				// still ran, and another took the run over before the kill:
+				// the call in flight then went out again, as promised.
+				t.Logf("%s: gateway 0 lost its lease under load before the kill, and the call in flight went out again on the gateway that took the run over", key)
 			case recorded[key] && n != 1:
 				t.Errorf("%s had a recorded result before the kill but was called %d times", key, n)
 			case gw != 0 && resumed && n == 2:
