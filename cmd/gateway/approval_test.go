@@ -96,6 +96,7 @@ func waitStep(t *testing.T, url, id, step, want string) {
 // gateway with SIGKILL, starts it again, and answers with the CLI: the run
 // carries on; a second answer is refused naming the first.
 func TestApprovalSurvivesKill(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
 	writeFile(t, cfg, approvalConfig(dir, clusterLeaseTTL, 600))
@@ -134,6 +135,7 @@ func TestApprovalSurvivesKill(t *testing.T) {
 // taken the run over: the answer waits in the store, and the run goes on
 // once the survivor adopts it.
 func TestApprovalAnsweredDuringTakeover(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
 	writeFile(t, cfg, approvalConfig(dir, clusterLeaseTTL, 600))

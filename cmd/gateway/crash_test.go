@@ -227,7 +227,9 @@ func checkNoDuplicateEvents(t *testing.T, evs []store.Event) {
 const fanoutSubs = 50
 
 // fanoutConfig is prepare → notify (50 faulty sub-steps, five at a time,
-// staggered sleeps) → after.
+// staggered sleeps) → after. The last five sub-steps, started last, sleep
+// two seconds: a kill after 40 calls lands before the group ends, however
+// late a loaded machine lets the test see the count.
 func fanoutConfig(prepareSleep, afterSleep int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `
@@ -249,7 +251,11 @@ name = "notify"
 max_concurrency = 5
 `, prepareSleep)
 	for i := range fanoutSubs {
-		fmt.Fprintf(&b, "[[chains.steps.parallel.steps]]\nname = \"sub-%02d\"\nprovider = \"faulty\"\npayload_template = { record = \"DIR/subs.jsonl\", sleep_ms = %d, n = %d }\n", i, 40+(i%7)*25, i)
+		sleep := 40 + (i%7)*25
+		if i >= fanoutSubs-5 {
+			sleep = 2000
+		}
+		fmt.Fprintf(&b, "[[chains.steps.parallel.steps]]\nname = \"sub-%02d\"\nprovider = \"faulty\"\npayload_template = { record = \"DIR/subs.jsonl\", sleep_ms = %d, n = %d }\n", i, sleep, i)
 	}
 	fmt.Fprintf(&b, `
 [[chains.steps]]
@@ -296,6 +302,7 @@ func checkFanout(t *testing.T, env *crashEnv, runID string, persisted map[string
 }
 
 func TestCrashBeforeDispatch(t *testing.T) {
+	t.Parallel()
 	env := newCrashEnv(t, fanoutConfig(3000, 0))
 	cmd, _ := env.start("run", "fanout")
 	env.waitFor("prepare to be called", func() bool { return env.lines("prepare.jsonl") == 1 })
@@ -312,8 +319,10 @@ func TestCrashBeforeDispatch(t *testing.T) {
 }
 
 func TestCrashMidGroup(t *testing.T) {
+	t.Parallel()
 	for _, at := range []int{10, 25, 40} {
 		t.Run(fmt.Sprintf("after-%d-calls", at), func(t *testing.T) {
+			t.Parallel()
 			env := newCrashEnv(t, fanoutConfig(0, 0))
 			cmd, _ := env.start("run", "fanout")
 			env.waitFor(fmt.Sprintf("%d sub-steps to be called", at), func() bool { return env.lines("subs.jsonl") >= at })
@@ -329,6 +338,7 @@ func TestCrashMidGroup(t *testing.T) {
 }
 
 func TestCrashAfterJoin(t *testing.T) {
+	t.Parallel()
 	env := newCrashEnv(t, fanoutConfig(0, 3000))
 	cmd, _ := env.start("run", "fanout")
 	env.waitFor("the step after the group to be called", func() bool { return env.lines("after.jsonl") == 1 })
@@ -345,6 +355,7 @@ func TestCrashAfterJoin(t *testing.T) {
 }
 
 func TestCrashDuringBackoff(t *testing.T) {
+	t.Parallel()
 	env := newCrashEnv(t, `
 [[providers]]
 name = "faulty"
@@ -411,6 +422,7 @@ retry = { max_retries = 2, backoff_ms = 3000, strategy = "fixed" }
 // TestCancelReachesRunningGateway cancels a run held by another gateway
 // process through the store's control socket.
 func TestCancelReachesRunningGateway(t *testing.T) {
+	t.Parallel()
 	env := newCrashEnv(t, `
 [[providers]]
 name = "faulty"
@@ -458,10 +470,17 @@ func keys[V any](m map[string]V) []string {
 }
 
 func TestCrashMidSplit(t *testing.T) {
+	t.Parallel()
 	const items = 60
 	var hosts []string
 	for i := range items {
-		hosts = append(hosts, fmt.Sprint(30+(i%5)*20))
+		// The last wave sleeps two seconds: a kill after half the calls
+		// lands before the split ends, however late the test sees them.
+		sleep := 30 + (i%5)*20
+		if i >= items-6 {
+			sleep = 2000
+		}
+		hosts = append(hosts, fmt.Sprint(sleep))
 	}
 	env := newCrashEnv(t, `
 [[providers]]

@@ -203,6 +203,7 @@ func TestImageRefusesToStartWithoutTokens(t *testing.T) {
 // version, and validates the configs the image carries. Docker itself is
 // not run here.
 func TestDockerfileBuild(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("SKIP: -short: the static build takes a minute")
 	}

@@ -306,6 +306,7 @@ func (e *fanoutEnv) checkSplit(run map[string]any, before map[string]int) {
 // are delivered to the other, none counts twice, and no step with a
 // recorded result is called again.
 func TestDistributedWorkerKilled(t *testing.T) {
+	t.Parallel()
 	e := newFanoutEnv(t, false)
 	gw := e.serve("gateway", "--no-worker")
 	w1 := e.worker("w1")
@@ -322,6 +323,7 @@ func TestDistributedWorkerKilled(t *testing.T) {
 // the next worker finds what the sub-chains recorded and calls none of
 // their recorded steps again.
 func TestDistributedSubChainWorkerKilled(t *testing.T) {
+	t.Parallel()
 	e := newFanoutEnv(t, false)
 	gw := e.serve("gateway", "--no-worker")
 	w1 := e.worker("w1")
@@ -369,6 +371,7 @@ func TestDistributedSubChainWorkerKilled(t *testing.T) {
 // while a worker goes on; a new gateway on the same store takes the split
 // up again without handing finished items out a second time.
 func TestDistributedOwnerKilled(t *testing.T) {
+	t.Parallel()
 	e := newFanoutEnv(t, false)
 	gw := e.serve("gateway", "--no-worker")
 	e.worker("w1")
@@ -403,6 +406,7 @@ func TestDistributedOwnerKilled(t *testing.T) {
 // split's state in Redis beside it: the gateway that takes the run up
 // decides again, over what the first left, and every item runs once.
 func TestDistributedOwnerKilledBeforeItsDecision(t *testing.T) {
+	t.Parallel()
 	e := newFanoutEnv(t, false)
 	gw := e.startWith("gateway", []string{crashpoint.Env + "=before loop running"},
 		"serve", "--listen", "127.0.0.1:0", "--state", filepath.Join(e.dir, "gw.db"), "--no-worker")
@@ -442,6 +446,7 @@ func TestDistributedOwnerKilledBeforeItsDecision(t *testing.T) {
 // TestDistributedBrokerRestart restarts RabbitMQ mid-split: publishing and
 // consuming carry on once it is back, and the counts are exact.
 func TestDistributedBrokerRestart(t *testing.T) {
+	t.Parallel()
 	e := newFanoutEnv(t, true)
 	gw := e.serve("gateway")
 	e.worker("w1")
@@ -455,6 +460,7 @@ func TestDistributedBrokerRestart(t *testing.T) {
 // TestDistributedRedisDrop drops every Redis connection of the gateway and
 // the worker mid-split: they reconnect, and the counts are exact.
 func TestDistributedRedisDrop(t *testing.T) {
+	t.Parallel()
 	e := newFanoutEnv(t, false)
 	gw := e.serve("gateway")
 	e.worker("w1")
@@ -521,6 +527,7 @@ func metric(t *testing.T, url, name string) float64 {
 // plugins its split items call before it takes any item, so its first
 // batch costs what later ones do.
 func TestWorkerStartsItsPluginsWhenItStarts(t *testing.T) {
+	t.Parallel()
 	e := newFanoutEnv(t, false)
 	w := e.worker("w1")
 	deadline := time.Now().Add(time.Minute)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,7 +38,25 @@ func TestMain(m *testing.M) {
 		main()
 	}
 	testutil.QuickRaceExit()
+	flag.Parse()
+	parallelAtLeast(minParallel)
 	os.Exit(m.Run())
+}
+
+// minParallel is how many tests of this package run at once unless
+// -parallel says otherwise. Its tests mostly wait on the gateway, worker
+// and plugin processes they start (for a lease to lapse, a retry to come
+// due, a kill to land), so the default, one test per CPU, leaves the CPUs
+// idle on a small machine.
+const minParallel = 8
+
+// parallelAtLeast raises -test.parallel to n when it was not given.
+func parallelAtLeast(n int) {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given && runtime.GOMAXPROCS(0) < n {
+		_ = flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }
 
 func runCLI(t *testing.T, args ...string) (int, string, string) {
@@ -141,6 +160,7 @@ func TestReadmeTOMLValidates(t *testing.T) {
 }
 
 func TestRunExampleChain(t *testing.T) {
+	t.Parallel()
 	state := filepath.Join(t.TempDir(), "gw.db")
 	code, out, errOut := runCLI(t, "run", "incident-response", "--config", "../../configs",
 		"--payload", `{"alert_name":"disk-full","host":"db-1","severity":"critical"}`, "--state", state)
@@ -185,6 +205,7 @@ func TestRunExampleChain(t *testing.T) {
 }
 
 func TestRunPrintsHTMLCharactersAsThemselves(t *testing.T) {
+	t.Parallel()
 	state := filepath.Join(t.TempDir(), "gw.db")
 	code, out, errOut := runCLI(t, "run", "incident-response", "--config", "../../configs",
 		"--payload", `{"alert_name":"<disk> & <full>","host":"db-1"}`, "--state", state)
@@ -197,6 +218,7 @@ func TestRunPrintsHTMLCharactersAsThemselves(t *testing.T) {
 }
 
 func TestRunExitCodes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "c.toml")
 	writeFile(t, cfg, `
@@ -362,6 +384,7 @@ func waitGone(t *testing.T, pids []int, within time.Duration) {
 }
 
 func TestSIGTERMStopsPlugins(t *testing.T) {
+	t.Parallel()
 	cmd, plugins := startGateway(t)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -380,6 +403,7 @@ func TestSIGTERMStopsPlugins(t *testing.T) {
 }
 
 func TestKill9StopsPlugins(t *testing.T) {
+	t.Parallel()
 	cmd, plugins := startGateway(t)
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -390,6 +414,7 @@ func TestKill9StopsPlugins(t *testing.T) {
 
 // TestProgressLines checks the one-line-per-event stderr format.
 func TestProgressLines(t *testing.T) {
+	t.Parallel()
 	state := filepath.Join(t.TempDir(), "gw.db")
 	_, _, errOut := runCLI(t, "run", "alert-triage", "--config", "../../configs", "--state", state,
 		"--payload", `{"alert_name":"cpu","severity":"info","score":10,"env":"test"}`)
@@ -531,6 +556,7 @@ func TestHelpAndVersion(t *testing.T) {
 // TestRunChecksDeclaredInput: gateway run refuses a payload that does not
 // match the chain's declared input as a usage error, before any run exists.
 func TestRunChecksDeclaredInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "c.toml")
 	writeFile(t, cfg, `

@@ -9,6 +9,7 @@ import (
 )
 
 func TestPluginCheck(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	payloads := filepath.Join(dir, "payloads.json")
 	writeFile(t, payloads, `{"echo": {"text": "from the file"}, "other": {"n": 1}}`)
@@ -34,6 +35,7 @@ func TestPluginCheck(t *testing.T) {
 		{"bad output", []string{"--builtin", "echo", "--output", "yaml"}, exitUsage, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			code, out, errOut := runCLI(t, append([]string{"plugin", "check"}, tc.args...)...)
 			if code != tc.code {
 				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.code, out, errOut)

@@ -52,6 +52,7 @@ on_failure = "dlq"
 // finishes and is recorded, the gateway exits 0 without starting the next
 // step, its plugins are gone, and a resume carries the run on.
 func TestServeSIGTERMDrains(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
 	writeFile(t, cfg, strings.ReplaceAll(serveConfig, "DIR", dir))
@@ -96,6 +97,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 
 // TestServeSIGHUPReloads changes the config under a running gateway.
 func TestServeSIGHUPReloads(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
 	writeFile(t, cfg, strings.ReplaceAll(serveConfig, "DIR", dir))
@@ -128,6 +130,7 @@ provider = "faulty"
 // TestOperatorCommands drives runs and dlq commands against a server and
 // straight on a store.
 func TestOperatorCommands(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
 	writeFile(t, cfg, strings.ReplaceAll(serveConfig, "DIR", dir))
@@ -266,6 +269,7 @@ func TestOperatorCommandsSayHowToPassAToken(t *testing.T) {
 // flight, then SIGTERM again: the second one stops the wait at once, the
 // gateway exits non-zero, and the run stays persisted for a resume.
 func TestServeSecondSignalEndsTheDrain(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
 	writeFile(t, cfg, strings.ReplaceAll(`
@@ -418,6 +422,7 @@ token = "<<secrets.AM_TOKEN>>"
 // TestServeSIGHUPDuringStartup sends SIGHUP while the gateway is still
 // opening its store: the process lives on, and reloads once it serves.
 func TestServeSIGHUPDuringStartup(t *testing.T) {
+	t.Parallel()
 	url := redistest.Open(t)
 	// Redis answers only once the gate opens, so startup waits there.
 	proxy, open := gatedProxy(t, redistest.Addr())
