@@ -202,7 +202,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	in := engine.Input{Payload: body, Metadata: requestMetadata(r)}
+	in := engine.Input{Payload: body, Metadata: requestMetadata(r), StartedBy: store.StartedByAPI}
 	id, status, replayed, err := s.gw.startKeyed(ctx, name, "run/"+name+"/", r.Header.Get("Idempotency-Key"), idempotencyTTL, in)
 	if err != nil {
 		s.writeError(w, r, err)

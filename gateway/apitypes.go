@@ -36,6 +36,11 @@ type Run struct {
 	BodyStep string `json:"body_step,omitempty"`
 	// Seq is the sequence number of the run's last event.
 	Seq uint64 `json:"seq"`
+	// StartedBy says how the run started: "trigger:NAME",
+	// "schedule:NAME", "api", "cli", "replay" or "sub_chain".
+	StartedBy string `json:"started_by,omitempty"`
+	// KeyUntil is when the idempotency key the run started under lapses.
+	KeyUntil time.Time `json:"key_until,omitzero"`
 }
 
 // Final reports whether the run has ended.
@@ -149,6 +154,7 @@ func apiRun(r *store.Run) *Run {
 		Origin: Origin{ID: r.Origin.ID, Payload: r.Origin.Payload, Metadata: r.Origin.Metadata, ReceivedAt: r.Origin.ReceivedAt},
 		Path:   r.Path, Cursor: r.Cursor, Deadline: r.Deadline, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		Error: apiErrorInfo(r.Error), ParentRun: r.ParentRun, ParentStep: r.ParentStep, Body: r.Body, BodyStep: r.BodyStep, Seq: r.Seq,
+		StartedBy: r.StartedBy, KeyUntil: r.KeyUntil,
 	}
 }
 

@@ -450,7 +450,8 @@ func (gw *Gateway) start(ctx context.Context, in *inbound, res TriggerResult, st
 	}
 	mb, _ := jsonx.Marshal(st.meta)
 	ctx = engine.WithActor(ctx, "trigger "+in.tr.Name)
-	id, status, replayed, err := gw.startKeyed(ctx, st.chain, "", st.key, triggerTTL, engine.Input{Payload: payload, Metadata: mb})
+	input := engine.Input{Payload: payload, Metadata: mb, StartedBy: store.StartedByTrigger + ":" + in.tr.Name}
+	id, status, replayed, err := gw.startKeyed(ctx, st.chain, "", st.key, triggerTTL, input)
 	switch {
 	case errors.Is(err, engine.ErrClosed) || ctx.Err() != nil:
 		res.Action, res.Reason = "failed", err.Error()
@@ -539,6 +540,9 @@ func (gw *Gateway) observe(tr *chain.Trigger, res TriggerResult) {
 // with the one run the first of them bound.
 func (gw *Gateway) startKeyed(ctx context.Context, chainName, prefix, key string, ttl time.Duration, in engine.Input) (id, status string, replayed bool, err error) {
 	id, status = store.NewID(), string(store.RunRunning)
+	if key != "" {
+		in.KeyUntil = time.Now().Add(ttl).UTC()
+	}
 	if key == "" {
 		if _, err := gw.Engine.StartWithID(ctx, chainName, in, id); err != nil {
 			return "", "", false, err

@@ -207,7 +207,7 @@ func scheduleInput(s *chain.Schedule, tick time.Time) (engine.Input, error) {
 		return engine.Input{}, err
 	}
 	meta, _ := jsonx.Marshal(map[string]string{"schedule": s.Name, "tick": at})
-	return engine.Input{Payload: payload, Metadata: meta}, nil
+	return engine.Input{Payload: payload, Metadata: meta, StartedBy: store.StartedBySchedule + ":" + s.Name}, nil
 }
 
 // ScheduleInfo is a schedule as GET /v1/schedules and gateway schedules

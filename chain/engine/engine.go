@@ -277,6 +277,10 @@ type Input struct {
 	Metadata json.RawMessage
 	// OriginID identifies the triggering event; a new id when empty.
 	OriginID string
+	// StartedBy says how the run started (store.Run.StartedBy).
+	StartedBy string
+	// KeyUntil is when the idempotency key the run starts under lapses.
+	KeyUntil time.Time
 }
 
 // Start persists a new run of the named chain and starts advancing it. The
@@ -348,9 +352,12 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 		Cursor:    def.Steps[0].Name,
 		CreatedAt: now,
 		UpdatedAt: now,
+		StartedBy: in.StartedBy,
+		KeyUntil:  in.KeyUntil,
 	}
 	if parent != nil {
 		run.ParentRun, run.ParentStep = parent.Run, parent.Step
+		run.StartedBy = store.StartedBySubChain
 	}
 	if def.TimeoutSeconds > 0 {
 		run.Deadline = now.Add(time.Duration(def.TimeoutSeconds) * time.Second)

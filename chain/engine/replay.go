@@ -203,7 +203,7 @@ func (e *Engine) restart(ctx context.Context, old *store.Run, entryID string) (*
 		meta["replayed_by"] = who[len(" by "):]
 	}
 	mb, _ := jsonx.Marshal(meta)
-	return e.Start(ctx, old.Chain, Input{Payload: old.Origin.Payload, Metadata: mb, OriginID: old.Origin.ID})
+	return e.Start(ctx, old.Chain, Input{Payload: old.Origin.Payload, Metadata: mb, OriginID: old.Origin.ID, StartedBy: store.StartedByReplay})
 }
 
 // resumeFrom reopens a failed run at the top-level step holding the

@@ -279,6 +279,31 @@ type Run struct {
 	BodyStep string `json:"body_step,omitempty"`
 	// Seq is the sequence number of the run's last event.
 	Seq uint64 `json:"seq"`
+	// StartedBy says how the run started: "trigger:NAME",
+	// "schedule:NAME", "api", "cli", "replay" or "sub_chain"; empty for a
+	// run an older version started.
+	StartedBy string `json:"started_by,omitempty"`
+	// KeyUntil is when the idempotency key the run started under lapses;
+	// until then a repeat of its start finds it, so it is kept.
+	KeyUntil time.Time `json:"key_until,omitzero"`
+}
+
+// How runs start, as StartedBy names them (a trigger's and a schedule's
+// with ":NAME" after).
+const (
+	StartedByTrigger  = "trigger"
+	StartedBySchedule = "schedule"
+	StartedByAPI      = "api"
+	StartedByCLI      = "cli"
+	StartedByReplay   = "replay"
+	StartedBySubChain = "sub_chain"
+)
+
+// StartedKind is how a run started without the trigger's or schedule's
+// name: "trigger:am" is "trigger".
+func StartedKind(startedBy string) string {
+	kind, _, _ := strings.Cut(startedBy, ":")
+	return kind
 }
 
 // StepRecord is one step's state within a run. Key is the step's path in
@@ -411,6 +436,28 @@ type RunFilter struct {
 	// NoOrigins leaves each run's Origin empty: a listing that shows no
 	// payload need not read one of tens of MB.
 	NoOrigins bool
+	// StartedBy keeps the runs started that way: a kind ("trigger"), or a
+	// kind and a name ("trigger:am").
+	StartedBy string
+	// HideChains leaves out the runs of these chains.
+	HideChains []string
+}
+
+// Keeps reports whether the filter keeps a run, on what its header says
+// (Since and the cursor are the listing's own).
+func (f *RunFilter) Keeps(run *Run) bool {
+	switch {
+	case f.Chain != "" && run.Chain != f.Chain,
+		f.Status != "" && run.Status != f.Status,
+		f.StartedBy != "" && run.StartedBy != f.StartedBy && (strings.Contains(f.StartedBy, ":") || StartedKind(run.StartedBy) != f.StartedBy):
+		return false
+	}
+	for _, c := range f.HideChains {
+		if run.Chain == c {
+			return false
+		}
+	}
+	return true
 }
 
 // RunPage is one page of a run listing.

@@ -507,7 +507,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if ids, err := s.gw.Store.UnfinishedRuns(ctx); err == nil && len(ids) > 0 {
 		fmt.Fprintf(stderr, "note: this store holds %d unfinished runs; \"gateway resume\" continues them\n", len(ids))
 	}
-	started, err := s.gw.Engine.Start(ctx, chainName, engine.Input{Payload: payload})
+	started, err := s.gw.Engine.Start(ctx, chainName, engine.Input{Payload: payload, StartedBy: store.StartedByCLI})
 	var ie *chain.InputError
 	if errors.As(err, &ie) {
 		fmt.Fprintln(stderr, "gateway run: --payload:", ie)

@@ -788,7 +788,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 			if err != nil {
 				return err
 			}
-			if (f.Chain != "" && run.Chain != f.Chain) || (f.Status != "" && run.Status != f.Status) {
+			if !f.Keeps(run) {
 				continue
 			}
 			if len(page.Runs) == limit {

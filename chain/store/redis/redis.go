@@ -591,7 +591,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 	}
 	// Without filters, limit+1 entries tell whether there is a next page.
 	chunk := limit + 1
-	if f.Chain != "" || f.Status != "" {
+	if f.Chain != "" || f.Status != "" || f.StartedBy != "" || len(f.HideChains) > 0 {
 		chunk = pageSize
 	}
 	page, err := s.listRuns(ctx, f, lo, hi, chunk, limit)
@@ -623,7 +623,7 @@ func (s *Store) listRuns(ctx context.Context, f store.RunFilter, lo, hi string, 
 				page.Damaged = append(page.Damaged, store.DamagedRun{ID: run.id, Error: run.err.Error()})
 				continue
 			}
-			if (f.Chain != "" && run.Chain != f.Chain) || (f.Status != "" && run.Status != f.Status) {
+			if !f.Keeps(run.Run) {
 				continue
 			}
 			if len(page.Runs) == limit {

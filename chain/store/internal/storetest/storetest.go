@@ -40,6 +40,7 @@ func Run(t *testing.T, f Factory) {
 		{"EventsPaging", testEventsPaging},
 		{"Unfinished", testUnfinished},
 		{"ListRuns", testListRuns},
+		{"ListRunsByHowStarted", testListRunsByHowStarted},
 		{"DLQ", testDLQ},
 		{"DeliveryDLQ", testDeliveryDLQ},
 		{"Deliveries", testDeliveries},
@@ -587,6 +588,53 @@ func testListRuns(t *testing.T, f Factory) {
 	for _, c := range []string{"%%%", "zzzz", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"} {
 		if _, err := s.ListRuns(ctx, store.RunFilter{Cursor: c}); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("cursor %q, not one the store returned: got %v, want ErrInvalid", c, err)
+		}
+	}
+}
+
+// testListRunsByHowStarted filters runs by how they started, and leaves
+// chains out.
+func testListRunsByHowStarted(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	base := time.Now().UTC().Add(-time.Hour)
+	var runs []*store.Run
+	for i, by := range []string{"schedule:health", "trigger:am", "api", "schedule:health", "trigger:grafana", "cli", "replay", ""} {
+		chain := "incident"
+		if strings.HasPrefix(by, "schedule") {
+			chain = "health-check"
+		}
+		r := NewRun(chain, base.Add(time.Duration(i)*time.Minute))
+		r.StartedBy = by
+		create(t, s, r)
+		runs = append(runs, r)
+	}
+	for _, tc := range []struct {
+		filter store.RunFilter
+		want   []int
+	}{
+		{store.RunFilter{StartedBy: "schedule"}, []int{3, 0}},
+		{store.RunFilter{StartedBy: "trigger"}, []int{4, 1}},
+		{store.RunFilter{StartedBy: "trigger:am"}, []int{1}},
+		{store.RunFilter{StartedBy: "api"}, []int{2}},
+		{store.RunFilter{StartedBy: "cli"}, []int{5}},
+		{store.RunFilter{StartedBy: "replay"}, []int{6}},
+		{store.RunFilter{HideChains: []string{"health-check"}}, []int{7, 6, 5, 4, 2, 1}},
+		{store.RunFilter{HideChains: []string{"health-check"}, StartedBy: "trigger", Limit: 1}, []int{4}},
+	} {
+		page, err := s.ListRuns(ctx, tc.filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, i := range tc.want {
+			want = append(want, runs[i].ID)
+		}
+		if fmt.Sprint(runIDs(page.Runs)) != fmt.Sprint(want) {
+			t.Errorf("%+v: got %v, want %v", tc.filter, runIDs(page.Runs), want)
+		}
+		if len(page.Runs) > 0 && page.Runs[0].StartedBy == "" && tc.filter.StartedBy != "" {
+			t.Errorf("%+v: a run listed without how it started", tc.filter)
 		}
 	}
 }
