@@ -177,7 +177,7 @@ func Open(path string, opts Options) (*Store, error) {
 	// reads it instead of every page: a store that had held a million-item
 	// split took 12 s to open, and mapped all 420 MB of it in, for a runs
 	// list.
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+	db, err := openCurrent(path, &bbolt.Options{
 		Timeout:         opts.LockTimeout,
 		FreelistType:    bbolt.FreelistMapType,
 		InitialMmapSize: initialMmapSize(),
