@@ -57,6 +57,7 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/dlq/purge", writeAccess, s.purgeDLQ)
 
 	route("POST /v1/admin/reload", writeAccess, s.reload)
+	route("POST /v1/admin/backup", writeAccess, s.backup)
 	if ui := s.config().Gateway.UI; !ui.Disabled {
 		base := cmp.Or(ui.BasePath, DefaultUIBasePath)
 		con := newConsole(s, base).handler()
