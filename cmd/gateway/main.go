@@ -50,6 +50,9 @@ Usage:
   gateway runs cancel|replay|approve|reject     cancel, replay, answer an approval step
   gateway dlq list|show|replay|delete|purge     work the dead-letter queue
   gateway graph CHAIN                           draw a chain as a Mermaid flowchart
+  gateway backup OUT                            write a backup of a store (--server URL or --state URL)
+  gateway restore IN --state URL                bring a backup back into an empty store
+  gateway compact --state FILE                  give a store file's free pages back to the disk
   gateway schedules list                        the schedules' next fire times
   gateway plugin check|new                      check a provider plugin, or start writing one
 
@@ -104,6 +107,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdGraph(ctx, args[1:], stdout, stderr)
 	case "schedules":
 		return cmdSchedules(ctx, args[1:], stdout, stderr)
+	case "backup":
+		return cmdBackup(ctx, args[1:], stdout, stderr)
+	case "restore":
+		return cmdRestore(ctx, args[1:], stdout, stderr)
+	case "compact":
+		return cmdCompact(ctx, args[1:], stdout, stderr)
 	case "plugin":
 		return cmdPlugin(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":

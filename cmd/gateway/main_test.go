@@ -503,7 +503,7 @@ func TestOperatorFlagChecks(t *testing.T) {
 // TestHelpAndVersion checks that every command's help is there on asking,
 // on stdout with exit 0, and that the version names the Go toolchain.
 func TestHelpAndVersion(t *testing.T) {
-	commands := []string{"validate", "run", "resume", "cancel", "serve", "worker", "runs", "dlq", "graph", "plugin", "version"}
+	commands := []string{"validate", "run", "resume", "cancel", "serve", "worker", "runs", "dlq", "graph", "plugin", "version", "backup", "restore", "compact"}
 	for _, c := range commands {
 		for _, args := range [][]string{{"help", c}, {c, "-h"}, {c, "--help"}} {
 			code, out, errOut := runCLI(t, args...)
