@@ -95,9 +95,11 @@ func (s *Store) checkEmpty(ctx context.Context) error {
 }
 
 // writeRecords writes a backup's keys under tmp, and returns when those
-// that expire do, by name after the prefix.
+// that expire do, by name after the prefix. The writes go in pipelines of
+// about a thousand commands.
 func (s *Store) writeRecords(ctx context.Context, r *backup.Reader, tmp string) (map[string]int64, error) {
 	expires := map[string]int64{}
+	w := &pipeWriter{p: s.client.Pipeline()}
 	var cur, typ string // the key being written; "" when it is left out
 	for {
 		if err := ctx.Err(); err != nil {
@@ -105,7 +107,7 @@ func (s *Store) writeRecords(ctx context.Context, r *backup.Reader, tmp string) 
 		}
 		tag, payload, err := r.Next()
 		if errors.Is(err, io.EOF) {
-			return expires, nil
+			return expires, w.flush(ctx)
 		}
 		if err != nil {
 			return nil, err
@@ -133,14 +135,14 @@ func (s *Store) writeRecords(ctx context.Context, r *backup.Reader, tmp string) 
 			if at > 0 {
 				expires[name] = at
 			}
-			if err := s.writeItems(ctx, cur, typ, true, fields[3:]); err != nil {
+			if err := w.items(ctx, cur, typ, true, fields[3:]); err != nil {
 				return nil, err
 			}
 		case tagMore:
 			if cur == "" {
 				continue
 			}
-			if err := s.writeItems(ctx, cur, typ, false, fields); err != nil {
+			if err := w.items(ctx, cur, typ, false, fields); err != nil {
 				return nil, err
 			}
 		case tagDrop:
@@ -149,18 +151,39 @@ func (s *Store) writeRecords(ctx context.Context, r *backup.Reader, tmp string) 
 				keys[i] = tmp + string(f)
 				delete(expires, string(f))
 			}
-			if err := s.client.Del(ctx, keys...).Err(); err != nil {
-				return nil, fmt.Errorf("dropping keys: %w", err)
-			}
+			w.p.Del(ctx, keys...)
 			cur = ""
 		default:
 			return nil, fmt.Errorf("%w: a frame of kind %q in a Redis backup", backup.ErrDamaged, tag)
 		}
+		if w.p.Len() >= 1000 || w.bytes >= 8<<20 {
+			if err := w.flush(ctx); err != nil {
+				return nil, err
+			}
+		}
 	}
 }
 
-// writeItems writes items of a key, new when fresh.
-func (s *Store) writeItems(ctx context.Context, key, typ string, fresh bool, items [][]byte) error {
+// pipeWriter queues a restore's writes.
+type pipeWriter struct {
+	p     goredis.Pipeliner
+	bytes int
+}
+
+func (w *pipeWriter) flush(ctx context.Context) error {
+	w.bytes = 0
+	if w.p.Len() == 0 {
+		return nil
+	}
+	if _, err := w.p.Exec(ctx); err != nil {
+		return fmt.Errorf("writing keys: %w", err)
+	}
+	return nil
+}
+
+// items queues the writes of items of a key, new when fresh. The items
+// are copied: they are the backup reader's, valid until its next frame.
+func (w *pipeWriter) items(ctx context.Context, key, typ string, fresh bool, items [][]byte) error {
 	unit := pairs(typ)
 	if len(items)%unit != 0 {
 		return fmt.Errorf("%w: an odd number of items for a %s", backup.ErrDamaged, typ)
@@ -183,32 +206,28 @@ func (s *Store) writeItems(ctx context.Context, key, typ string, fresh bool, ite
 	default:
 		return fmt.Errorf("%w: a key of type %q", backup.ErrDamaged, typ)
 	}
-	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		if fresh {
-			p.Del(ctx, key)
-		}
-		for start := 0; start < len(items); start += bigKey * unit {
-			chunk := items[start:min(start+bigKey*unit, len(items))]
-			args := make([]any, 0, 2+len(chunk))
-			args = append(args, cmd, key)
-			for i := 0; i < len(chunk); i += unit {
-				if typ == "zset" {
-					// ZADD takes the score first.
-					args = append(args, chunk[i+1], chunk[i])
-					continue
-				}
-				for _, it := range chunk[i : i+unit] {
-					args = append(args, it)
-				}
-			}
-			p.Do(ctx, args...)
-		}
-		p.PExpire(ctx, key, restoreTTL)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", key, err)
+	if fresh {
+		w.p.Del(ctx, key)
 	}
+	for start := 0; start < len(items); start += bigKey * unit {
+		chunk := items[start:min(start+bigKey*unit, len(items))]
+		args := make([]any, 0, 2+len(chunk))
+		args = append(args, cmd, key)
+		for i := 0; i < len(chunk); i += unit {
+			if typ == "zset" {
+				// ZADD takes the score first.
+				args = append(args, string(chunk[i+1]), string(chunk[i]))
+				w.bytes += len(chunk[i]) + len(chunk[i+1])
+				continue
+			}
+			for _, it := range chunk[i : i+unit] {
+				args = append(args, string(it))
+				w.bytes += len(it)
+			}
+		}
+		w.p.Do(ctx, args...)
+	}
+	w.p.PExpire(ctx, key, restoreTTL)
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -125,12 +126,23 @@ func Fill(tb testing.TB, s store.Store) Filled {
 
 // FillRuns commits n small runs of a few steps and events each, one in
 // ten left unfinished, for measuring: a store as a busy week leaves it.
+// Sixteen runs commit at a time, as under load.
 func FillRuns(tb testing.TB, s store.Store, n int) {
 	tb.Helper()
+	ctx := context.Background()
 	body := json.RawMessage(`{"status":"ok","message":"` + strings.Repeat("x", 300) + `"}`)
-	for i := range n {
+	commit := func(b *store.Batch, types ...store.EventType) error {
+		for _, typ := range types {
+			b.Run.Seq++
+			b.Events = append(b.Events, store.Event{Seq: b.Run.Seq, Time: time.Now().UTC(), Type: typ, Step: "s"})
+		}
+		return s.Commit(ctx, b)
+	}
+	one := func(i int) error {
 		run := NewRun("load", time.Now().UTC())
-		commitRun(tb, s, &store.Batch{Run: run, Create: true}, store.EventRunStarted)
+		if err := commit(&store.Batch{Run: run, Create: true}, store.EventRunStarted); err != nil {
+			return err
+		}
 		var steps []*store.StepRecord
 		for _, name := range []string{"enrich", "notify", "ticket"} {
 			steps = append(steps, &store.StepRecord{Key: name, Name: name, Status: store.StepSucceeded, Attempts: 1, DedupKey: run.ID + "/" + name, Body: body})
@@ -138,7 +150,24 @@ func FillRuns(tb testing.TB, s store.Store, n int) {
 		if i%10 != 0 {
 			run.Status, run.FinishedAt = store.RunSucceeded, time.Now().UTC()
 		}
-		commitRun(tb, s, &store.Batch{Run: run, Steps: steps}, store.EventStepSucceeded, store.EventStepSucceeded, store.EventStepSucceeded, store.EventRunSucceeded)
+		return commit(&store.Batch{Run: run, Steps: steps}, store.EventStepSucceeded, store.EventStepSucceeded, store.EventStepSucceeded, store.EventRunSucceeded)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < n; i += 16 {
+				if err := one(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		tb.Fatal(err)
 	}
 }
 
