@@ -100,7 +100,7 @@ func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *server == "" && *state == "" && len(configs) == 0 {
 		*server = os.Getenv("CHAINGATE_SERVER")
 	}
-	from := *server
+	from := "of the gateway at " + *server
 	var take func(w io.Writer) (store.SnapshotInfo, error)
 	if *server != "" {
 		client := gateway.NewClient(*server, *token)

@@ -106,10 +106,19 @@ func Compact(ctx context.Context, path string, lockTimeout time.Duration) (Compa
 		return fail(err)
 	}
 	copied, err := copyDB(ctx, dst, src)
+	var used int64
 	if err == nil {
-		err = dst.Sync()
+		err = dst.View(func(tx *bbolt.Tx) error {
+			used = tx.Size()
+			return nil
+		})
 	}
 	if err = errors.Join(err, dst.Close()); err != nil {
+		return fail(err)
+	}
+	// bbolt grows a file 16 MB ahead of what it holds; the copy ends
+	// where its last page does, and grows again when it is written to.
+	if err := truncateSync(tmp, used); err != nil {
 		return fail(err)
 	}
 	if err := checkCopy(tmp, srcFormat, copied); err != nil {
@@ -127,6 +136,14 @@ func Compact(ctx context.Context, path string, lockTimeout time.Duration) (Compa
 		return fail(err)
 	}
 	return CompactInfo{Before: st.Size(), After: after.Size()}, nil
+}
+
+func truncateSync(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Truncate(size), f.Sync(), f.Close())
 }
 
 // copyDB copies every bucket and key of src into dst, committing every
