@@ -318,3 +318,56 @@ func TestOpenFindsAReplacedFile(t *testing.T) {
 		t.Fatalf("the store opened is not the file now at the path: %v", err)
 	}
 }
+
+// TestBackupOfAnOlderFile backs up files of older layouts: a format 2
+// file is restored as it is and still opens, a format 1 file is refused
+// with its format named, not misread.
+func TestBackupOfAnOlderFile(t *testing.T) {
+	dir := t.TempDir()
+	two := filepath.Join(dir, "two.db")
+	s := open(t, two)
+	run := startRun(t, s, nil)
+	_ = s.Close()
+	setFormat(t, two, "2")
+	var buf bytes.Buffer
+	if _, err := bolt.SnapshotFile(context.Background(), two, &buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if h, _, err := backup.Check(bytes.NewReader(buf.Bytes())); err != nil || h.Format != "2" {
+		t.Fatalf("the backup of a format 2 file: %+v %v", h, err)
+	}
+	restored := filepath.Join(dir, "restored.db")
+	if _, err := restore(t, buf.Bytes(), restored); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(t, restored).Run(context.Background(), run.ID); err != nil {
+		t.Errorf("the restored format 2 file: %v", err)
+	}
+
+	one := filepath.Join(dir, "one.db")
+	db, err := bbolt.Open(one, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Update(func(tx *bbolt.Tx) error {
+		_, err := tx.CreateBucket([]byte("runs"))
+		return err
+	})
+	_ = db.Close()
+	if _, err := bolt.SnapshotFile(context.Background(), one, &bytes.Buffer{}, 0); err == nil || !strings.Contains(err.Error(), "store format 1") {
+		t.Errorf("backing up a format 1 file: %v", err)
+	}
+}
+
+// setFormat writes a file's layout version.
+func setFormat(t *testing.T, path, format string) {
+	t.Helper()
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("format"), []byte(format)) })
+	if cerr := db.Close(); err != nil || cerr != nil {
+		t.Fatal(err, cerr)
+	}
+}

@@ -191,18 +191,29 @@ func (s *Store) snapshot(ctx context.Context, w io.Writer) (store.SnapshotInfo, 
 	err = s.scanKeys(ctx, globEscape(s.p)+"*", func(keys []string) error {
 		var runs, others []string
 		for _, k := range keys {
-			if c.seen[k] {
-				continue // SCAN may name a key twice
-			}
-			c.seen[k] = true
 			switch kind, id := kindOf(k[len(s.p):]); kind {
 			case copyRun:
-				runs = append(runs, id)
+				// SCAN may name a key twice. A key copied twice is
+				// restored once (the second copy replaces the first),
+				// but a run would be counted twice.
+				if !c.seen[id] {
+					c.seen[id] = true
+					runs = append(runs, id)
+				}
 			case copyKey:
 				others = append(others, k)
 			}
 		}
-		return errors.Join(c.runs(ctx, runs), c.keys(ctx, others))
+		// A page's runs are read in a few round trips, each of runsAtOnce
+		// runs, so that what is held in memory stays small.
+		for len(runs) > 0 {
+			n := min(len(runs), runsAtOnce)
+			if err := c.runs(ctx, runs[:n]); err != nil {
+				return err
+			}
+			runs = runs[n:]
+		}
+		return c.keys(ctx, others)
 	})
 	if err != nil {
 		return info, err
@@ -210,10 +221,14 @@ func (s *Store) snapshot(ctx context.Context, w io.Writer) (store.SnapshotInfo, 
 	return info, bw.Close(backup.Trailer{Runs: info.Runs})
 }
 
+// runsAtOnce is how many runs one round trip of a backup reads.
+const runsAtOnce = 50
+
 // copier writes a backup's records.
 type copier struct {
-	s    *Store
-	w    *recordWriter
+	s *Store
+	w *recordWriter
+	// seen are the ids of the runs copied.
 	seen map[string]bool
 	info *store.SnapshotInfo
 }
