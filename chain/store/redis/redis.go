@@ -18,6 +18,7 @@
 //	P inboxids      sorted set, score 0, of kept delivery ids, for ordering
 //	P def:HASH      chain definition source
 //	P idem:KEY      run id an idempotency key is bound to, with its TTL
+//	P backup:T:...  a backup's copy of a large run's keys, for an hour at most (backup.go)
 //
 // The first part after the prefix never contains an id, so ids cannot make
 // two keys collide.
