@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -47,6 +48,7 @@ func Run(t *testing.T, f Factory) {
 		{"ReleaseKey", testReleaseKey},
 		{"FinishedRuns", testFinishedRuns},
 		{"DeleteRun", testDeleteRun},
+		{"Prune", testPrune},
 		{"Definitions", testDefinitions},
 		{"Leases", testLeases},
 		{"DeleteSteps", testDeleteSteps},
@@ -965,6 +967,128 @@ func testDeleteRun(t *testing.T, f Factory) {
 			t.Errorf("the deleted run's steps after reopening: %d %v", len(recs), err)
 		}
 	}
+}
+
+// testPrune prunes runs and dead-letter entries past an hour, and keeps
+// what must be kept however old: a running or waiting run, a run with a
+// dead-letter entry still there, a sub-chain's run while its parent is
+// there, a run whose idempotency key holds, and what the policy keeps for
+// ever.
+func testPrune(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	now := time.Now().UTC()
+	old := now.Add(-2 * time.Hour)
+	mk := func(chain string, status store.RunStatus, ended time.Time, edit func(*store.Run)) *store.Run {
+		r := NewRun(chain, old.Add(-time.Minute))
+		if edit != nil {
+			edit(r)
+		}
+		create(t, s, r)
+		if status.Final() {
+			finish(t, s, r, status, ended)
+		}
+		return r
+	}
+	var (
+		plain      = mk("c", store.RunSucceeded, old, nil)
+		failed     = mk("c", store.RunFailed, old, nil)
+		running    = mk("c", store.RunRunning, time.Time{}, nil)
+		withDLQ    = mk("c", store.RunFailed, old, nil)
+		oldDLQ     = mk("c", store.RunFailed, old, nil)
+		parent     = mk("c", store.RunSucceeded, now.Add(-30*time.Minute), nil)
+		child      = mk("c", store.RunSucceeded, old, func(r *store.Run) { r.ParentRun, r.ParentStep = parent.ID, "sub" })
+		orphan     = mk("c", store.RunSucceeded, old, func(r *store.Run) { r.ParentRun, r.ParentStep = store.NewID(), "sub" })
+		keyed      = mk("c", store.RunSucceeded, old, func(r *store.Run) { r.KeyUntil = now.Add(time.Hour) })
+		keyLapsed  = mk("c", store.RunSucceeded, old, func(r *store.Run) { r.KeyUntil = now.Add(-time.Minute) })
+		recent     = mk("c", store.RunSucceeded, now.Add(-10*time.Minute), nil)
+		forever    = mk("keep-all", store.RunSucceeded, old, nil)
+		cancelled  = mk("c", store.RunCancelled, old, nil)
+		youngEntry = &store.DLQEntry{ID: store.NewID(), RunID: withDLQ.ID, Chain: "c", Step: "a", CreatedAt: now.Add(-time.Minute)}
+		oldEntry   = &store.DLQEntry{ID: store.NewID(), RunID: oldDLQ.ID, Chain: "c", Step: "a", CreatedAt: old}
+	)
+	for _, e := range []*store.DLQEntry{youngEntry, oldEntry} {
+		if err := s.AddDLQ(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy := func(dry bool, removed *[]string) store.PrunePolicy {
+		return store.PrunePolicy{
+			Now: now,
+			Keep: func(r *store.Run) time.Duration {
+				if r.Chain == "keep-all" {
+					return 0
+				}
+				return time.Hour
+			},
+			Shortest:       func(store.RunStatus) time.Duration { return time.Hour },
+			KeepDeadLetter: func(*store.DLQEntry) time.Duration { return time.Hour },
+			DryRun:         dry,
+			BatchSize:      2,
+			Pause:          time.Millisecond,
+			Removed:        func(r *store.Run, _ store.Freed) { *removed = append(*removed, r.ID) },
+		}
+	}
+	want := []string{plain.ID, orphan.ID, keyLapsed.ID, failed.ID, oldDLQ.ID, cancelled.ID}
+	var dry []string
+	if _, err := store.Prune(ctx, s, policy(true, &dry)); err != nil {
+		t.Fatal(err)
+	}
+	// A dry run removes no dead-letter entry, so the run of the old one
+	// stays in it.
+	if got := fmt.Sprint(sortedIDs(dry)); got != fmt.Sprint(sortedIDs(slices.DeleteFunc(slices.Clone(want), func(id string) bool { return id == oldDLQ.ID }))) {
+		t.Errorf("a dry run would prune %v", got)
+	}
+	if _, err := s.RunHeader(ctx, plain.ID); err != nil {
+		t.Errorf("a dry run removed a run: %v", err)
+	}
+	var removed []string
+	stats, err := store.Prune(ctx, s, policy(false, &removed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(sortedIDs(removed)) != fmt.Sprint(sortedIDs(want)) || stats.Runs != len(want) || stats.DeadLetters != 1 {
+		t.Errorf("pruned %v (%d runs, %d entries), want %v and the old entry", removed, stats.Runs, stats.DeadLetters, want)
+	}
+	if stats.KeptForDeadLetter != 1 || stats.KeptForKey != 1 || stats.KeptForParent != 1 {
+		t.Errorf("kept for an entry %d, for a key %d, for a parent %d; want 1 each", stats.KeptForDeadLetter, stats.KeptForKey, stats.KeptForParent)
+	}
+	if !stats.OldestKept.Equal(old) {
+		t.Errorf("the oldest kept ended %s, want %s", stats.OldestKept, old)
+	}
+	for _, r := range []*store.Run{running, withDLQ, parent, child, keyed, recent, forever} {
+		if _, err := s.RunHeader(ctx, r.ID); err != nil {
+			t.Errorf("run %s was pruned: %v", r.ID, err)
+		}
+	}
+	for _, id := range want {
+		if _, err := s.RunHeader(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("run %s was kept: %v", id, err)
+		}
+	}
+	if _, err := s.DLQ(ctx, youngEntry.ID); err != nil {
+		t.Errorf("the young entry: %v", err)
+	}
+	if _, err := s.DLQ(ctx, oldEntry.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the old entry: %v", err)
+	}
+	// The parent goes: its sub-chain's run goes with the next prune.
+	if _, err := s.DeleteRun(ctx, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	removed = nil
+	if _, err := store.Prune(ctx, s, policy(false, &removed)); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(removed) != fmt.Sprint([]string{child.ID}) {
+		t.Errorf("once its parent is gone, pruned %v, want the sub-chain's run", removed)
+	}
+}
+
+func sortedIDs(ids []string) []string {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return out
 }
 
 func testDefinitions(t *testing.T, f Factory) {
