@@ -257,7 +257,7 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 	q := r.URL.Query()
 	cfg := c.s.config()
 	v := &runsView{Chain: q.Get("chain"), Status: q.Get("status"), Since: q.Get("since"), ID: strings.TrimSpace(q.Get("id")), Cursor: q.Get("cursor"),
-		StartedBy: q.Get("started_by"), HideChains: q["hide_chain"], Chains: cfg.ChainNames, Statuses: runStatuses, StartedKinds: StartedKinds}
+		StartedBy: q.Get("started_by"), HideChains: q["hide_chain"], Chains: cfg.ChainNames, Statuses: runStatuses, StartedKinds: startedKinds}
 	v.Live = v.Cursor == ""
 	for _, name := range cfg.TriggerNames {
 		v.StartedNamed = append(v.StartedNamed, store.StartedByTrigger+":"+name)

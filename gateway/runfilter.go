@@ -7,9 +7,9 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 )
 
-// StartedKinds are the ways a run starts, as a runs listing filters by
+// startedKinds are the ways a run starts, as a runs listing filters by
 // them (the API's started_by, the command line's --started-by).
-var StartedKinds = []string{store.StartedByTrigger, store.StartedBySchedule, store.StartedByAPI, store.StartedByCLI, store.StartedByReplay, store.StartedBySubChain}
+var startedKinds = []string{store.StartedByTrigger, store.StartedBySchedule, store.StartedByAPI, store.StartedByCLI, store.StartedByReplay, store.StartedBySubChain}
 
 // CheckStartedBy refuses a value of the named parameter (the API's
 // started_by, the command line's --started-by) no run can match: it is ""
@@ -20,8 +20,8 @@ func CheckStartedBy(param, v string) error {
 	}
 	kind, name, named := strings.Cut(v, ":")
 	switch {
-	case !slices.Contains(StartedKinds, kind):
-		return badRequest("invalid_parameter", "%s %q is not one of %s (trigger and schedule may add :NAME)", param, v, strings.Join(StartedKinds, ", "))
+	case !slices.Contains(startedKinds, kind):
+		return badRequest("invalid_parameter", "%s %q is not one of %s (trigger and schedule may add :NAME)", param, v, strings.Join(startedKinds, ", "))
 	case named && kind != store.StartedByTrigger && kind != store.StartedBySchedule:
 		return badRequest("invalid_parameter", "%s %q: only trigger and schedule take a name; %s runs are listed by %q", param, v, kind, kind)
 	case named && name == "":
