@@ -327,8 +327,8 @@ func (s *Server) getChain(w http.ResponseWriter, r *http.Request) {
 // runFilter reads a run listing's query parameters.
 func runFilter(r *http.Request) (store.RunFilter, error) {
 	q := r.URL.Query()
-	f := store.RunFilter{Chain: q.Get("chain"), Status: store.RunStatus(q.Get("status")), Cursor: q.Get("cursor")}
-	if err := CheckRunStatus(f.Status); err != nil {
+	f := store.RunFilter{Chain: q.Get("chain"), Status: store.RunStatus(q.Get("status")), Cursor: q.Get("cursor"), StartedBy: q.Get("started_by"), HideChains: q["hide_chain"]}
+	if err := cmp.Or(CheckRunStatus(f.Status), CheckStartedBy("started_by", f.StartedBy), CheckHideChains("hide_chain", f.HideChains)); err != nil {
 		return f, err
 	}
 	var err error

@@ -102,6 +102,10 @@ func (c *Client) ListRuns(ctx context.Context, f store.RunFilter) (RunPage, erro
 	setIf(q, "status", string(f.Status))
 	setIf(q, "since", since(f.Since))
 	setIf(q, "cursor", f.Cursor)
+	setIf(q, "started_by", f.StartedBy)
+	for _, c := range f.HideChains {
+		q.Add("hide_chain", c)
+	}
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}

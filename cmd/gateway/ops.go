@@ -101,7 +101,8 @@ func printJSON(w io.Writer, v any) {
 }
 
 const runsHelp = `Usage:
-  gateway runs list [--chain C] [--status S] [--since T] [--limit N] [--cursor X]
+  gateway runs list [--chain C] [--status S] [--since T] [--started-by KIND[:NAME]]
+                    [--hide-chain C]... [--limit N] [--cursor X]
   gateway runs show RUN_ID [--items]
   gateway runs cancel RUN_ID
   gateway runs replay RUN_ID [--mode resume|restart] [--definition current|pinned]
@@ -112,6 +113,11 @@ const runsHelp = `Usage:
 
 --since takes an RFC 3339 time or a duration (1h). Add --server URL (and
 --token) to go through a gateway's API, or --state PATH to read a store.
+
+--started-by keeps the runs started one way: trigger, schedule, api, cli,
+replay or sub_chain, or by one trigger or schedule (trigger:NAME,
+schedule:NAME). --hide-chain leaves a chain's runs out; repeat it to leave
+out more, so a schedule's runs do not bury an incident's.
 
 replay runs a failed, timed-out or cancelled run again, whether or not its
 failure was dead-lettered (when it was, the entry goes): --mode resume (the
@@ -146,6 +152,9 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sinceArg := fs.String("since", "", "only runs created since this time or duration ago")
 	limit := fs.Int("limit", 50, "at most this many runs")
 	cursor := fs.String("cursor", "", "continue a listing")
+	startedBy := fs.String("started-by", "", "only runs started this way: trigger, schedule, api, cli, replay, sub_chain, or trigger:NAME, schedule:NAME")
+	var hideChains stringList
+	fs.Var(&hideChains, "hide-chain", "leave out the runs of this chain (repeatable)")
 	items := fs.Bool("items", false, "include every split item's records")
 	follow := fs.Bool("follow", false, "keep streaming events until the run ends")
 	mode := fs.String("mode", "resume", "replay mode: resume or restart")
@@ -170,7 +179,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if sub == "list" {
 		// The API's own checks, so a store and a server refuse alike.
-		if err := errors.Join(gateway.CheckRunStatus(store.RunStatus(*status)), gateway.CheckRange("limit", *limit, gateway.MaxPageLimit)); err != nil {
+		if err := errors.Join(gateway.CheckRunStatus(store.RunStatus(*status)), gateway.CheckStartedBy("--started-by", *startedBy), gateway.CheckHideChains("--hide-chain", hideChains), gateway.CheckRange("limit", *limit, gateway.MaxPageLimit)); err != nil {
 			fmt.Fprintf(stderr, "gateway runs list: %v\n", err)
 			return exitUsage
 		}
@@ -192,7 +201,8 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "runs", err)
 		}
 		// The table shows no payload; JSON carries the runs whole.
-		page, err := ops.ListRuns(ctx, store.RunFilter{Chain: *chainName, Status: store.RunStatus(*status), Since: since, Limit: *limit, Cursor: *cursor, NoOrigins: !t.json()})
+		page, err := ops.ListRuns(ctx, store.RunFilter{Chain: *chainName, Status: store.RunStatus(*status), Since: since, Limit: *limit, Cursor: *cursor, NoOrigins: !t.json(),
+			StartedBy: *startedBy, HideChains: hideChains})
 		if err != nil {
 			return fail(stderr, "runs", err)
 		}
@@ -204,12 +214,12 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitOK
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tCHAIN\tSTATUS\tSTARTED\tTOOK\tERROR")
+		fmt.Fprintln(tw, "ID\tCHAIN\tSTATUS\tSTARTED\tSTARTED BY\tTOOK\tERROR")
 		for _, r := range page.Runs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Chain, r.Status, r.CreatedAt.Local().Format(timeLayout), took(r), short(errMsg(r.Error), 60))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Chain, r.Status, r.CreatedAt.Local().Format(timeLayout), howStarted(r), took(r), short(errMsg(r.Error), 60))
 		}
 		for _, d := range page.Damaged {
-			fmt.Fprintf(tw, "%s\t?\tdamaged\t\t\t%s\n", d.ID, short(d.Error, 60))
+			fmt.Fprintf(tw, "%s\t?\tdamaged\t\t\t\t%s\n", d.ID, short(d.Error, 60))
 		}
 		_ = tw.Flush()
 		if page.Next != "" {
@@ -302,6 +312,15 @@ func took(r *gateway.Run) string {
 	return end.Sub(r.CreatedAt).Round(time.Millisecond).String()
 }
 
+// howStarted is how a run started, as --started-by takes it; "-" for a run
+// an older version started, which did not record it.
+func howStarted(r *gateway.Run) string {
+	if r.StartedBy == "" {
+		return "-"
+	}
+	return r.StartedBy
+}
+
 func errMsg(e *gateway.ErrorInfo) string {
 	if e == nil {
 		return ""
@@ -318,7 +337,11 @@ func short(s string, n int) string {
 }
 
 func showRun(w io.Writer, v *gateway.RunView) {
-	fmt.Fprintf(w, "run      %s\nchain    %s\nstatus   %s\nstarted  %s\ntook     %s\n", v.ID, v.Chain, v.Status, v.CreatedAt.Local().Format(timeLayout), took(v.Run))
+	by := ""
+	if v.StartedBy != "" {
+		by = " by " + v.StartedBy
+	}
+	fmt.Fprintf(w, "run      %s\nchain    %s\nstatus   %s\nstarted  %s%s\ntook     %s\n", v.ID, v.Chain, v.Status, v.CreatedAt.Local().Format(timeLayout), by, took(v.Run))
 	if v.ParentRun != "" {
 		fmt.Fprintf(w, "parent   %s (step %s)\n", v.ParentRun, v.ParentStep)
 	}

@@ -191,6 +191,19 @@ func TestOperatorCommands(t *testing.T) {
 	} else if code, evs, _ := runCLI(t, append([]string{"runs", "events", restarted, "--follow"}, server...)...); code != exitOK || !strings.Contains(evs, "run "+restarted+" failed") {
 		t.Fatalf("the restarted run: %d\n%s", code, evs)
 	}
+	// The restart is the one run a replay started; the API started the rest.
+	code, out, errOut = runCLI(t, append([]string{"runs", "list", "--started-by", "replay"}, server...)...)
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != exitOK || len(lines) != 2 || !strings.Contains(lines[0], "STARTED BY") || !strings.Contains(lines[1], " replay ") {
+		t.Errorf("runs list --started-by replay: %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, append([]string{"runs", "list", "--started-by", "api", "--hide-chain", "slow", "--hide-chain", "breaks"}, server...)...)
+	if code != exitOK || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+		t.Errorf("runs list without breaks: %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, append([]string{"runs", "show", failed[0]}, server...)...)
+	if code != exitOK || !strings.Contains(out, " by api\n") {
+		t.Errorf("runs show: %d\n%s", code, out)
+	}
 	code, out, _ = runCLI(t, append([]string{"dlq", "purge", "--all"}, server...)...)
 	if code != exitOK || !strings.Contains(out, "purged 2 entries") {
 		t.Errorf("dlq purge: %d\n%s", code, out)
@@ -229,6 +242,10 @@ func TestOperatorCommands(t *testing.T) {
 	code, out, errOut = runCLI(t, "runs", "list", "--state", state, "--output", "json")
 	if code != exitOK || strings.Count(out, `"chain": "breaks"`) != 3 {
 		t.Errorf("runs list on the store: %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "runs", "list", "--state", state, "--output", "json", "--started-by", "api", "--hide-chain", "slow")
+	if code != exitOK || strings.Count(out, `"chain": "breaks"`) != 2 || strings.Count(out, `"started_by": "api"`) != 2 {
+		t.Errorf("runs list on the store by how they started: %d\n%s%s", code, out, errOut)
 	}
 	code, out, _ = runCLI(t, "runs", "dag", failed[1], "--state", state)
 	if code != exitOK || !strings.Contains(out, "call [provider] failed") {
