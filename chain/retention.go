@@ -1,6 +1,11 @@
 package chain
 
-import "time"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Retention is the [gateway.retention] table: how long runs that ended
 // and dead-letter entries are kept, counted from when a run ended or an
@@ -68,4 +73,26 @@ func (r *Retention) Keep(status string, overrides ...*RetentionOverride) time.Du
 		return r.DeadLetters
 	}
 	return 0
+}
+
+// ParseDuration is time.ParseDuration with days and weeks, for which a
+// whole number comes alone ("7d", "2w"); "0" is zero.
+func ParseDuration(s string) (time.Duration, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	for unit, size := range map[string]time.Duration{"d": 24 * time.Hour, "w": 7 * 24 * time.Hour} {
+		if n, ok := strings.CutSuffix(s, unit); ok {
+			v, err := strconv.ParseUint(n, 10, 32)
+			if err != nil {
+				return 0, fmt.Errorf("%q is not a duration: a number of days or weeks is a whole number (\"7d\", \"2w\")", s)
+			}
+			return time.Duration(v) * size, nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf(`%q is not a duration such as "90s", "15m", "36h", "7d" or "2w"`, s)
+	}
+	return d, nil
 }

@@ -1,9 +1,6 @@
 package loader
 
 import (
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
@@ -85,32 +82,10 @@ func (t *table) duration(k string) (time.Duration, bool) {
 		t.d.errorf(t.path.Key(k), `must be a duration in a string, with its unit ("90s", "15m", "36h", "7d", "2w"), or "0"; got %s`, describe(v))
 		return 0, false
 	}
-	d, err := parseDuration(s)
+	d, err := chain.ParseDuration(s)
 	if err != nil {
 		t.d.errorf(t.path.Key(k), "%v", err)
 		return 0, false
 	}
 	return d, true
-}
-
-// parseDuration is time.ParseDuration with days and weeks, for which a
-// whole number comes alone ("7d", "2w").
-func parseDuration(s string) (time.Duration, error) {
-	if s == "0" {
-		return 0, nil
-	}
-	for unit, size := range map[string]time.Duration{"d": 24 * time.Hour, "w": 7 * 24 * time.Hour} {
-		if n, ok := strings.CutSuffix(s, unit); ok {
-			v, err := strconv.ParseUint(n, 10, 32)
-			if err != nil {
-				return 0, fmt.Errorf("%q is not a duration: a number of days or weeks is a whole number (\"7d\", \"2w\")", s)
-			}
-			return time.Duration(v) * size, nil
-		}
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf(`%q is not a duration such as "90s", "15m", "36h", "7d" or "2w"`, s)
-	}
-	return d, nil
 }

@@ -221,23 +221,21 @@ func (s *Store) begin() error {
 
 func (s *Store) end() { s.ops.Done() }
 
-func (s *Store) runKey(id string) string      { return s.p + "run:" + id }
-func (s *Store) stepKeysKey(id string) string { return s.p + "stepkeys:" + id }
-func (s *Store) stepsKey(id string) string    { return s.p + "steps:" + id }
-func (s *Store) eventsKey(id string) string   { return s.p + "events:" + id }
-func (s *Store) leaseKey(id string) string    { return s.p + "lease:" + id }
-func (s *Store) fenceKey(id string) string    { return s.p + "fence:" + id }
-func (s *Store) runsKey() string              { return s.p + "runs" }
-func (s *Store) unfinishedKey() string        { return s.p + "unfinished" }
-func (s *Store) dlqKey() string               { return s.p + "dlq" }
-func (s *Store) dlqIDsKey() string            { return s.p + "dlqids" }
-func (s *Store) inboxKey() string             { return s.p + "inbox" }
-func (s *Store) inboxIDsKey() string          { return s.p + "inboxids" }
-func (s *Store) finishedKey(st store.RunStatus) string {
-	return s.p + "finished:" + string(st)
-}
-func (s *Store) defKey(hash string) string    { return s.p + "def:" + hash }
-func (s *Store) idemKey(key string) string    { return s.p + "idem:" + key }
+func (s *Store) runKey(id string) string               { return s.p + "run:" + id }
+func (s *Store) stepKeysKey(id string) string          { return s.p + "stepkeys:" + id }
+func (s *Store) stepsKey(id string) string             { return s.p + "steps:" + id }
+func (s *Store) eventsKey(id string) string            { return s.p + "events:" + id }
+func (s *Store) leaseKey(id string) string             { return s.p + "lease:" + id }
+func (s *Store) fenceKey(id string) string             { return s.p + "fence:" + id }
+func (s *Store) runsKey() string                       { return s.p + "runs" }
+func (s *Store) unfinishedKey() string                 { return s.p + "unfinished" }
+func (s *Store) dlqKey() string                        { return s.p + "dlq" }
+func (s *Store) dlqIDsKey() string                     { return s.p + "dlqids" }
+func (s *Store) inboxKey() string                      { return s.p + "inbox" }
+func (s *Store) inboxIDsKey() string                   { return s.p + "inboxids" }
+func (s *Store) finishedKey(st store.RunStatus) string { return s.p + "finished:" + string(st) }
+func (s *Store) defKey(hash string) string             { return s.p + "def:" + hash }
+func (s *Store) idemKey(key string) string             { return s.p + "idem:" + key }
 
 // indexMember sorts runs by creation time, then id, as bolt's index does.
 func indexMember(created time.Time, id string) string {
