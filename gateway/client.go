@@ -138,6 +138,25 @@ func (c *Client) CancelRun(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/cancel", nil, nil, nil)
 }
 
+// DeleteRun implements Ops.
+func (c *Client) DeleteRun(ctx context.Context, id string) (*DeleteResult, error) {
+	var out DeleteResult
+	if err := c.do(ctx, http.MethodDelete, "/v1/runs/"+url.PathEscape(id), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// PruneRuns implements Ops.
+func (c *Client) PruneRuns(ctx context.Context, opts PruneOptions) (*PruneResult, error) {
+	var out PruneResult
+	body := pruneBody{OlderThan: opts.OlderThan.String(), Chain: opts.Chain, Status: string(opts.Status), DryRun: opts.DryRun}
+	if err := c.do(ctx, http.MethodPost, "/v1/runs/prune", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Events implements Ops by reading the run's Server-Sent Events.
 func (c *Client) Events(ctx context.Context, id string, after uint64, follow bool, fn func(Event) error) error {
 	q := url.Values{"after": {strconv.FormatUint(after, 10)}}

@@ -429,6 +429,8 @@ func apiError(err error) *APIError {
 		return &APIError{Status: http.StatusConflict, Code: "already_answered", Message: err.Error()}
 	case errors.Is(err, engine.ErrNotWaiting):
 		return &APIError{Status: http.StatusConflict, Code: "not_waiting", Message: err.Error()}
+	case errors.Is(err, store.ErrUnfinished):
+		return &APIError{Status: http.StatusConflict, Code: "unfinished", Message: err.Error()}
 	case errors.Is(err, engine.ErrNotReplayable), errors.Is(err, engine.ErrFinished):
 		return &APIError{Status: http.StatusConflict, Code: "conflict", Message: err.Error()}
 	case errors.Is(err, engine.ErrClosed):

@@ -110,6 +110,8 @@ const runsHelp = `Usage:
   gateway runs reject RUN_ID STEP [--comment TEXT]
   gateway runs events RUN_ID [--follow]
   gateway runs dag RUN_ID
+  gateway runs delete RUN_ID...
+  gateway runs prune --older-than D [--chain C] [--status S] [--dry-run]
 
 --since takes an RFC 3339 time or a duration (1h). Add --server URL (and
 --token) to go through a gateway's API, or --state PATH to read a store.
@@ -125,6 +127,13 @@ default) carries on from the step it stopped at, keeping what succeeded;
 --mode restart starts a new run with the same payload, which works on a
 succeeded run too. On a store it needs --config and waits for the run.
 
+delete removes runs that have ended, with their dead-letter entries. prune
+removes the runs that ended longer ago than --older-than (36h, 30d, 2w), as
+retention would: it keeps a run with a dead-letter entry, a sub-chain's run
+while its parent is there and a run whose idempotency key still holds;
+--dry-run lists what it would remove. A serving gateway prunes by
+[gateway.retention] by itself.
+
 approve and reject answer an approval step the run waits at; the first
 answer wins, and a second is refused naming who gave the first. An answer
 at or after the step's deadline is refused, and the step goes on as its
@@ -133,7 +142,39 @@ on_timeout says.
 `
 
 // runsCommands are the sub-commands of "gateway runs".
-var runsCommands = []string{"list", "show", "cancel", "replay", "approve", "reject", "events", "dag"}
+var runsCommands = []string{"list", "show", "cancel", "replay", "approve", "reject", "events", "dag", "delete", "prune"}
+
+// showPrune prints what a prune removed, or would remove.
+func showPrune(w io.Writer, res *gateway.PruneResult) {
+	n := 0
+	var by []string
+	for _, st := range []string{"succeeded", "failed", "cancelled", "timed_out"} {
+		if c := res.Runs[st]; c > 0 {
+			n += c
+			by = append(by, fmt.Sprintf("%d %s", c, st))
+		}
+	}
+	verb := "pruned"
+	if res.DryRun {
+		verb = "would prune"
+	}
+	line := fmt.Sprintf("%s %d runs", verb, n)
+	if len(by) > 0 {
+		line += " (" + strings.Join(by, ", ") + ")"
+	}
+	if !res.DryRun {
+		line += fmt.Sprintf(", %d records freed", res.Freed.Records)
+	}
+	fmt.Fprintln(w, line)
+	if k := res.Kept; k.DeadLetter+k.Key+k.Parent > 0 {
+		fmt.Fprintf(w, "kept %d with a dead-letter entry, %d whose idempotency key still holds, %d whose parent run is kept\n", k.DeadLetter, k.Key, k.Parent)
+	}
+	if res.DryRun {
+		for _, id := range res.IDs {
+			fmt.Fprintln(w, id)
+		}
+	}
+}
 
 func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -160,6 +201,8 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	mode := fs.String("mode", "resume", "replay mode: resume or restart")
 	definition := fs.String("definition", "current", "definition a resumed run carries on with: current or pinned")
 	comment := fs.String("comment", "", "why, for approve and reject")
+	olderThan := fs.String("older-than", "", "prune the runs that ended longer ago than this (36h, 30d, 2w)")
+	dryRun := fs.Bool("dry-run", false, "list what prune would remove, and remove nothing")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return parseExit(err)
@@ -168,14 +211,27 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gateway runs: unknown command %q\n\n%s", sub, runsHelp)
 		return exitUsage
 	}
-	arity := map[string]int{"list": 0, "approve": 2, "reject": 2}
+	arity := map[string]int{"list": 0, "approve": 2, "reject": 2, "prune": 0}
 	want, ok := arity[sub]
 	if !ok {
 		want = 1
 	}
-	if len(pos) != want {
+	if len(pos) != want && !(sub == "delete" && len(pos) > 0) {
 		fmt.Fprint(stderr, runsHelp)
 		return exitUsage
+	}
+	var older time.Duration
+	if sub == "prune" {
+		d, err := chain.ParseDuration(*olderThan)
+		if *olderThan == "" || err != nil || d <= 0 {
+			fmt.Fprintln(stderr, `gateway runs prune: --older-than must be a positive duration such as "36h", "30d" or "2w"`)
+			return exitUsage
+		}
+		if err := gateway.CheckRunStatus(store.RunStatus(*status)); err != nil || *status == string(store.RunRunning) {
+			fmt.Fprintln(stderr, "gateway runs prune: --status must be one a run ends with: succeeded, failed, cancelled or timed_out")
+			return exitUsage
+		}
+		older = d
 	}
 	if sub == "list" {
 		// The API's own checks, so a store and a server refuse alike.
@@ -240,6 +296,31 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "runs", err)
 		}
 		fmt.Fprintf(stdout, "cancelling run %s\n", pos[0])
+	case "delete":
+		code := exitOK
+		for _, id := range pos {
+			res, err := ops.DeleteRun(ctx, id)
+			if err != nil {
+				code = fail(stderr, "runs", err)
+				continue
+			}
+			if t.json() {
+				printJSON(stdout, res)
+				continue
+			}
+			fmt.Fprintf(stdout, "deleted run %s (%d records, %d dead-letter entries)\n", id, res.Freed.Records, len(res.DeadLetters))
+		}
+		return code
+	case "prune":
+		res, err := ops.PruneRuns(ctx, gateway.PruneOptions{OlderThan: older, Chain: *chainName, Status: store.RunStatus(*status), DryRun: *dryRun})
+		if err != nil {
+			return fail(stderr, "runs", err)
+		}
+		if t.json() {
+			printJSON(stdout, res)
+			return exitOK
+		}
+		showPrune(stdout, res)
 	case "approve", "reject":
 		if gw != nil {
 			// Straight on a store, the answer is the machine user's.
