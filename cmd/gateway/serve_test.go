@@ -255,6 +255,30 @@ func TestOperatorCommands(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "run "+failed[1]+" failed") {
 		t.Errorf("runs replay on the store: %d\n%s%s", code, out, errOut)
 	}
+
+	// Pruning and deleting on the store: each failed run has an entry of
+	// the queue (the purged one's replay parked a new one), so a prune
+	// keeps them until they are deleted with their entries.
+	time.Sleep(1100 * time.Millisecond)
+	code, out, errOut = runCLI(t, "runs", "prune", "--older-than", "1s", "--status", "failed", "--dry-run", "--state", state)
+	if code != exitOK || !strings.Contains(out, "would prune 1 runs (1 failed)") || !strings.Contains(out, "kept 2 with a dead-letter entry") {
+		t.Errorf("runs prune --dry-run: %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "runs", "delete", failed[0], failed[1], "--state", state)
+	if code != exitOK || strings.Count(out, "deleted run ") != 2 || !strings.Contains(out, "1 dead-letter entries") {
+		t.Errorf("runs delete: %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "runs", "prune", "--older-than", "1s", "--state", state)
+	if code != exitOK || !strings.Contains(out, "pruned 1 runs (1 failed)") {
+		t.Errorf("runs prune: %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "runs", "list", "--state", state, "--status", "failed", "--output", "json")
+	if code != exitOK || !strings.Contains(out, `"runs": []`) {
+		t.Errorf("runs list after the prune: %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := runCLI(t, "runs", "prune", "--state", state); code != exitUsage || !strings.Contains(errOut, "--older-than") {
+		t.Errorf("runs prune without --older-than: %d %s", code, errOut)
+	}
 }
 
 // TestOperatorCommandsSayHowToPassAToken: a gateway with tokens answers an
