@@ -562,6 +562,24 @@ func (c *console) cancelRun(w http.ResponseWriter, r *http.Request, _ *uiSession
 	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(id)+"?done="+url.QueryEscape("cancel requested"), http.StatusSeeOther)
 }
 
+func (c *console) deleteRun(w http.ResponseWriter, r *http.Request, _ *uiSession) {
+	id := r.PathValue("id")
+	if r.PostFormValue("confirm") != id {
+		c.fail(w, r, http.StatusBadRequest, "type the run's id to confirm deleting it")
+		return
+	}
+	res, err := c.s.ops.DeleteRun(r.Context(), id)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	done := "deleted run " + id
+	if n := len(res.DeadLetters); n > 0 {
+		done += fmt.Sprintf(" and its %d dead letters", n)
+	}
+	http.Redirect(w, r, c.base+"/runs?done="+url.QueryEscape(done), http.StatusSeeOther)
+}
+
 func (c *console) replayRun(w http.ResponseWriter, r *http.Request, _ *uiSession) {
 	opts, err := replayOptions(r.PostFormValue("mode"), r.PostFormValue("definition"))
 	if err != nil {

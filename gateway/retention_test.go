@@ -3,9 +3,12 @@ package gateway_test
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/html"
 
 	"github.com/chaingate/gateway/gateway"
 )
@@ -119,4 +122,32 @@ func startKeyedWait(t *testing.T, env *apiEnv, chainName, key string) string {
 		t.Fatalf("starting a keyed run: %d %s", code, raw)
 	}
 	return out.ID
+}
+
+// TestConsoleDeletesRun deletes a run that ended from its page, once its
+// id is typed; a running run's page offers no Delete.
+func TestConsoleDeletesRun(t *testing.T) {
+	env := newAPI(t, "")
+	id := startWait(t, env, "breaks", `{}`)
+	b := newBrowser(t, env)
+	code, doc, _ := b.get("/ui/runs/" + id)
+	if code != http.StatusOK || find(doc, func(n *html.Node) bool { return attr(n, "id") == "run-delete" }) == nil {
+		t.Fatalf("the run's page: %d, with no Delete", code)
+	}
+	if code, _, _ := b.post("/ui/runs/"+id+"/delete", url.Values{"confirm": {"not-it"}}); code != http.StatusBadRequest {
+		t.Errorf("a delete confirmed with another id: %d", code)
+	}
+	code, loc, _ := b.post("/ui/runs/"+id+"/delete", url.Values{"confirm": {id}})
+	if code != http.StatusSeeOther || !strings.Contains(loc, "and+its+1+dead+letters") {
+		t.Fatalf("the delete: %d %s", code, loc)
+	}
+	if code, _, _ := env.call("GET", "/v1/runs/"+id, "", nil, nil); code != http.StatusNotFound {
+		t.Errorf("the deleted run: %d", code)
+	}
+	var running gateway.StartResponse
+	env.call("POST", "/v1/chains/hello/runs", `{"sleep_ms": 3000}`, nil, &running)
+	if _, doc, _ := b.get("/ui/runs/" + running.ID); find(doc, func(n *html.Node) bool { return attr(n, "id") == "run-delete" }) != nil {
+		t.Error("a running run's page offers Delete")
+	}
+	waitRunEnd(t, env, running.ID)
 }
