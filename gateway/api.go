@@ -908,6 +908,8 @@ func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteRun(w http.ResponseWriter, r *http.Request) {
+	// A run of a million split items takes a while to go.
+	holdOpen(w, bulkTimeout)
 	res, err := s.ops.DeleteRun(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
