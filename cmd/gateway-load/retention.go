@@ -22,8 +22,9 @@ import (
 const retentionUsage = `Usage: gateway-load retention --gateway PATH [flags]
 
 Serves a gateway on a fresh store (--store bolt, or redis) with a schedule
-that starts a three-step run every second and [gateway.retention] keeping
-succeeded runs --keep, and prints, every --every for --duration, how many
+that starts a three-step run every second, its payload --pad bytes, and
+[gateway.retention] keeping succeeded runs --keep ("0": for ever), and
+prints, every --every for --duration, how many
 runs the store holds, how many retention pruned, and the store's size: the
 bbolt file's, or Redis's used_memory.
 
@@ -44,6 +45,7 @@ type = "echo"
 name = "tick"
 chain = "small"
 every = "1s"
+payload = { pad = "PAD" }
 
 [[chains]]
 name = "small"
@@ -69,6 +71,7 @@ func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	interval := fs.String("interval", "1m", "how often retention prunes")
 	duration := fs.Duration("duration", 10*time.Minute, "how long to serve")
 	every := fs.Duration("every", 30*time.Second, "how often to print a line")
+	pad := fs.Int("pad", 0, "bytes of padding in each run's payload, so that runs weigh what real ones do")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -98,7 +101,7 @@ func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}()
 	}
 	cfg := filepath.Join(dir, "load.toml")
-	text := strings.NewReplacer("STATE", state, "KEEP", *keep, "INTERVAL", *interval).Replace(retentionConfig)
+	text := strings.NewReplacer("STATE", state, "KEEP", *keep, "INTERVAL", *interval, "PAD", strings.Repeat("x", *pad)).Replace(retentionConfig)
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		fmt.Fprintln(stderr, "gateway-load retention:", err)
 		return exitFailed
@@ -129,7 +132,7 @@ func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		return "?"
 	}
-	fmt.Fprintf(stdout, "a run every second, succeeded runs kept %s, pruned every %s, on %s\n", *keep, *interval, *kind)
+	fmt.Fprintf(stdout, "a run every second with a payload of %d bytes, succeeded runs kept %s, pruned every %s, on %s\n", *pad, *keep, *interval, *kind)
 	start := time.Now()
 	t := time.NewTicker(*every)
 	defer t.Stop()
