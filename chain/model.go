@@ -75,6 +75,8 @@ type Gateway struct {
 	// and every split runs in the gateway that runs its chain.
 	Fanout *Fanout
 	UI     UI
+	// Retention is the [gateway.retention] table, defaults filled in.
+	Retention Retention
 	// Source is where the [gateway] table was written; zero without one.
 	Source Source
 }
@@ -235,7 +237,11 @@ type Chain struct {
 	// Input is what the chain declares its origin payload holds; nil when
 	// it declares nothing and takes any payload.
 	Input *Input
-	Steps []*Step
+	// Retention is what the chain's retention table sets; nil without one.
+	// It is not part of the definition a run keeps: changing it changes
+	// how long runs are kept, not what they run.
+	Retention *RetentionOverride
+	Steps     []*Step
 	// Hash identifies this exact definition, sub-chains and providers
 	// included: it is the SHA-256 of what Config.Definition returns. A run
 	// records the hash it started with.

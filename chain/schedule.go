@@ -21,7 +21,10 @@ type Schedule struct {
 	CatchUp bool
 	// Payload renders the run's payload from the tick; nil is {}.
 	Payload *templates.Template
-	Source  Source
+	// Retention is what the schedule's retention table sets for its runs;
+	// nil without one.
+	Retention *RetentionOverride
+	Source    Source
 
 	next func(time.Time) time.Time
 }

@@ -68,6 +68,9 @@ type Trigger struct {
 	// MaxAlerts bounds the alerts one delivery turns into runs; those
 	// beyond it are parked in the dead-letter queue.
 	MaxAlerts int
+	// Retention is what the trigger's retention table sets for its runs;
+	// nil without one.
+	Retention *RetentionOverride
 	Source    Source
 }
 

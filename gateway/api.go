@@ -43,6 +43,8 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/runs/{id}", readAccess, s.getRun)
 	route("GET /v1/events", readAccess, s.runChanges)
 	route("POST /v1/runs/{id}/cancel", writeAccess, s.cancelRun)
+	route("DELETE /v1/runs/{id}", writeAccess, s.deleteRun)
+	route("POST /v1/runs/prune", writeAccess, s.pruneRuns)
 	route("POST /v1/runs/{id}/replay", writeAccess, s.replayRun)
 	route("POST /v1/runs/{id}/signals/{step}", writeAccess, s.signal)
 	route("GET /v1/runs/{id}/events", readAccess, s.runEvents)
@@ -328,8 +330,8 @@ func (s *Server) getChain(w http.ResponseWriter, r *http.Request) {
 // runFilter reads a run listing's query parameters.
 func runFilter(r *http.Request) (store.RunFilter, error) {
 	q := r.URL.Query()
-	f := store.RunFilter{Chain: q.Get("chain"), Status: store.RunStatus(q.Get("status")), Cursor: q.Get("cursor")}
-	if err := CheckRunStatus(f.Status); err != nil {
+	f := store.RunFilter{Chain: q.Get("chain"), Status: store.RunStatus(q.Get("status")), Cursor: q.Get("cursor"), StartedBy: q.Get("started_by"), HideChains: q["hide_chain"]}
+	if err := cmp.Or(CheckRunStatus(f.Status), CheckStartedBy("started_by", f.StartedBy), CheckHideChains("hide_chain", f.HideChains)); err != nil {
 		return f, err
 	}
 	var err error
@@ -899,6 +901,47 @@ func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	res, err := s.ops.ReplayMany(r.Context(), f, opts, b.Concurrency)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) deleteRun(w http.ResponseWriter, r *http.Request) {
+	// A run of a million split items takes a while to go.
+	holdOpen(w, bulkTimeout)
+	res, err := s.ops.DeleteRun(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// pruneBody is the body of POST /v1/runs/prune.
+type pruneBody struct {
+	OlderThan string `json:"older_than"`
+	Chain     string `json:"chain,omitempty"`
+	Status    string `json:"status,omitempty"`
+	DryRun    bool   `json:"dry_run,omitempty"`
+}
+
+func (s *Server) pruneRuns(w http.ResponseWriter, r *http.Request) {
+	var b pruneBody
+	if err := s.readJSON(w, r, &b); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	older, err := chain.ParseDuration(b.OlderThan)
+	if err != nil || older <= 0 {
+		s.writeError(w, r, badRequest("invalid_parameter", `older_than must be a positive duration such as "36h", "30d" or "2w"`))
+		return
+	}
+	holdOpen(w, bulkTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), bulkTimeout)
+	defer cancel()
+	res, err := s.ops.PruneRuns(ctx, PruneOptions{OlderThan: older, Chain: b.Chain, Status: store.RunStatus(b.Status), DryRun: b.DryRun})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

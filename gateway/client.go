@@ -102,6 +102,10 @@ func (c *Client) ListRuns(ctx context.Context, f store.RunFilter) (RunPage, erro
 	setIf(q, "status", string(f.Status))
 	setIf(q, "since", since(f.Since))
 	setIf(q, "cursor", f.Cursor)
+	setIf(q, "started_by", f.StartedBy)
+	for _, c := range f.HideChains {
+		q.Add("hide_chain", c)
+	}
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
@@ -132,6 +136,25 @@ func (c *Client) Run(ctx context.Context, id string, items bool) (*RunView, erro
 // CancelRun implements Ops.
 func (c *Client) CancelRun(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/cancel", nil, nil, nil)
+}
+
+// DeleteRun implements Ops.
+func (c *Client) DeleteRun(ctx context.Context, id string) (*DeleteResult, error) {
+	var out DeleteResult
+	if err := c.do(ctx, http.MethodDelete, "/v1/runs/"+url.PathEscape(id), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// PruneRuns implements Ops.
+func (c *Client) PruneRuns(ctx context.Context, opts PruneOptions) (*PruneResult, error) {
+	var out PruneResult
+	body := pruneBody{OlderThan: opts.OlderThan.String(), Chain: opts.Chain, Status: string(opts.Status), DryRun: opts.DryRun}
+	if err := c.do(ctx, http.MethodPost, "/v1/runs/prune", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // Events implements Ops by reading the run's Server-Sent Events.

@@ -88,6 +88,7 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("GET "+b+"/runs/{id}/items/{key...}", c.signedIn(false, c.itemsPage))
 	mux.HandleFunc("POST "+b+"/runs/{id}/cancel", c.signedIn(true, c.cancelRun))
 	mux.HandleFunc("POST "+b+"/runs/{id}/replay", c.signedIn(true, c.replayRun))
+	mux.HandleFunc("POST "+b+"/runs/{id}/delete", c.signedIn(true, c.deleteRun))
 	mux.HandleFunc("POST "+b+"/runs/{id}/answer/{step}", c.signedIn(true, c.answer))
 	mux.HandleFunc("GET "+b+"/dlq", c.signedIn(false, c.dlqPage))
 	mux.HandleFunc("GET "+b+"/dlq/{id}", c.signedIn(false, c.dlqEntryPage))

@@ -76,7 +76,8 @@ func BenchmarkConsoleRunPage(b *testing.B) {
 
 // BenchmarkConsoleRunsList renders a filtered page of the runs list over
 // a store holding 100,000 runs, on bbolt and on Redis. The runs are five
-// chains' in turn; 90 % succeeded, 9 % failed, 1 % running.
+// chains' in turn; 90 % succeeded, 9 % failed, 1 % running; 1 % started
+// by a trigger, 19 % by a schedule, the rest through the API.
 func BenchmarkConsoleRunsList(b *testing.B) {
 	for _, st := range []string{"bolt", "redis"} {
 		b.Run("store="+st, func(b *testing.B) {
@@ -86,7 +87,8 @@ func BenchmarkConsoleRunsList(b *testing.B) {
 			}
 			env := newAPIOn(b, "", state)
 			fillRuns(b, env.gw.Store, 100000)
-			for _, f := range []string{"", "chain=c2", "chain=c2&status=failed", "status=running"} {
+			for _, f := range []string{"", "chain=c2", "chain=c2&status=failed", "status=running", "started_by=trigger",
+				"hide_chain=c1&hide_chain=c2&hide_chain=c3&hide_chain=c4"} {
 				b.Run("filter="+f, func(b *testing.B) {
 					for b.Loop() {
 						resp, err := http.Get(env.url + "/ui/runs?" + f)
@@ -124,9 +126,16 @@ func fillRuns(b *testing.B, st store.Store, n int) {
 				case i%100 < 10:
 					status = store.RunFailed
 				}
+				startedBy := "api"
+				switch {
+				case i%100 == 50:
+					startedBy = "trigger:am"
+				case i%5 == 0:
+					startedBy = "schedule:nightly"
+				}
 				at := start.Add(time.Duration(i) * time.Second)
 				run := &store.Run{ID: store.NewID(), Chain: fmt.Sprintf("c%d", i%5), ChainHash: "h", Status: status, Path: []string{"a"},
-					CreatedAt: at, UpdatedAt: at, Origin: store.Origin{ID: "o", ReceivedAt: at, Payload: []byte(`{"host": "db-1"}`)}}
+					CreatedAt: at, UpdatedAt: at, Origin: store.Origin{ID: "o", ReceivedAt: at, Payload: []byte(`{"host": "db-1"}`)}, StartedBy: startedBy}
 				if status.Final() {
 					run.FinishedAt = at.Add(time.Second)
 				}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -47,6 +48,13 @@ func (c *console) funcs() template.FuncMap {
 		"esc":  url.PathEscape,
 		"q":    url.QueryEscape,
 		"add":  func(a, b int) int { return a + b },
+		"has":  func(list []string, s string) bool { return slices.Contains(list, s) },
+		// A run's StartedBy apart: "trigger:am" is started by trigger am.
+		"startedKind": store.StartedKind,
+		"startedName": func(startedBy string) string {
+			_, name, _ := strings.Cut(startedBy, ":")
+			return name
+		},
 	}
 }
 
@@ -228,21 +236,46 @@ func (c *console) usualDurations(ctx context.Context, running []*Run) map[string
 // ---- Runs ----
 
 type runsView struct {
-	Chain, Status, Since, ID, Cursor string
-	Chains                           []string
-	Statuses                         []store.RunStatus
-	Runs                             []*Run
-	Damaged                          []DamagedRun
-	Next                             string
-	Query                            string
-	Live                             bool
+	Chain, Status, Since, ID, Cursor, StartedBy string
+	Chains                                      []string
+	Statuses                                    []store.RunStatus
+	// StartedKinds and StartedNamed are the started-by choices: every
+	// kind, then each configured trigger and schedule.
+	StartedKinds, StartedNamed []string
+	// HideChains are the chains to hide, HideChoices the chains offered.
+	HideChains, HideChoices []string
+	Runs                    []*Run
+	Damaged                 []DamagedRun
+	Next                    string
+	// Query is the filters, encoded: as a URL, the template keeps it whole
+	// rather than escaping it into one parameter.
+	Query template.URL
+	Live  bool
 }
 
 func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
 	q := r.URL.Query()
+	cfg := c.s.config()
 	v := &runsView{Chain: q.Get("chain"), Status: q.Get("status"), Since: q.Get("since"), ID: strings.TrimSpace(q.Get("id")), Cursor: q.Get("cursor"),
-		Chains: c.s.config().ChainNames, Statuses: runStatuses}
+		StartedBy: q.Get("started_by"), HideChains: q["hide_chain"], Chains: cfg.ChainNames, Statuses: runStatuses, StartedKinds: startedKinds}
 	v.Live = v.Cursor == ""
+	for _, name := range cfg.TriggerNames {
+		v.StartedNamed = append(v.StartedNamed, store.StartedByTrigger+":"+name)
+	}
+	for _, name := range cfg.ScheduleNames {
+		v.StartedNamed = append(v.StartedNamed, store.StartedBySchedule+":"+name)
+	}
+	// A filter the config no longer offers (a trigger or chain since
+	// removed) is still shown, so it can be seen and undone.
+	if v.StartedBy != "" && !slices.Contains(v.StartedKinds, v.StartedBy) && !slices.Contains(v.StartedNamed, v.StartedBy) {
+		v.StartedNamed = append(v.StartedNamed, v.StartedBy)
+	}
+	v.HideChoices = slices.Clone(cfg.ChainNames)
+	for _, name := range v.HideChains {
+		if !slices.Contains(v.HideChoices, name) {
+			v.HideChoices = append(v.HideChoices, name)
+		}
+	}
 	if v.ID != "" {
 		if _, err := c.s.ops.Run(r.Context(), v.ID, false); err == nil {
 			http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(v.ID), http.StatusSeeOther)
@@ -251,13 +284,14 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 	}
 	since, err := ParseSince(v.Since)
 	if err == nil {
-		err = CheckRunStatus(store.RunStatus(v.Status))
+		err = cmp.Or(CheckRunStatus(store.RunStatus(v.Status)), CheckStartedBy("started by", v.StartedBy), CheckHideChains("hide chain", v.HideChains))
 	}
 	if err != nil {
 		c.failErr(w, r, err)
 		return
 	}
-	page, err := c.s.ops.ListRuns(r.Context(), store.RunFilter{Chain: v.Chain, Status: store.RunStatus(v.Status), Since: since, Limit: 50, Cursor: v.Cursor, NoOrigins: true})
+	page, err := c.s.ops.ListRuns(r.Context(), store.RunFilter{Chain: v.Chain, Status: store.RunStatus(v.Status), Since: since, Limit: 50, Cursor: v.Cursor, NoOrigins: true,
+		StartedBy: v.StartedBy, HideChains: v.HideChains})
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -268,13 +302,14 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		}
 	}
 	v.Damaged, v.Next = page.Damaged, page.Next
-	keep := url.Values{}
-	for _, k := range []string{"chain", "status", "since", "id"} {
+	// The filters go with the live list's refresh and the next page.
+	keep := url.Values{"hide_chain": v.HideChains}
+	for _, k := range []string{"chain", "status", "since", "id", "started_by"} {
 		if val := q.Get(k); val != "" {
 			keep.Set(k, val)
 		}
 	}
-	v.Query = keep.Encode()
+	v.Query = template.URL(keep.Encode())
 	if q.Get("fragment") == "1" {
 		c.render(w, http.StatusOK, "runs-table", pageData{Base: c.base, Body: v})
 		return
@@ -525,6 +560,24 @@ func (c *console) cancelRun(w http.ResponseWriter, r *http.Request, _ *uiSession
 		return
 	}
 	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(id)+"?done="+url.QueryEscape("cancel requested"), http.StatusSeeOther)
+}
+
+func (c *console) deleteRun(w http.ResponseWriter, r *http.Request, _ *uiSession) {
+	id := r.PathValue("id")
+	if r.PostFormValue("confirm") != id {
+		c.fail(w, r, http.StatusBadRequest, "type the run's id to confirm deleting it")
+		return
+	}
+	res, err := c.s.ops.DeleteRun(r.Context(), id)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	done := "deleted run " + id
+	if n := len(res.DeadLetters); n > 0 {
+		done += fmt.Sprintf(" and its %d dead letters", n)
+	}
+	http.Redirect(w, r, c.base+"/runs?done="+url.QueryEscape(done), http.StatusSeeOther)
 }
 
 func (c *console) replayRun(w http.ResponseWriter, r *http.Request, _ *uiSession) {

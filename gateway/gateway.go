@@ -110,6 +110,8 @@ type Gateway struct {
 	limits *limits.Set
 	// door is told what trigger deliveries and schedule ticks did.
 	door DoorObserver
+	// prunes is told what retention removed.
+	prunes PruneObserver
 	// inboxWake tells RunInbox that this gateway kept a delivery.
 	inboxWake chan struct{}
 }
@@ -196,7 +198,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		return nil, errors.Join(err, pm.Close(), closeFanout(), st.Close())
 	}
 	g := &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, ItemStore: itemStore, secrets: secretVals, limits: lim,
-		door: noDoorObserver{}, inboxWake: make(chan struct{}, 1)}
+		door: noDoorObserver{}, prunes: noPruneObserver{}, inboxWake: make(chan struct{}, 1)}
 	switch {
 	case fo == nil:
 	case opts.ItemsOnly:

@@ -88,6 +88,8 @@ func (g *goldenAPI) walk(t *testing.T) {
 	replay := g.check(t, "dlq_replay", "POST", "/v1/dlq/"+entry+"/replay", `{"mode": "resume"}`)
 	replayed := g.id(t, replay, "replayed run", "run")
 	waitRunEnd(t, g.env, replayed)
+	g.check(t, "runs_list_started_by", "GET", "/v1/runs?started_by=api&hide_chain=typed&hide_chain=many", "")
+	g.check(t, "runs_list_started_by_unknown", "GET", "/v1/runs?started_by=door", "")
 	g.check(t, "dlq_replay_many_no_filter", "POST", "/v1/dlq/replay", `{}`)
 	g.check(t, "dlq_delete_unknown", "DELETE", "/v1/dlq/no-such-entry", "")
 	g.check(t, "dlq_purge", "POST", "/v1/dlq/purge", `{"chain": "breaks"}`)

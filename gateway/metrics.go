@@ -34,6 +34,10 @@ type Metrics struct {
 	poisoned    prometheus.Counter
 	deliveries  *prometheus.CounterVec
 	ticks       *prometheus.CounterVec
+	pruned      *prometheus.CounterVec
+	prunedDLQ   prometheus.Counter
+	freed       *prometheus.CounterVec
+	oldestKept  prometheus.Gauge
 	refused     *prometheus.CounterVec
 
 	// series holds each provider's call series, looked up once: resolving
@@ -113,12 +117,24 @@ func NewMetrics() *Metrics {
 			Name: "chaingate_schedule_ticks_total",
 			Help: "Schedule ticks, by schedule and outcome (started, deduplicated, caught_up, missed, failed).",
 		}, []string{"schedule", "outcome"}),
+		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chaingate_retention_runs_pruned_total", Help: "Runs retention removed, by the status they ended with.",
+		}, []string{"status"}),
+		prunedDLQ: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chaingate_retention_dead_letters_pruned_total", Help: "Dead-letter entries retention removed.",
+		}),
+		freed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chaingate_retention_freed_total", Help: "What removing runs gave back to the store: records (the embedded store's records, Redis's keys) and bytes (Redis's estimate for its keys).",
+		}, []string{"unit"}),
+		oldestKept: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "chaingate_retention_oldest_kept_timestamp_seconds", Help: "When the oldest run retention kept ended, as of the last pass (Unix time).",
+		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chaingate_api_refused_total", Help: "API connections and requests refused by the per-address and server limits, by reason.",
 		}, []string{"reason"}),
 	}
 	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.calls, m.inFlight, m.latency,
-		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned, m.deliveries, m.ticks, m.refused,
+		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned, m.deliveries, m.ticks, m.refused, m.pruned, m.prunedDLQ, m.freed, m.oldestKept,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -132,6 +148,19 @@ func (m *Metrics) Event(ev store.Event) {
 		m.runsEnded.WithLabelValues(ev.Chain, strings.TrimPrefix(string(ev.Type), "run_")).Inc()
 	}
 }
+
+// Pruned implements PruneObserver.
+func (m *Metrics) Pruned(status string, runs int, freed store.Freed) {
+	m.pruned.WithLabelValues(status).Add(float64(runs))
+	m.freed.WithLabelValues("records").Add(float64(freed.Records))
+	m.freed.WithLabelValues("bytes").Add(float64(freed.Bytes))
+}
+
+// DeadLettersPruned implements PruneObserver.
+func (m *Metrics) DeadLettersPruned(n int) { m.prunedDLQ.Add(float64(n)) }
+
+// OldestKept implements PruneObserver.
+func (m *Metrics) OldestKept(ended time.Time) { m.oldestKept.Set(float64(ended.Unix())) }
 
 // Delivered implements DoorObserver.
 func (m *Metrics) Delivered(trigger, outcome string) {

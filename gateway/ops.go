@@ -21,6 +21,12 @@ type Ops interface {
 	ListRuns(ctx context.Context, f store.RunFilter) (RunPage, error)
 	Run(ctx context.Context, id string, items bool) (*RunView, error)
 	CancelRun(ctx context.Context, id string) error
+	// DeleteRun removes a run that has ended, and its dead-letter entries.
+	DeleteRun(ctx context.Context, id string) (*DeleteResult, error)
+	// PruneRuns removes the runs that ended before opts.OlderThan, as
+	// retention would: keeping those with a dead-letter entry, a parent
+	// or an idempotency key still there.
+	PruneRuns(ctx context.Context, opts PruneOptions) (*PruneResult, error)
 	// Signal answers a waiting approval step: approve or reject, with a
 	// comment; who answers is the context's actor.
 	Signal(ctx context.Context, id, step, decision, comment string) (*engine.Decision, error)
@@ -130,6 +136,51 @@ func (l *Local) Run(ctx context.Context, id string, items bool) (*RunView, error
 		return nil
 	})
 	return v, err
+}
+
+// DeleteResult says what deleting a run removed.
+type DeleteResult struct {
+	Run string `json:"run"`
+	// DeadLetters are the run's dead-letter entries, removed with it.
+	DeadLetters []string `json:"dead_letters"`
+	Freed       Freed    `json:"freed"`
+}
+
+// DeleteRun implements Ops.
+func (l *Local) DeleteRun(ctx context.Context, id string) (*DeleteResult, error) {
+	run, err := l.GW.Store.RunHeader(ctx, id)
+	if err != nil && !errors.Is(err, store.ErrDamaged) {
+		return nil, err
+	}
+	if err == nil && !run.Status.Final() {
+		return nil, fmt.Errorf("deleting run %s: it is %s; cancel it first: %w", id, run.Status, store.ErrUnfinished)
+	}
+	entries, err := l.allDLQ(ctx, store.DLQFilter{})
+	if err != nil {
+		return nil, err
+	}
+	res := &DeleteResult{Run: id, DeadLetters: []string{}}
+	freed, err := l.GW.Store.DeleteRun(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	res.Freed = Freed{Records: freed.Records, Bytes: freed.Bytes}
+	for _, e := range entries {
+		if e.RunID != id {
+			continue
+		}
+		if err := l.GW.Store.DeleteDLQ(ctx, e.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return res, fmt.Errorf("deleting run %s's dead-letter entry %s: %w", id, e.ID, err)
+		}
+		res.DeadLetters = append(res.DeadLetters, e.ID)
+	}
+	l.GW.Log.Info("run deleted", "run", id, "dead_letters", len(res.DeadLetters), "freed_records", freed.Records, "freed_bytes", freed.Bytes, "by", engine.Actor(ctx))
+	return res, nil
+}
+
+// PruneRuns implements Ops.
+func (l *Local) PruneRuns(ctx context.Context, opts PruneOptions) (*PruneResult, error) {
+	return l.GW.Prune(ctx, opts)
 }
 
 // CancelRun implements Ops.

@@ -17,9 +17,11 @@ import (
 const (
 	// scheduleWindow is how far back start-up looks for a missed tick.
 	scheduleWindow = 7 * 24 * time.Hour
-	// scheduleTTL keeps a tick's claim past that window, so a tick is
-	// never started twice.
-	scheduleTTL = scheduleWindow + 24*time.Hour
+	// tickSlack is how long a tick's claim outlives the next tick: a
+	// gateway starts only the latest tick by its clock, so once the next
+	// one is due no gateway starts this one but one whose clock is behind,
+	// or one that stalled between choosing the tick and claiming it.
+	tickSlack = time.Minute
 	// scheduleRecheck bounds a wait for the next tick, so a reload's new
 	// schedules and a clock that jumped are seen soon.
 	scheduleRecheck = time.Minute
@@ -142,6 +144,17 @@ func tickKey(s *chain.Schedule, tick time.Time) string {
 	return "schedule/" + s.Name + "/" + tick.UTC().Format(time.RFC3339)
 }
 
+// tickTTL is how long a tick's claim lasts: until tickSlack after the
+// next tick, within which it is the latest one start-up may still start,
+// and no longer than start-up looks back.
+func tickTTL(s *chain.Schedule, tick time.Time) time.Duration {
+	next := s.Next(tick)
+	if next.IsZero() {
+		return scheduleWindow + tickSlack
+	}
+	return min(next.Sub(tick), scheduleWindow) + tickSlack
+}
+
 // fire starts the run of one tick. With claimedOnly it starts only a tick
 // a gateway claimed and never started, and reports nothing otherwise.
 func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time, claimedOnly, catchUp bool) (ScheduleFire, bool) {
@@ -159,7 +172,7 @@ func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time
 	}
 	in, err := scheduleInput(s, tick)
 	if err == nil {
-		f.Run, _, f.Action, err = sc.start(ctx, s, key, in)
+		f.Run, _, f.Action, err = sc.start(ctx, s, tick, key, in)
 	}
 	if err != nil {
 		f.Action, f.Reason = "failed", err.Error()
@@ -181,8 +194,8 @@ func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time
 	return f, true
 }
 
-func (sc *Scheduler) start(ctx context.Context, s *chain.Schedule, key string, in engine.Input) (id, status, action string, err error) {
-	id, status, replayed, err := sc.srv.gw.startKeyed(engine.WithActor(ctx, "schedule "+s.Name), s.Chain, "", key, scheduleTTL, in)
+func (sc *Scheduler) start(ctx context.Context, s *chain.Schedule, tick time.Time, key string, in engine.Input) (id, status, action string, err error) {
+	id, status, replayed, err := sc.srv.gw.startKeyed(engine.WithActor(ctx, "schedule "+s.Name), s.Chain, "", key, tickTTL(s, tick), in)
 	if err != nil {
 		return "", "", "", err
 	}

@@ -116,6 +116,15 @@ func TestScheduleTicks(t *testing.T) {
 			t.Errorf("run %s is %s", id, v.Status)
 		}
 	}
+	// A tick's claim, and so its run's key, lasts until a minute past the
+	// next tick: no longer, or a 1-second schedule would hold a week of
+	// claims.
+	for i, want := range map[int]time.Duration{0: 24*time.Hour + time.Minute, 1: 6 * time.Minute} {
+		v := waitRunEnd(t, env, runs[i])
+		if held := v.KeyUntil.Sub(v.CreatedAt); held < want-10*time.Second || held > want+10*time.Second {
+			t.Errorf("run %d's key holds %s after it started, want about %s", i, held, want)
+		}
+	}
 
 	// A gateway restarting after the nightly tick ran starts it no more.
 	restarted := gateway.NewServer(env.gw, gateway.NewHub(), gateway.NewMetrics(), nil)

@@ -81,7 +81,7 @@ const (
 func NewServer(gw *Gateway, hub *Hub, metrics *Metrics, paths []string) *Server {
 	s := &Server{gw: gw, ops: &Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: deliveryBudget, fails: newAuthFailures(time.Now)}
 	if metrics != nil {
-		gw.door = metrics
+		gw.door, gw.prunes = metrics, metrics
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.aborting, s.abort = context.WithCancel(context.Background())
@@ -288,6 +288,7 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	go s.adopt(ctx)
 	go s.sched.Run(s.stopping)
 	go s.gw.RunInbox(s.stopping)
+	go s.gw.RunRetention(s.stopping)
 	workerCtx, stopWorker := context.WithCancel(context.Background())
 	defer stopWorker()
 	workerDone := make(chan struct{})
@@ -428,6 +429,8 @@ func apiError(err error) *APIError {
 		return &APIError{Status: http.StatusConflict, Code: "already_answered", Message: err.Error()}
 	case errors.Is(err, engine.ErrNotWaiting):
 		return &APIError{Status: http.StatusConflict, Code: "not_waiting", Message: err.Error()}
+	case errors.Is(err, store.ErrUnfinished):
+		return &APIError{Status: http.StatusConflict, Code: "unfinished", Message: err.Error()}
 	case errors.Is(err, engine.ErrNotReplayable), errors.Is(err, engine.ErrFinished):
 		return &APIError{Status: http.StatusConflict, Code: "conflict", Message: err.Error()}
 	case errors.Is(err, engine.ErrClosed):

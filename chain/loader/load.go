@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -107,7 +108,7 @@ func newLoader(opts Options) *loader {
 		Gateway: chain.Gateway{Limits: chain.Limits{
 			MaxSplitItems: chain.DefaultMaxSplitItems, MaxBodyBytes: chain.DefaultMaxBodyBytes, MaxRequestBytes: chain.DefaultMaxRequestBytes,
 			MaxConnections: chain.DefaultMaxConnections, MaxConnectionsPerAddress: chain.DefaultMaxConnsPerAddr, RequestTimeoutSeconds: chain.DefaultRequestTimeout, IdleTimeoutSeconds: chain.DefaultIdleTimeout,
-		}},
+		}, Retention: chain.DefaultRetention()},
 	}}
 }
 
@@ -207,6 +208,9 @@ func (l *loader) gateway(t *table) {
 	if ut, ok := t.sub("ui"); ok {
 		l.cfg.Gateway.UI = decodeUI(ut)
 	}
+	if rt, ok := t.sub("retention"); ok {
+		decodeRetention(rt, &l.cfg.Gateway.Retention)
+	}
 	if at, ok := t.sub("auth"); ok {
 		l.cfg.Gateway.Auth.Tokens = at.tokens("tokens")
 		l.cfg.Gateway.Auth.ReadTokens = at.tokens("read_tokens")
@@ -220,7 +224,7 @@ func (l *loader) gateway(t *table) {
 	}
 	l.cfg.Gateway.LeaseTTLSeconds = t.count("lease_ttl_seconds", "seconds")
 	l.cfg.Gateway.ShutdownGraceSeconds = t.count("shutdown_grace_seconds", "seconds")
-	t.finish([]string{"listen", "state", "limits", "fanout", "ui", "auth", "secrets_file", "lease_ttl_seconds", "shutdown_grace_seconds"})
+	t.finish([]string{"listen", "state", "limits", "fanout", "ui", "auth", "retention", "secrets_file", "lease_ttl_seconds", "shutdown_grace_seconds"})
 }
 
 // tokens reads an array of API tokens: each a string, or a table
@@ -585,10 +589,17 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-var chainKeys = []string{"name", "timeout_seconds", "input", "steps"}
+var chainKeys = []string{"name", "timeout_seconds", "input", "retention", "steps"}
 
 func (l *loader) chain(t *table) {
 	c := &chain.Chain{Name: l.checkName(t, "chain"), Source: t.d.source(t.path), Raw: t.m}
+	if t.has("retention") {
+		c.Retention = t.retentionOverride(true)
+		// How long runs are kept is not what they run: the definition a
+		// run keeps, and its hash, leave it out.
+		c.Raw = maps.Clone(t.m)
+		delete(c.Raw, "retention")
+	}
 	c.TimeoutSeconds = t.count("timeout_seconds", "seconds")
 	// A stored definition's run has started: its input was checked then.
 	if it, ok := t.sub("input"); ok && !l.opts.Stored {

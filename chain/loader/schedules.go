@@ -10,7 +10,7 @@ import (
 	"github.com/chaingate/gateway/templates"
 )
 
-var scheduleKeys = []string{"name", "chain", "cron", "every", "timezone", "catch_up", "payload"}
+var scheduleKeys = []string{"name", "chain", "cron", "every", "timezone", "catch_up", "payload", "retention"}
 
 // cronParser reads the five standard fields, and @hourly, @daily and the
 // like; "@every" is written as every = "15m".
@@ -73,6 +73,9 @@ func (l *loader) schedule(t *table) {
 	s.CatchUp = t.boolean("catch_up", false)
 	if v, ok := t.value("payload"); ok {
 		s.Payload = scheduleTemplate(t, v)
+	}
+	if t.has("retention") {
+		s.Retention = t.retentionOverride(false)
 	}
 	t.finish(scheduleKeys)
 	if s.Name == "" {

@@ -10,7 +10,7 @@ import (
 	"github.com/chaingate/gateway/templates"
 )
 
-var triggerKeys = []string{"name", "type", "chain", "resolve_chain", "per", "when", "payload", "resolve_payload", "idempotency_key", "token", "secret", "signature", "max_alerts"}
+var triggerKeys = []string{"name", "type", "chain", "resolve_chain", "per", "when", "payload", "resolve_payload", "idempotency_key", "token", "secret", "signature", "max_alerts", "retention"}
 
 func (l *loader) trigger(t *table) {
 	tr := &chain.Trigger{Name: l.checkName(t, "trigger"), Source: t.d.source(t.path)}
@@ -72,6 +72,9 @@ func (l *loader) trigger(t *table) {
 	tr.Signature = t.enum("signature", []string{chain.SignatureHub, chain.SignatureChaingate}, chain.SignatureHub)
 	if t.has("signature") && !t.has("secret") {
 		t.d.errorf(t.path.Key("signature"), "signature needs secret, the HMAC key it is made with")
+	}
+	if t.has("retention") {
+		tr.Retention = t.retentionOverride(false)
 	}
 	t.finish(triggerKeys)
 	if tr.Name == "" {

@@ -38,6 +38,8 @@ var (
 	// no longer the run's current one: it expired, or another gateway took
 	// the run over. The gateway must stop advancing the run.
 	ErrLeaseLost = errors.New("lease on the run was lost")
+	// ErrUnfinished is returned when deleting a run that has not ended.
+	ErrUnfinished = errors.New("run has not finished")
 	// ErrDamaged is returned for a record the store holds but cannot read
 	// back (a corrupted file, or a value an older version wrote that cannot
 	// be decoded). It concerns that record only: the others stay readable,
@@ -124,8 +126,36 @@ type Store interface {
 	// DeleteDelivery removes a kept delivery; one already gone is no error.
 	DeleteDelivery(ctx context.Context, id string) error
 
+	// FinishedRuns calls fn with the header of each run that ended with
+	// status, in the order they ended, oldest first, until fn returns false
+	// or an error; it reads no run that has not ended.
+	FinishedRuns(ctx context.Context, status RunStatus, fn func(*Run) (bool, error)) error
+	// DeleteRun removes a run that has ended and everything of it: its
+	// record, origin, step records (split items included), events and
+	// index entries, without reading them into memory and without holding
+	// up other runs' commits for long, however many it has. It fails with
+	// ErrNotFound for a run that is not there and ErrUnfinished for one
+	// that has not ended. Its dead-letter entries and the idempotency keys
+	// bound to it are left to their own lifetimes.
+	DeleteRun(ctx context.Context, id string) (Freed, error)
+
 	// Close releases the store; it waits for commits under way.
 	Close() error
+}
+
+// Freed is what deleting took out of a store.
+type Freed struct {
+	// Records counts the records removed: a run's header, origin, step
+	// records and events (the embedded store), or its keys (Redis).
+	Records int
+	// Bytes is the size of what was removed, where the store knows it.
+	Bytes int64
+}
+
+// Add adds f2 to f.
+func (f *Freed) Add(f2 Freed) {
+	f.Records += f2.Records
+	f.Bytes += f2.Bytes
 }
 
 // RunFeed is implemented by a store that several gateways share: each

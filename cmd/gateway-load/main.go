@@ -32,6 +32,17 @@
 //
 //	gateway-load door --server http://127.0.0.1:8080 --alerts 13265
 //	gateway-load door --server http://127.0.0.1:8080,http://127.0.0.1:8081 --keys 30 --copies 8
+//
+// gateway-load prune measures the runs going on while a large run is
+// deleted (prune.go).
+//
+//	gateway-load prune --gateway /tmp/gateway --items 1000000 --rate 64
+//
+// gateway-load retention serves a one-second schedule under a short
+// retention and prints how many runs the store holds, and its size, as time
+// goes (retention.go).
+//
+//	gateway-load retention --gateway /tmp/gateway --keep 60s --duration 10m
 package main
 
 import (
@@ -92,6 +103,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "door" {
 		return runDoor(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "prune" {
+		return runPrune(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "retention" {
+		return runRetention(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("gateway-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -477,6 +477,9 @@ func TestOperatorFlagChecks(t *testing.T) {
 		{[]string{"runs", "list", "--status", "bogus"}, `status "bogus"`},
 		{[]string{"runs", "list", "--limit", "-3"}, "limit must be a number from 1 to 1000"},
 		{[]string{"runs", "list", "--limit", "1001"}, "limit must be a number from 1 to 1000"},
+		{[]string{"runs", "list", "--started-by", "door"}, `--started-by "door" is not one of trigger, schedule, api, cli, replay, sub_chain`},
+		{[]string{"runs", "list", "--started-by", "cli:me"}, "only trigger and schedule take a name"},
+		{[]string{"runs", "list", "--hide-chain", "slow,breaks"}, "repeat --hide-chain for each chain to hide"},
 		{[]string{"dlq", "list", "--limit", "0"}, "limit must be a number from 1 to 1000"},
 		{[]string{"dlq", "purge", "--all", "--limit", "-1"}, "limit must be a number from 1 to 100000"},
 		{[]string{"dlq", "replay", "--all", "--concurrency", "0"}, "concurrency must be a number from 1 to 64"},
@@ -493,7 +496,7 @@ func TestOperatorFlagChecks(t *testing.T) {
 			t.Errorf("%v: exit %d\n%s%s", tc.args, code, out, errOut)
 		}
 	}
-	for _, args := range [][]string{{"runs", "list", "--status", "failed", "--limit", "1000"}, {"dlq", "list", "--limit", "5"}, {"dlq", "purge", "--all", "--limit", "0"}} {
+	for _, args := range [][]string{{"runs", "list", "--status", "failed", "--limit", "1000"}, {"runs", "list", "--started-by", "trigger:am", "--hide-chain", "a", "--hide-chain", "b"}, {"dlq", "list", "--limit", "5"}, {"dlq", "purge", "--all", "--limit", "0"}} {
 		if code, out, errOut := runCLI(t, append(args, "--state", state)...); code != exitOK {
 			t.Errorf("%v: exit %d\n%s%s", args, code, out, errOut)
 		}

@@ -101,7 +101,8 @@ func printJSON(w io.Writer, v any) {
 }
 
 const runsHelp = `Usage:
-  gateway runs list [--chain C] [--status S] [--since T] [--limit N] [--cursor X]
+  gateway runs list [--chain C] [--status S] [--since T] [--started-by KIND[:NAME]]
+                    [--hide-chain C]... [--limit N] [--cursor X]
   gateway runs show RUN_ID [--items]
   gateway runs cancel RUN_ID
   gateway runs replay RUN_ID [--mode resume|restart] [--definition current|pinned]
@@ -109,15 +110,29 @@ const runsHelp = `Usage:
   gateway runs reject RUN_ID STEP [--comment TEXT]
   gateway runs events RUN_ID [--follow]
   gateway runs dag RUN_ID
+  gateway runs delete RUN_ID...
+  gateway runs prune --older-than D [--chain C] [--status S] [--dry-run]
 
 --since takes an RFC 3339 time or a duration (1h). Add --server URL (and
 --token) to go through a gateway's API, or --state PATH to read a store.
+
+--started-by keeps the runs started one way: trigger, schedule, api, cli,
+replay or sub_chain, or by one trigger or schedule (trigger:NAME,
+schedule:NAME). --hide-chain leaves a chain's runs out; repeat it to leave
+out more, so a schedule's runs do not bury an incident's.
 
 replay runs a failed, timed-out or cancelled run again, whether or not its
 failure was dead-lettered (when it was, the entry goes): --mode resume (the
 default) carries on from the step it stopped at, keeping what succeeded;
 --mode restart starts a new run with the same payload, which works on a
 succeeded run too. On a store it needs --config and waits for the run.
+
+delete removes runs that have ended, with their dead-letter entries. prune
+removes the runs that ended longer ago than --older-than (36h, 30d, 2w), as
+retention would: it keeps a run with a dead-letter entry, a sub-chain's run
+while its parent is there and a run whose idempotency key still holds;
+--dry-run lists what it would remove. A serving gateway prunes by
+[gateway.retention] by itself.
 
 approve and reject answer an approval step the run waits at; the first
 answer wins, and a second is refused naming who gave the first. An answer
@@ -127,7 +142,39 @@ on_timeout says.
 `
 
 // runsCommands are the sub-commands of "gateway runs".
-var runsCommands = []string{"list", "show", "cancel", "replay", "approve", "reject", "events", "dag"}
+var runsCommands = []string{"list", "show", "cancel", "replay", "approve", "reject", "events", "dag", "delete", "prune"}
+
+// showPrune prints what a prune removed, or would remove.
+func showPrune(w io.Writer, res *gateway.PruneResult) {
+	n := 0
+	var by []string
+	for _, st := range []string{"succeeded", "failed", "cancelled", "timed_out"} {
+		if c := res.Runs[st]; c > 0 {
+			n += c
+			by = append(by, fmt.Sprintf("%d %s", c, st))
+		}
+	}
+	verb := "pruned"
+	if res.DryRun {
+		verb = "would prune"
+	}
+	line := fmt.Sprintf("%s %d runs", verb, n)
+	if len(by) > 0 {
+		line += " (" + strings.Join(by, ", ") + ")"
+	}
+	if !res.DryRun {
+		line += fmt.Sprintf(", %d records freed", res.Freed.Records)
+	}
+	fmt.Fprintln(w, line)
+	if k := res.Kept; k.DeadLetter+k.Key+k.Parent > 0 {
+		fmt.Fprintf(w, "kept %d with a dead-letter entry, %d whose idempotency key still holds, %d whose parent run is kept\n", k.DeadLetter, k.Key, k.Parent)
+	}
+	if res.DryRun {
+		for _, id := range res.IDs {
+			fmt.Fprintln(w, id)
+		}
+	}
+}
 
 func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -146,11 +193,16 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sinceArg := fs.String("since", "", "only runs created since this time or duration ago")
 	limit := fs.Int("limit", 50, "at most this many runs")
 	cursor := fs.String("cursor", "", "continue a listing")
+	startedBy := fs.String("started-by", "", "only runs started this way: trigger, schedule, api, cli, replay, sub_chain, or trigger:NAME, schedule:NAME")
+	var hideChains stringList
+	fs.Var(&hideChains, "hide-chain", "leave out the runs of this chain (repeatable)")
 	items := fs.Bool("items", false, "include every split item's records")
 	follow := fs.Bool("follow", false, "keep streaming events until the run ends")
 	mode := fs.String("mode", "resume", "replay mode: resume or restart")
 	definition := fs.String("definition", "current", "definition a resumed run carries on with: current or pinned")
 	comment := fs.String("comment", "", "why, for approve and reject")
+	olderThan := fs.String("older-than", "", "prune the runs that ended longer ago than this (36h, 30d, 2w)")
+	dryRun := fs.Bool("dry-run", false, "list what prune would remove, and remove nothing")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return parseExit(err)
@@ -159,18 +211,31 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gateway runs: unknown command %q\n\n%s", sub, runsHelp)
 		return exitUsage
 	}
-	arity := map[string]int{"list": 0, "approve": 2, "reject": 2}
+	arity := map[string]int{"list": 0, "approve": 2, "reject": 2, "prune": 0}
 	want, ok := arity[sub]
 	if !ok {
 		want = 1
 	}
-	if len(pos) != want {
+	if len(pos) != want && !(sub == "delete" && len(pos) > 0) {
 		fmt.Fprint(stderr, runsHelp)
 		return exitUsage
 	}
+	var older time.Duration
+	if sub == "prune" {
+		d, err := chain.ParseDuration(*olderThan)
+		if *olderThan == "" || err != nil || d <= 0 {
+			fmt.Fprintln(stderr, `gateway runs prune: --older-than must be a positive duration such as "36h", "30d" or "2w"`)
+			return exitUsage
+		}
+		if err := gateway.CheckRunStatus(store.RunStatus(*status)); err != nil || *status == string(store.RunRunning) {
+			fmt.Fprintln(stderr, "gateway runs prune: --status must be one a run ends with: succeeded, failed, cancelled or timed_out")
+			return exitUsage
+		}
+		older = d
+	}
 	if sub == "list" {
 		// The API's own checks, so a store and a server refuse alike.
-		if err := errors.Join(gateway.CheckRunStatus(store.RunStatus(*status)), gateway.CheckRange("limit", *limit, gateway.MaxPageLimit)); err != nil {
+		if err := errors.Join(gateway.CheckRunStatus(store.RunStatus(*status)), gateway.CheckStartedBy("--started-by", *startedBy), gateway.CheckHideChains("--hide-chain", hideChains), gateway.CheckRange("limit", *limit, gateway.MaxPageLimit)); err != nil {
 			fmt.Fprintf(stderr, "gateway runs list: %v\n", err)
 			return exitUsage
 		}
@@ -192,7 +257,8 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "runs", err)
 		}
 		// The table shows no payload; JSON carries the runs whole.
-		page, err := ops.ListRuns(ctx, store.RunFilter{Chain: *chainName, Status: store.RunStatus(*status), Since: since, Limit: *limit, Cursor: *cursor, NoOrigins: !t.json()})
+		page, err := ops.ListRuns(ctx, store.RunFilter{Chain: *chainName, Status: store.RunStatus(*status), Since: since, Limit: *limit, Cursor: *cursor, NoOrigins: !t.json(),
+			StartedBy: *startedBy, HideChains: hideChains})
 		if err != nil {
 			return fail(stderr, "runs", err)
 		}
@@ -204,12 +270,12 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitOK
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tCHAIN\tSTATUS\tSTARTED\tTOOK\tERROR")
+		fmt.Fprintln(tw, "ID\tCHAIN\tSTATUS\tSTARTED\tSTARTED BY\tTOOK\tERROR")
 		for _, r := range page.Runs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Chain, r.Status, r.CreatedAt.Local().Format(timeLayout), took(r), short(errMsg(r.Error), 60))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Chain, r.Status, r.CreatedAt.Local().Format(timeLayout), howStarted(r), took(r), short(errMsg(r.Error), 60))
 		}
 		for _, d := range page.Damaged {
-			fmt.Fprintf(tw, "%s\t?\tdamaged\t\t\t%s\n", d.ID, short(d.Error, 60))
+			fmt.Fprintf(tw, "%s\t?\tdamaged\t\t\t\t%s\n", d.ID, short(d.Error, 60))
 		}
 		_ = tw.Flush()
 		if page.Next != "" {
@@ -230,6 +296,31 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "runs", err)
 		}
 		fmt.Fprintf(stdout, "cancelling run %s\n", pos[0])
+	case "delete":
+		code := exitOK
+		for _, id := range pos {
+			res, err := ops.DeleteRun(ctx, id)
+			if err != nil {
+				code = fail(stderr, "runs", err)
+				continue
+			}
+			if t.json() {
+				printJSON(stdout, res)
+				continue
+			}
+			fmt.Fprintf(stdout, "deleted run %s (%d records, %d dead-letter entries)\n", id, res.Freed.Records, len(res.DeadLetters))
+		}
+		return code
+	case "prune":
+		res, err := ops.PruneRuns(ctx, gateway.PruneOptions{OlderThan: older, Chain: *chainName, Status: store.RunStatus(*status), DryRun: *dryRun})
+		if err != nil {
+			return fail(stderr, "runs", err)
+		}
+		if t.json() {
+			printJSON(stdout, res)
+			return exitOK
+		}
+		showPrune(stdout, res)
 	case "approve", "reject":
 		if gw != nil {
 			// Straight on a store, the answer is the machine user's.
@@ -302,6 +393,15 @@ func took(r *gateway.Run) string {
 	return end.Sub(r.CreatedAt).Round(time.Millisecond).String()
 }
 
+// howStarted is how a run started, as --started-by takes it; "-" for a run
+// an older version started, which did not record it.
+func howStarted(r *gateway.Run) string {
+	if r.StartedBy == "" {
+		return "-"
+	}
+	return r.StartedBy
+}
+
 func errMsg(e *gateway.ErrorInfo) string {
 	if e == nil {
 		return ""
@@ -318,7 +418,11 @@ func short(s string, n int) string {
 }
 
 func showRun(w io.Writer, v *gateway.RunView) {
-	fmt.Fprintf(w, "run      %s\nchain    %s\nstatus   %s\nstarted  %s\ntook     %s\n", v.ID, v.Chain, v.Status, v.CreatedAt.Local().Format(timeLayout), took(v.Run))
+	by := ""
+	if v.StartedBy != "" {
+		by = " by " + v.StartedBy
+	}
+	fmt.Fprintf(w, "run      %s\nchain    %s\nstatus   %s\nstarted  %s%s\ntook     %s\n", v.ID, v.Chain, v.Status, v.CreatedAt.Local().Format(timeLayout), by, took(v.Run))
 	if v.ParentRun != "" {
 		fmt.Fprintf(w, "parent   %s (step %s)\n", v.ParentRun, v.ParentStep)
 	}

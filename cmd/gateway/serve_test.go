@@ -191,6 +191,19 @@ func TestOperatorCommands(t *testing.T) {
 	} else if code, evs, _ := runCLI(t, append([]string{"runs", "events", restarted, "--follow"}, server...)...); code != exitOK || !strings.Contains(evs, "run "+restarted+" failed") {
 		t.Fatalf("the restarted run: %d\n%s", code, evs)
 	}
+	// The restart is the one run a replay started; the API started the rest.
+	code, out, errOut = runCLI(t, append([]string{"runs", "list", "--started-by", "replay"}, server...)...)
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != exitOK || len(lines) != 2 || !strings.Contains(lines[0], "STARTED BY") || !strings.Contains(lines[1], " replay ") {
+		t.Errorf("runs list --started-by replay: %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, append([]string{"runs", "list", "--started-by", "api", "--hide-chain", "slow", "--hide-chain", "breaks"}, server...)...)
+	if code != exitOK || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+		t.Errorf("runs list without breaks: %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, append([]string{"runs", "show", failed[0]}, server...)...)
+	if code != exitOK || !strings.Contains(out, " by api\n") {
+		t.Errorf("runs show: %d\n%s", code, out)
+	}
 	code, out, _ = runCLI(t, append([]string{"dlq", "purge", "--all"}, server...)...)
 	if code != exitOK || !strings.Contains(out, "purged 2 entries") {
 		t.Errorf("dlq purge: %d\n%s", code, out)
@@ -230,6 +243,10 @@ func TestOperatorCommands(t *testing.T) {
 	if code != exitOK || strings.Count(out, `"chain": "breaks"`) != 3 {
 		t.Errorf("runs list on the store: %d\n%s%s", code, out, errOut)
 	}
+	code, out, errOut = runCLI(t, "runs", "list", "--state", state, "--output", "json", "--started-by", "api", "--hide-chain", "slow")
+	if code != exitOK || strings.Count(out, `"chain": "breaks"`) != 2 || strings.Count(out, `"started_by": "api"`) != 2 {
+		t.Errorf("runs list on the store by how they started: %d\n%s%s", code, out, errOut)
+	}
 	code, out, _ = runCLI(t, "runs", "dag", failed[1], "--state", state)
 	if code != exitOK || !strings.Contains(out, "call [provider] failed") {
 		t.Errorf("runs dag: %d\n%s", code, out)
@@ -237,6 +254,30 @@ func TestOperatorCommands(t *testing.T) {
 	code, out, errOut = runCLI(t, "runs", "replay", failed[1], "--state", state, "--config", cfg)
 	if code != exitOK || !strings.Contains(out, "run "+failed[1]+" failed") {
 		t.Errorf("runs replay on the store: %d\n%s%s", code, out, errOut)
+	}
+
+	// Pruning and deleting on the store: each failed run has an entry of
+	// the queue (the purged one's replay parked a new one), so a prune
+	// keeps them until they are deleted with their entries.
+	time.Sleep(1100 * time.Millisecond)
+	code, out, errOut = runCLI(t, "runs", "prune", "--older-than", "1s", "--status", "failed", "--dry-run", "--state", state)
+	if code != exitOK || !strings.Contains(out, "would prune 1 runs (1 failed)") || !strings.Contains(out, "kept 2 with a dead-letter entry") {
+		t.Errorf("runs prune --dry-run: %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "runs", "delete", failed[0], failed[1], "--state", state)
+	if code != exitOK || strings.Count(out, "deleted run ") != 2 || !strings.Contains(out, "1 dead-letter entries") {
+		t.Errorf("runs delete: %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "runs", "prune", "--older-than", "1s", "--state", state)
+	if code != exitOK || !strings.Contains(out, "pruned 1 runs (1 failed)") {
+		t.Errorf("runs prune: %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "runs", "list", "--state", state, "--status", "failed", "--output", "json")
+	if code != exitOK || !strings.Contains(out, `"runs": []`) {
+		t.Errorf("runs list after the prune: %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := runCLI(t, "runs", "prune", "--state", state); code != exitUsage || !strings.Contains(errOut, "--older-than") {
+		t.Errorf("runs prune without --older-than: %d %s", code, errOut)
 	}
 }
 

@@ -45,7 +45,8 @@ var (
 	bucketKeys       = []byte("idempotency_keys")
 	bucketKeyExpiry  = []byte("idempotency_expiry") // expires-at | key → nothing, for sweeping
 	bucketInbox      = []byte("deliveries")         // id → a kept trigger delivery
-	allBuckets       = [][]byte{bucketMeta, bucketHeaders, bucketOrigins, bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs, bucketKeys, bucketKeyExpiry, bucketInbox}
+	allBuckets       = [][]byte{bucketMeta, bucketHeaders, bucketOrigins, bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs, bucketKeys, bucketKeyExpiry, bucketInbox,
+		bucketFinished, bucketFinishedBy, bucketDeleting}
 )
 
 // formatKey holds the file's layout version in the meta bucket.
@@ -119,6 +120,10 @@ type Store struct {
 	written int
 	// format is the file's layout version; only the writer changes it.
 	format string
+	// background finishes, after a restart, the deletions of runs a
+	// gateway began and did not finish.
+	background     sync.WaitGroup
+	stopBackground context.CancelFunc
 
 	// Leases live in memory: the file lock already makes this process the
 	// only writer, so they only keep the contract the engine relies on.
@@ -201,6 +206,9 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
+		if err := buildFinishedIndex(tx); err != nil {
+			return fmt.Errorf("indexing the runs that ended: %w", err)
+		}
 		if fileFormat != "" {
 			return nil
 		}
@@ -216,6 +224,9 @@ func Open(path string, opts Options) (*Store, error) {
 		leases: map[string]store.Lease{}, format: fileFormat,
 	}
 	go s.writer()
+	var bg context.Context
+	bg, s.stopBackground = context.WithCancel(context.Background())
+	s.background.Go(func() { s.finishDeletes(bg) })
 	return s, nil
 }
 
@@ -247,6 +258,8 @@ func (s *Store) Close() error {
 	s.closed = true
 	close(s.reqs)
 	s.mu.Unlock()
+	s.stopBackground()
+	s.background.Wait()
 	<-s.done
 	return s.db.Close()
 }
@@ -514,12 +527,12 @@ func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) 
 	unfinished := tx.Bucket(bucketUnfinished)
 	switch {
 	case run.Status.Final():
-		if err := unfinished.Delete(id); err != nil {
+		if err := errors.Join(unfinished.Delete(id), indexFinished(tx, run)); err != nil {
 			return err
 		}
 	case !r.b.Create && unfinished.Get(id) == nil:
 		// A replayed run is unfinished again.
-		if err := unfinished.Put(id, nil); err != nil {
+		if err := errors.Join(unfinished.Put(id, nil), unindexFinished(tx, id)); err != nil {
 			return err
 		}
 	}

@@ -418,3 +418,108 @@ func TestEmptyOriginIsDamaged(t *testing.T) {
 		t.Errorf("reading a run with an empty origin: %v, want ErrDamaged", err)
 	}
 }
+
+// finishedRun commits a run that ended with n step records.
+func finishedRun(t *testing.T, s store.Store, n int) *store.Run {
+	t.Helper()
+	ctx := context.Background()
+	run := startRun(t, s, []byte(`{}`))
+	var recs []*store.StepRecord
+	for i := range n {
+		recs = append(recs, &store.StepRecord{Key: fmt.Sprintf("split[%d]", i), Status: store.StepSucceeded})
+	}
+	run.Status, run.FinishedAt = store.RunSucceeded, time.Now().UTC()
+	run.Seq++
+	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: recs, Events: []store.Event{{Seq: run.Seq, Type: store.EventRunSucceeded, Time: time.Now()}}}); err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+// TestDeletionResumesAfterRestart leaves a run deleted from every index
+// but with its records still in the file, as a gateway stopped in the
+// middle of deleting it does: the next open takes its records out.
+func TestDeletionResumesAfterRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gw.db")
+	s := open(t, path)
+	run := finishedRun(t, s, 3000)
+	kept := finishedRun(t, s, 10)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		return errors.Join(tx.Bucket([]byte("run_headers")).Delete([]byte(run.ID)), tx.Bucket([]byte("deleting")).Put([]byte(run.ID), nil))
+	})
+	if err := errors.Join(err, db.Close()); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, path)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		recs, err := s.Steps(context.Background(), run.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records of the deleted run are left", len(recs))
+		}
+	}
+	if recs, err := s.Steps(context.Background(), kept.ID, ""); err != nil || len(recs) != 10 {
+		t.Errorf("the other run's records: %d %v", len(recs), err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_ = db.View(func(tx *bbolt.Tx) error {
+		if k, _ := tx.Bucket([]byte("deleting")).Cursor().First(); k != nil {
+			t.Errorf("the deletion is still marked: %s", k)
+		}
+		if k, _ := tx.Bucket([]byte("runs")).Cursor().Seek([]byte(run.ID)); k != nil && strings.HasPrefix(string(k), run.ID) {
+			t.Errorf("a record of the deleted run is left: %q", k)
+		}
+		return nil
+	})
+}
+
+// TestIndexesRunsThatEndedBefore opens a file whose runs ended before the
+// finished index existed: they are indexed when it opens.
+func TestIndexesRunsThatEndedBefore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gw.db")
+	s := open(t, path)
+	run := finishedRun(t, s, 1)
+	running := startRun(t, s, []byte(`{}`))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		return errors.Join(tx.Bucket([]byte("meta")).Delete([]byte("finished_index")),
+			tx.DeleteBucket([]byte("finished")), tx.DeleteBucket([]byte("finished_by_run")))
+	})
+	if err := errors.Join(err, db.Close()); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, path)
+	var ids []string
+	err = s.FinishedRuns(context.Background(), store.RunSucceeded, func(r *store.Run) (bool, error) {
+		ids = append(ids, r.ID)
+		return true, nil
+	})
+	if err != nil || !slices.Equal(ids, []string{run.ID}) || slices.Contains(ids, running.ID) {
+		t.Errorf("finished runs after the upgrade: %v %v", ids, err)
+	}
+}

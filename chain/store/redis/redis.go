@@ -14,6 +14,11 @@
 //	P unfinished    sorted set, score 0, of unfinished run ids
 //	P dlq           hash: entry id → DLQ entry
 //	P dlqids        sorted set, score 0, of DLQ entry ids, for ordering
+//	P finished:S    sorted set, score 0, of hex(ended-at ns)+ID of the runs
+//	                that ended with status S, for retention; a run's hash
+//	                keeps its member as field f
+//	P meta:finished "done" once the finished indexes hold the runs that ended
+//	                before they existed
 //	P inbox         hash: delivery id → a kept trigger delivery
 //	P inboxids      sorted set, score 0, of kept delivery ids, for ordering
 //	P def:HASH      chain definition source
@@ -159,6 +164,9 @@ func open(ctx context.Context, client goredis.UniversalClient, owned bool, addr,
 	if err := st.checkDurability(ctx, addr, dur); err != nil {
 		return fail(err)
 	}
+	if err := st.buildFinishedIndex(ctx); err != nil {
+		return fail(fmt.Errorf("opening Redis store: %w", err))
+	}
 	logger.Debug("opened Redis store", "addr", addr, "prefix", prefix, "wait_replicas", dur.WaitReplicas)
 	return st, nil
 }
@@ -214,20 +222,21 @@ func (s *Store) begin() error {
 
 func (s *Store) end() { s.ops.Done() }
 
-func (s *Store) runKey(id string) string      { return s.p + "run:" + id }
-func (s *Store) stepKeysKey(id string) string { return s.p + "stepkeys:" + id }
-func (s *Store) stepsKey(id string) string    { return s.p + "steps:" + id }
-func (s *Store) eventsKey(id string) string   { return s.p + "events:" + id }
-func (s *Store) leaseKey(id string) string    { return s.p + "lease:" + id }
-func (s *Store) fenceKey(id string) string    { return s.p + "fence:" + id }
-func (s *Store) runsKey() string              { return s.p + "runs" }
-func (s *Store) unfinishedKey() string        { return s.p + "unfinished" }
-func (s *Store) dlqKey() string               { return s.p + "dlq" }
-func (s *Store) dlqIDsKey() string            { return s.p + "dlqids" }
-func (s *Store) inboxKey() string             { return s.p + "inbox" }
-func (s *Store) inboxIDsKey() string          { return s.p + "inboxids" }
-func (s *Store) defKey(hash string) string    { return s.p + "def:" + hash }
-func (s *Store) idemKey(key string) string    { return s.p + "idem:" + key }
+func (s *Store) runKey(id string) string               { return s.p + "run:" + id }
+func (s *Store) stepKeysKey(id string) string          { return s.p + "stepkeys:" + id }
+func (s *Store) stepsKey(id string) string             { return s.p + "steps:" + id }
+func (s *Store) eventsKey(id string) string            { return s.p + "events:" + id }
+func (s *Store) leaseKey(id string) string             { return s.p + "lease:" + id }
+func (s *Store) fenceKey(id string) string             { return s.p + "fence:" + id }
+func (s *Store) runsKey() string                       { return s.p + "runs" }
+func (s *Store) unfinishedKey() string                 { return s.p + "unfinished" }
+func (s *Store) dlqKey() string                        { return s.p + "dlq" }
+func (s *Store) dlqIDsKey() string                     { return s.p + "dlqids" }
+func (s *Store) inboxKey() string                      { return s.p + "inbox" }
+func (s *Store) inboxIDsKey() string                   { return s.p + "inboxids" }
+func (s *Store) finishedKey(st store.RunStatus) string { return s.p + "finished:" + string(st) }
+func (s *Store) defKey(hash string) string             { return s.p + "def:" + hash }
+func (s *Store) idemKey(key string) string             { return s.p + "idem:" + key }
 
 // indexMember sorts runs by creation time, then id, as bolt's index does.
 func indexMember(created time.Time, id string) string {
@@ -344,10 +353,14 @@ func (s *Store) commitArgs(b *store.Batch) ([]string, []any, error) {
 	if b.Lease != nil {
 		lease = leaseToken(b.Lease)
 	}
-	args := make([]any, 0, 12+len(b.DeleteSteps)+2*(len(b.Steps)+len(b.Events)+len(b.DLQ))+1)
+	fin, finMember := 0, ""
+	if run.Status.Final() {
+		fin, finMember = finishedIndex(run.Status)+1, finishedMember(run)
+	}
+	args := make([]any, 0, 14+len(b.DeleteSteps)+2*(len(b.Steps)+len(b.Events)+len(b.DLQ))+1)
 	args = append(args, flag(b.Create), flag(run.Status.Final()), lease, strconv.FormatUint(run.Seq, 10),
 		h, origin, indexMember(run.CreatedAt, run.ID), run.ID,
-		len(b.DeleteSteps), len(b.Steps), len(b.Events), len(b.DLQ))
+		len(b.DeleteSteps), len(b.Steps), len(b.Events), len(b.DLQ), fin, finMember)
 	for _, k := range b.DeleteSteps {
 		args = append(args, k)
 	}
@@ -376,6 +389,9 @@ func (s *Store) commitArgs(b *store.Batch) ([]string, []any, error) {
 	keys := []string{
 		s.runKey(run.ID), s.stepKeysKey(run.ID), s.stepsKey(run.ID), s.eventsKey(run.ID), s.leaseKey(run.ID),
 		s.runsKey(), s.unfinishedKey(), s.dlqKey(), s.dlqIDsKey(),
+	}
+	for _, st := range finalStatuses {
+		keys = append(keys, s.finishedKey(st))
 	}
 	if d := b.Definition; d != nil {
 		keys = append(keys, s.defKey(d.Hash))

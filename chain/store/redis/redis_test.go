@@ -508,6 +508,10 @@ func TestKeyLayout(t *testing.T) {
 	if err := s.PutDelivery(ctx, &store.Delivery{ID: "dv1", Trigger: "t", Body: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
+	run.Status, run.FinishedAt, run.Seq = store.RunSucceeded, time.Now().UTC(), 2
+	if err := s.Commit(ctx, &store.Batch{Run: run, Lease: &l, Events: []store.Event{{Seq: 2, Type: store.EventRunSucceeded}}}); err != nil {
+		t.Fatal(err)
+	}
 	keys, err := rawClient(t).Keys(ctx, prefix+"*").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -516,7 +520,7 @@ func TestKeyLayout(t *testing.T) {
 		keys[i] = strings.ReplaceAll(strings.TrimPrefix(k, prefix), run.ID, "ID")
 	}
 	sort.Strings(keys)
-	want := []string{"def:h", "dlq", "dlqids", "events:ID", "fence:ID", "idem:k", "inbox", "inboxids", "lease:ID", "run:ID", "runs", "stepkeys:ID", "steps:ID", "unfinished"}
+	want := []string{"def:h", "dlq", "dlqids", "events:ID", "fence:ID", "finished:succeeded", "idem:k", "inbox", "inboxids", "lease:ID", "meta:finished", "run:ID", "runs", "stepkeys:ID", "steps:ID"}
 	if !slices.Equal(keys, want) {
 		t.Errorf("keys under the prefix: %v, want %v", keys, want)
 	}
@@ -659,5 +663,74 @@ func TestRunFeed(t *testing.T) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("FollowRuns went on after the store closed")
+	}
+}
+
+// TestDeleteRunLeavesNoKey deletes a run that ended: none of its keys is
+// left under the prefix, nor its index entries.
+func TestDeleteRunLeavesNoKey(t *testing.T) {
+	ctx := context.Background()
+	s, prefix := newStore(t)
+	run := storetest.NewRun("c", time.Now().UTC())
+	l, err := s.AcquireLease(ctx, run.ID, "gw", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(t, s, run, &l)
+	run.Status, run.FinishedAt = store.RunSucceeded, time.Now().UTC()
+	b := stepBatch(run, "split[0]")
+	b.Run, b.Lease = run, &l
+	if err := s.Commit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	freed, err := s.DeleteRun(ctx, run.ID)
+	if err != nil || freed.Records < 4 || freed.Bytes <= 0 {
+		t.Fatalf("deleting: %+v %v", freed, err)
+	}
+	keys, err := rawClient(t).Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys {
+		keys[i] = strings.TrimPrefix(k, prefix)
+	}
+	sort.Strings(keys)
+	if want := []string{"meta:finished"}; !slices.Equal(keys, want) {
+		t.Errorf("keys left under the prefix: %v, want %v", keys, want)
+	}
+}
+
+// TestIndexesRunsThatEndedBefore opens a store whose runs ended before the
+// finished indexes existed: the first gateway to open it indexes them.
+func TestIndexesRunsThatEndedBefore(t *testing.T) {
+	ctx := context.Background()
+	u := redistest.Open(t)
+	s := openURL(t, u)
+	run := storetest.NewRun("c", time.Now().UTC())
+	create(t, s, run, nil)
+	run.Status, run.FinishedAt = store.RunFailed, time.Now().UTC()
+	if err := s.Commit(ctx, stepBatch(run, "a")); err != nil {
+		t.Fatal(err)
+	}
+	pu, _ := url.Parse(u)
+	prefix := pu.Query().Get("prefix")
+	c := rawClient(t)
+	if err := c.Del(ctx, prefix+"meta:finished", prefix+"finished:failed").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HDel(ctx, prefix+"run:"+run.ID, "f").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openURL(t, u)
+	var ids []string
+	err := s2.FinishedRuns(ctx, store.RunFailed, func(r *store.Run) (bool, error) {
+		ids = append(ids, r.ID)
+		return true, nil
+	})
+	if err != nil || !slices.Equal(ids, []string{run.ID}) {
+		t.Errorf("failed runs after the upgrade: %v %v", ids, err)
+	}
+	if done, _ := c.Get(ctx, prefix+"meta:finished").Result(); done != "done" {
+		t.Errorf("the index is marked %q", done)
 	}
 }

@@ -10,11 +10,17 @@ import goredis "github.com/redis/go-redis/v9"
 // end, so a batch is all or nothing.
 //
 // KEYS: run, step keys, steps, events, lease, run index, unfinished, DLQ,
-// DLQ ids, and the definition when the batch has one.
+// DLQ ids, the finished indexes of the four final statuses, and the
+// definition when the batch has one.
 // ARGV: create, final, lease token ("" for none), run seq, header, origin,
 // index member, run id, then the counts of deletions, steps, events and DLQ
-// entries, then the deleted keys, step key/value pairs, event seq/value
-// pairs, DLQ id/value pairs and the definition's source.
+// entries, the finished index the run goes in (1 to 4; 0 unless final) and
+// its member there, then the deleted keys, step key/value pairs, event
+// seq/value pairs, DLQ id/value pairs and the definition's source.
+//
+// A run's member in a finished index is kept in its hash (field f), so
+// that a replay, which makes it unfinished again, and a replayed run that
+// ends again find the member to remove.
 //
 // It returns {0} on success, {1} for a lost lease, {2} when the run exists,
 // {3} when it does not, {4, seq, last} for an event out of sequence and
@@ -24,7 +30,8 @@ var commitScript = goredis.NewScript(`
 local create, final, lease = ARGV[1] == '1', ARGV[2] == '1', ARGV[3]
 local runSeq = tonumber(ARGV[4])
 local nEvents = tonumber(ARGV[11])
-local del = 13
+local fin = tonumber(ARGV[13])
+local del = 15
 local steps = del + tonumber(ARGV[9])
 local events = steps + 2 * tonumber(ARGV[10])
 local dlq = events + 2 * nEvents
@@ -82,8 +89,20 @@ end
 -- Not only on create: a replayed run is unfinished again.
 if final then
   redis.call('ZREM', KEYS[7], ARGV[8])
-else
-  redis.call('ZADD', KEYS[7], 0, ARGV[8])
+  local old = redis.call('HGET', KEYS[1], 'f')
+  if old ~= ARGV[14] then
+    if old then
+      for i = 10, 13 do redis.call('ZREM', KEYS[i], old) end
+    end
+    redis.call('ZADD', KEYS[9 + fin], 0, ARGV[14])
+    redis.call('HSET', KEYS[1], 'f', ARGV[14])
+  end
+elseif redis.call('ZADD', KEYS[7], 0, ARGV[8]) == 1 and not create then
+  local old = redis.call('HGET', KEYS[1], 'f')
+  if old then
+    for i = 10, 13 do redis.call('ZREM', KEYS[i], old) end
+    redis.call('HDEL', KEYS[1], 'f')
+  end
 end
 for j = del, steps - 1 do
   redis.call('ZREM', KEYS[2], ARGV[j])
@@ -100,8 +119,8 @@ for j = dlq, def - 1, 2 do
   redis.call('HSET', KEYS[8], ARGV[j], ARGV[j + 1])
   redis.call('ZADD', KEYS[9], 0, ARGV[j])
 end
-if KEYS[10] then
-  redis.call('SET', KEYS[10], ARGV[def], 'NX')
+if KEYS[14] then
+  redis.call('SET', KEYS[14], ARGV[def], 'NX')
 end
 return {0}
 `)

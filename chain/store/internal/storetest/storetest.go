@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +46,9 @@ func Run(t *testing.T, f Factory) {
 		{"DeliveryDLQ", testDeliveryDLQ},
 		{"Deliveries", testDeliveries},
 		{"ReleaseKey", testReleaseKey},
+		{"FinishedRuns", testFinishedRuns},
+		{"DeleteRun", testDeleteRun},
+		{"Prune", testPrune},
 		{"Definitions", testDefinitions},
 		{"Leases", testLeases},
 		{"DeleteSteps", testDeleteSteps},
@@ -800,6 +804,291 @@ func testReleaseKey(t *testing.T, f Factory) {
 	if err := s.ReleaseKey(ctx, "never/"+store.NewID(), "run-1"); err != nil {
 		t.Errorf("releasing a key never bound: %v", err)
 	}
+}
+
+// finish ends a run with status at ended.
+func finish(t *testing.T, s store.Store, run *store.Run, status store.RunStatus, ended time.Time) {
+	t.Helper()
+	run.Status, run.FinishedAt = status, ended
+	if err := s.Commit(context.Background(), &store.Batch{Run: run, Events: appendEvents(run, store.EventType("run_"+string(status)))}); err != nil {
+		t.Fatalf("finishing run %s: %v", run.ID, err)
+	}
+}
+
+// finished lists the ids FinishedRuns gives for status.
+func finished(t *testing.T, s store.Store, status store.RunStatus) []string {
+	t.Helper()
+	var ids []string
+	err := s.FinishedRuns(context.Background(), status, func(r *store.Run) (bool, error) {
+		ids = append(ids, r.ID)
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// testFinishedRuns lists runs by how and when they ended, follows a
+// replayed run out of the index and back in with its new end, and keeps
+// one entry for a run committed again once ended.
+func testFinishedRuns(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	base := time.Now().UTC().Add(-time.Hour)
+	var runs []*store.Run
+	for i := range 4 {
+		r := NewRun("c", base.Add(time.Duration(i)*time.Second))
+		create(t, s, r)
+		runs = append(runs, r)
+	}
+	finish(t, s, runs[0], store.RunSucceeded, base.Add(10*time.Minute))
+	finish(t, s, runs[1], store.RunFailed, base.Add(5*time.Minute))
+	finish(t, s, runs[2], store.RunSucceeded, base.Add(2*time.Minute))
+	if got, want := finished(t, s, store.RunSucceeded), []string{runs[2].ID, runs[0].ID}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("succeeded: %v, want %v (by when they ended)", got, want)
+	}
+	if got := finished(t, s, store.RunFailed); fmt.Sprint(got) != fmt.Sprint([]string{runs[1].ID}) {
+		t.Errorf("failed: %v", got)
+	}
+	if got := finished(t, s, store.RunCancelled); len(got) != 0 {
+		t.Errorf("cancelled: %v", got)
+	}
+	n := 0
+	if err := s.FinishedRuns(ctx, store.RunSucceeded, func(*store.Run) (bool, error) { n++; return false, nil }); err != nil || n != 1 {
+		t.Errorf("a walk told to stop went on: %d %v", n, err)
+	}
+	if err := s.FinishedRuns(ctx, store.RunRunning, func(*store.Run) (bool, error) { return true, nil }); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("running runs are not finished: %v", err)
+	}
+
+	// A replay makes the failed run unfinished, and it then succeeds.
+	runs[1].Status, runs[1].FinishedAt = store.RunRunning, time.Time{}
+	if err := s.Commit(ctx, &store.Batch{Run: runs[1], Events: appendEvents(runs[1], store.EventRunReplayed)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := finished(t, s, store.RunFailed); len(got) != 0 {
+		t.Errorf("failed, after the replay: %v", got)
+	}
+	finish(t, s, runs[1], store.RunSucceeded, base.Add(20*time.Minute))
+	// Committed again once ended (a note): still one entry.
+	runs[1].Seq++
+	if err := s.Commit(ctx, &store.Batch{Run: runs[1], Events: []store.Event{{Seq: runs[1].Seq, Time: time.Now().UTC(), Type: store.EventNote}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := finished(t, s, store.RunSucceeded), []string{runs[2].ID, runs[0].ID, runs[1].ID}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("succeeded, after the replay ended: %v, want %v", got, want)
+	}
+}
+
+// testDeleteRun deletes a run of many records, apart values included, and
+// leaves every other run, and the deleted run's dead-letter entry, alone.
+func testDeleteRun(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	now := time.Now().UTC()
+	keep, gone, running := NewRun("c", now), NewRun("c", now.Add(time.Second)), NewRun("c", now.Add(2*time.Second))
+	gone.Origin.Payload = largeJSON("payload", 100<<10)
+	for _, r := range []*store.Run{keep, gone, running} {
+		create(t, s, r)
+	}
+	const items = 1500
+	var batch []*store.StepRecord
+	for i := range items {
+		batch = append(batch, &store.StepRecord{Key: fmt.Sprintf("split[%d]", i), Status: store.StepSucceeded, Body: json.RawMessage(`{"ok":true}`)})
+		if len(batch) == 500 || i == items-1 {
+			if err := s.Commit(ctx, &store.Batch{Run: gone, Steps: batch, Events: appendEvents(gone, store.EventStepProgress)}); err != nil {
+				t.Fatal(err)
+			}
+			batch = nil
+		}
+	}
+	big := &store.StepRecord{Key: "split", Status: store.StepSucceeded, Body: largeJSON("results", 200<<10)}
+	entry := &store.DLQEntry{ID: store.NewID(), RunID: gone.ID, Chain: "c", Step: "split", CreatedAt: now}
+	if err := s.Commit(ctx, &store.Batch{Run: gone, Steps: []*store.StepRecord{big}, DLQ: []*store.DLQEntry{entry}, Events: appendEvents(gone, store.EventDeadLettered)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, &store.Batch{Run: keep, Steps: []*store.StepRecord{{Key: "a", Status: store.StepSucceeded}}, Events: appendEvents(keep, store.EventStepSucceeded)}); err != nil {
+		t.Fatal(err)
+	}
+	finish(t, s, keep, store.RunSucceeded, now)
+	finish(t, s, gone, store.RunFailed, now)
+
+	if _, err := s.DeleteRun(ctx, running.ID); !errors.Is(err, store.ErrUnfinished) {
+		t.Errorf("deleting a running run: %v", err)
+	}
+	if _, err := s.DeleteRun(ctx, store.NewID()); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("deleting no run: %v", err)
+	}
+	freed, err := s.DeleteRun(ctx, gone.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if freed.Records < 1 || freed.Bytes < 300<<10 {
+		t.Errorf("deleting a run of %d records and 300 KiB apart freed %+v", items+5, freed)
+	}
+	if _, err := s.Run(ctx, gone.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the deleted run reads: %v", err)
+	}
+	if _, err := s.RunHeader(ctx, gone.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the deleted run's header reads: %v", err)
+	}
+	if recs, err := s.Steps(ctx, gone.ID, ""); err != nil || len(recs) != 0 {
+		t.Errorf("the deleted run's steps: %d %v", len(recs), err)
+	}
+	if evs, err := s.Events(ctx, gone.ID, 0, 0); err != nil || len(evs) != 0 {
+		t.Errorf("the deleted run's events: %d %v", len(evs), err)
+	}
+	page, err := s.ListRuns(ctx, store.RunFilter{})
+	if err != nil || fmt.Sprint(runIDs(page.Runs)) != fmt.Sprint([]string{running.ID, keep.ID}) {
+		t.Errorf("listed after the deletion: %v %v", runIDs(page.Runs), err)
+	}
+	if got := finished(t, s, store.RunFailed); len(got) != 0 {
+		t.Errorf("the deleted run is still indexed as failed: %v", got)
+	}
+	if got := finished(t, s, store.RunSucceeded); fmt.Sprint(got) != fmt.Sprint([]string{keep.ID}) {
+		t.Errorf("succeeded after the deletion: %v", got)
+	}
+	if recs, err := s.Steps(ctx, keep.ID, ""); err != nil || len(recs) != 1 {
+		t.Errorf("the kept run's steps: %d %v", len(recs), err)
+	}
+	if _, err := s.DLQ(ctx, entry.ID); err != nil {
+		t.Errorf("the deleted run's dead-letter entry: %v", err)
+	}
+	if _, err := s.DeleteRun(ctx, gone.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("deleting it again: %v", err)
+	}
+	if f.Reopen != nil {
+		s = f.Reopen(t, s)
+		if _, err := s.Run(ctx, gone.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the deleted run reads after reopening: %v", err)
+		}
+		if recs, err := s.Steps(ctx, gone.ID, ""); err != nil || len(recs) != 0 {
+			t.Errorf("the deleted run's steps after reopening: %d %v", len(recs), err)
+		}
+	}
+}
+
+// testPrune prunes runs and dead-letter entries past an hour, and keeps
+// what must be kept however old: a running or waiting run, a run with a
+// dead-letter entry still there, a sub-chain's run while its parent is
+// there, a run whose idempotency key holds, and what the policy keeps for
+// ever.
+func testPrune(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	now := time.Now().UTC()
+	old := now.Add(-2 * time.Hour)
+	mk := func(chain string, status store.RunStatus, ended time.Time, edit func(*store.Run)) *store.Run {
+		r := NewRun(chain, old.Add(-time.Minute))
+		if edit != nil {
+			edit(r)
+		}
+		create(t, s, r)
+		if status.Final() {
+			finish(t, s, r, status, ended)
+		}
+		return r
+	}
+	var (
+		plain      = mk("c", store.RunSucceeded, old, nil)
+		failed     = mk("c", store.RunFailed, old, nil)
+		running    = mk("c", store.RunRunning, time.Time{}, nil)
+		withDLQ    = mk("c", store.RunFailed, old, nil)
+		oldDLQ     = mk("c", store.RunFailed, old, nil)
+		parent     = mk("c", store.RunSucceeded, now.Add(-30*time.Minute), nil)
+		child      = mk("c", store.RunSucceeded, old, func(r *store.Run) { r.ParentRun, r.ParentStep = parent.ID, "sub" })
+		orphan     = mk("c", store.RunSucceeded, old, func(r *store.Run) { r.ParentRun, r.ParentStep = store.NewID(), "sub" })
+		keyed      = mk("c", store.RunSucceeded, old, func(r *store.Run) { r.KeyUntil = now.Add(time.Hour) })
+		keyLapsed  = mk("c", store.RunSucceeded, old, func(r *store.Run) { r.KeyUntil = now.Add(-time.Minute) })
+		recent     = mk("c", store.RunSucceeded, now.Add(-10*time.Minute), nil)
+		forever    = mk("keep-all", store.RunSucceeded, old, nil)
+		cancelled  = mk("c", store.RunCancelled, old, nil)
+		youngEntry = &store.DLQEntry{ID: store.NewID(), RunID: withDLQ.ID, Chain: "c", Step: "a", CreatedAt: now.Add(-time.Minute)}
+		oldEntry   = &store.DLQEntry{ID: store.NewID(), RunID: oldDLQ.ID, Chain: "c", Step: "a", CreatedAt: old}
+	)
+	for _, e := range []*store.DLQEntry{youngEntry, oldEntry} {
+		if err := s.AddDLQ(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy := func(dry bool, removed *[]string) store.PrunePolicy {
+		return store.PrunePolicy{
+			Now: now,
+			Keep: func(r *store.Run) time.Duration {
+				if r.Chain == "keep-all" {
+					return 0
+				}
+				return time.Hour
+			},
+			Shortest:       func(store.RunStatus) time.Duration { return time.Hour },
+			KeepDeadLetter: func(*store.DLQEntry) time.Duration { return time.Hour },
+			DryRun:         dry,
+			BatchSize:      2,
+			Pause:          time.Millisecond,
+			Removed:        func(r *store.Run, _ store.Freed) { *removed = append(*removed, r.ID) },
+		}
+	}
+	want := []string{plain.ID, orphan.ID, keyLapsed.ID, failed.ID, oldDLQ.ID, cancelled.ID}
+	var dry []string
+	if _, err := store.Prune(ctx, s, policy(true, &dry)); err != nil {
+		t.Fatal(err)
+	}
+	// A dry run removes no dead-letter entry, so the run of the old one
+	// stays in it.
+	if got := fmt.Sprint(sortedIDs(dry)); got != fmt.Sprint(sortedIDs(slices.DeleteFunc(slices.Clone(want), func(id string) bool { return id == oldDLQ.ID }))) {
+		t.Errorf("a dry run would prune %v", got)
+	}
+	if _, err := s.RunHeader(ctx, plain.ID); err != nil {
+		t.Errorf("a dry run removed a run: %v", err)
+	}
+	var removed []string
+	stats, err := store.Prune(ctx, s, policy(false, &removed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(sortedIDs(removed)) != fmt.Sprint(sortedIDs(want)) || stats.Runs != len(want) || stats.DeadLetters != 1 {
+		t.Errorf("pruned %v (%d runs, %d entries), want %v and the old entry", removed, stats.Runs, stats.DeadLetters, want)
+	}
+	if stats.KeptForDeadLetter != 1 || stats.KeptForKey != 1 || stats.KeptForParent != 1 {
+		t.Errorf("kept for an entry %d, for a key %d, for a parent %d; want 1 each", stats.KeptForDeadLetter, stats.KeptForKey, stats.KeptForParent)
+	}
+	if !stats.OldestKept.Equal(old) {
+		t.Errorf("the oldest kept ended %s, want %s", stats.OldestKept, old)
+	}
+	for _, r := range []*store.Run{running, withDLQ, parent, child, keyed, recent, forever} {
+		if _, err := s.RunHeader(ctx, r.ID); err != nil {
+			t.Errorf("run %s was pruned: %v", r.ID, err)
+		}
+	}
+	for _, id := range want {
+		if _, err := s.RunHeader(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("run %s was kept: %v", id, err)
+		}
+	}
+	if _, err := s.DLQ(ctx, youngEntry.ID); err != nil {
+		t.Errorf("the young entry: %v", err)
+	}
+	if _, err := s.DLQ(ctx, oldEntry.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the old entry: %v", err)
+	}
+	// The parent goes: its sub-chain's run goes with the next prune.
+	if _, err := s.DeleteRun(ctx, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	removed = nil
+	if _, err := store.Prune(ctx, s, policy(false, &removed)); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(removed) != fmt.Sprint([]string{child.ID}) {
+		t.Errorf("once its parent is gone, pruned %v, want the sub-chain's run", removed)
+	}
+}
+
+func sortedIDs(ids []string) []string {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return out
 }
 
 func testDefinitions(t *testing.T, f Factory) {

@@ -1,0 +1,234 @@
+package gateway
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// PruneObserver is told what retention removed, for metrics.
+type PruneObserver interface {
+	Pruned(status string, runs int, freed store.Freed)
+	DeadLettersPruned(n int)
+	OldestKept(ended time.Time)
+}
+
+type noPruneObserver struct{}
+
+func (noPruneObserver) Pruned(string, int, store.Freed) {}
+func (noPruneObserver) DeadLettersPruned(int)           {}
+func (noPruneObserver) OldestKept(time.Time)            {}
+
+// listedPruned bounds how many pruned run ids a result lists.
+const listedPruned = 1000
+
+// PruneOptions select what a prune by hand removes.
+type PruneOptions struct {
+	// OlderThan selects the runs that ended longer ago than it, whatever
+	// retention says.
+	OlderThan time.Duration
+	// Chain and Status narrow the runs to one chain and one outcome.
+	Chain  string
+	Status store.RunStatus
+	// DryRun removes nothing and lists what it would remove.
+	DryRun bool
+}
+
+// PruneResult says what a prune removed, or would remove, and what it
+// kept that it would have removed but for a reason that still holds.
+type PruneResult struct {
+	// Runs counts the runs removed, by status.
+	Runs map[string]int `json:"runs"`
+	// IDs lists them, up to the first 1,000.
+	IDs         []string `json:"ids"`
+	DeadLetters int      `json:"dead_letters"`
+	// Freed is what the store gave back: records (the embedded store's
+	// records, Redis's keys) and bytes.
+	Freed  Freed     `json:"freed"`
+	Kept   PruneKept `json:"kept"`
+	DryRun bool      `json:"dry_run,omitempty"`
+	// OldestKept is when the oldest run kept ended.
+	OldestKept time.Time `json:"oldest_kept,omitzero"`
+}
+
+// Freed is what deleting took out of the store.
+type Freed struct {
+	Records int   `json:"records"`
+	Bytes   int64 `json:"bytes"`
+}
+
+// PruneKept counts the runs past their time that were kept, by reason.
+type PruneKept struct {
+	DeadLetter int `json:"dead_letter"`
+	Key        int `json:"idempotency_key"`
+	Parent     int `json:"parent"`
+}
+
+// RunRetention prunes, every [gateway.retention] interval, what retention
+// no longer keeps, until ctx ends. Of gateways sharing a store, the one
+// that claims a pass does it; the others skip it.
+func (gw *Gateway) RunRetention(ctx context.Context) {
+	for {
+		interval := gw.Engine.Config().Gateway.Retention.Interval
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		// The claim lapses by itself: the next pass, here or elsewhere,
+		// comes an interval later.
+		bound, err := gw.Store.ClaimKey(ctx, "retention/pass", gw.Engine.Owner()+"/"+store.NewID(), interval)
+		if err != nil {
+			gw.Log.Warn("claiming the retention pass", "err", err)
+			continue
+		}
+		if bound != "" {
+			continue
+		}
+		if _, err := gw.prune(ctx, nil); err != nil && ctx.Err() == nil {
+			gw.Log.Error("pruning by retention", "err", err)
+		}
+	}
+}
+
+// Prune removes what opts select: the runs that ended longer ago than
+// OlderThan, with retention's exceptions.
+func (gw *Gateway) Prune(ctx context.Context, opts PruneOptions) (*PruneResult, error) {
+	if opts.OlderThan <= 0 {
+		return nil, badRequest("invalid_parameter", "older_than must be a positive duration, e.g. 720h or 30d")
+	}
+	if opts.Status != "" && !opts.Status.Final() {
+		return nil, badRequest("invalid_parameter", "status %q is not one a run ends with (succeeded, failed, cancelled, timed_out)", opts.Status)
+	}
+	return gw.prune(ctx, &opts)
+}
+
+// prune removes what retention no longer keeps, dead-letter entries
+// included, or, by hand, what opts select.
+func (gw *Gateway) prune(ctx context.Context, opts *PruneOptions) (*PruneResult, error) {
+	cfg := gw.Engine.Config()
+	ret := cfg.Gateway.Retention
+	res := &PruneResult{Runs: map[string]int{}, IDs: []string{}}
+	var batch struct {
+		runs  int
+		freed store.Freed
+	}
+	p := store.PrunePolicy{
+		Now:      time.Now(),
+		Keep:     func(run *store.Run) time.Duration { return ret.Keep(string(run.Status), runOverrides(cfg, run)...) },
+		Shortest: func(status store.RunStatus) time.Duration { return shortestKeep(cfg, string(status)) },
+		KeepDeadLetter: func(e *store.DLQEntry) time.Duration {
+			if c := cfg.Chains[e.Chain]; c != nil {
+				return ret.Keep("dead_letters", c.Retention)
+			}
+			return ret.Keep("dead_letters")
+		},
+		Removed: func(run *store.Run, freed store.Freed) {
+			res.Runs[string(run.Status)]++
+			if len(res.IDs) < listedPruned {
+				res.IDs = append(res.IDs, run.ID)
+			}
+			batch.runs++
+			batch.freed.Add(freed)
+			if opts == nil || !opts.DryRun {
+				gw.prunes.Pruned(string(run.Status), 1, freed)
+			}
+		},
+	}
+	if opts != nil {
+		older := opts.OlderThan
+		p.Keep = func(*store.Run) time.Duration { return older }
+		p.Shortest = func(store.RunStatus) time.Duration { return older }
+		p.KeepDeadLetter = nil
+		p.Chain, p.DryRun, res.DryRun = opts.Chain, opts.DryRun, opts.DryRun
+		if opts.Status != "" {
+			p.Statuses = []store.RunStatus{opts.Status}
+		}
+	}
+	p.Batch = func() {
+		if !p.DryRun {
+			gw.Log.Info("retention pruned a batch", "runs", batch.runs, "freed_records", batch.freed.Records, "freed_bytes", batch.freed.Bytes)
+		}
+		batch.runs, batch.freed = 0, store.Freed{}
+	}
+	stats, err := store.Prune(ctx, gw.Store, p)
+	res.DeadLetters = stats.DeadLetters
+	res.Freed = Freed{Records: stats.Freed.Records, Bytes: stats.Freed.Bytes}
+	res.Kept = PruneKept{DeadLetter: stats.KeptForDeadLetter, Key: stats.KeptForKey, Parent: stats.KeptForParent}
+	res.OldestKept = stats.OldestKept
+	if stats.DeadLetters > 0 {
+		gw.prunes.DeadLettersPruned(stats.DeadLetters)
+	}
+	if opts == nil && !stats.OldestKept.IsZero() {
+		gw.prunes.OldestKept(stats.OldestKept)
+	}
+	if (stats.Runs > 0 || stats.DeadLetters > 0) && !p.DryRun {
+		args := []any{"runs", batch.runs, "dead_letters", stats.DeadLetters, "freed_records", batch.freed.Records, "freed_bytes", batch.freed.Bytes,
+			"pass_runs", stats.Runs, "kept_for_dead_letter", stats.KeptForDeadLetter, "kept_for_key", stats.KeptForKey, "kept_for_parent", stats.KeptForParent}
+		if !stats.OldestKept.IsZero() {
+			args = append(args, "oldest_kept_ended", stats.OldestKept.UTC())
+		}
+		msg := "retention pruned"
+		if opts != nil {
+			msg = "pruned by hand"
+			args = append(args, "older_than", opts.OlderThan.String(), "chain", opts.Chain, "status", string(opts.Status), "by", engine.Actor(ctx))
+		}
+		gw.Log.Info(msg, args...)
+	}
+	return res, err
+}
+
+// runOverrides are the retention tables over the gateway's for a run: its
+// schedule's or trigger's, then its chain's.
+func runOverrides(cfg *chain.Config, run *store.Run) []*chain.RetentionOverride {
+	var out []*chain.RetentionOverride
+	kind, name, _ := strings.Cut(run.StartedBy, ":")
+	switch kind {
+	case store.StartedBySchedule:
+		if s := cfg.Schedules[name]; s != nil {
+			out = append(out, s.Retention)
+		}
+	case store.StartedByTrigger:
+		if t := cfg.Triggers[name]; t != nil {
+			out = append(out, t.Retention)
+		}
+	}
+	if c := cfg.Chains[run.Chain]; c != nil {
+		out = append(out, c.Retention)
+	}
+	return out
+}
+
+// shortestKeep is the shortest time any retention table keeps a run that
+// ended with status, 0 when every table keeps it for ever.
+func shortestKeep(cfg *chain.Config, status string) time.Duration {
+	all := []time.Duration{cfg.Gateway.Retention.Keep(status)}
+	add := func(o *chain.RetentionOverride) {
+		if o != nil {
+			if d, ok := o.Keep[status]; ok {
+				all = append(all, d)
+			}
+		}
+	}
+	for _, c := range cfg.Chains {
+		add(c.Retention)
+	}
+	for _, s := range cfg.Schedules {
+		add(s.Retention)
+	}
+	for _, t := range cfg.Triggers {
+		add(t.Retention)
+	}
+	all = slices.DeleteFunc(all, func(d time.Duration) bool { return d == 0 })
+	if len(all) == 0 {
+		return 0
+	}
+	return slices.Min(all)
+}
