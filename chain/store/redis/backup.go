@@ -74,7 +74,7 @@ const (
 
 // indexKeys are the keys that index others; a restore makes them agree
 // with the records restored (rebuildIndexes), and moves them into place
-// last.
+// last. The finished indexes are finished:STATUS.
 var indexKeys = []string{"runs", "unfinished", "dlqids", "inboxids"}
 
 // keyKind is what a backup does with a key, by its name after the prefix.

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -44,8 +46,16 @@ func (s *Store) restore(ctx context.Context, r *backup.Reader) (store.SnapshotIn
 	case h.Format != layout:
 		return store.SnapshotInfo{}, fmt.Errorf("the backup holds Redis keys in layout %s, and this gateway reads layout %s: restore it with the gateway version that took it", h.Format, layout)
 	}
-	if err := s.checkEmpty(ctx); err != nil {
+	notes, err := s.checkEmpty(ctx)
+	if err != nil {
 		return store.SnapshotInfo{}, err
+	}
+	// What the empty store says of itself gives way to what the backup
+	// says; a store opened next writes it again if the backup had none.
+	if len(notes) > 0 {
+		if err := s.client.Del(ctx, notes...).Err(); err != nil {
+			return store.SnapshotInfo{}, fmt.Errorf("clearing the empty store's notes: %w", err)
+		}
 	}
 	token := make([]byte, 8)
 	_, _ = rand.Read(token)
@@ -67,7 +77,7 @@ func (s *Store) restore(ctx context.Context, r *backup.Reader) (store.SnapshotIn
 	if err != nil {
 		return info, fmt.Errorf("rebuilding the indexes: %w", err)
 	}
-	if err := s.checkEmpty(ctx); err != nil {
+	if _, err := s.checkEmpty(ctx); err != nil {
 		return info, err
 	}
 	if err := s.move(ctx, tmp, expires, &moved); err != nil {
@@ -77,21 +87,30 @@ func (s *Store) restore(ctx context.Context, r *backup.Reader) (store.SnapshotIn
 	return info, nil
 }
 
-// checkEmpty refuses a prefix that holds a key.
-func (s *Store) checkEmpty(ctx context.Context) error {
+// checkEmpty refuses a prefix that holds a key, but for the notes a store
+// writes of itself when it opens (meta:...), which it returns.
+func (s *Store) checkEmpty(ctx context.Context) ([]string, error) {
 	found := errors.New("found")
 	var first string
+	var notes []string
 	err := s.scanKeys(ctx, globEscape(s.p)+"*", func(keys []string) error {
-		first = keys[0]
-		return found
+		for _, k := range keys {
+			if strings.HasPrefix(k[len(s.p):], "meta:") {
+				notes = append(notes, k)
+				continue
+			}
+			first = k
+			return found
+		}
+		return nil
 	})
 	switch {
 	case errors.Is(err, found):
-		return fmt.Errorf("the prefix holds keys already (%s, ...): restore into a prefix that holds none (?prefix= in the state URL), or delete them first", first)
+		return nil, fmt.Errorf("the prefix holds keys already (%s, ...): restore into a prefix that holds none (?prefix= in the state URL), or delete them first", first)
 	case err != nil:
-		return err
+		return nil, err
 	}
-	return nil
+	return notes, nil
 }
 
 // writeRecords writes a backup's keys under tmp, and returns when those
@@ -232,41 +251,49 @@ func (w *pipeWriter) items(ctx context.Context, key, typ string, fresh bool, ite
 }
 
 // rebuildIndexes makes the indexes under prefix p agree with the records
-// restored there: the list of runs and the unfinished ones with the runs'
-// records, the ids of dead-letter entries and of kept deliveries with
-// their hashes. The copies of the indexes may name records copied before
+// restored there: the list of runs, the unfinished ones and the finished
+// ones by status with the runs' records, the ids of dead-letter entries
+// and of kept deliveries with their hashes. The copies of the indexes may name records copied before
 // or after them: a member whose record is not there goes, a record that
 // is not indexed is added. A run whose record cannot be read back keeps
 // what the copied index said of it. An index added to the key layout is
 // made to agree here, and named in indexKeys.
 func (s *Store) rebuildIndexes(ctx context.Context, p string) (store.SnapshotInfo, error) {
 	info := store.SnapshotInfo{Kind: Kind}
-	// Each run's index entry and whether it is unfinished; nil for a run
-	// whose record cannot be read back.
+	// Each run's index entry, whether it is unfinished, and its status
+	// and entry in a finished index (its hash's f) when it ended; nil for
+	// a run whose record cannot be read back.
 	type entry struct {
 		member     string
 		unfinished bool
+		status     store.RunStatus
+		finished   string
 	}
 	runs := map[string]*entry{}
 	err := s.scanKeys(ctx, globEscape(p)+"run:*", func(keys []string) error {
-		cmds := make([]*goredis.StringCmd, len(keys))
+		cmds := make([]*goredis.SliceCmd, len(keys))
 		_, err := s.client.Pipelined(ctx, func(pl goredis.Pipeliner) error {
 			for i, k := range keys {
-				cmds[i] = pl.HGet(ctx, k, "h")
+				cmds[i] = pl.HMGet(ctx, k, "h", "f")
 			}
 			return nil
 		})
-		if err != nil && !errors.Is(err, goredis.Nil) {
+		if err != nil {
 			return err
 		}
 		for i, k := range keys {
 			id := k[len(p)+len("run:"):]
+			vals := cmds[i].Val()
 			var run store.Run
-			if h, err := cmds[i].Result(); err != nil || jsonx.Unmarshal([]byte(h), &run) != nil || run.ID != id {
+			if h, ok := vals[0].(string); !ok || jsonx.Unmarshal([]byte(h), &run) != nil || run.ID != id {
 				runs[id] = nil
 				continue
 			}
-			runs[id] = &entry{member: indexMember(run.CreatedAt, id), unfinished: !run.Status.Final()}
+			e := &entry{member: indexMember(run.CreatedAt, id), unfinished: !run.Status.Final(), status: run.Status}
+			if f, ok := vals[1].(string); ok && run.Status.Final() {
+				e.finished = f
+			}
+			runs[id] = e
 		}
 		return nil
 	})
@@ -274,6 +301,7 @@ func (s *Store) rebuildIndexes(ctx context.Context, p string) (store.SnapshotInf
 		return info, err
 	}
 	var members, unfinished []string
+	finished := map[store.RunStatus][]string{}
 	for _, e := range runs {
 		if e == nil {
 			continue
@@ -282,6 +310,9 @@ func (s *Store) rebuildIndexes(ctx context.Context, p string) (store.SnapshotInf
 		if e.unfinished {
 			unfinished = append(unfinished, e.member[16:])
 		}
+		if e.finished != "" {
+			finished[e.status] = append(finished[e.status], e.finished)
+		}
 	}
 	err = s.agree(ctx, p+"runs", members, func(m string) bool {
 		_, ok := runs[m[min(16, len(m)):]]
@@ -289,6 +320,17 @@ func (s *Store) rebuildIndexes(ctx context.Context, p string) (store.SnapshotInf
 	})
 	if err != nil {
 		return info, err
+	}
+	// A finished index lists the runs that ended with its status, each by
+	// the entry its hash keeps (f), which deleting the run removes.
+	for _, st := range finalStatuses {
+		err = s.agree(ctx, p+"finished:"+string(st), finished[st], func(m string) bool {
+			e, ok := runs[m[min(16, len(m)):]]
+			return ok && (e == nil || e.finished == m && e.status == st)
+		})
+		if err != nil {
+			return info, err
+		}
 	}
 	err = s.agree(ctx, p+"unfinished", unfinished, func(id string) bool {
 		e, ok := runs[id]
@@ -317,6 +359,13 @@ func (s *Store) rebuildIndexes(ctx context.Context, p string) (store.SnapshotInf
 			}
 		}
 		if err := s.agree(ctx, p+h[1], list, func(id string) bool { return ids[id] }); err != nil {
+			return info, err
+		}
+	}
+	// A build of the finished indexes under way when the backup was taken
+	// is started again by the next gateway to open the store.
+	if v, err := s.client.Get(ctx, p+"meta:finished").Result(); err == nil && v != "done" {
+		if err := s.client.Del(ctx, p+"meta:finished").Err(); err != nil {
 			return info, err
 		}
 	}
@@ -410,12 +459,7 @@ func (s *Store) move(ctx context.Context, tmp string, expires map[string]int64, 
 }
 
 func isIndex(name string) bool {
-	for _, k := range indexKeys {
-		if name == k {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(indexKeys, name) || strings.HasPrefix(name, "finished:")
 }
 
 // cleanUp removes what a failed restore wrote: the keys under tmp, and

@@ -252,6 +252,17 @@ func Contents(tb testing.TB, s store.Store, f Filled) map[string]json.RawMessage
 	// difference names its place.
 	out := map[string]json.RawMessage{}
 	parts := map[string]any{"damaged": c.Damaged, "unfinished": c.Unfinished, "dlq": c.DLQ, "deliveries": c.Deliveries, "keys": c.Keys, "defs": c.Defs}
+	for _, st := range []store.RunStatus{store.RunSucceeded, store.RunFailed, store.RunCancelled, store.RunTimedOut} {
+		ids := []string{}
+		err := s.FinishedRuns(ctx, st, func(run *store.Run) (bool, error) {
+			ids = append(ids, run.ID)
+			return true, nil
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		parts["finished "+string(st)] = ids
+	}
 	for id, rc := range c.Runs {
 		parts["run "+id] = rc
 	}
