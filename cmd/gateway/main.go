@@ -48,6 +48,7 @@ Usage:
   gateway worker --config PATH... [flags]       run the items of distributed splits
   gateway runs list|show|events|dag             inspect runs
   gateway runs cancel|replay|approve|reject     cancel, replay, answer an approval step
+  gateway runs delete|prune                     delete runs that ended, or prune them by age
   gateway dlq list|show|replay|delete|purge     work the dead-letter queue
   gateway graph CHAIN                           draw a chain as a Mermaid flowchart
   gateway backup OUT                            write a backup of a store (--server URL or --state URL)
