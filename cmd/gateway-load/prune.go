@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,8 +14,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 )
 
 const pruneUsage = `Usage: gateway-load prune --gateway PATH [flags]
@@ -32,8 +28,8 @@ the deletion took and what it freed.
 
 `
 
-// pruneConfig serves the split and the small chain; DIR is the load's
-// directory and STATE its store.
+// pruneConfig serves the split and the small chain; STATE is the load's
+// store.
 const pruneConfig = `
 [gateway]
 state = "STATE"
@@ -58,19 +54,7 @@ max_concurrency = 256
 name = "echo"
 provider = "echo"
 payload_template = { i = "<<item>>" }
-
-[[chains]]
-name = "small"
-[[chains.steps]]
-name = "one"
-provider = "echo"
-[[chains.steps]]
-name = "two"
-provider = "echo"
-[[chains.steps]]
-name = "three"
-provider = "echo"
-`
+` + smallChain
 
 func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gateway-load prune", flag.ContinueOnError)
@@ -95,22 +79,10 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailed
 	}
 	defer os.RemoveAll(dir)
-	state := "bolt://" + filepath.Join(dir, "gateway.db")
-	var r [6]byte
-	_, _ = rand.Read(r[:])
-	prefix := "chaingate.prune." + hex.EncodeToString(r[:]) + ":"
-	rc := goredis.NewClient(&goredis.Options{Addr: *redisAddr})
-	defer rc.Close()
-	if *kind == "redis" {
-		state = "redis://" + *redisAddr + "/0?allow_volatile=true&prefix=" + prefix
-		defer func() {
-			for it := rc.Scan(context.Background(), 0, prefix+"*", 1000).Iterator(); it.Next(context.Background()); {
-				rc.Unlink(context.Background(), it.Val())
-			}
-		}()
-	}
+	st := newLoadStore(*kind, *redisAddr, dir)
+	defer st.close()
 	cfg := filepath.Join(dir, "load.toml")
-	if err := os.WriteFile(cfg, []byte(strings.NewReplacer("STATE", state, "DIR", dir).Replace(pruneConfig)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(pruneConfig, "STATE", st.url())), 0o644); err != nil {
 		fmt.Fprintln(stderr, "gateway-load prune:", err)
 		return exitFailed
 	}
@@ -134,26 +106,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "gateway-load prune:", err)
 		return exitFailed
 	}
-	size := func() string {
-		if *kind == "bolt" {
-			fi, err := os.Stat(filepath.Join(dir, "gateway.db"))
-			if err != nil {
-				return "?"
-			}
-			return fmt.Sprintf("file %d MiB", fi.Size()>>20)
-		}
-		info, err := rc.Info(ctx, "memory").Result()
-		if err != nil {
-			return "?"
-		}
-		for _, l := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(l, "used_memory_human:"); ok {
-				return "Redis used_memory " + v
-			}
-		}
-		return "?"
-	}
-	fmt.Fprintf(stdout, "a split of %d items ran in %s; %s\n", *items, time.Since(began).Round(time.Millisecond), size())
+	fmt.Fprintf(stdout, "a split of %d items ran in %s; %s\n", *items, time.Since(began).Round(time.Millisecond), st.size(ctx))
 
 	alone := drivePaced(ctx, gw.url, *rate, *duration, nil)
 	var deleted struct {
@@ -188,7 +141,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "gateway-load prune: deleting the split's run:", deleted.err)
 		return exitFailed
 	}
-	fmt.Fprintf(stdout, "deleting its run took %s and freed %s; %s\n", deleted.took.Round(time.Millisecond), deleted.freed, size())
+	fmt.Fprintf(stdout, "deleting its run took %s and freed %s; %s\n", deleted.took.Round(time.Millisecond), deleted.freed, st.size(ctx))
 	for _, ph := range []struct {
 		name string
 		l    latencies

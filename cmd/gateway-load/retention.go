@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -15,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 )
 
 const retentionUsage = `Usage: gateway-load retention --gateway PATH [flags]
@@ -46,19 +42,7 @@ name = "tick"
 chain = "small"
 every = "1s"
 payload = { pad = "PAD" }
-
-[[chains]]
-name = "small"
-[[chains.steps]]
-name = "one"
-provider = "echo"
-[[chains.steps]]
-name = "two"
-provider = "echo"
-[[chains.steps]]
-name = "three"
-provider = "echo"
-`
+` + smallChain
 
 func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gateway-load retention", flag.ContinueOnError)
@@ -85,23 +69,10 @@ func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return exitFailed
 	}
 	defer os.RemoveAll(dir)
-	db := filepath.Join(dir, "gateway.db")
-	state := "bolt://" + db
-	var r [6]byte
-	_, _ = rand.Read(r[:])
-	prefix := "chaingate.retention." + hex.EncodeToString(r[:]) + ":"
-	rc := goredis.NewClient(&goredis.Options{Addr: *redisAddr})
-	defer rc.Close()
-	if *kind == "redis" {
-		state = "redis://" + *redisAddr + "/0?allow_volatile=true&prefix=" + prefix
-		defer func() {
-			for it := rc.Scan(context.Background(), 0, prefix+"*", 1000).Iterator(); it.Next(context.Background()); {
-				rc.Unlink(context.Background(), it.Val())
-			}
-		}()
-	}
+	st := newLoadStore(*kind, *redisAddr, dir)
+	defer st.close()
 	cfg := filepath.Join(dir, "load.toml")
-	text := strings.NewReplacer("STATE", state, "KEEP", *keep, "INTERVAL", *interval, "PAD", strings.Repeat("x", *pad)).Replace(retentionConfig)
+	text := strings.NewReplacer("STATE", st.url(), "KEEP", *keep, "INTERVAL", *interval, "PAD", strings.Repeat("x", *pad)).Replace(retentionConfig)
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		fmt.Fprintln(stderr, "gateway-load retention:", err)
 		return exitFailed
@@ -112,26 +83,6 @@ func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return exitFailed
 	}
 	defer gw.stop()
-	size := func() string {
-		if *kind == "bolt" {
-			fi, err := os.Stat(db)
-			if err != nil {
-				return "?"
-			}
-			return fmt.Sprintf("file %.1f MiB", float64(fi.Size())/(1<<20))
-		}
-		info, err := rc.Info(ctx, "memory").Result()
-		if err != nil {
-			return "?"
-		}
-		for _, l := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
-				n, _ := strconv.ParseFloat(v, 64)
-				return fmt.Sprintf("used_memory %.1f MiB", n/(1<<20))
-			}
-		}
-		return "?"
-	}
 	fmt.Fprintf(stdout, "a run every second with a payload of %d bytes, succeeded runs kept %s, pruned every %s, on %s\n", *pad, *keep, *interval, *kind)
 	start := time.Now()
 	t := time.NewTicker(*every)
@@ -148,7 +99,7 @@ func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return exitFailed
 		}
 		started, pruned := metricSum(gw.url, "chaingate_runs_started_total"), metricSum(gw.url, "chaingate_retention_runs_pruned_total")
-		fmt.Fprintf(stdout, "%6s  runs kept %5d  started %6.0f  pruned %6.0f  %s\n", time.Since(start).Round(time.Second), runs, started, pruned, size())
+		fmt.Fprintf(stdout, "%6s  runs kept %5d  started %6.0f  pruned %6.0f  %s\n", time.Since(start).Round(time.Second), runs, started, pruned, st.size(ctx))
 	}
 	return exitOK
 }
