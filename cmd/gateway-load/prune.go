@@ -23,8 +23,8 @@ serves a gateway on a fresh store (--store bolt, or redis), runs one split
 of --items items to its end, then starts runs of a three-step chain at
 --rate a second for --duration and records how long each took from POST to
 its end: once alone, once while the split's run is deleted (DELETE
-/v1/runs/ID) at the start of the window. It prints both latencies, how long
-the deletion took and what it freed.
+/v1/runs/ID) at the start of the window, and once after. It prints the
+latencies, how long the deletion took and what it freed.
 
 `
 
@@ -142,10 +142,11 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailed
 	}
 	fmt.Fprintf(stdout, "deleting its run took %s and freed %s; %s\n", deleted.took.Round(time.Millisecond), deleted.freed, st.size(ctx))
+	after := drivePaced(ctx, gw.url, *rate, *duration, nil)
 	for _, ph := range []struct {
 		name string
 		l    latencies
-	}{{"alone", alone}, {"while deleting", during}} {
+	}{{"alone", alone}, {"while deleting", during}, {"after", after}} {
 		fmt.Fprintf(stdout, "%-15s %d runs of 3 steps at %d/s: POST to end p50 %s  p99 %s  max %s  (%d failed)\n",
 			ph.name, len(ph.l.ok), *rate, ms(ph.l.pct(50)), ms(ph.l.pct(99)), ms(ph.l.pct(100)), ph.l.failed)
 	}

@@ -138,6 +138,14 @@ type commitReq struct {
 	b    *store.Batch
 	enc  encodedBatch
 	done chan error
+	// purge, set instead of b, deletes up to deleteChunk records of this
+	// deleted run's, in the transaction of the commits waiting with it:
+	// a large run goes without an fsync of its own for each chunk.
+	purge string
+	// purged is what the chunk deleted, and purgedAll whether it was the
+	// last of them.
+	purged    store.Freed
+	purgedAll bool
 }
 
 // encodedBatch is a batch marshalled by the committing goroutine, so JSON
@@ -407,6 +415,10 @@ func (s *Store) apply(group []*commitReq) {
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		apart := false
 		for i, r := range group {
+			if r.purge != "" {
+				results[i] = purgeChunk(tx, r)
+				continue
+			}
 			results[i] = s.applyOne(tx, r, pending)
 			apart = apart || results[i] == nil && (r.enc.payload != nil || len(r.enc.bodies) > 0)
 		}
@@ -421,6 +433,9 @@ func (s *Store) apply(group []*commitReq) {
 	}
 	if err == nil {
 		for _, r := range group {
+			if r.purge != "" {
+				continue
+			}
 			id := r.b.Run.ID
 			if seq, ok := pending[id]; ok {
 				if r.b.Run.Status.Final() {
@@ -432,9 +447,12 @@ func (s *Store) apply(group []*commitReq) {
 		}
 	}
 	for i, r := range group {
-		if err != nil {
+		switch {
+		case err != nil && r.purge != "":
+			r.done <- fmt.Errorf("deleting records of run %s: %w", r.purge, err)
+		case err != nil:
 			r.done <- fmt.Errorf("committing run %s: %w", r.b.Run.ID, err)
-		} else {
+		default:
 			r.done <- results[i]
 		}
 		s.written += r.enc.size()

@@ -220,32 +220,26 @@ func deleteIndexEntry(tx *bbolt.Tx, id string) error {
 }
 
 // purgeRecords deletes a deleted run's step records and events, a chunk
-// per transaction, and then its mark in the deleting bucket.
+// at a time through the writer, and then its mark in the deleting bucket.
 func (s *Store) purgeRecords(ctx context.Context, id string) (store.Freed, error) {
 	var freed store.Freed
-	prefix := runKey(id, 0, nil)[:len(id)+1]
 	for {
-		done := false
-		var chunk store.Freed
-		err := s.update(func(tx *bbolt.Tx) error {
-			chunk = store.Freed{}
-			c := tx.Bucket(bucketRuns).Cursor()
-			k, v := c.Seek(prefix)
-			for ; k != nil && bytes.HasPrefix(k, prefix) && chunk.Records < deleteChunk; k, v = c.Seek(prefix) {
-				chunk.Records++
-				chunk.Bytes += int64(len(k) + len(v))
-				if err := c.Delete(); err != nil {
-					return err
-				}
-			}
-			if k == nil || !bytes.HasPrefix(k, prefix) {
-				done = true
-				return tx.Bucket(bucketDeleting).Delete([]byte(id))
-			}
-			return nil
-		})
-		freed.Add(chunk)
-		if err != nil || done {
+		req := &commitReq{purge: id, done: make(chan error, 1)}
+		s.mu.RLock()
+		if s.closed {
+			s.mu.RUnlock()
+			return freed, store.ErrClosed
+		}
+		select {
+		case s.reqs <- req:
+		case <-ctx.Done():
+			s.mu.RUnlock()
+			return freed, ctx.Err()
+		}
+		s.mu.RUnlock()
+		err := <-req.done
+		freed.Add(req.purged)
+		if err != nil || req.purgedAll {
 			return freed, err
 		}
 		select {
@@ -254,6 +248,26 @@ func (s *Store) purgeRecords(ctx context.Context, id string) (store.Freed, error
 		case <-time.After(deletePause):
 		}
 	}
+}
+
+// purgeChunk deletes up to deleteChunk records of a deleted run, and its
+// mark once none is left.
+func purgeChunk(tx *bbolt.Tx, r *commitReq) error {
+	prefix := runKey(r.purge, 0, nil)[:len(r.purge)+1]
+	c := tx.Bucket(bucketRuns).Cursor()
+	k, v := c.Seek(prefix)
+	for ; k != nil && bytes.HasPrefix(k, prefix) && r.purged.Records < deleteChunk; k, v = c.Seek(prefix) {
+		r.purged.Records++
+		r.purged.Bytes += int64(len(k) + len(v))
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	if k == nil || !bytes.HasPrefix(k, prefix) {
+		r.purgedAll = true
+		return tx.Bucket(bucketDeleting).Delete([]byte(r.purge))
+	}
+	return nil
 }
 
 // finishDeletes purges the records of runs whose deletion a gateway began
