@@ -82,6 +82,16 @@ type Options struct {
 	// splits (`gateway worker`): it has no store of its own, State is not
 	// opened, and Store and Engine are those of the items' runs.
 	ItemsOnly bool
+
+	// What `gateway test` replaces. Store, when set, is used in place of
+	// the one State names, and closed with the gateway. Secrets, when not
+	// nil, are the secret values in place of the environment's and
+	// secrets_file's. Providers wraps the resolver steps call providers
+	// through. Clock is the engine's (engine.Options.Clock).
+	Store     store.Store
+	Secrets   map[string]string
+	Providers func(engine.ProviderResolver) engine.ProviderResolver
+	Clock     engine.Clock
 }
 
 // Gateway is a running gateway.
@@ -123,9 +133,12 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg := opts.Config
-	secretVals, red, err := openSecrets(ctx, cfg)
-	if err != nil {
-		return nil, err
+	secretVals, red := opts.Secrets, secrets.NewRedactor(opts.Secrets)
+	var err error
+	if secretVals == nil {
+		if secretVals, red, err = openSecrets(ctx, cfg); err != nil {
+			return nil, err
+		}
 	}
 	log := slog.New(red.Handler(opts.Logger.Handler()))
 	if opts.ItemsOnly && cfg.Gateway.Fanout == nil {
@@ -160,7 +173,10 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		}
 	}
 	st, file := itemStore, ""
-	if !opts.ItemsOnly {
+	switch {
+	case opts.Store != nil:
+		st = opts.Store
+	case !opts.ItemsOnly:
 		if st, file, err = openState(ctx, cfg, opts, secretVals, log); err != nil {
 			return nil, errors.Join(err, closeFanout())
 		}
@@ -177,10 +193,15 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	pm := host.NewManager(host.Options{Executable: opts.Executable, Logger: log.With("component", "plugins")})
 	lim := limits.New(log.With("component", "limits"))
 	lim.Configure(limitPolicies(cfg))
+	var res engine.ProviderResolver = &resolver{m: pm, limits: lim, first: map[string]host.Spec{}, secrets: secretVals, redactor: red}
+	if opts.Providers != nil {
+		res = opts.Providers(res)
+	}
 	eopts := engine.Options{
 		Store:       st,
 		Config:      cfg,
-		Providers:   &resolver{m: pm, limits: lim, first: map[string]host.Spec{}, secrets: secretVals, redactor: red},
+		Providers:   res,
+		Clock:       opts.Clock,
 		LoadOptions: LoadOptions(),
 		Limits:      cfg.Gateway.Limits,
 		LeaseTTL:    time.Duration(cfg.Gateway.LeaseTTLSeconds) * time.Second,

@@ -205,24 +205,11 @@ func (s *Server) fire(w http.ResponseWriter, r *http.Request, tr *chain.Trigger,
 			return
 		}
 	}
-	doc, err := engine.DecodeJSON(body)
+	in, err := newInbound(tr, body, r.Header, sig, map[string]string{"trigger": tr.Name, "remote_addr": r.RemoteAddr, "user_agent": r.UserAgent()})
 	if err != nil {
 		s.gw.door.Delivered(tr.Name, OutcomeRefused)
-		s.writeError(w, r, badRequest("invalid_json", "the request body must be one JSON value: %v", err))
+		s.writeError(w, r, err)
 		return
-	}
-	in := &inbound{tr: tr, doc: doc, key: sig, meta: map[string]string{"trigger": tr.Name, "remote_addr": r.RemoteAddr, "user_agent": r.UserAgent()}}
-	if tr.Type.Alerts() {
-		if err := checkAlertGroup(tr, doc); err != nil {
-			s.gw.door.Delivered(tr.Name, OutcomeRefused)
-			s.writeError(w, r, err)
-			return
-		}
-	} else {
-		in.headers = webhookHeaders(r.Header)
-		if sig == "" {
-			in.key = r.Header.Get("Idempotency-Key")
-		}
 	}
 	// What the sender brought is taken whether or not it waits for the
 	// answer.
@@ -242,6 +229,43 @@ func (s *Server) fire(w http.ResponseWriter, r *http.Request, tr *chain.Trigger,
 		w.Header().Set("Retry-After", "5")
 	}
 	writeJSON(w, code, resp)
+}
+
+// newInbound is a delivery as the door works it, or the error that
+// refuses it.
+func newInbound(tr *chain.Trigger, body []byte, h http.Header, sig string, meta map[string]string) (*inbound, error) {
+	doc, err := engine.DecodeJSON(body)
+	if err != nil {
+		return nil, badRequest("invalid_json", "the request body must be one JSON value: %v", err)
+	}
+	in := &inbound{tr: tr, doc: doc, key: sig, meta: meta}
+	if tr.Type.Alerts() {
+		if err := checkAlertGroup(tr, doc); err != nil {
+			return nil, err
+		}
+	} else {
+		in.headers = webhookHeaders(h)
+		if sig == "" {
+			in.key = h.Get("Idempotency-Key")
+		}
+	}
+	return in, nil
+}
+
+// Deliver hands a trigger's delivery to the door as if it had arrived
+// with those headers and passed the trigger's authentication, and returns
+// what the door did, once every run it started is created: what `gateway
+// test` runs a request fixture through.
+func (gw *Gateway) Deliver(ctx context.Context, trigger string, body []byte, h http.Header) (TriggerResponse, error) {
+	tr := gw.Config.Triggers[trigger]
+	if tr == nil {
+		return TriggerResponse{}, fmt.Errorf("delivering to trigger %q: no such trigger", trigger)
+	}
+	in, err := newInbound(tr, body, h, "", map[string]string{"trigger": tr.Name})
+	if err != nil {
+		return TriggerResponse{}, fmt.Errorf("delivering to trigger %q: %w", trigger, err)
+	}
+	return gw.deliver(ctx, in, time.Time{}), nil
 }
 
 // webhookHeaders are a webhook's headers as its mappings read them: the

@@ -164,11 +164,7 @@ func (e *Engine) Signal(ctx context.Context, runID, step, decision, comment stri
 	}
 	if r := e.active(runID); r != nil {
 		// Its runner reads the answer now rather than at its next poll.
-		select {
-		case r.inbox <- outcome{do: func(*runner) {}}:
-		case <-r.done:
-		case <-ctx.Done():
-		}
+		e.post(r, outcome{do: func(*runner) {}}, ctx)
 	}
 	if first != nil {
 		return nil, refuse(first, d.At)
@@ -367,7 +363,7 @@ func (r *runner) decide(q *seq, s *chain.Step, rec *store.StepRecord, d *Decisio
 	if d.Decision == chain.DecisionReject && (s.Approval == nil || s.Approval.OnReject != "continue") {
 		rec.Status = store.StepFailed
 		rec.Error = &store.ErrorInfo{Message: text, Code: "rejected"}
-		rec.FinishedAt = time.Now().UTC()
+		rec.FinishedAt = r.e.clock.Now().UTC()
 		r.put(rec)
 		value, _ := parseJSON(body)
 		r.setStepVar(q, rec, value)
@@ -376,7 +372,7 @@ func (r *runner) decide(q *seq, s *chain.Step, rec *store.StepRecord, d *Decisio
 	}
 	rec.Status = store.StepSucceeded
 	rec.Error = nil
-	rec.FinishedAt = time.Now().UTC()
+	rec.FinishedAt = r.e.clock.Now().UTC()
 	r.put(rec)
 	value, _ := parseJSON(body)
 	r.setStepVar(q, rec, value)

@@ -112,7 +112,9 @@ func (r *runner) prepareChild(now time.Time, q *seq, s *chain.Step, rec *store.S
 // startChild creates and starts the child run.
 func (r *runner) startChild(ctx context.Context, l launch) {
 	parent := ParentRef{Run: r.run.ID, Step: l.key}
+	r.e.act.Begin()
 	go func() {
+		defer r.e.act.End()
 		_, err := r.e.startRun(ctx, r.cfg, l.child.chain, Input{Payload: l.child.input}, l.child.id, &parent, l.child.deadline)
 		if errors.Is(err, store.ErrExists) || errors.Is(err, ErrClosed) {
 			// Created before a restart, it reports when it ends; or the
@@ -120,10 +122,7 @@ func (r *runner) startChild(ctx context.Context, l launch) {
 			return
 		}
 		if err != nil {
-			select {
-			case r.inbox <- outcome{key: l.key, attempt: -1, err: err}:
-			case <-r.done:
-			}
+			r.e.post(r, outcome{key: l.key, attempt: -1, err: err}, nil)
 		}
 	}()
 }
@@ -146,17 +145,16 @@ func (r *runner) pollChild(now time.Time, rec *store.StepRecord) {
 		return
 	}
 	key, id := rec.Key, rec.Child
+	r.e.act.Begin()
 	go func() {
+		defer r.e.act.End()
 		ctx, cancel := context.WithTimeout(context.Background(), childPoll)
 		defer cancel()
 		child, err := r.e.childRun(ctx, id)
 		if err != nil || !child.Status.Final() {
 			return
 		}
-		select {
-		case r.inbox <- outcome{key: key, attempt: -1, child: child}:
-		case <-r.done:
-		}
+		r.e.post(r, outcome{key: key, attempt: -1, child: child}, nil)
 	}()
 }
 
@@ -212,7 +210,7 @@ func (r *runner) childResult(q *seq, rec *store.StepRecord, child *store.Run) {
 	}
 	rec.Status = store.StepSucceeded
 	rec.Body = body
-	rec.FinishedAt = time.Now().UTC()
+	rec.FinishedAt = r.e.clock.Now().UTC()
 	r.put(rec)
 	r.setStepVar(q, rec, decodeJSON(body))
 	if !q.inItem() {

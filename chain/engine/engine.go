@@ -96,6 +96,9 @@ type Options struct {
 	Observer Observer
 	// Fanout, when set, is where distributed splits hand their items.
 	Fanout Fanout
+	// Clock is what runs read the time from and wait on; default the
+	// system's.
+	Clock Clock
 }
 
 // Observer watches provider calls. Its methods run on whichever goroutine
@@ -150,6 +153,8 @@ type Engine struct {
 	stopKeeper chan struct{}
 	keeperDone chan struct{}
 
+	clock Clock
+	act   Activity
 	// now is the clock answers to approval steps are timed by.
 	now       func() time.Time
 	approvals approvalCounts
@@ -197,6 +202,13 @@ func New(opts Options) (*Engine, error) {
 	if opts.Linger <= 0 {
 		opts.Linger = DefaultRunLinger
 	}
+	if opts.Clock == nil {
+		opts.Clock = SystemClock{}
+	}
+	act, ok := opts.Clock.(Activity)
+	if !ok {
+		act = noActivity{}
+	}
 	secretVals := make(map[string]any, len(opts.Secrets))
 	for k, v := range opts.Secrets {
 		secretVals[k] = v
@@ -224,7 +236,9 @@ func New(opts Options) (*Engine, error) {
 		fanout:     opts.Fanout,
 		sources:    map[string][]byte{},
 		defs:       map[string]*chain.Config{},
-		now:        time.Now,
+		clock:      opts.Clock,
+		act:        act,
+		now:        opts.Clock.Now,
 	}
 	e.cfgPtr.Store(opts.Config)
 	go e.keepLeases()
@@ -337,7 +351,7 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 			}
 		}
 	}
-	now := time.Now().UTC()
+	now := e.clock.Now().UTC()
 	originID := in.OriginID
 	if originID == "" {
 		originID = id
@@ -750,8 +764,10 @@ func (e *Engine) forget(r *runner) {
 
 func (e *Engine) launch(r *runner) {
 	e.wg.Add(1)
+	e.act.Begin()
 	go func() {
 		defer e.wg.Done()
+		defer e.act.End()
 		r.loop()
 		if r.run.Status.Final() && r.run.ParentRun != "" {
 			e.notifyParent(r.run, r.top.result)
@@ -772,11 +788,26 @@ func (e *Engine) notifyParent(child *store.Run, result json.RawMessage) {
 		if snapshot.Status == store.RunSucceeded {
 			snapshot.Body = result
 		}
-		select {
-		case p.inbox <- outcome{key: child.ParentStep, attempt: -1, child: &snapshot}:
-		case <-p.done:
-		}
+		e.post(p, outcome{key: child.ParentStep, attempt: -1, child: &snapshot}, nil)
 	}
+}
+
+// post hands o to the goroutine of run p, unless p stops or ctx ends
+// first (a nil ctx never does); it reports whether p took it.
+func (e *Engine) post(p *runner, o outcome, ctx context.Context) bool {
+	var cancelled <-chan struct{}
+	if ctx != nil {
+		cancelled = ctx.Done()
+	}
+	e.act.Begin()
+	select {
+	case p.inbox <- o:
+		return true
+	case <-p.done:
+	case <-cancelled:
+	}
+	e.act.End()
+	return false
 }
 
 func (e *Engine) active(id string) *runner {
@@ -822,10 +853,13 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 	if r == nil {
 		return e.CancelStored(ctx, id)
 	}
+	e.act.Begin()
 	select {
 	case r.cancelReq <- by(ctx):
 	case <-r.done:
+		e.act.End()
 	case <-ctx.Done():
+		e.act.End()
 		return ctx.Err()
 	}
 	return nil

@@ -267,10 +267,7 @@ func (f *handedItems) attach(r *runner, sp *split) {
 	}
 	key := sp.key
 	f.h = r.e.fanout.Attach(job, func(n *FanoutNews) {
-		select {
-		case r.inbox <- outcome{key: key, attempt: -1, news: n}:
-		case <-r.done:
-		}
+		r.e.post(r, outcome{key: key, attempt: -1, news: n}, nil)
 	})
 	f.state = FanoutOpen
 }

@@ -284,7 +284,7 @@ func (r *runner) finishGroup(g *group, status store.StepStatus, msg string) {
 	rec := g.rec
 	rec.Status = status
 	rec.Body = body.Bytes()
-	rec.FinishedAt = time.Now().UTC()
+	rec.FinishedAt = r.e.clock.Now().UTC()
 	rec.Error = nil
 	typ := store.EventStepSucceeded
 	if status != store.StepSucceeded {

@@ -26,8 +26,7 @@ func (e *Engine) Note(ctx context.Context, runID, msg string, data json.RawMessa
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
 		if r := e.active(runID); r != nil {
 			taken := make(chan struct{})
-			select {
-			case r.inbox <- outcome{do: func(r *runner) { r.note(msg, data); close(taken) }}:
+			if e.post(r, outcome{do: func(r *runner) { r.note(msg, data); close(taken) }}, ctx) {
 				select {
 				case <-taken:
 					return nil
@@ -36,8 +35,7 @@ func (e *Engine) Note(ctx context.Context, runID, msg string, data json.RawMessa
 				case <-ctx.Done():
 					return fmt.Errorf("%s: %w", what, ctx.Err())
 				}
-			case <-r.done:
-			case <-ctx.Done():
+			} else if ctx.Err() != nil {
 				return fmt.Errorf("%s: %w", what, ctx.Err())
 			}
 		}
@@ -81,7 +79,7 @@ func (e *Engine) noteStored(ctx context.Context, runID, msg string, data json.Ra
 		return err
 	}
 	run.Seq++
-	ev := store.Event{RunID: run.ID, Chain: run.Chain, Seq: run.Seq, Time: time.Now().UTC(), Type: store.EventNote, Message: msg, Data: data}
+	ev := store.Event{RunID: run.ID, Chain: run.Chain, Seq: run.Seq, Time: e.clock.Now().UTC(), Type: store.EventNote, Message: msg, Data: data}
 	if err := e.store.Commit(ctx, &store.Batch{Run: run, Events: []store.Event{ev}, Lease: &lease}); err != nil {
 		return err
 	}

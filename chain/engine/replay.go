@@ -257,7 +257,7 @@ func (e *Engine) resumeFrom(ctx context.Context, runID, step, entryID string, cu
 		def, s = cur, cur.Step(top)
 	}
 
-	now := time.Now().UTC()
+	now := e.clock.Now().UTC()
 	if def.TimeoutSeconds > 0 {
 		run.Deadline = now.Add(time.Duration(def.TimeoutSeconds) * time.Second)
 	}

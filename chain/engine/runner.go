@@ -305,14 +305,14 @@ func (r *runner) loop() {
 	go r.committer(ctx)
 	defer close(r.toCommit)
 	defer r.contain()
-	timer := time.NewTimer(time.Hour)
+	timer := r.e.clock.NewTimer()
 	defer timer.Stop()
 
 	drainReq := r.drainReq
 	defer r.detach()
 	for {
 		if !r.draining {
-			for _, l := range r.advance(time.Now()) {
+			for _, l := range r.advance(r.e.clock.Now()) {
 				if l.batch == 0 {
 					r.start(ctx, l)
 				} else {
@@ -320,7 +320,7 @@ func (r *runner) loop() {
 				}
 			}
 		}
-		r.handOff(time.Now())
+		r.handOff(r.e.clock.Now())
 		if r.committing == nil && (r.run.Status.Final() || (r.draining && !r.hasCalls())) {
 			return
 		}
@@ -331,9 +331,12 @@ func (r *runner) loop() {
 			at = r.lingerUntil
 		}
 		if !at.IsZero() && !r.run.Status.Final() {
-			timer.Reset(time.Until(at))
-			wake = timer.C
+			timer.Set(at)
+			wake = timer.C()
 		}
+		// Waiting, this goroutine holds no unit of activity; what wakes it
+		// (a message, an ack, the timer) hands it the unit it carries.
+		r.e.act.End()
 		select {
 		case c := <-r.acks:
 			if !r.acked(ctx, c) {
@@ -346,6 +349,7 @@ func (r *runner) loop() {
 		case who := <-r.cancelReq:
 			r.finishRun(store.RunCancelled, &store.ErrorInfo{Message: "run cancelled" + who, Code: "cancelled"})
 		case <-drainReq:
+			r.e.act.Begin()
 			r.draining = true
 			// Their intent is written; they go out on resume.
 			for _, l := range r.waiting {
@@ -354,11 +358,13 @@ func (r *runner) loop() {
 			r.waiting = nil
 			drainReq = nil
 		case <-r.stopReq:
+			r.e.act.Begin()
 			// The engine is closing, or the run was taken over: in-flight
 			// calls are abandoned and will be dispatched again, with the
 			// same dedup key, on resume. A commit under way is let finish.
 			if r.committing != nil {
 				<-r.acks
+				r.e.act.End()
 			}
 			r.leaseMu.Lock()
 			lost := r.leaseLost
@@ -370,11 +376,8 @@ func (r *runner) loop() {
 			r.flushResults()
 			return
 		}
-		if wake != nil && !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+		if wake != nil {
+			timer.Stop()
 		}
 	}
 }
@@ -446,6 +449,7 @@ func (r *runner) handOff(now time.Time) {
 	}
 	r.lingerUntil = time.Time{}
 	r.committing = r.takeBatch()
+	r.e.act.Begin()
 	r.toCommit <- r.committing
 }
 
@@ -544,6 +548,8 @@ func (r *runner) drainInbox() {
 	for {
 		select {
 		case o := <-r.inbox:
+			// This goroutine holds a unit already.
+			r.e.act.End()
 			r.receive(o)
 		default:
 			return
@@ -574,8 +580,11 @@ func (r *runner) start(ctx context.Context, l launch) {
 		r.startChild(ctx, l)
 		return
 	}
-	cctx, cancel := context.WithDeadline(ctx, l.deadline)
+	// The clock may not be the system's: the call's context gets as long
+	// as the clock leaves it.
+	cctx, cancel := context.WithTimeout(ctx, l.deadline.Sub(r.e.clock.Now()))
 	l.fl.cancel = cancel
+	r.e.act.Begin()
 	obs := r.e.observer
 	obs.CallStarted(l.provider)
 	began := time.Now()
@@ -584,12 +593,13 @@ func (r *runner) start(ctx context.Context, l launch) {
 		o := outcome{key: l.key, attempt: l.req.Attempt, body: resp.Body, err: err, timeout: l.timeout}
 		// The plugin enforces the same deadline and may answer a moment
 		// before this side's timer fires, so the clock decides too.
-		if err != nil && (errors.Is(cctx.Err(), context.DeadlineExceeded) || !time.Now().Before(l.deadline)) {
+		if err != nil && (errors.Is(cctx.Err(), context.DeadlineExceeded) || !r.e.clock.Now().Before(l.deadline)) {
 			o.timedOut = true
 		}
 		cancel()
 		// done may run on the goroutine that reads a plugin's answers for
 		// every run, or on this runner's own: it waits for neither.
+		// The outcome carries the call's unit of activity.
 		select {
 		case r.inbox <- o:
 		default:
@@ -597,6 +607,7 @@ func (r *runner) start(ctx context.Context, l launch) {
 				select {
 				case r.inbox <- o:
 				case <-r.done:
+					r.e.act.End()
 				}
 			}()
 		}
@@ -620,7 +631,7 @@ type starter interface {
 func (r *runner) event(typ store.EventType, step string, attempt int, msg string) {
 	r.run.Seq++
 	r.events = append(r.events, store.Event{
-		RunID: r.run.ID, Chain: r.run.Chain, Seq: r.run.Seq, Time: time.Now().UTC(), Type: typ, Step: step, Attempt: attempt, Message: msg,
+		RunID: r.run.ID, Chain: r.run.Chain, Seq: r.run.Seq, Time: r.e.clock.Now().UTC(), Type: typ, Step: step, Attempt: attempt, Message: msg,
 	})
 }
 
@@ -652,7 +663,7 @@ func (r *runner) hasChanges() bool {
 // takeBatch snapshots the pending batch and starts a new one. Records are
 // copied because the run keeps changing them while the copy is written.
 func (r *runner) takeBatch() *commit {
-	r.run.UpdatedAt = time.Now().UTC()
+	r.run.UpdatedAt = r.e.clock.Now().UTC()
 	run := *r.run
 	run.Path = append([]string(nil), r.run.Path...)
 	b := &store.Batch{Run: &run, Events: r.events, DLQ: r.dlq, Steps: make([]*store.StepRecord, 0, len(r.order))}
@@ -856,7 +867,7 @@ func (r *runner) finishRun(status store.RunStatus, errInfo *store.ErrorInfo) {
 	clear(r.groups)
 	clear(r.owner)
 	clear(r.splits)
-	now := time.Now().UTC()
+	now := r.e.clock.Now().UTC()
 	r.endedAt = r.run.Cursor
 	if c := r.run.Cursor; c != "" && !r.onWorker() && !slices.Contains(r.top.path, c) && (status == store.RunCancelled || status == store.RunTimedOut) {
 		// The step the run was stopped at is where its path ends; a step

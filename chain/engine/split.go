@@ -339,7 +339,7 @@ func (r *runner) startItem(sp *split, i int) *seq {
 func (r *runner) endItem(q *seq, status store.StepStatus, result json.RawMessage, info *store.ErrorInfo) {
 	sp := q.split
 	q.status, q.err = status, info
-	rec := &store.StepRecord{Key: sp.itemKey(q.index), Name: sp.step.Name, Status: status, FinishedAt: time.Now().UTC()}
+	rec := &store.StepRecord{Key: sp.itemKey(q.index), Name: sp.step.Name, Status: status, FinishedAt: r.e.clock.Now().UTC()}
 	st := sp.rec.Split
 	switch status {
 	case store.StepSucceeded:
@@ -472,7 +472,7 @@ func (r *runner) joinSplit(sp *split) {
 	rec := sp.rec
 	rec.Status = store.StepSucceeded
 	rec.Body = buf.Bytes()
-	rec.FinishedAt = time.Now().UTC()
+	rec.FinishedAt = r.e.clock.Now().UTC()
 	r.put(rec)
 	delete(r.splits, sp.key)
 	sp.place.stop(r, sp, store.StepSucceeded)
@@ -503,7 +503,7 @@ func (r *runner) finishSplit(sp *split, status store.StepStatus, msg string) {
 		code, typ = "timeout", store.EventStepTimedOut
 	}
 	rec.Error = &store.ErrorInfo{Message: msg, Code: code}
-	rec.FinishedAt = time.Now().UTC()
+	rec.FinishedAt = r.e.clock.Now().UTC()
 	r.put(rec)
 	r.setStepVar(sp.owner, rec, decodeJSON(rec.Body))
 	r.event(typ, sp.key, rec.Attempts, msg)

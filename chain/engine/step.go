@@ -218,7 +218,7 @@ func (r *runner) handle(o outcome) {
 	q := r.seqFor(rec.Key)
 	defer r.stepChanged(rec)
 	s := r.def.Step(rec.Name)
-	now := time.Now().UTC()
+	now := r.e.clock.Now().UTC()
 	if o.err == nil {
 		body := o.body
 		if len(body) == 0 {
@@ -298,7 +298,7 @@ func errorInfo(o outcome) *store.ErrorInfo {
 func (r *runner) finishStep(q *seq, rec *store.StepRecord, status store.StepStatus, info *store.ErrorInfo) {
 	rec.Status = status
 	rec.Error = info
-	rec.FinishedAt = time.Now().UTC()
+	rec.FinishedAt = r.e.clock.Now().UTC()
 	r.put(rec)
 	r.setStepVar(q, rec, nil)
 	typ := store.EventStepFailed
@@ -324,7 +324,7 @@ func (r *runner) abandon(rec *store.StepRecord, status store.StepStatus, msg str
 	}
 	rec.Status = status
 	rec.Error = &store.ErrorInfo{Message: msg, Code: string(status)}
-	rec.FinishedAt = time.Now().UTC()
+	rec.FinishedAt = r.e.clock.Now().UTC()
 	r.put(rec)
 	r.setStepVar(r.seqFor(rec.Key), rec, nil)
 	typ := store.EventStepCancelled
@@ -361,7 +361,7 @@ func (r *runner) deadLetter(rec *store.StepRecord) string {
 		Error:     info,
 		Attempts:  rec.Attempts,
 		Payload:   r.payloads[rec.Key],
-		CreatedAt: time.Now().UTC(),
+		CreatedAt: r.e.clock.Now().UTC(),
 	}
 	r.dlq = append(r.dlq, entry)
 	r.event(store.EventDeadLettered, rec.Key, rec.Attempts, "dead-letter entry "+entry.ID)

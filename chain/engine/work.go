@@ -135,8 +135,10 @@ func (e *Engine) Work(ws *WorkSplit, sink WorkSink, opts WorkOptions) (*ItemRunn
 		return nil, ErrClosed
 	}
 	e.wg.Add(1)
+	e.act.Begin()
 	go func() {
 		defer e.wg.Done()
+		defer e.act.End()
 		r.loop()
 		e.removeWorker(r)
 	}()
@@ -145,12 +147,10 @@ func (e *Engine) Work(ws *WorkSplit, sink WorkSink, opts WorkOptions) (*ItemRunn
 
 // Add hands items to the runner. Items it runs already are left alone.
 func (w *ItemRunner) Add(items []WorkItem) error {
-	select {
-	case w.r.inbox <- outcome{do: func(r *runner) { w.w.take(r, items) }}:
+	if w.r.e.post(w.r, outcome{do: func(r *runner) { w.w.take(r, items) }}, nil) {
 		return nil
-	case <-w.r.done:
-		return w.Err()
 	}
+	return w.Err()
 }
 
 // Cancel drops every item: the split is over. Each is reported to Finished
@@ -159,9 +159,11 @@ func (w *ItemRunner) Cancel() {
 	w.w.over.Store(true)
 	// Were the inbox full, the runner drops what it holds when it next
 	// advances all the same.
+	w.r.e.act.Begin()
 	select {
 	case w.r.inbox <- outcome{do: func(r *runner) { w.w.drop(r, w.w.heldItems()) }}:
 	default:
+		w.r.e.act.End()
 	}
 }
 
@@ -169,10 +171,7 @@ func (w *ItemRunner) Cancel() {
 // flight and recording nothing more for them: this worker no longer holds
 // them. Each is reported to Finished as dropped.
 func (w *ItemRunner) Drop(indexes []int) {
-	select {
-	case w.r.inbox <- outcome{do: func(r *runner) { w.w.drop(r, indexes) }}:
-	case <-w.r.done:
-	}
+	w.r.e.post(w.r, outcome{do: func(r *runner) { w.w.drop(r, indexes) }}, nil)
 }
 
 // Close stops the runner; items not finished are left unrecorded.

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -39,7 +40,8 @@ type Options struct {
 }
 
 // Load reads every path (a file, or a directory whose *.toml files are read
-// in name order) as one config. A config with errors returns a *ConfigError
+// in name order, but for the *_test.toml files of `gateway test`) as one
+// config. A config with errors returns a *ConfigError
 // listing all of them.
 func Load(paths []string, opts Options) (*chain.Config, error) {
 	files, err := expandPaths(paths)
@@ -82,6 +84,7 @@ func expandPaths(paths []string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listing config directory %s: %w", p, err)
 		}
+		matches = slices.DeleteFunc(matches, func(f string) bool { return strings.HasSuffix(f, "_test.toml") })
 		if len(matches) == 0 {
 			return nil, fmt.Errorf("loading config: directory %s holds no *.toml file", p)
 		}

@@ -371,3 +371,8 @@ func (s *posScanner) multiline(delim string, escapes bool) {
 		s.advance()
 	}
 }
+
+// ScanPositions records the line and column of every key, table header and
+// array element of a TOML document that parses, by data path, for files
+// other than configs (test files) to place their problems.
+func ScanPositions(src string) chain.Positions { return scanPositions(src) }
