@@ -1,7 +1,8 @@
 // Package store defines how runs, their step records, event logs and
 // dead-letter entries are persisted. Implementations live in sub-packages
-// (bolt, the embedded default; redis, shared between gateways) and all pass
-// the conformance suite in package storetest.
+// (bolt, the embedded default; redis, shared between gateways; memory, in
+// the process, for `gateway test`) and all pass the conformance suite in
+// package storetest.
 //
 // It is the gateway's own package, with no compatibility promise.
 package store
