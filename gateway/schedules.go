@@ -170,7 +170,7 @@ func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time
 			return f, false
 		}
 	}
-	in, err := scheduleInput(s, tick)
+	in, err := ScheduleInput(s, tick)
 	if err == nil {
 		f.Run, _, f.Action, err = sc.start(ctx, s, tick, key, in)
 	}
@@ -205,8 +205,8 @@ func (sc *Scheduler) start(ctx context.Context, s *chain.Schedule, tick time.Tim
 	return id, status, "started", nil
 }
 
-// scheduleInput is a tick's run: its payload, and where it came from.
-func scheduleInput(s *chain.Schedule, tick time.Time) (engine.Input, error) {
+// ScheduleInput is a tick's run: its payload, and where it came from.
+func ScheduleInput(s *chain.Schedule, tick time.Time) (engine.Input, error) {
 	at := tick.In(s.Location).Format(time.RFC3339)
 	scope := map[string]any{"name": s.Name, "tick": at, "timezone": s.Location.String()}
 	var payload []byte

@@ -37,35 +37,7 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 			diags = append(diags, src.Key(joinKey(key, r.Key)).Errorf("<<%s>>: no secret %s: %s, or give a default with ??", r.Text, r.Path[0], secretFix(cfg, r.Path[0])))
 		}
 	}
-	for _, name := range cfg.ProviderNames {
-		p := cfg.Providers[name]
-		check(p.Source, "config", p.ConfigTemplate)
-	}
-	var steps func([]*chain.Step)
-	steps = func(list []*chain.Step) {
-		for _, s := range list {
-			check(s.Source, "payload_template", s.Payload)
-			check(s.Source, "input", s.Input)
-			if s.Approval != nil {
-				check(s.Source, "approval.message", s.Approval.Message)
-			}
-			if s.Parallel != nil {
-				steps(s.Parallel.Steps)
-			}
-			if s.Split != nil {
-				check(s.Source, "split.items", s.Split.Items)
-				steps(s.Split.Steps)
-			}
-		}
-	}
-	for _, name := range cfg.ChainNames {
-		steps(cfg.Chains[name].Steps)
-	}
-	for _, name := range cfg.TriggerNames {
-		tr := cfg.Triggers[name]
-		check(tr.Source, "token", tr.Token)
-		check(tr.Source, "secret", tr.Secret)
-	}
+	secretTemplates(cfg, check)
 	auth := cfg.Gateway.Auth
 	for _, t := range append(slices.Clone(auth.Tokens), auth.ReadTokens...) {
 		if t.Secret == "" {
@@ -100,6 +72,59 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 		return nil, &chain.ConfigError{Diagnostics: diags}
 	}
 	return vals, nil
+}
+
+// secretTemplates calls fn with every template of cfg that may read a
+// secret: providers' configs, steps' payloads, inputs, approval messages
+// and split items, and triggers' tokens and secrets.
+func secretTemplates(cfg *chain.Config, fn func(src chain.Source, key string, tpl *templates.Template)) {
+	check := func(src chain.Source, key string, tpl *templates.Template) {
+		if tpl != nil {
+			fn(src, key, tpl)
+		}
+	}
+	for _, name := range cfg.ProviderNames {
+		p := cfg.Providers[name]
+		check(p.Source, "config", p.ConfigTemplate)
+	}
+	var steps func([]*chain.Step)
+	steps = func(list []*chain.Step) {
+		for _, s := range list {
+			check(s.Source, "payload_template", s.Payload)
+			check(s.Source, "input", s.Input)
+			if s.Approval != nil {
+				check(s.Source, "approval.message", s.Approval.Message)
+			}
+			if s.Parallel != nil {
+				steps(s.Parallel.Steps)
+			}
+			if s.Split != nil {
+				check(s.Source, "split.items", s.Split.Items)
+				steps(s.Split.Steps)
+			}
+		}
+	}
+	for _, name := range cfg.ChainNames {
+		steps(cfg.Chains[name].Steps)
+	}
+	for _, name := range cfg.TriggerNames {
+		tr := cfg.Triggers[name]
+		check(tr.Source, "token", tr.Token)
+		check(tr.Source, "secret", tr.Secret)
+	}
+}
+
+// SecretNames lists the secrets cfg's templates read, in order.
+func SecretNames(cfg *chain.Config) []string {
+	seen := map[string]bool{}
+	secretTemplates(cfg, func(_ chain.Source, _ string, tpl *templates.Template) {
+		for _, r := range tpl.Refs() {
+			if r.Root == "secrets" && len(r.Path) > 0 {
+				seen[r.Path[0]] = true
+			}
+		}
+	})
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // openSecrets reads cfg's secrets and checks what serve, run and resume

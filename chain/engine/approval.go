@@ -164,7 +164,7 @@ func (e *Engine) Signal(ctx context.Context, runID, step, decision, comment stri
 	}
 	if r := e.active(runID); r != nil {
 		// Its runner reads the answer now rather than at its next poll.
-		e.post(r, outcome{do: func(*runner) {}}, ctx)
+		r.give(outcome{do: func(*runner) {}}, ctx)
 	}
 	if first != nil {
 		return nil, refuse(first, d.At)

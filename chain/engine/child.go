@@ -122,7 +122,7 @@ func (r *runner) startChild(ctx context.Context, l launch) {
 			return
 		}
 		if err != nil {
-			r.e.post(r, outcome{key: l.key, attempt: -1, err: err}, nil)
+			r.give(outcome{key: l.key, attempt: -1, err: err}, nil)
 		}
 	}()
 }
@@ -154,7 +154,7 @@ func (r *runner) pollChild(now time.Time, rec *store.StepRecord) {
 		if err != nil || !child.Status.Final() {
 			return
 		}
-		r.e.post(r, outcome{key: key, attempt: -1, child: child}, nil)
+		r.give(outcome{key: key, attempt: -1, child: child}, nil)
 	}()
 }
 

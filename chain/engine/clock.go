@@ -56,3 +56,6 @@ type noActivity struct{}
 
 func (noActivity) Begin() {}
 func (noActivity) End()   {}
+
+// Clock is the clock runs read time from.
+func (e *Engine) Clock() Clock { return e.clock }

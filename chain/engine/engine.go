@@ -788,26 +788,8 @@ func (e *Engine) notifyParent(child *store.Run, result json.RawMessage) {
 		if snapshot.Status == store.RunSucceeded {
 			snapshot.Body = result
 		}
-		e.post(p, outcome{key: child.ParentStep, attempt: -1, child: &snapshot}, nil)
+		p.give(outcome{key: child.ParentStep, attempt: -1, child: &snapshot}, nil)
 	}
-}
-
-// post hands o to the goroutine of run p, unless p stops or ctx ends
-// first (a nil ctx never does); it reports whether p took it.
-func (e *Engine) post(p *runner, o outcome, ctx context.Context) bool {
-	var cancelled <-chan struct{}
-	if ctx != nil {
-		cancelled = ctx.Done()
-	}
-	e.act.Begin()
-	select {
-	case p.inbox <- o:
-		return true
-	case <-p.done:
-	case <-cancelled:
-	}
-	e.act.End()
-	return false
 }
 
 func (e *Engine) active(id string) *runner {

@@ -267,7 +267,7 @@ func (f *handedItems) attach(r *runner, sp *split) {
 	}
 	key := sp.key
 	f.h = r.e.fanout.Attach(job, func(n *FanoutNews) {
-		r.e.post(r, outcome{key: key, attempt: -1, news: n}, nil)
+		r.give(outcome{key: key, attempt: -1, news: n}, nil)
 	})
 	f.state = FanoutOpen
 }

@@ -184,3 +184,31 @@ func (e *Engine) itemScope(ctx context.Context, r *runner, runID string, owner *
 	}
 	return q, nil
 }
+
+// ItemValue is item i of the split splitKey of a run this engine advances,
+// as its steps read it (item); ok is false when the run or split is not
+// here. It asks the run's goroutine, so it must not be called from it.
+func (e *Engine) ItemValue(ctx context.Context, runID, splitKey string, i int) (any, bool) {
+	r := e.active(runID)
+	if r == nil {
+		return nil, false
+	}
+	var v any
+	var ok bool
+	done := make(chan struct{})
+	if !r.give(outcome{do: func(r *runner) {
+		defer close(done)
+		if sp := r.splits[splitKey]; sp != nil && i >= 0 && i < sp.total {
+			v, ok = sp.place.value(i), true
+		}
+	}}, ctx) {
+		return nil, false
+	}
+	select {
+	case <-done:
+		return v, ok
+	case <-r.done:
+	case <-ctx.Done():
+	}
+	return nil, false
+}

@@ -26,7 +26,7 @@ func (e *Engine) Note(ctx context.Context, runID, msg string, data json.RawMessa
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
 		if r := e.active(runID); r != nil {
 			taken := make(chan struct{})
-			if e.post(r, outcome{do: func(r *runner) { r.note(msg, data); close(taken) }}, ctx) {
+			if r.give(outcome{do: func(r *runner) { r.note(msg, data); close(taken) }}, ctx) {
 				select {
 				case <-taken:
 					return nil

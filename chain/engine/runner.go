@@ -89,6 +89,14 @@ type runner struct {
 	waitingApproval atomic.Bool
 
 	inbox     chan outcome
+	// acct holds the units of activity (Activity) of the messages given
+	// to inbox and not yet taken; once the run's goroutine has exited they
+	// are ended, and nothing more is given.
+	acct struct {
+		sync.Mutex
+		held   int
+		exited bool
+	}
 	cancelReq chan string // who cancels, as " by WHO"
 	stopReq   chan struct{}
 	done      chan struct{} // closed when the loop has returned
@@ -296,6 +304,7 @@ func (r *runner) stop() {
 
 func (r *runner) loop() {
 	defer close(r.done)
+	defer r.exit()
 	// The run is no longer this engine's, and its lease is back, before
 	// anyone waiting on done acts on it (a replay right after Wait, say).
 	defer r.e.forget(r)
@@ -343,6 +352,7 @@ func (r *runner) loop() {
 				return
 			}
 		case o := <-r.inbox:
+			r.took()
 			r.receive(o)
 			r.drainInbox()
 		case <-wake:
@@ -400,6 +410,7 @@ func (r *runner) contain() {
 	r.log.Error("advancing the run hit a bug; failing the run", "panic", p, "stack", string(debug.Stack()))
 	if r.committing != nil {
 		<-r.acks
+		r.e.act.End()
 		r.committing = nil
 	}
 	defer func() {
@@ -549,6 +560,7 @@ func (r *runner) drainInbox() {
 		select {
 		case o := <-r.inbox:
 			// This goroutine holds a unit already.
+			r.took()
 			r.e.act.End()
 			r.receive(o)
 		default:
@@ -600,16 +612,8 @@ func (r *runner) start(ctx context.Context, l launch) {
 		// done may run on the goroutine that reads a plugin's answers for
 		// every run, or on this runner's own: it waits for neither.
 		// The outcome carries the call's unit of activity.
-		select {
-		case r.inbox <- o:
-		default:
-			go func() {
-				select {
-				case r.inbox <- o:
-				case <-r.done:
-					r.e.act.End()
-				}
-			}()
+		if !r.tryGive(o) {
+			go r.giveHeld(o, nil)
 		}
 	}
 	if s, ok := l.prov.(starter); ok {
@@ -886,4 +890,79 @@ func (r *runner) finishRun(status store.RunStatus, errInfo *store.ErrorInfo) {
 		store.RunTimedOut:  store.EventRunTimedOut,
 	}[status]
 	r.event(evt, "", 0, msg)
+}
+
+// give hands o to the run's goroutine with a unit of activity of its own,
+// unless the run stops or ctx (when not nil) ends first; it reports
+// whether the run took o in.
+func (r *runner) give(o outcome, ctx context.Context) bool {
+	r.e.act.Begin()
+	return r.giveHeld(o, ctx)
+}
+
+// giveHeld is give for a caller that holds the unit o carries.
+func (r *runner) giveHeld(o outcome, ctx context.Context) bool {
+	r.acct.Lock()
+	if r.acct.exited {
+		r.acct.Unlock()
+		r.e.act.End()
+		return false
+	}
+	r.acct.held++
+	r.acct.Unlock()
+	var cancelled <-chan struct{}
+	if ctx != nil {
+		cancelled = ctx.Done()
+	}
+	select {
+	case r.inbox <- o:
+		return true
+	case <-r.done:
+		// The goroutine's exit ended the unit.
+	case <-cancelled:
+		r.acct.Lock()
+		if !r.acct.exited {
+			r.acct.held--
+			r.e.act.End()
+		}
+		r.acct.Unlock()
+	}
+	return false
+}
+
+// tryGive is giveHeld without waiting: it reports false, keeping the unit,
+// when the inbox is full.
+func (r *runner) tryGive(o outcome) bool {
+	r.acct.Lock()
+	defer r.acct.Unlock()
+	if r.acct.exited {
+		r.e.act.End()
+		return true
+	}
+	select {
+	case r.inbox <- o:
+		r.acct.held++
+		return true
+	default:
+		return false
+	}
+}
+
+// took notes a message taken from the inbox: its unit is the goroutine's
+// now.
+func (r *runner) took() {
+	r.acct.Lock()
+	r.acct.held--
+	r.acct.Unlock()
+}
+
+// exit ends the units of the messages the goroutine will never take.
+func (r *runner) exit() {
+	r.acct.Lock()
+	defer r.acct.Unlock()
+	r.acct.exited = true
+	for range r.acct.held {
+		r.e.act.End()
+	}
+	r.acct.held = 0
 }

@@ -147,7 +147,7 @@ func (e *Engine) Work(ws *WorkSplit, sink WorkSink, opts WorkOptions) (*ItemRunn
 
 // Add hands items to the runner. Items it runs already are left alone.
 func (w *ItemRunner) Add(items []WorkItem) error {
-	if w.r.e.post(w.r, outcome{do: func(r *runner) { w.w.take(r, items) }}, nil) {
+	if w.r.give(outcome{do: func(r *runner) { w.w.take(r, items) }}, nil) {
 		return nil
 	}
 	return w.Err()
@@ -171,7 +171,7 @@ func (w *ItemRunner) Cancel() {
 // flight and recording nothing more for them: this worker no longer holds
 // them. Each is reported to Finished as dropped.
 func (w *ItemRunner) Drop(indexes []int) {
-	w.r.e.post(w.r, outcome{do: func(r *runner) { w.w.drop(r, indexes) }}, nil)
+	w.r.give(outcome{do: func(r *runner) { w.w.drop(r, indexes) }}, nil)
 }
 
 // Close stops the runner; items not finished are left unrecorded.

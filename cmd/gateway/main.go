@@ -41,6 +41,7 @@ const usage = `gateway runs incident-response and automation chains described in
 
 Usage:
   gateway validate PATH... [--plugins]          check config files or directories
+  gateway test PATH... [--run RE] [--coverage]  run the chains' test files (*_test.toml), mocked, no side effects
   gateway run CHAIN --config PATH... [flags]    run one chain to completion
   gateway resume --config PATH... [flags]       resume every unfinished run in a store
   gateway cancel RUN_ID [--state PATH]          cancel a run
@@ -88,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	switch args[0] {
+	case "test":
+		return cmdTest(ctx, args[1:], stdout, stderr)
 	case "validate":
 		return cmdValidate(ctx, args[1:], stdout, stderr)
 	case "run":
