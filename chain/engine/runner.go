@@ -88,7 +88,7 @@ type runner struct {
 	askingKey       string
 	waitingApproval atomic.Bool
 
-	inbox     chan outcome
+	inbox chan outcome
 	// acct holds the units of activity (Activity) of the messages given
 	// to inbox and not yet taken; once the run's goroutine has exited they
 	// are ended, and nothing more is given.
