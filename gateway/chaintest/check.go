@@ -8,8 +8,28 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 )
 
-// notRun is the status a case expects of a step that never started.
-const notRun = "not_run"
+// notRun is the status a case expects of a step that never started, and
+// notStarted of a run its start refused.
+const (
+	notRun     = "not_run"
+	notStarted = "not_started"
+)
+
+// checkRefused checks a start that was refused: the case must expect it.
+func checkRefused(c *Case, err error, fail func(chain.Source, string, ...any)) {
+	w := c.Expect.Status
+	if w == nil || w.V != notStarted {
+		src := c.Src
+		if w != nil {
+			src = w.Src
+		}
+		fail(src, "the run was not started: %v", err)
+		return
+	}
+	if e := c.Expect.Error; e != nil && !strings.Contains(err.Error(), e.V) {
+		fail(e.Src, "start refused: expected an error containing %q, got %q", e.V, err.Error())
+	}
+}
 
 // check compares what the case's runs did with what it expects, calling
 // fail once for each expectation not met, at the line it was written.
@@ -24,13 +44,18 @@ func check(c *Case, res *Result, dlq []*store.DLQEntry, fail func(chain.Source, 
 	}
 	runWanted := e.Status != nil || e.Path != nil || e.Error != nil || len(e.Steps) > 0
 	if top == nil {
+		if e.Status != nil && e.Status.V == notStarted {
+			return
+		}
 		if runWanted {
 			fail(c.Src, "no run started, and the case expects one")
 		}
 		return
 	}
 	run := top.Run
-	if w := e.Status; w != nil && string(run.Status) != w.V {
+	if w := e.Status; w != nil && w.V == notStarted {
+		fail(w.Src, "run status: expected the start to be refused, but run %s started (%s)", run.ID, run.Status)
+	} else if w != nil && string(run.Status) != w.V {
 		why := ""
 		if run.Error != nil {
 			why = ": " + run.Error.Message

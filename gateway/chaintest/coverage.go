@@ -52,6 +52,7 @@ func Cover(s *Suite, results []*Result) *Coverage {
 		for _, rr := range r.Runs {
 			sn.run(rr)
 		}
+		sn.calls(r)
 		if r.Trigger != nil {
 			for _, tr := range r.Trigger.Results {
 				switch tr.Action {
@@ -142,18 +143,50 @@ func (sn *seen) run(rr *RunRecord) {
 		}
 		sn.routes[c+"/"+name+"→"+next] = true
 	}
-	// Routes inside groups and splits: a target that ran was routed to.
-	for _, rec := range rr.Steps {
-		if strings.Contains(rec.Key, "/") {
-			name, _ := stepName(rec.Key)
-			sn.routes[c+"/*→"+name] = true
+}
+
+// calls notes what the calls of a case's runs did: the steps of a split's
+// items keep no record of their own, so their calls say which ran, and in
+// what order, item by item.
+func (sn *seen) calls(res *Result) {
+	chainOf := map[string]string{}
+	for _, rr := range res.Runs {
+		chainOf[rr.Run.ID] = rr.Run.Chain
+	}
+	items := map[string][]string{} // run and item key → steps called, in order
+	var order []string
+	for _, call := range res.Calls {
+		c := chainOf[call.RunID]
+		name, index := stepName(call.Step)
+		sn.ran[c+"/"+name] = true
+		sn.when[c+"/"+name+"/true"] = true
+		if index < 0 {
+			continue
+		}
+		item := call.RunID + " " + call.Step[:strings.LastIndex(call.Step, "/")]
+		if _, ok := items[item]; !ok {
+			order = append(order, item)
+		}
+		if steps := items[item]; len(steps) == 0 || steps[len(steps)-1] != name {
+			items[item] = append(steps, name)
+		}
+	}
+	for _, item := range order {
+		c := chainOf[item[:strings.Index(item, " ")]]
+		steps := items[item]
+		for i, name := range steps {
+			next := chain.EndTarget
+			if i+1 < len(steps) {
+				next = steps[i+1]
+			}
+			sn.routes[c+"/"+name+"→"+next] = true
 		}
 	}
 }
 
 // chain adds one chain's items to cc.
 func (sn *seen) chain(ch *chain.Chain, cc *ChainCoverage) {
-	var walk func(list []*chain.Step, top bool)
+	var walk func(list []*chain.Step)
 	miss := func(src chain.Source, format string, args ...any) {
 		cc.Missed = append(cc.Missed, where(src)+": "+fmt.Sprintf(format, args...))
 	}
@@ -165,7 +198,7 @@ func (sn *seen) chain(ch *chain.Chain, cc *ChainCoverage) {
 		}
 		miss(src, format, args...)
 	}
-	walk = func(list []*chain.Step, top bool) {
+	walk = func(list []*chain.Step) {
 		for _, s := range list {
 			key := ch.Name + "/" + s.Name
 			item(sn.ran[key], s.Source, "step %s never ran", s.Name)
@@ -188,28 +221,25 @@ func (sn *seen) chain(ch *chain.Chain, cc *ChainCoverage) {
 					}
 				}
 				for _, b := range s.Branches {
-					item(sn.routed(ch.Name, s.Name, b.Target, top), b.Source, "step %s: branch to %s never taken", s.Name, b.Target)
+					item(sn.routed(ch.Name, s.Name, b.Target), b.Source, "step %s: branch to %s never taken", s.Name, b.Target)
 				}
 				if !slices.Contains(targets, otherwise) {
-					item(sn.routed(ch.Name, s.Name, otherwise, top), s.Source, "step %s: no branch matched (on to %s) never happened", s.Name, otherwise)
+					item(sn.routed(ch.Name, s.Name, otherwise), s.Source, "step %s: no branch matched (on to %s) never happened", s.Name, otherwise)
 				}
 			}
 			if s.Parallel != nil {
-				walk(s.Parallel.Steps, false)
+				walk(s.Parallel.Steps)
 			}
 			if s.Split != nil {
-				walk(s.Split.Steps, false)
+				walk(s.Split.Steps)
 			}
 		}
 	}
-	walk(ch.Steps, true)
+	walk(ch.Steps)
 }
 
-func (sn *seen) routed(chainName, from, to string, top bool) bool {
-	if top {
-		return sn.routes[chainName+"/"+from+"→"+to]
-	}
-	return sn.routes[chainName+"/*→"+to]
+func (sn *seen) routed(chainName, from, to string) bool {
+	return sn.routes[chainName+"/"+from+"→"+to]
 }
 
 // Print writes the coverage for people.

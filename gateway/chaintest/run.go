@@ -282,7 +282,7 @@ func (s *Suite) RunCase(ctx context.Context, f *File, c *Case, opts Options) *Re
 	runIDs, err := s.start(ctx, gw, c, res)
 	clock.End()
 	if err != nil {
-		fail(c.Src, "%v", err)
+		checkRefused(c, err, fail)
 		return res
 	}
 	if err := drive(ctx, gw, clock, c, asked); err != nil {
