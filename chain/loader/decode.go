@@ -226,6 +226,8 @@ func (t *table) finish(known []string) {
 	for _, k := range keys {
 		if s := chain.Suggest(k, known); s != "" {
 			t.d.errorf(t.path.Key(k), "unknown key %q (did you mean %q?)", k, s)
+		} else if k == "tests" && t.path.String() == "" {
+			t.d.errorf(t.path.Key(k), "unknown key %q: this is a test file; run it with gateway test", k)
 		} else {
 			t.d.errorf(t.path.Key(k), "unknown key %q", k)
 		}
