@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/chaingate/gateway/templates"
 )
 
 // TestRawItems checks that items indexed in a payload's raw JSON read as
@@ -102,4 +104,18 @@ func FuzzRawPath(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A field of a payload that is null reads as null, so that `??` passes
+// over it as the template docs say; a scalar reads as its value.
+func TestLazyFieldNull(t *testing.T) {
+	tpl, err := templates.CompileString(`run <<origin.x ?? "none">>, <<origin.n ?? 0>>, <<origin.s>>`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := templates.MapScope{"origin": &lazyJSON{raw: json.RawMessage(`{"x": null, "n": 3, "s": "a"}`)}}
+	got, err := tpl.Render(scope)
+	if err != nil || got != "run none, 3, a" {
+		t.Fatalf("got %q, %v; want %q", got, err, "run none, 3, a")
+	}
 }

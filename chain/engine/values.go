@@ -249,7 +249,12 @@ func (l *lazyJSON) Field(name string) (any, bool) {
 	if l.fields == nil {
 		l.fields = map[string]any{}
 	}
-	v := &lazyJSON{raw: raw}
+	// Only objects and arrays are worth deferring; a scalar is decoded now,
+	// so that a null reads as null (to `??`, say) and not as a value.
+	var v any = &lazyJSON{raw: raw}
+	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) > 0 && t[0] != '{' && t[0] != '[' {
+		v = decodeJSON(raw)
+	}
 	l.fields[name] = v
 	return v, true
 }
