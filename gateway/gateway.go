@@ -87,11 +87,13 @@ type Options struct {
 	// the one State names, and closed with the gateway. Secrets, when not
 	// nil, are the secret values in place of the environment's and
 	// secrets_file's. Providers wraps the resolver steps call providers
-	// through. Clock is the engine's (engine.Options.Clock).
-	Store     store.Store
-	Secrets   map[string]string
-	Providers func(engine.ProviderResolver) engine.ProviderResolver
-	Clock     engine.Clock
+	// through. Clock is the engine's (engine.Options.Clock). LocalSplits
+	// runs every split in this process (engine.Options.LocalSplits).
+	Store       store.Store
+	Secrets     map[string]string
+	Providers   func(engine.ProviderResolver) engine.ProviderResolver
+	Clock       engine.Clock
+	LocalSplits bool
 }
 
 // Gateway is a running gateway.
@@ -202,6 +204,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		Config:      cfg,
 		Providers:   res,
 		Clock:       opts.Clock,
+		LocalSplits: opts.LocalSplits,
 		LoadOptions: LoadOptions(),
 		Limits:      cfg.Gateway.Limits,
 		LeaseTTL:    time.Duration(cfg.Gateway.LeaseTTLSeconds) * time.Second,

@@ -99,6 +99,9 @@ type Options struct {
 	// Clock is what runs read the time from and wait on; default the
 	// system's.
 	Clock Clock
+	// LocalSplits runs every split's items in this process, whatever its
+	// mode, as `gateway test` does with no broker.
+	LocalSplits bool
 }
 
 // Observer watches provider calls. Its methods run on whichever goroutine
@@ -153,8 +156,9 @@ type Engine struct {
 	stopKeeper chan struct{}
 	keeperDone chan struct{}
 
-	clock Clock
-	act   Activity
+	clock       Clock
+	act         Activity
+	localSplits bool
 	// now is the clock answers to approval steps are timed by.
 	now       func() time.Time
 	approvals approvalCounts
@@ -214,31 +218,32 @@ func New(opts Options) (*Engine, error) {
 		secretVals[k] = v
 	}
 	e := &Engine{
-		store:      opts.Store,
-		providers:  opts.Providers,
-		owner:      opts.Owner,
-		leaseTTL:   opts.LeaseTTL,
-		linger:     opts.Linger,
-		secrets:    secretVals,
-		redactor:   secrets.NewRedactor(opts.Secrets),
-		stopKeeper: make(chan struct{}),
-		keeperDone: make(chan struct{}),
-		loadOpts:   opts.LoadOptions,
-		limits:     opts.Limits,
-		log:        opts.Logger,
-		outcomes:   opts.LogOutcomes,
-		onEvent:    opts.OnEvent,
-		observer:   opts.Observer,
-		runners:    map[string]*runner{},
-		reserved:   map[string]chan struct{}{},
-		workers:    map[*runner]*workerItems{},
-		damaged:    map[string]string{},
-		fanout:     opts.Fanout,
-		sources:    map[string][]byte{},
-		defs:       map[string]*chain.Config{},
-		clock:      opts.Clock,
-		act:        act,
-		now:        opts.Clock.Now,
+		store:       opts.Store,
+		providers:   opts.Providers,
+		owner:       opts.Owner,
+		leaseTTL:    opts.LeaseTTL,
+		linger:      opts.Linger,
+		secrets:     secretVals,
+		redactor:    secrets.NewRedactor(opts.Secrets),
+		stopKeeper:  make(chan struct{}),
+		keeperDone:  make(chan struct{}),
+		loadOpts:    opts.LoadOptions,
+		limits:      opts.Limits,
+		log:         opts.Logger,
+		outcomes:    opts.LogOutcomes,
+		onEvent:     opts.OnEvent,
+		observer:    opts.Observer,
+		runners:     map[string]*runner{},
+		reserved:    map[string]chan struct{}{},
+		workers:     map[*runner]*workerItems{},
+		damaged:     map[string]string{},
+		fanout:      opts.Fanout,
+		sources:     map[string][]byte{},
+		defs:        map[string]*chain.Config{},
+		clock:       opts.Clock,
+		localSplits: opts.LocalSplits,
+		act:         act,
+		now:         opts.Clock.Now,
 	}
 	e.cfgPtr.Store(opts.Config)
 	go e.keepLeases()

@@ -156,7 +156,7 @@ type importAck struct {
 func (r *runner) distribute(s *chain.Step, n int) (bool, *store.ErrorInfo) {
 	// An item a worker runs runs its nested splits itself; an empty split
 	// has nothing to hand out.
-	if r.onWorker() || n == 0 {
+	if r.onWorker() || n == 0 || r.e.localSplits {
 		return false, nil
 	}
 	switch s.Split.Mode {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/templates"
 )
 
 // SplitItemValues renders a split's items again, from the run's origin and
@@ -200,6 +201,9 @@ func (e *Engine) ItemValue(ctx context.Context, runID, splitKey string, i int) (
 		defer close(done)
 		if sp := r.splits[splitKey]; sp != nil && i >= 0 && i < sp.total {
 			v, ok = sp.place.value(i), true
+			if l, lazy := v.(templates.Lazy); lazy {
+				v = l.Value()
+			}
 		}
 	}}, ctx) {
 		return nil, false

@@ -109,6 +109,8 @@ func TestFileProblemsAtTheirLine(t *testing.T) {
 		{"bad decision", "[[tests]]\nchain = \"c\"\napprovals.ask.decision = \"maybe\"\n", `:3:1: tests[0].approvals.ask.decision: must be "approve", "reject" or "timeout"`},
 		{"body and error", "[[tests]]\nchain = \"c\"\nmocks.s = { body = {}, error = \"x\" }\n", "an answer has a body or an error, not both"},
 		{"no cases", "config = [\"x.toml\"]\n", "no [[tests]]"},
+		{"payload of a trigger case", "[[tests]]\ntrigger = \"t\"\nrequest = {}\npayload = {}\n", ":4:1: tests[0].payload: a trigger case's payload is what the trigger maps"},
+		{"request of a chain case", "[[tests]]\nchain = \"c\"\nrequest = {}\n", ":3:1: tests[0].request: only a trigger case takes request"},
 		{"broken toml", "[[tests]\n", "x_test.toml:2:8: expected end of table array name"},
 	}
 	for _, tc := range cases {
@@ -174,13 +176,14 @@ func TestUnmockedCall(t *testing.T) {
 // A config problem a case names is found before anything runs.
 func TestUnknownNames(t *testing.T) {
 	dir := copyConfigs(t)
-	src := "[[tests]]\nchain = \"alert-triag\"\nmocks.rat.body = {}\n"
+	src := "[[tests]]\nchain = \"alert-triag\"\nmocks.rat.body = {}\napprovals.rate.decision = \"approve\"\n"
 	if err := os.WriteFile(filepath.Join(dir, "u_test.toml"), []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Load([]string{filepath.Join(dir, "u_test.toml")})
 	var ce *chain.ConfigError
-	if err == nil || !strings.Contains(err.Error(), `no chain "alert-triag" in the config (did you mean "alert-triage"?)`) || !strings.Contains(err.Error(), `no step "rat"`) {
+	if err == nil || !strings.Contains(err.Error(), `no chain "alert-triag" in the config (did you mean "alert-triage"?)`) || !strings.Contains(err.Error(), `no step "rat"`) ||
+		!strings.Contains(err.Error(), `step "rate" is a provider step, not an approval step`) {
 		t.Fatalf("got %v (%T, config error: %v)", err, err, ce)
 	}
 }

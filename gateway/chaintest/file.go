@@ -15,6 +15,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/loader"
+	"github.com/chaingate/gateway/chain/secrets"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
 
@@ -385,9 +386,10 @@ func (r *reader) file_(root map[string]any) *File {
 		}
 	}
 	for _, name := range t.strs("env_secrets") {
-		v, ok := os.LookupEnv(name)
+		// As the gateway reads them: CHAINGATE_SECRET_NAME.
+		v, ok := os.LookupEnv(secrets.EnvPrefix + name)
 		if !ok {
-			r.errorf(t.path.Key("env_secrets"), "the environment has no %s", name)
+			r.errorf(t.path.Key("env_secrets"), "the environment has no %s%s", secrets.EnvPrefix, name)
 			continue
 		}
 		if f.Secrets == nil {
@@ -431,11 +433,20 @@ func (r *reader) testCase(t *table, i int) *Case {
 	}
 	c.Payload, _ = t.json("payload")
 	if c.Trigger != "" {
+		if c.Payload != nil {
+			r.errorf(t.path.Key("payload"), "a trigger case's payload is what the trigger maps from its request: give request or request_file")
+		}
 		c.Request = r.request(t)
 		if h := t.sub("headers"); h != nil {
 			c.Headers = map[string]string{}
 			for k := range h.m {
 				c.Headers[k] = h.str(k)
+			}
+		}
+	} else {
+		for _, k := range []string{"request", "request_file", "headers"} {
+			if _, ok := t.get(k); ok {
+				r.errorf(t.path.Key(k), "only a trigger case takes %s", k)
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/providers"
 )
 
@@ -139,7 +140,12 @@ func (m *mocks) item(req providers.Request, index int) any {
 	if m.items == nil {
 		return nil
 	}
-	return m.items(req.RunID, req.Step, index)
+	// A match compares the values JSON decoding gives.
+	b, err := jsonx.Marshal(m.items(req.RunID, req.Step, index))
+	if err != nil {
+		return nil
+	}
+	return decode(b)
 }
 
 // answer is what the mock answers the given attempt, for a split's item

@@ -142,17 +142,20 @@ func (s *Suite) check(f *File) error {
 		}
 		steps := stepNames(cfg)
 		for name, m := range c.Mocks {
-			if !steps[name] {
+			if steps[name] == 0 {
 				bad(m.Src, "case %q: mocks.%s: no step %q in any chain", c.Name, name, name)
 			}
 		}
 		for name := range c.Approvals {
-			if !steps[name] {
+			switch kind := steps[name]; {
+			case kind == 0:
 				bad(c.Src, "case %q: approvals.%s: no step %q in any chain", c.Name, name, name)
+			case kind != chain.KindApproval:
+				bad(c.Src, "case %q: approvals.%s: step %q is a %s step, not an approval step", c.Name, name, name, kind)
 			}
 		}
 		for _, name := range c.Expect.stepOrder {
-			if !steps[name] {
+			if steps[name] == 0 {
 				bad(c.Src, "case %q: expect.steps.%s: no step %q in any chain", c.Name, name, name)
 			}
 		}
@@ -168,12 +171,13 @@ func (s *Suite) check(f *File) error {
 	return nil
 }
 
-func stepNames(cfg *chain.Config) map[string]bool {
-	out := map[string]bool{}
+// stepNames are the kinds of the steps of every chain, by name.
+func stepNames(cfg *chain.Config) map[string]chain.StepKind {
+	out := map[string]chain.StepKind{}
 	var walk func([]*chain.Step)
 	walk = func(list []*chain.Step) {
 		for _, s := range list {
-			out[s.Name] = true
+			out[s.Name] = s.Kind
 			if s.Parallel != nil {
 				walk(s.Parallel.Steps)
 			}
@@ -259,7 +263,7 @@ func (s *Suite) RunCase(ctx context.Context, f *File, c *Case, opts Options) *Re
 	}
 	st := memory.New()
 	gw, err := gateway.Open(ctx, gateway.Options{
-		Config: &local, Store: st, Secrets: caseSecrets(cfg, f.Secrets), Clock: clock, Logger: log, Executable: opts.Executable,
+		Config: &local, Store: st, Secrets: caseSecrets(cfg, f.Secrets), Clock: clock, LocalSplits: true, Logger: log, Executable: opts.Executable,
 		Providers: func(next engine.ProviderResolver) engine.ProviderResolver {
 			m.next = next
 			return m
@@ -413,7 +417,10 @@ func drive(ctx context.Context, gw *gateway.Gateway, clock *virtualClock, c *Cas
 			if !clock.settle(stop) {
 				return ctx.Err()
 			}
-			if _, err := gw.Engine.Signal(engine.WithActor(ctx, answer.By), p.run, p.step, answer.Decision, answer.Comment); err != nil {
+			var late *engine.LateError
+			if _, err := gw.Engine.Signal(engine.WithActor(ctx, answer.By), p.run, p.step, answer.Decision, answer.Comment); err != nil && !errors.As(err, &late) {
+				// An answer after the deadline is refused, and the timeout
+				// answers: what the case asked for.
 				return fmt.Errorf("answering approval step %q: %w", p.step, err)
 			}
 			continue
