@@ -20,6 +20,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/chaintest"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
 
@@ -112,6 +113,7 @@ const runsHelp = `Usage:
   gateway runs dag RUN_ID
   gateway runs delete RUN_ID...
   gateway runs prune --older-than D [--chain C] [--status S] [--dry-run]
+  gateway runs export RUN_ID --as-test [--out FILE]
 
 --since takes an RFC 3339 time or a duration (1h). Add --server URL (and
 --token) to go through a gateway's API, or --state PATH to read a store.
@@ -134,6 +136,12 @@ while its parent is there and a run whose idempotency key still holds;
 --dry-run lists what it would remove. A serving gateway prunes by
 [gateway.retention] by itself.
 
+export --as-test writes a run that ended as a test case for gateway test
+(docs/testing.md): its payload, what each call answered as mocks, each
+approval's answer, and its path and outcomes as expectations; so last
+night's incident tests tomorrow's config. Add it to a *_test.toml file
+beside the config.
+
 approve and reject answer an approval step the run waits at; the first
 answer wins, and a second is refused naming who gave the first. An answer
 at or after the step's deadline is refused, and the step goes on as its
@@ -142,7 +150,7 @@ on_timeout says.
 `
 
 // runsCommands are the sub-commands of "gateway runs".
-var runsCommands = []string{"list", "show", "cancel", "replay", "approve", "reject", "events", "dag", "delete", "prune"}
+var runsCommands = []string{"list", "show", "cancel", "replay", "approve", "reject", "events", "dag", "delete", "prune", "export"}
 
 // showPrune prints what a prune removed, or would remove.
 func showPrune(w io.Writer, res *gateway.PruneResult) {
@@ -203,6 +211,8 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	comment := fs.String("comment", "", "why, for approve and reject")
 	olderThan := fs.String("older-than", "", "prune the runs that ended longer ago than this (36h, 30d, 2w)")
 	dryRun := fs.Bool("dry-run", false, "list what prune would remove, and remove nothing")
+	asTest := fs.Bool("as-test", false, "export: write the run as a test case of gateway test")
+	out := fs.String("out", "", "export: write to this file rather than to standard output")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return parseExit(err)
@@ -218,6 +228,10 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if len(pos) != want && !(sub == "delete" && len(pos) > 0) {
 		fmt.Fprint(stderr, runsHelp)
+		return exitUsage
+	}
+	if sub == "export" && !*asTest {
+		fmt.Fprintln(stderr, "gateway runs export: give --as-test (a test case is the one form it writes)")
 		return exitUsage
 	}
 	var older time.Duration
@@ -281,6 +295,19 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if page.Next != "" {
 			fmt.Fprintf(stdout, "more: --cursor %s\n", page.Next)
 		}
+	case "export":
+		b, err := chaintest.Export(ctx, ops, pos[0])
+		if err != nil {
+			return fail(stderr, "runs", err)
+		}
+		if *out == "" {
+			_, _ = stdout.Write(b)
+			return exitOK
+		}
+		if err := os.WriteFile(*out, b, 0o644); err != nil {
+			return fail(stderr, "runs", fmt.Errorf("writing the test case: %w", err))
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", *out)
 	case "show":
 		v, err := ops.Run(ctx, pos[0], *items)
 		if err != nil {

@@ -121,9 +121,9 @@ func (p *mockProvider) Execute(ctx context.Context, req providers.Request) (prov
 	}
 	if o.Error != "" {
 		if o.Retryable {
-			return providers.Response{}, providers.Retryable("mock", "%s", o.Error)
+			return providers.Response{}, providers.Retryable("", "%s", o.Error)
 		}
-		return providers.Response{}, providers.Permanent("mock", "%s", o.Error)
+		return providers.Response{}, providers.Permanent("", "%s", o.Error)
 	}
 	body := o.Body
 	if body == nil {
