@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
 // exportConfig fails its run: the check succeeds on its third attempt and
@@ -108,5 +110,28 @@ func TestRunsExportAsTest(t *testing.T) {
 	}
 	if code, out, errOut := runCLI(t, "test", dir); code != exitOK {
 		t.Fatalf("with the expectations updated: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// The same, from a run on Redis, read through a serving gateway's API.
+func TestRunsExportAsTestThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "restart.toml")
+	if err := os.WriteFile(cfg, []byte(exportConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := startServe(t, cfg, redistest.Open(t))
+	id, err := postRun(gw.url, "restart", `{"host": "db-1"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRunStatus(t, gw.url, id, "failed")
+	test := filepath.Join(dir, "restart_test.toml")
+	if code, out, errOut := runCLI(t, "runs", "export", id, "--as-test", "--server", gw.url, "--out", test); code != exitOK {
+		t.Fatalf("export: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, "test", dir); code != exitOK {
+		t.Fatalf("the exported case: exit %d\n%s%s", code, out, errOut)
 	}
 }
