@@ -379,6 +379,11 @@ the finished run to stdout as JSON. Exit status: 0 the run succeeded,
 persisted; "gateway resume" continues it). With --resume, resumes every
 unfinished run instead, as "gateway resume" does.
 
+With --dry-run nothing is called and nothing stored: the run goes as a
+gateway test case does (docs/testing.md), each call answered by --mocks
+(a file of [mocks.STEP] and [approvals.STEP] tables) or else with {}, and
+each call is listed with the request it would have sent.
+
 `
 
 // session is a gateway opened by a command that advances runs.
@@ -486,9 +491,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "warn", logLevelUsage)
 	resume := fs.Bool("resume", false, "resume every unfinished run in the store instead of starting one")
 	noWorker := fs.Bool("no-worker", false, "with [gateway.fanout], leave distributed splits' items to gateway worker processes")
+	dryRun := fs.Bool("dry-run", false, "call nothing: show what each step would be called with, every call answered by --mocks or else with {}, on a virtual clock and no store")
+	mocks := fs.String("mocks", "", "with --dry-run, a file of [mocks.STEP] and [approvals.STEP] tables, as a test case writes them (docs/testing.md)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return parseExit(err)
+	}
+	if *mocks != "" && !*dryRun {
+		fmt.Fprintln(stderr, "gateway run: --mocks goes with --dry-run")
+		return exitUsage
 	}
 	if *resume {
 		if len(pos) != 0 || len(configs) == 0 {
@@ -507,6 +518,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway run:", err)
 		return exitUsage
+	}
+	if *dryRun {
+		return dryRunChain(ctx, configs, chainName, payload, *mocks, stdout, stderr)
 	}
 	s, code := openSession(ctx, configs, *state, *logLevel, !*noWorker, stdout, stderr)
 	if s == nil {

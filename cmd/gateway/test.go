@@ -8,9 +8,13 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/chaintest"
 )
 
@@ -250,4 +254,48 @@ func writeJUnit(w io.Writer, results []*chaintest.Result, took time.Duration) {
 	enc.Indent("", "  ")
 	_ = enc.Encode(out)
 	fmt.Fprintln(w)
+}
+
+// dryRunChain runs a chain with every call mocked and prints, step by
+// step, what would have been called with what.
+func dryRunChain(ctx context.Context, configs []string, chainName string, payload []byte, mocks string, stdout, stderr io.Writer) int {
+	cfg, err := gateway.LoadConfig(configs)
+	if err != nil {
+		printLoadError(stderr, err)
+		return exitUsage
+	}
+	if cfg.Chains[chainName] == nil {
+		fmt.Fprintf(stderr, "gateway run: unknown chain %q; the config defines %s\n", chainName, strings.Join(cfg.ChainNames, ", "))
+		return exitUsage
+	}
+	res, err := chaintest.DryRun(ctx, cfg, chainName, payload, mocks)
+	if err != nil {
+		printLoadError(stderr, err)
+		return exitUsage
+	}
+	fmt.Fprintf(stdout, "dry run of %s: nothing was called; each call below was answered by a mock\n\n", chainName)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tPROVIDER\tACTION\tATTEMPT\tREQUEST")
+	for _, c := range res.Calls {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", c.Step, c.Provider, c.Action, c.Attempt, c.Request)
+	}
+	_ = tw.Flush()
+	for _, f := range res.Failures {
+		fmt.Fprintf(stdout, "\n%s\n", f.Message)
+	}
+	if len(res.Runs) == 0 {
+		return exitFailed
+	}
+	run := res.Runs[0].Run
+	fmt.Fprintf(stdout, "\nrun %s: path %s (%s on the clock)\n", run.Status, strings.Join(run.Path, " → "), res.Ended.Round(time.Millisecond))
+	if run.Error != nil {
+		fmt.Fprintf(stdout, "error: %s\n", run.Error.Message)
+	}
+	if run.Status != store.RunSucceeded {
+		if mocks == "" {
+			fmt.Fprintln(stdout, "(every call was answered with {}: give the answers later steps read with --mocks FILE)")
+		}
+		return exitFailed
+	}
+	return exitOK
 }

@@ -76,3 +76,37 @@ func TestGatewayTestCommand(t *testing.T) {
 		t.Fatalf("a broken test file: exit %d, stderr %s", code, errOut.String())
 	}
 }
+
+// gateway run --dry-run calls nothing, stores nothing, and shows what each
+// step would be sent, under the mocks given or {} for the rest.
+func TestRunDryRun(t *testing.T) {
+	dir := t.TempDir()
+	mocks := filepath.Join(dir, "mocks.toml")
+	if err := os.WriteFile(mocks, []byte("[mocks.check-severity]\nbody = { severity = \"critical\", host = \"db-1\" }\n[mocks.slack-alert]\nbody = { text = \"posted\" }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	t.Chdir(dir)
+	configs := filepath.Join(wd, "../../configs")
+	payload := `{"alert_name": "disk-full", "host": "db-1", "severity": "critical"}`
+	code, out, errOut := runCLI(t, "run", "incident-response", "--config", configs, "--dry-run", "--mocks", mocks, "--payload", payload)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		`notify-all/page-oncall  pagerduty   trigger       1        {"severity":"critical","source":"db-1","summary":"disk-full on db-1"}`,
+		`resolve                 ticketing   close_ticket  1        {"note":"notified","paged":"succeeded","slack":"posted"}`,
+		"run succeeded: path check-severity → notify-all → resolve",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the dry run left files behind: %v", entries)
+	}
+	code, out, _ = runCLI(t, "run", "incident-response", "--config", configs, "--dry-run", "--payload", payload)
+	if code != exitFailed || !strings.Contains(out, "give the answers later steps read with --mocks FILE") {
+		t.Fatalf("without mocks: exit %d\n%s", code, out)
+	}
+}

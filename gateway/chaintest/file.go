@@ -451,6 +451,16 @@ func (r *reader) testCase(t *table, i int) *Case {
 		}
 	}
 	c.Real = t.strs("real_providers")
+	r.mocksAndAnswers(t, c)
+	if e := t.sub("expect"); e != nil {
+		c.Expect = r.expect(e)
+	}
+	t.done("name", "chain", "trigger", "schedule", "payload", "request", "request_file", "headers", "real_providers", "mocks", "approvals", "expect")
+	return c
+}
+
+// mocksAndAnswers reads a case's mocks and approval answers.
+func (r *reader) mocksAndAnswers(t *table, c *Case) {
 	if m := t.sub("mocks"); m != nil {
 		c.Mocks = map[string]*Mock{}
 		for step := range m.m {
@@ -467,11 +477,6 @@ func (r *reader) testCase(t *table, i int) *Case {
 			}
 		}
 	}
-	if e := t.sub("expect"); e != nil {
-		c.Expect = r.expect(e)
-	}
-	t.done("name", "chain", "trigger", "schedule", "payload", "request", "request_file", "headers", "real_providers", "mocks", "approvals", "expect")
-	return c
 }
 
 // request is a trigger case's body, written inline or in a file beside

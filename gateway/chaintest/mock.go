@@ -17,8 +17,12 @@ import (
 // Call is one call a step made, as its provider received it.
 type Call struct {
 	RunID   string
-	Step    string // the step's key: name, or name[i] for a split's item
+	Step    string // the step's key: name, group/name, or split[i]/name
 	Attempt int
+	// Provider and Action are the provider called and the action_type.
+	Provider, Action string
+	// Mocked is false for a call that went to a real provider.
+	Mocked bool
 	// Request is the rendered payload, secrets redacted.
 	Request json.RawMessage
 }
@@ -49,7 +53,7 @@ func (m *mocks) Resolve(p *chain.Provider) (providers.Provider, error) {
 		if err != nil {
 			return nil, err
 		}
-		return recording{m: m, next: real}, nil
+		return recording{m: m, provider: p.Name, next: real}, nil
 	}
 	return &mockProvider{m: m, provider: p.Name}, nil
 }
@@ -62,20 +66,22 @@ func (m *mocks) CheckProvider(ctx context.Context, p *chain.Provider) error {
 	return nil
 }
 
-func (m *mocks) record(req providers.Request) {
+func (m *mocks) record(provider string, mocked bool, req providers.Request) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.calls = append(m.calls, Call{RunID: req.RunID, Step: req.Step, Attempt: req.Attempt, Request: m.redact(slices.Clone(req.Payload))})
+	m.calls = append(m.calls, Call{RunID: req.RunID, Step: req.Step, Attempt: req.Attempt, Provider: provider, Action: req.ActionType, Mocked: mocked,
+		Request: m.redact(slices.Clone(req.Payload))})
 }
 
 // recording passes a call to a real provider and records it.
 type recording struct {
-	m    *mocks
-	next providers.Provider
+	m        *mocks
+	provider string
+	next     providers.Provider
 }
 
 func (r recording) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
-	r.m.record(req)
+	r.m.record(r.provider, false, req)
 	return r.next.Execute(ctx, req)
 }
 
@@ -91,7 +97,7 @@ func (p *mockProvider) Describe(context.Context) (providers.Info, error) {
 }
 
 func (p *mockProvider) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
-	p.m.record(req)
+	p.m.record(p.provider, true, req)
 	name, index := stepName(req.Step)
 	mock := p.m.c.Mocks[name]
 	if mock == nil {
