@@ -110,3 +110,38 @@ func TestRunDryRun(t *testing.T) {
 		t.Fatalf("without mocks: exit %d\n%s", code, out)
 	}
 }
+
+// A provider listed in real_providers runs for real, in its plugin
+// process: the echo provider answers with what it was sent.
+func TestGatewayTestRealProvider(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, name := range []string{"alert-triage.toml", "providers.toml"} {
+		b, err := os.ReadFile(filepath.Join("../../configs", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := `real_providers = ["monitoring"]
+
+[[tests]]
+name = "the monitoring echo rates the alert for real"
+chain = "alert-triage"
+payload = { alert_name = "x", severity = "critical", score = 10, env = "test" }
+mocks.page.body = {}
+
+[tests.expect]
+path = ["rate", "page", "done"]
+steps.rate.body = { severity = "critical", score = 10 }
+steps.done.status = "skipped"
+`
+	if err := os.WriteFile(filepath.Join(dir, "x_test.toml"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCLI(t, "test", dir); code != exitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+}
