@@ -42,7 +42,7 @@ const usage = `gateway runs incident-response and automation chains described in
 Usage:
   gateway validate PATH... [--plugins]          check config files or directories
   gateway test PATH... [--run RE] [--coverage]  run the chains' test files (*_test.toml), mocked, no side effects
-  gateway run CHAIN --config PATH... [flags]    run one chain to completion
+  gateway run CHAIN --config PATH... [flags]    run one chain to completion (--dry-run: call nothing)
   gateway resume --config PATH... [flags]       resume every unfinished run in a store
   gateway cancel RUN_ID [--state PATH]          cancel a run
   gateway serve --config PATH... [flags]        serve the HTTP API and advance runs
@@ -50,6 +50,7 @@ Usage:
   gateway runs list|show|events|dag             inspect runs
   gateway runs cancel|replay|approve|reject     cancel, replay, answer an approval step
   gateway runs delete|prune                     delete runs that ended, or prune them by age
+  gateway runs export RUN_ID --as-test          write a run that ended as a test case
   gateway dlq list|show|replay|delete|purge     work the dead-letter queue
   gateway graph CHAIN                           draw a chain as a Mermaid flowchart
   gateway backup OUT                            write a backup of a store (--server URL or --state URL)
