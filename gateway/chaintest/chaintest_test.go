@@ -28,6 +28,17 @@ func TestExampleConfigs(t *testing.T) {
 		}
 	}
 	cov := Cover(s, results)
+	// configs/ and configs/live/ each define an incident-response chain:
+	// each is covered by its own cases.
+	n := 0
+	for _, c := range cov.Chains {
+		if strings.HasPrefix(c.Chain, "incident-response (") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("coverage shows %d incident-response chains, want configs/'s and configs/live/'s: %+v", n, cov.Chains)
+	}
 	if cov.Percent != 100 {
 		for _, c := range cov.Chains {
 			for _, m := range c.Missed {

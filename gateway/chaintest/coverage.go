@@ -37,8 +37,11 @@ type TriggerCoverage struct {
 	Missed  []string `json:"missed"`
 }
 
-// seen is what the cases did, by chain.
+// seen is what the cases did, by chain: a chain is its name in the file
+// that defines it, whichever config loads that file, so two configs may
+// each have a chain of one name.
 type seen struct {
+	cfg    *chain.Config   // the config of the result being noted
 	ran    map[string]bool // chain/step
 	routes map[string]bool // chain/step → target (or "" for the default route)
 	when   map[string]bool // chain/step/true|false
@@ -48,7 +51,20 @@ type seen struct {
 // Cover works out the coverage of results, cases of s.
 func Cover(s *Suite, results []*Result) *Coverage {
 	sn := seen{ran: map[string]bool{}, routes: map[string]bool{}, when: map[string]bool{}, fired: map[string]bool{}}
+	cfgOf := map[string]*chain.Config{}
+	files := map[string]map[string]bool{} // chain name → files defining one
+	for _, f := range s.Files {
+		cfg := s.Config(f)
+		cfgOf[f.Path] = cfg
+		for _, name := range cfg.ChainNames {
+			if files[name] == nil {
+				files[name] = map[string]bool{}
+			}
+			files[name][cfg.Chains[name].Source.File] = true
+		}
+	}
 	for _, r := range results {
+		sn.cfg = cfgOf[r.File]
 		for _, rr := range r.Runs {
 			sn.run(rr)
 		}
@@ -70,12 +86,17 @@ func Cover(s *Suite, results []*Result) *Coverage {
 	for _, f := range s.Files {
 		cfg := s.Config(f)
 		for _, name := range cfg.ChainNames {
-			if done[name] {
+			ch := cfg.Chains[name]
+			if done[chainKey(ch)] {
 				continue
 			}
-			done[name] = true
-			cc := ChainCoverage{Chain: name, Missed: []string{}}
-			sn.chain(cfg.Chains[name], &cc)
+			done[chainKey(ch)] = true
+			label := name
+			if len(files[name]) > 1 {
+				label = fmt.Sprintf("%s (%s)", name, ch.Source.File)
+			}
+			cc := ChainCoverage{Chain: label, Missed: []string{}}
+			sn.chain(ch, &cc)
 			if cc.Total > 0 {
 				cc.Percent = percent(cc.Covered, cc.Total)
 			}
@@ -113,9 +134,20 @@ func percent(n, of int) float64 {
 
 func where(src chain.Source) string { return fmt.Sprintf("%s:%d", src.File, src.Line) }
 
+// chainKey names a chain by the file that defines it and its name.
+func chainKey(ch *chain.Chain) string { return ch.Source.File + "|" + ch.Name }
+
+// chainKey is the key of the chain named name in the config being noted.
+func (sn *seen) chainKey(name string) string {
+	if ch := sn.cfg.Chains[name]; ch != nil {
+		return chainKey(ch)
+	}
+	return name
+}
+
 // run notes what one run did.
 func (sn *seen) run(rr *RunRecord) {
-	c := rr.Run.Chain
+	c := sn.chainKey(rr.Run.Chain)
 	byKey := map[string]*store.StepRecord{}
 	for _, rec := range rr.Steps {
 		byKey[rec.Key] = rec
@@ -151,7 +183,7 @@ func (sn *seen) run(rr *RunRecord) {
 func (sn *seen) calls(res *Result) {
 	chainOf := map[string]string{}
 	for _, rr := range res.Runs {
-		chainOf[rr.Run.ID] = rr.Run.Chain
+		chainOf[rr.Run.ID] = sn.chainKey(rr.Run.Chain)
 	}
 	items := map[string][]string{} // run and item key → steps called, in order
 	var order []string
@@ -200,7 +232,7 @@ func (sn *seen) chain(ch *chain.Chain, cc *ChainCoverage) {
 	}
 	walk = func(list []*chain.Step) {
 		for _, s := range list {
-			key := ch.Name + "/" + s.Name
+			key := chainKey(ch) + "/" + s.Name
 			item(sn.ran[key], s.Source, "step %s never ran", s.Name)
 			if s.When != nil {
 				item(sn.when[key+"/true"], s.Source.Key("when"), "step %s: when never true", s.Name)
@@ -221,10 +253,10 @@ func (sn *seen) chain(ch *chain.Chain, cc *ChainCoverage) {
 					}
 				}
 				for _, b := range s.Branches {
-					item(sn.routed(ch.Name, s.Name, b.Target), b.Source, "step %s: branch to %s never taken", s.Name, b.Target)
+					item(sn.routed(chainKey(ch), s.Name, b.Target), b.Source, "step %s: branch to %s never taken", s.Name, b.Target)
 				}
 				if !slices.Contains(targets, otherwise) {
-					item(sn.routed(ch.Name, s.Name, otherwise), s.Source, "step %s: no branch matched (on to %s) never happened", s.Name, otherwise)
+					item(sn.routed(chainKey(ch), s.Name, otherwise), s.Source, "step %s: no branch matched (on to %s) never happened", s.Name, otherwise)
 				}
 			}
 			if s.Parallel != nil {

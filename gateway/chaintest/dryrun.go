@@ -26,7 +26,8 @@ func DryRun(ctx context.Context, cfg *chain.Config, chainName string, payload js
 		}
 	}
 	f := &File{Path: "dry run", Config: []string{"dry run"}, Cases: []*Case{c}}
-	s := &Suite{Files: []*File{f}, configs: map[string]*chain.Config{"dry run": cfg}}
+	s := &Suite{Files: []*File{f}, configs: map[string]*chain.Config{}}
+	s.configs[configKey(f)] = cfg
 	if err := s.check(f); err != nil {
 		return nil, err
 	}

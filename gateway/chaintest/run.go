@@ -93,7 +93,7 @@ func Load(paths []string) (*Suite, error) {
 			errs = append(errs, err)
 			continue
 		}
-		key := strings.Join(f.Config, "\x00")
+		key := configKey(f)
 		if _, ok := s.configs[key]; !ok {
 			cfg, err := gateway.LoadConfig(f.Config)
 			if err != nil {
@@ -116,7 +116,10 @@ func Load(paths []string) (*Suite, error) {
 }
 
 // Config is the config f's cases run against.
-func (s *Suite) Config(f *File) *chain.Config { return s.configs[strings.Join(f.Config, "\x00")] }
+func (s *Suite) Config(f *File) *chain.Config { return s.configs[configKey(f)] }
+
+// configKey names the config f tests.
+func configKey(f *File) string { return strings.Join(f.Config, "\x00") + "\x00" }
 
 // check refuses cases that name chains, triggers, steps or providers the
 // config does not have, at the line that names them.
