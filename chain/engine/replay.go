@@ -94,7 +94,7 @@ func (e *Engine) replay(ctx context.Context, entry *store.DLQEntry, opts ReplayO
 	if opts.Mode == ReplayRestart {
 		run, err = e.restart(ctx, old, entry.ID)
 	} else {
-		run, err = e.resumeFrom(ctx, old.ID, entry.Step, entry.ID, opts.Definition != ReplayPinned)
+		run, err = e.resumeFrom(ctx, old.ID, reopen{step: entry.Step, entryID: entry.ID, current: opts.Definition != ReplayPinned})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
@@ -150,7 +150,7 @@ func (e *Engine) ReplayRun(ctx context.Context, runID string, opts ReplayOptions
 	if len(run.Path) == 0 {
 		return nil, fmt.Errorf("%s: %w: it took no step; replay it with mode restart", what, ErrNotReplayable)
 	}
-	if run, err = e.resumeFrom(ctx, run.ID, run.Path[len(run.Path)-1], "", opts.Definition != ReplayPinned); err != nil {
+	if run, err = e.resumeFrom(ctx, run.ID, reopen{step: run.Path[len(run.Path)-1], current: opts.Definition != ReplayPinned}); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return run, nil
@@ -206,14 +206,26 @@ func (e *Engine) restart(ctx context.Context, old *store.Run, entryID string) (*
 	return e.Start(ctx, old.Chain, Input{Payload: old.Origin.Payload, Metadata: mb, OriginID: old.Origin.ID, StartedBy: store.StartedByReplay})
 }
 
-// resumeFrom reopens a failed run at the top-level step holding the
-// failure, step or a key inside it; entryID names the dead-letter entry
-// being replayed, if any.
+// reopen says where and how resumeFrom reopens a run.
+type reopen struct {
+	// step is the top-level step to reopen, or a key inside it; entryID
+	// names the dead-letter entry being replayed, if any.
+	step, entryID string
+	// current carries on with the running config's definition of the
+	// chain when it differs from the pinned one.
+	current bool
+	// redrive reopens a split that ended, whatever became of the run: its
+	// failed items run again (and its skipped ones, with skipped), and
+	// the steps after it run again on its new results.
+	redrive, skipped bool
+}
+
+// resumeFrom reopens a run that ended at the top-level step o names.
 // That step's failed parts are cleared so they run again; what succeeded
 // stays: a parallel group keeps its succeeded sub-steps, a split its
-// finished items. With current, the run carries on with the running
-// config's definition of its chain when it differs from the pinned one.
-func (e *Engine) resumeFrom(ctx context.Context, runID, step, entryID string, current bool) (*store.Run, error) {
+// finished items.
+func (e *Engine) resumeFrom(ctx context.Context, runID string, o reopen) (*store.Run, error) {
+	step, entryID, current := o.step, o.entryID, o.current
 	if !e.reserve(runID) {
 		return nil, fmt.Errorf("%w: run %s is running", ErrNotReplayable, runID)
 	}
@@ -232,7 +244,10 @@ func (e *Engine) resumeFrom(ctx context.Context, runID, step, entryID string, cu
 	if err != nil {
 		return nil, err
 	}
-	if !run.Status.Final() || run.Status == store.RunSucceeded {
+	switch {
+	case o.redrive && !run.Status.Final():
+		return nil, fmt.Errorf("%w: run %s is %s; a split is redriven once its run has ended", ErrNotReplayable, run.ID, run.Status)
+	case !o.redrive && (!run.Status.Final() || run.Status == store.RunSucceeded):
 		hint := "replay it with mode restart"
 		if entryID != "" {
 			hint += ", or delete the entry"
@@ -249,6 +264,9 @@ func (e *Engine) resumeFrom(ctx context.Context, runID, step, entryID string, cu
 	if s == nil || s.Parent != nil || at < 0 {
 		return nil, fmt.Errorf("%w: step %q is not on the path run %s took", ErrNotReplayable, top, run.ID)
 	}
+	if o.redrive && (s.Kind != chain.KindSplit || top != step) {
+		return nil, fmt.Errorf("%w: step %q is not a split at the top level of chain %q; only such a split is redriven", ErrNotReplayable, step, run.Chain)
+	}
 	var switchTo *store.Definition
 	if cur := e.config().Chains[run.Chain]; current && (cur == nil || cur.Hash != run.ChainHash) {
 		if switchTo, err = e.switchDefinition(ctx, def, cur, run, top, at); err != nil {
@@ -262,7 +280,33 @@ func (e *Engine) resumeFrom(ctx context.Context, runID, step, entryID string, cu
 		run.Deadline = now.Add(time.Duration(def.TimeoutSeconds) * time.Second)
 	}
 	b := &store.Batch{Run: run, Lease: &lease, Definition: switchTo}
-	err = e.store.ForEachStep(ctx, run.ID, store.StepScan{Prefix: top}, func(rec *store.StepRecord) error {
+	scan := store.StepScan{Prefix: top}
+	after := map[string]bool{}
+	if o.redrive {
+		// The steps after the split read its results: they run again.
+		scan = store.StepScan{}
+		for _, name := range run.Path[at+1:] {
+			after[name] = true
+		}
+	}
+	rerun := 0
+	err = e.store.ForEachStep(ctx, run.ID, scan, func(rec *store.StepRecord) error {
+		if o.redrive && topStep(rec.Key) != top {
+			if after[topStep(rec.Key)] {
+				b.DeleteSteps = append(b.DeleteSteps, rec.Key)
+			}
+			return nil
+		}
+		if _, _, slot := itemSlot(rec.Key); slot && strings.HasPrefix(rec.Key, top+"[") {
+			switch {
+			case rec.Status == store.StepSkipped && o.skipped:
+				b.DeleteSteps = append(b.DeleteSteps, rec.Key)
+				rerun++
+				return nil
+			case rec.Status != store.StepSucceeded && rec.Status != store.StepSkipped:
+				rerun++
+			}
+		}
 		switch {
 		case rec.Key == top:
 			switch s.Kind {
@@ -275,6 +319,9 @@ func (e *Engine) resumeFrom(ctx context.Context, runID, step, entryID string, cu
 				rec.Deadline = replayDeadline(s, now, run)
 				if rec.Split != nil {
 					rec.Split.Failed = 0
+					if o.skipped {
+						rec.Split.Skipped = 0
+					}
 					if rec.Split.Distributed {
 						// What is left goes to the workers under a hand-off
 						// of its own; the finished items' slots stay.
@@ -302,6 +349,13 @@ func (e *Engine) resumeFrom(ctx context.Context, runID, step, entryID string, cu
 	if err != nil {
 		return nil, err
 	}
+	if o.redrive && rerun == 0 {
+		what := "failed"
+		if o.skipped {
+			what = "failed or skipped"
+		}
+		return nil, fmt.Errorf("%w: split %q of run %s has no %s item to run again", ErrNotReplayable, top, run.ID, what)
+	}
 	run.Status = store.RunRunning
 	run.Error = nil
 	run.Body, run.BodyStep = nil, ""
@@ -310,6 +364,9 @@ func (e *Engine) resumeFrom(ctx context.Context, runID, step, entryID string, cu
 	run.Path = run.Path[:at]
 	run.Seq++
 	msg := fmt.Sprintf("replaying from step %q", top)
+	if o.redrive {
+		msg = fmt.Sprintf("redriving split %q: %d items run again, the others keep their results", top, rerun)
+	}
 	if entryID != "" {
 		msg += fmt.Sprintf(" (dead-letter entry %s)", entryID)
 	}
@@ -431,4 +488,63 @@ func replayDeadline(s *chain.Step, now time.Time, run *store.Run) time.Time {
 		return run.Deadline
 	}
 	return d
+}
+
+// RedriveOptions says which items of a split that ended run again.
+type RedriveOptions struct {
+	// Skipped runs the skipped items again too, not only the failed ones.
+	Skipped bool
+	// Definition is the one the run carries on with (ReplayOptions').
+	Definition ReplayDefinition
+}
+
+// Redrive runs again the failed items of a top-level split of a run that
+// ended (and its skipped items, with opts.Skipped), keeping every other
+// item's recorded result, then carries on with the steps after the split,
+// which run again on its new results: a split of 20,000 items with 201
+// failures makes 201 calls, not 20,000. The run's dead-letter entries for
+// the items run again go.
+func (e *Engine) Redrive(ctx context.Context, runID, step string, opts RedriveOptions) (*store.Run, error) {
+	what := fmt.Sprintf("redriving split %q of run %s", step, runID)
+	if err := (ReplayOptions{Definition: opts.Definition}).Check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	run, err := e.store.RunHeader(ctx, runID)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if run.ParentRun != "" {
+		return nil, fmt.Errorf("%s: %w: it is a sub-chain of run %s", what, ErrNotReplayable, run.ParentRun)
+	}
+	redriven, err := e.resumeFrom(ctx, runID, reopen{step: step, current: opts.Definition != ReplayPinned, redrive: true, skipped: opts.Skipped})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	e.dropItemEntries(ctx, run, step)
+	return redriven, nil
+}
+
+// dropItemEntries removes a run's dead-letter entries for the items of a
+// split being run again: their failures are no longer the last word.
+func (e *Engine) dropItemEntries(ctx context.Context, run *store.Run, split string) {
+	f := store.DLQFilter{Chain: run.Chain, Since: run.CreatedAt, Limit: 500}
+	for {
+		page, err := e.store.ListDLQ(ctx, f)
+		if err != nil {
+			e.log.Warn("listing the dead-letter entries of a redriven split's items; they stay", "run", run.ID, "step", split, "err", err)
+			return
+		}
+		for _, entry := range page {
+			if entry.RunID != run.ID || !strings.HasPrefix(entry.Step, split+"[") {
+				continue
+			}
+			if err := e.store.DeleteDLQ(ctx, entry.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+				e.log.Warn("removing the dead-letter entry of a redriven item", "entry", entry.ID, "err", err)
+			}
+		}
+		if len(page) < f.Limit {
+			return
+		}
+		f.After = page[len(page)-1].ID
+	}
 }
