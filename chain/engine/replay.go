@@ -290,6 +290,11 @@ func (e *Engine) resumeFrom(ctx context.Context, runID string, o reopen) (*store
 		}
 	}
 	rerun := 0
+	// A distributed split that succeeded kept its items' results in its
+	// body, and slots only for the items that did not succeed.
+	var results json.RawMessage
+	var split *store.StepRecord
+	slots := map[int]bool{}
 	err = e.store.ForEachStep(ctx, run.ID, scan, func(rec *store.StepRecord) error {
 		if o.redrive && topStep(rec.Key) != top {
 			if after[topStep(rec.Key)] {
@@ -297,7 +302,8 @@ func (e *Engine) resumeFrom(ctx context.Context, runID string, o reopen) (*store
 			}
 			return nil
 		}
-		if _, _, slot := itemSlot(rec.Key); slot && strings.HasPrefix(rec.Key, top+"[") {
+		if _, i, slot := itemSlot(rec.Key); slot && strings.HasPrefix(rec.Key, top+"[") {
+			slots[i] = true
 			switch {
 			case rec.Status == store.StepSkipped && o.skipped:
 				b.DeleteSteps = append(b.DeleteSteps, rec.Key)
@@ -309,6 +315,9 @@ func (e *Engine) resumeFrom(ctx context.Context, runID string, o reopen) (*store
 		}
 		switch {
 		case rec.Key == top:
+			if o.redrive && rec.Split != nil && rec.Split.Distributed && rec.Status == store.StepSucceeded {
+				results, split = rec.Body, rec
+			}
 			switch s.Kind {
 			case chain.KindParallel, chain.KindSplit:
 				// The step resumes with a fresh deadline and what it kept.
@@ -348,6 +357,13 @@ func (e *Engine) resumeFrom(ctx context.Context, runID string, o reopen) (*store
 	})
 	if err != nil {
 		return nil, err
+	}
+	if split != nil {
+		kept, err := keptResults(top, split, results, slots, now)
+		if err != nil {
+			return nil, err
+		}
+		b.Steps = append(b.Steps, kept...)
 	}
 	if o.redrive && rerun == 0 {
 		what := "failed"
@@ -547,4 +563,24 @@ func (e *Engine) dropItemEntries(ctx context.Context, run *store.Run, split stri
 		}
 		f.After = page[len(page)-1].ID
 	}
+}
+
+// keptResults are the slots of a distributed split's succeeded items, made
+// from its body's results, for the items that have none: on a redrive they
+// keep their results, and only the others are handed out again.
+func keptResults(key string, split *store.StepRecord, body json.RawMessage, slots map[int]bool, at time.Time) ([]*store.StepRecord, error) {
+	var b struct {
+		Results []json.RawMessage `json:"results"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil || len(b.Results) != split.Split.Total {
+		return nil, fmt.Errorf("%w: the results of split %q cannot be read back to keep them (%d of %d, %v)", ErrNotReplayable, key, len(b.Results), split.Split.Total, err)
+	}
+	var out []*store.StepRecord
+	for i, res := range b.Results {
+		if slots[i] {
+			continue
+		}
+		out = append(out, &store.StepRecord{Key: ItemKey(key, i, split.Split.Total), Name: split.Name, Status: store.StepSucceeded, Body: res, FinishedAt: at})
+	}
+	return out, nil
 }

@@ -432,9 +432,18 @@ func (r *runner) joinSplit(sp *split) {
 	start := buf.Len() - 1
 	n := 0
 	prefix := sp.key + "["
+	_, handed := sp.place.(*handedItems)
 	err := sp.place.results(r, sp, func(rec *store.StepRecord) error {
 		if strings.Contains(rec.Key[len(prefix):], "/") {
 			return nil // a step inside an item, not an item's slot
+		}
+		if handed && rec.Status != store.StepSucceeded {
+			// The workers' results live on in the body alone, which does
+			// not say which items failed or were skipped: their slots do,
+			// for a redrive of the split.
+			slot := *rec
+			r.put(&slot)
+			delete(r.recs, slot.Key)
 		}
 		if n > 0 {
 			buf.WriteByte(',')

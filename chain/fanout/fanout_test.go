@@ -1050,3 +1050,69 @@ func TestWorkerReadsASplitsContextOnce(t *testing.T) {
 		t.Errorf("the worker read the split's context %d times, want once", n)
 	}
 }
+
+// TestRedriveDistributedSplit redrives a distributed split that ended with
+// tolerated failures, after a fix to the config: only the failed items are
+// handed to the workers again, the others keep their results, and the run
+// carries on after the split.
+func TestRedriveDistributedSplit(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "calls.jsonl")
+	chainTOML := func(fail string) string {
+		return fmt.Sprintf(`
+[[chains]]
+name = "c"
+[[chains.steps]]
+name = "loop"
+[chains.steps.split]
+mode = "distributed"
+items = "<<origin.payload.items>>"
+tolerated_failures = "50%%"
+[[chains.steps.split.steps]]
+name = "call"
+provider = "faulty"
+payload_template = { record = %q, n = "<<item.n>>", fail = %s }
+[[chains.steps]]
+name = "after"
+provider = "faulty"
+payload_template = { record = %q, ok = "<<steps.loop.body.succeeded>>" }
+`, rec, fail, rec)
+	}
+	srv := servers(t, "batch_size = 2")
+	cfg := srv + chainTOML(`"<<item.fail ?? \"\">>"`)
+	owner := newNodeAt(t, cfg, filepath.Join(dir, "owner.db"), nil)
+	defer newNodeAt(t, cfg, filepath.Join(dir, "w1.db"), nil).work()()
+	id := owner.start("c", `{"items": [{"n": 0}, {"n": 1, "fail": "boom"}, {"n": 2}, {"n": 3}, {"n": 4, "fail": "boom"}, {"n": 5}]}`)
+	res := owner.wait(id)
+	if res.Status != store.RunSucceeded || !strings.Contains(string(res.Steps["loop"].Body), `"failed":2`) {
+		t.Fatalf("first run: %s %+v %s", res.Status, res.Error, res.Steps["loop"].Body)
+	}
+	before := calls(t, rec)
+
+	fixed, err := loader.LoadBytes("test.toml", []byte(providersTOML+srv+chainTOML(`""`)), loader.Options{ProviderTypes: builtin.Types()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner.eng.SetConfig(fixed)
+	if _, err := owner.eng.Redrive(context.Background(), id, "loop", engine.RedriveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res = owner.wait(id)
+	if res.Status != store.RunSucceeded || !strings.Contains(string(res.Steps["loop"].Body), `"succeeded":6`) {
+		t.Fatalf("after the redrive: %s %+v %s", res.Status, res.Error, res.Steps["loop"].Body)
+	}
+	c := calls(t, rec)
+	for i := range 6 {
+		key := fmt.Sprintf("%s/loop[%d]/call", id, i)
+		want := before[key]
+		if i == 1 || i == 4 {
+			want++
+		}
+		if c[key] != want {
+			t.Errorf("%s: %d calls, want %d (before the redrive %d)", key, c[key], want, before[key])
+		}
+	}
+	if c[id+"/after"] != 2 {
+		t.Errorf("the step after the split ran %d times, want 2", c[id+"/after"])
+	}
+}
