@@ -46,6 +46,7 @@ func (s *Server) Handler() http.Handler {
 	route("DELETE /v1/runs/{id}", writeAccess, s.deleteRun)
 	route("POST /v1/runs/prune", writeAccess, s.pruneRuns)
 	route("POST /v1/runs/{id}/replay", writeAccess, s.replayRun)
+	route("POST /v1/runs/{id}/steps/{step}/redrive", writeAccess, s.redriveSplit)
 	route("POST /v1/runs/{id}/signals/{step}", writeAccess, s.signal)
 	route("GET /v1/runs/{id}/events", readAccess, s.runEvents)
 	route("GET /v1/runs/{id}/dag", readAccess, s.runDAG)
@@ -823,6 +824,49 @@ func (s *Server) replayRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"replay_of": id, "mode": opts.Mode, "definition": opts.Definition, "run": run.ID,
+		"chain_hash": run.ChainHash, "links": map[string]string{"run": "/v1/runs/" + run.ID}})
+}
+
+// What a redrive runs again: a split's failed items, or its failed and
+// skipped ones.
+const (
+	RedriveFailed           = "failed"
+	RedriveFailedAndSkipped = "failed_and_skipped"
+)
+
+// redriveBody is the body of POST /v1/runs/{id}/steps/{step}/redrive.
+type redriveBody struct {
+	Items      string `json:"items"`
+	Definition string `json:"definition"`
+}
+
+// redriveSplit runs again the items of a split that did not succeed.
+func (s *Server) redriveSplit(w http.ResponseWriter, r *http.Request) {
+	var b redriveBody
+	if err := s.readJSON(w, r, &b); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	opts := engine.RedriveOptions{Definition: engine.ReplayDefinition(b.Definition)}
+	switch b.Items {
+	case "", RedriveFailed:
+	case RedriveFailedAndSkipped:
+		opts.Skipped = true
+	default:
+		s.writeError(w, r, badRequest("invalid_parameter", "items must be %q or %q, got %q", RedriveFailed, RedriveFailedAndSkipped, b.Items))
+		return
+	}
+	if err := (engine.ReplayOptions{Definition: opts.Definition}).Check(); err != nil {
+		s.writeError(w, r, badRequest("invalid_parameter", "%s", strings.TrimPrefix(err.Error(), engine.ErrNotReplayable.Error()+": ")))
+		return
+	}
+	id, step := r.PathValue("id"), r.PathValue("step")
+	run, err := s.ops.RedriveSplit(r.Context(), id, step, opts)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"run": run.ID, "step": step, "items": cmp.Or(b.Items, RedriveFailed),
 		"chain_hash": run.ChainHash, "links": map[string]string{"run": "/v1/runs/" + run.ID}})
 }
 

@@ -272,6 +272,22 @@ func (c *Client) ReplayRun(ctx context.Context, id string, opts engine.ReplayOpt
 	return &Run{ID: out.Run}, nil
 }
 
+// RedriveSplit implements Ops.
+func (c *Client) RedriveSplit(ctx context.Context, id, step string, opts engine.RedriveOptions) (*Run, error) {
+	var out struct {
+		Run string `json:"run"`
+	}
+	items := RedriveFailed
+	if opts.Skipped {
+		items = RedriveFailedAndSkipped
+	}
+	body := map[string]string{"items": items, "definition": string(opts.Definition)}
+	if err := c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/steps/"+url.PathEscape(step)+"/redrive", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &Run{ID: out.Run}, nil
+}
+
 // ReplayMany implements Ops. An empty filter replays everything.
 func (c *Client) ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.ReplayOptions, concurrency int) (*BulkReplay, error) {
 	body := filterBody(f)

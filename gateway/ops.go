@@ -34,6 +34,10 @@ type Ops interface {
 	// it stopped at or from the start, whether or not its failure was
 	// dead-lettered.
 	ReplayRun(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error)
+	// RedriveSplit runs again the failed (or failed and skipped) items of a
+	// top-level split of a run that ended, keeping the others' results,
+	// then the steps after it.
+	RedriveSplit(ctx context.Context, id, step string, opts engine.RedriveOptions) (*Run, error)
 	// Events calls fn with the run's events after the given sequence
 	// number; with follow, it goes on with new ones until the run ends or
 	// ctx is done.
@@ -494,6 +498,15 @@ func (l *Local) Signal(ctx context.Context, id, step, decision, comment string) 
 // ReplayRun implements Ops.
 func (l *Local) ReplayRun(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error) {
 	run, err := l.GW.Engine.ReplayRun(ctx, id, opts)
+	if err != nil {
+		return nil, err
+	}
+	return apiRun(run), nil
+}
+
+// RedriveSplit implements Ops.
+func (l *Local) RedriveSplit(ctx context.Context, id, step string, opts engine.RedriveOptions) (*Run, error) {
+	run, err := l.GW.Engine.Redrive(ctx, id, step, opts)
 	if err != nil {
 		return nil, err
 	}

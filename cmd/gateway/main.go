@@ -49,6 +49,7 @@ Usage:
   gateway worker --config PATH... [flags]       run the items of distributed splits
   gateway runs list|show|events|dag             inspect runs
   gateway runs cancel|replay|approve|reject     cancel, replay, answer an approval step
+  gateway runs redrive RUN_ID SPLIT             run a split's failed items again, then what followed it
   gateway runs delete|prune                     delete runs that ended, or prune them by age
   gateway runs export RUN_ID --as-test          write a run that ended as a test case
   gateway dlq list|show|replay|delete|purge     work the dead-letter queue
