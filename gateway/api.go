@@ -359,10 +359,10 @@ const (
 // CheckRunStatus refuses a status no run has; "" means any.
 func CheckRunStatus(status store.RunStatus) error {
 	switch status {
-	case "", store.RunRunning, store.RunSucceeded, store.RunFailed, store.RunCancelled, store.RunTimedOut:
+	case "", store.RunRunning, store.RunWaiting, store.RunSucceeded, store.RunFailed, store.RunCancelled, store.RunTimedOut:
 		return nil
 	}
-	return badRequest("invalid_parameter", "status %q is not one of running, succeeded, failed, cancelled, timed_out", status)
+	return badRequest("invalid_parameter", "status %q is not one of running, waiting, succeeded, failed, cancelled, timed_out", status)
 }
 
 // CheckRange refuses a value of the named parameter outside 1 to max.

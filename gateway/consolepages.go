@@ -68,6 +68,8 @@ type nowView struct {
 	DLQRecent int
 	DLQBefore int
 	InFlight  []*runLine
+	// Waiting counts the runs waiting on a person (an approval step).
+	Waiting   int
 	Slow      int
 	Providers []limits.Stats
 	Calls     map[string][2]float64 // provider → ok, error
@@ -175,6 +177,14 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 		c.failErr(w, r, err)
 		return
 	}
+	// Runs waiting on a person are as much in flight.
+	waiting, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunWaiting, Limit: 200, NoOrigins: true})
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	v.Waiting = len(waiting.Runs)
+	running.Runs = append(running.Runs, waiting.Runs...)
 	usual := c.usualDurations(ctx, running.Runs)
 	for _, run := range running.Runs {
 		l := &runLine{Run: run, Step: run.Cursor}

@@ -265,6 +265,9 @@ func (m *Metrics) Register(gw *Gateway) {
 	m.gauge("chaingate_runs_active", prometheus.GaugeValue, "Runs this gateway is advancing.", nil, func() []sample {
 		return []sample{{value: float64(gw.Engine.Active())}}
 	})
+	m.gauge("chaingate_runs_waiting", prometheus.GaugeValue, "Runs this gateway advances that wait on a person (status waiting: an approval step asked).", nil, func() []sample {
+		return []sample{{value: float64(gw.Engine.Approvals().Waiting)}}
+	})
 	m.gauge("chaingate_fanout_worker_items", prometheus.GaugeValue, "Items of distributed splits this process holds as a worker, running or queued.", nil, func() []sample {
 		n := gw.Engine.WorkHeld()
 		if gw.Items != nil && gw.Items != gw.Engine {

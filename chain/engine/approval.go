@@ -280,6 +280,10 @@ func (r *runner) asking(key string) {
 		r.askingKey = key
 		r.waitingApproval.Store(true)
 	}
+	if r.run.Status == store.RunRunning {
+		// Written with the step's record, in the same batch.
+		r.run.Status = store.RunWaiting
+	}
 }
 
 // checkDecision ends the wait when an answer is claimed, or claims the

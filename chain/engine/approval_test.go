@@ -509,3 +509,52 @@ func TestDecisionIsWhatTheLoaderChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitingIsAState: a run waiting on a person is stored as waiting, is
+// listed by that status and is not finished; answered, it runs again.
+func TestWaitingIsAState(t *testing.T) {
+	h := approvalHarness(t, "600", "fail", "fail")
+	ctx := context.Background()
+	run, err := h.eng.Start(ctx, "restart", engine.Input{Payload: json.RawMessage(`{"host":"db-1"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWaiting(t, h, run.ID)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		stored, err := h.store.RunHeader(ctx, run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.Status == store.RunWaiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run is %s while its approval step waits, want waiting", stored.Status)
+		}
+	}
+	if store.RunWaiting.Final() {
+		t.Error("waiting counts as final")
+	}
+	page, err := h.store.ListRuns(ctx, store.RunFilter{Status: store.RunWaiting})
+	if err != nil || len(page.Runs) != 1 || page.Runs[0].ID != run.ID {
+		t.Fatalf("runs listed as waiting: %v %+v", err, page.Runs)
+	}
+	if ids, _ := h.store.UnfinishedRuns(ctx); len(ids) != 1 {
+		t.Errorf("unfinished runs: %v", ids)
+	}
+	if _, err := h.eng.Signal(engine.WithActor(ctx, "alice"), run.ID, "ask", "approve", ""); err != nil {
+		t.Fatal(err)
+	}
+	final, err := h.eng.Wait(ctx, run.ID)
+	if err != nil || final.Status != store.RunSucceeded {
+		t.Fatalf("after the answer: %v %+v", err, final)
+	}
+	var statuses []string
+	events, _ := h.store.Events(ctx, run.ID, 0, 0)
+	for _, ev := range events {
+		statuses = append(statuses, string(ev.Type))
+	}
+	if page, _ := h.store.ListRuns(ctx, store.RunFilter{Status: store.RunWaiting}); len(page.Runs) != 0 {
+		t.Errorf("still listed as waiting after it ended: %+v (events %v)", page.Runs, statuses)
+	}
+}

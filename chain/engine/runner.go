@@ -653,6 +653,9 @@ func (r *runner) put(rec *store.StepRecord) {
 	if r.askingKey == rec.Key && rec.Status != store.StepRunning {
 		r.askingKey = ""
 		r.waitingApproval.Store(false)
+		if r.run.Status == store.RunWaiting {
+			r.run.Status = store.RunRunning
+		}
 	}
 	if _, ok := r.dirty[rec.Key]; !ok {
 		r.order = append(r.order, rec.Key)

@@ -240,6 +240,9 @@ type RunStatus string
 
 const (
 	RunRunning   RunStatus = "running"
+	// RunWaiting is a run waiting on a person: an approval step asked and
+	// has no answer yet. It has not ended.
+	RunWaiting RunStatus = "waiting"
 	RunSucceeded RunStatus = "succeeded"
 	RunFailed    RunStatus = "failed"
 	RunCancelled RunStatus = "cancelled"
@@ -247,7 +250,7 @@ const (
 )
 
 // Final reports whether the status is terminal.
-func (s RunStatus) Final() bool { return s != RunRunning && s != "" }
+func (s RunStatus) Final() bool { return s != RunRunning && s != RunWaiting && s != "" }
 
 // StepStatus is where a step stands.
 type StepStatus string

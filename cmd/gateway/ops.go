@@ -249,7 +249,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, `gateway runs prune: --older-than must be a positive duration such as "36h", "30d" or "2w"`)
 			return exitUsage
 		}
-		if err := gateway.CheckRunStatus(store.RunStatus(*status)); err != nil || *status == string(store.RunRunning) {
+		if err := gateway.CheckRunStatus(store.RunStatus(*status)); err != nil || !store.RunStatus(*status).Final() && *status != "" {
 			fmt.Fprintln(stderr, "gateway runs prune: --status must be one a run ends with: succeeded, failed, cancelled or timed_out")
 			return exitUsage
 		}
