@@ -239,10 +239,10 @@ type Definition struct {
 type RunStatus string
 
 const (
-	RunRunning   RunStatus = "running"
+	RunRunning RunStatus = "running"
 	// RunWaiting is a run waiting on a person: an approval step asked and
 	// has no answer yet. It has not ended.
-	RunWaiting RunStatus = "waiting"
+	RunWaiting   RunStatus = "waiting"
 	RunSucceeded RunStatus = "succeeded"
 	RunFailed    RunStatus = "failed"
 	RunCancelled RunStatus = "cancelled"
