@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 
 	"github.com/chaingate/gateway/chain/internal/condition"
 	"github.com/chaingate/gateway/templates"
@@ -71,6 +72,10 @@ type Gateway struct {
 	LeaseTTLSeconds int
 	// ShutdownGraceSeconds is how long SIGTERM waits for calls in flight.
 	ShutdownGraceSeconds int
+	// ExternalURL is the address people reach the gateway at
+	// (https://gw.example.com), without a trailing slash: where links in
+	// messages point. Empty when the config does not say.
+	ExternalURL string
 	// Fanout is the [gateway.fanout] table; nil when the config has none,
 	// and every split runs in the gateway that runs its chain.
 	Fanout *Fanout
@@ -91,6 +96,23 @@ type UI struct {
 	// ReadOnly shows no write actions, and refuses them, whatever the
 	// token.
 	ReadOnly bool
+}
+
+// DefaultUIBasePath is where the console is served unless [gateway.ui]
+// base_path says otherwise.
+const DefaultUIBasePath = "/ui"
+
+// RunURL is the console page of run id as people reach it at ExternalURL;
+// "" when there is no such page: no external_url, or no console.
+func (g *Gateway) RunURL(id string) string {
+	if g.ExternalURL == "" || g.UI.Disabled {
+		return ""
+	}
+	base := g.UI.BasePath
+	if base == "" {
+		base = DefaultUIBasePath
+	}
+	return g.ExternalURL + base + "/runs/" + url.PathEscape(id)
 }
 
 // Fanout is the [gateway.fanout] table: where distributed splits hand their

@@ -807,3 +807,42 @@ payload_template = { name = "<<item.name>>" }
 		}
 	}
 }
+
+// TestExternalURLInTemplates checks run.url: the run's console page at
+// [gateway] external_url under the console's base path, in a step's
+// payload, in a condition and in a split's items.
+func TestExternalURLInTemplates(t *testing.T) {
+	h := newHarness(t, `
+[gateway]
+external_url = "https://gw.example.com/ops/"
+[gateway.ui]
+base_path = "/console"
+
+[[chains]]
+name = "links"
+[[chains.steps]]
+name = "post"
+provider = "echo"
+when = 'run.url startsWith "https://gw.example.com/ops/console/runs/"'
+payload_template = { text = "Approve: <<run.url>>/steps/ask", hosts = ["a"] }
+[[chains.steps]]
+name = "each"
+[chains.steps.split]
+items = "<<steps.post.body.hosts>>"
+[[chains.steps.split.steps]]
+name = "link"
+provider = "echo"
+payload_template = { url = "<<run.url>>" }
+`)
+	res := h.run("links", `{}`)
+	if res.Status != store.RunSucceeded {
+		t.Fatalf("run %s: %+v", res.Status, res.Error)
+	}
+	want := "https://gw.example.com/ops/console/runs/" + res.ID
+	if got := body(t, res, "post")["text"]; got != "Approve: "+want+"/steps/ask" {
+		t.Errorf("post's text: %q, want %q", got, "Approve: "+want+"/steps/ask")
+	}
+	if got := body(t, res, "each"); !strings.Contains(fmt.Sprint(got["results"]), want) {
+		t.Errorf("the split's item did not read run.url: %v", got)
+	}
+}

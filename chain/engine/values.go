@@ -102,8 +102,10 @@ type vars struct {
 	secrets map[string]any
 }
 
-func newVars(run *store.Run, secrets map[string]any) *vars {
-	return &vars{
+// newVars are run's values; runURL is its console page as people reach
+// it, left out of run when the gateway has none.
+func newVars(run *store.Run, runURL string, secrets map[string]any) *vars {
+	v := &vars{
 		secrets: secrets,
 		// The payload is decoded when something reads it: a worker running
 		// the items of a split over a large payload may never need it.
@@ -116,6 +118,10 @@ func newVars(run *store.Run, secrets map[string]any) *vars {
 		run:   map[string]any{"id": run.ID},
 		chain: map[string]any{"name": run.Chain},
 	}
+	if runURL != "" {
+		v.run["url"] = runURL
+	}
+	return v
 }
 
 // scope resolves template roots for one step.

@@ -102,6 +102,8 @@ type loader struct {
 	// later holds checks that need every file loaded: references between
 	// chains and providers.
 	later []func()
+	// runURLReads are the templates and conditions that read run.url.
+	runURLReads []runURLRead
 }
 
 func newLoader(opts Options) *loader {
@@ -119,6 +121,7 @@ func (l *loader) finish() (*chain.Config, error) {
 	for _, f := range l.later {
 		f()
 	}
+	l.checkRunURL()
 	l.checkSubChainCycles()
 	all := l.diags.sorted()
 	var errs []chain.Diagnostic
@@ -191,6 +194,7 @@ func (l *loader) gateway(t *table) {
 	l.cfg.Gateway.Source = src
 	l.cfg.Gateway.Listen = t.str("listen")
 	l.cfg.Gateway.State = t.str("state")
+	l.cfg.Gateway.ExternalURL = t.externalURL("external_url")
 	if l.cfg.Gateway.State != "" {
 		t.d.urlSecrets(t.path.Key("state"), l.cfg.Gateway.State)
 	}
@@ -227,7 +231,7 @@ func (l *loader) gateway(t *table) {
 	}
 	l.cfg.Gateway.LeaseTTLSeconds = t.count("lease_ttl_seconds", "seconds")
 	l.cfg.Gateway.ShutdownGraceSeconds = t.count("shutdown_grace_seconds", "seconds")
-	t.finish([]string{"listen", "state", "limits", "fanout", "ui", "auth", "retention", "secrets_file", "lease_ttl_seconds", "shutdown_grace_seconds"})
+	t.finish([]string{"listen", "state", "external_url", "limits", "fanout", "ui", "auth", "retention", "secrets_file", "lease_ttl_seconds", "shutdown_grace_seconds"})
 }
 
 // tokens reads an array of API tokens: each a string, or a table

@@ -76,7 +76,7 @@ func (b *chainBuild) stepShapes(sc *scope, self *chain.Step) roots {
 		"origin":     object(field{"payload", payload}, field{"metadata", nil}, field{"id", aString}, field{"received_at", aString}),
 		"steps":      lookupShape(func(name string) (*shape, string) { return b.stepResult(sc, name) }),
 		"prev":       resultShape(nil),
-		"run":        object(field{"id", aString}),
+		"run":        object(field{"id", aString}, field{"url", aString}),
 		"chain":      object(field{"name", aString}),
 		"secrets":    stringMap,
 		"result":     unset("result is only available in branch conditions; use prev or steps.NAME"),

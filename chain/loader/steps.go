@@ -440,6 +440,7 @@ func (b *chainBuild) condition(p chain.KeyPath, src string, sc *scope, self *cha
 // known: steps.NAME may name a later one.
 func (b *chainBuild) checkRefs(p chain.KeyPath, sc *scope, self *chain.Step, refs []ref) {
 	b.checks = append(b.checks, func() { b.d.checkRefs(p, b.stepShapes(sc, self), refs) })
+	b.l.noteRunURL(b.d, p, refs)
 }
 
 func enclosingSplit(s *chain.Step) string {
