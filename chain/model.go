@@ -80,6 +80,9 @@ type Gateway struct {
 	// and every split runs in the gateway that runs its chain.
 	Fanout *Fanout
 	UI     UI
+	// Slack is the [gateway.slack] table; nil without one, and Slack's
+	// interaction callbacks are refused.
+	Slack *Slack
 	// Retention is the [gateway.retention] table, defaults filled in.
 	Retention Retention
 	// Source is where the [gateway] table was written; zero without one.
@@ -113,6 +116,19 @@ func (g *Gateway) RunURL(id string) string {
 		base = DefaultUIBasePath
 	}
 	return g.ExternalURL + base + "/runs/" + url.PathEscape(id)
+}
+
+// Slack is the [gateway.slack] table: approval answers given with the
+// buttons of a Slack message, which Slack posts to the gateway.
+type Slack struct {
+	// SigningSecret names the secret that holds the Slack app's signing
+	// secret, which signs every request Slack sends.
+	SigningSecret string
+	// Users maps Slack user IDs to who they are in the gateway's records;
+	// a user it does not name may not answer.
+	Users map[string]string
+	// Source is where the table was written.
+	Source Source
 }
 
 // Fanout is the [gateway.fanout] table: where distributed splits hand their

@@ -50,6 +50,15 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 			diags = append(diags, t.Source.Errorf("<<secrets.%s>>: the secret %s is empty, and an API token must not be", t.Secret, t.Secret))
 		}
 	}
+	if sl := cfg.Gateway.Slack; sl != nil && sl.SigningSecret != "" {
+		at := sl.Source.Key("signing_secret")
+		switch v, ok := vals[sl.SigningSecret]; {
+		case !ok:
+			diags = append(diags, at.Errorf("<<secrets.%s>>: no secret %s for the Slack app's signing secret: %s", sl.SigningSecret, sl.SigningSecret, secretFix(cfg, sl.SigningSecret)))
+		case strings.TrimSpace(v) == "":
+			diags = append(diags, at.Errorf("<<secrets.%s>>: the secret %s is empty, and the Slack app's signing secret must not be", sl.SigningSecret, sl.SigningSecret))
+		}
+	}
 	urls := map[string]string{"state": cfg.Gateway.State}
 	if f := cfg.Gateway.Fanout; f != nil {
 		urls["fanout.rabbitmq_url"], urls["fanout.redis_url"] = f.RabbitMQURL, f.RedisURL

@@ -215,6 +215,9 @@ func (l *loader) gateway(t *table) {
 	if ut, ok := t.sub("ui"); ok {
 		l.cfg.Gateway.UI = decodeUI(ut)
 	}
+	if st, ok := t.sub("slack"); ok {
+		l.cfg.Gateway.Slack = decodeSlack(st)
+	}
 	if rt, ok := t.sub("retention"); ok {
 		decodeRetention(rt, &l.cfg.Gateway.Retention)
 	}
@@ -231,7 +234,7 @@ func (l *loader) gateway(t *table) {
 	}
 	l.cfg.Gateway.LeaseTTLSeconds = t.count("lease_ttl_seconds", "seconds")
 	l.cfg.Gateway.ShutdownGraceSeconds = t.count("shutdown_grace_seconds", "seconds")
-	t.finish([]string{"listen", "state", "external_url", "limits", "fanout", "ui", "auth", "retention", "secrets_file", "lease_ttl_seconds", "shutdown_grace_seconds"})
+	t.finish([]string{"listen", "state", "external_url", "limits", "fanout", "ui", "slack", "auth", "retention", "secrets_file", "lease_ttl_seconds", "shutdown_grace_seconds"})
 }
 
 // tokens reads an array of API tokens: each a string, or a table
