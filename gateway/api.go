@@ -35,6 +35,8 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/chains/{name}/runs", writeAccess, s.startRun)
 	// A trigger checks its own credential, or a full token without one.
 	route("POST /v1/triggers/{name}", public, s.trigger)
+	// Slack's callback carries Slack's signature.
+	route("POST /v1/slack/interactions", public, s.slackInteractions)
 	route("GET /v1/chains", readAccess, s.listChains)
 	route("GET /v1/chains/{name}", readAccess, s.getChain)
 	route("GET /v1/schedules", readAccess, s.listSchedules)

@@ -62,6 +62,9 @@ type Server struct {
 	budget time.Duration
 	// fails counts wrong credentials per remote address.
 	fails *authFailures
+	// slackOut, when set, posts Slack replies in place of
+	// defaultSlackResponder.
+	slackOut atomic.Pointer[slackResponder]
 }
 
 // Token environment variables; they add to [gateway.auth]. EnvTokens and
