@@ -172,7 +172,7 @@ func checkSlackSignature(secret []byte, h http.Header, body []byte, now time.Tim
 	ts := h.Get(slackTimestampHeader)
 	secs, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return "", fmt.Errorf("checking a Slack signature: %s %q is not Unix seconds", slackTimestampHeader, truncate(ts, 32))
+		return "", fmt.Errorf("checking a Slack signature: %s %.32q is not Unix seconds", slackTimestampHeader, ts)
 	}
 	if at := time.Unix(secs, 0); now.Sub(at) > slackSkew || at.Sub(now) > slackSkew {
 		return "", fmt.Errorf("checking a Slack signature: signed at %s, more than %s from this gateway's clock (%s)", at.UTC().Format(time.RFC3339), slackSkew, now.UTC().Format(time.RFC3339))
@@ -189,14 +189,6 @@ func checkSlackSignature(secret []byte, h http.Header, body []byte, now time.Tim
 		return "", fmt.Errorf("checking a Slack signature: %s does not match the body", slackSignatureHeader)
 	}
 	return hex.EncodeToString(got), nil
-}
-
-// truncate shortens what a sender wrote to at most n bytes for a message.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // parseSlackInteraction reads the body Slack posts: form-encoded, with the

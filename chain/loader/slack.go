@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/templates"
@@ -42,7 +43,7 @@ func decodeSlack(t *table) *chain.Slack {
 				t.d.errorf(at, "%q is not a Slack user ID: want the member ID from the user's Slack profile (U0123ABCD), mapped to who they are", id)
 			case !isStr:
 				t.d.errorf(at, "must be the name the user's answers are recorded under, got %s", describe(m[id]))
-			case strings.TrimSpace(name) == "" || strings.ContainsFunc(name, isControl):
+			case strings.TrimSpace(name) == "" || strings.ContainsFunc(name, unicode.IsControl):
 				t.d.errorf(at, "must be a name to record the user's answers under, without control characters, got %q", name)
 			default:
 				s.Users[id] = strings.TrimSpace(name)
@@ -52,8 +53,6 @@ func decodeSlack(t *table) *chain.Slack {
 	t.finish([]string{"signing_secret", "users"})
 	return s
 }
-
-func isControl(r rune) bool { return r < ' ' || r == 0x7f }
 
 // secretName reads a value written "<<secrets.NAME>>" alone, and returns
 // NAME: a credential the config names but does not hold.
