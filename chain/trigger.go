@@ -54,6 +54,10 @@ type Trigger struct {
 	// Payload maps the request to the run's payload; nil passes the alert
 	// (the group, the body) as it came.
 	Payload *templates.Template
+	// Labels maps the request to the run's labels, a table of strings;
+	// nil gives an alert's own labels (a group's common labels), and a
+	// webhook's runs none.
+	Labels *templates.Template
 	// ResolvePayload maps a resolved alert to the resolve chain's payload;
 	// nil passes the alert with the firing run.
 	ResolvePayload *templates.Template

@@ -207,8 +207,13 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, badRequest("invalid_json", "the request body is the run's payload and must be one JSON value: %v", err))
 		return
 	}
+	labels, err := ParseLabels("label", r.URL.Query()["label"], true)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	ctx := r.Context()
-	in := engine.Input{Payload: body, Metadata: requestMetadata(r), StartedBy: store.StartedByAPI}
+	in := engine.Input{Payload: body, Metadata: requestMetadata(r), StartedBy: store.StartedByAPI, Labels: labels}
 	id, status, replayed, err := s.gw.startKeyed(ctx, name, "run/"+name+"/", r.Header.Get("Idempotency-Key"), idempotencyTTL, in)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -338,6 +343,9 @@ func runFilter(r *http.Request) (store.RunFilter, error) {
 		return f, err
 	}
 	var err error
+	if f.Labels, err = ParseLabels("label", q["label"], false); err != nil {
+		return f, err
+	}
 	if f.Since, err = ParseSince(q.Get("since")); err != nil {
 		return f, err
 	}
@@ -365,6 +373,32 @@ func CheckRunStatus(status store.RunStatus) error {
 		return nil
 	}
 	return badRequest("invalid_parameter", "status %q is not one of running, waiting, succeeded, failed, cancelled, timed_out", status)
+}
+
+// ParseLabels reads labels written KEY=VALUE, as the label parameter and
+// --label take them; with values false a bare KEY (any value) is allowed
+// too, as a filter.
+func ParseLabels(name string, args []string, values bool) (map[string]string, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	if len(args) > MaxLabels {
+		return nil, badRequest("invalid_parameter", "%s: %d labels, at most %d", name, len(args), MaxLabels)
+	}
+	out := make(map[string]string, len(args))
+	for _, a := range args {
+		k, v, eq := strings.Cut(a, "=")
+		switch {
+		case k == "":
+			return nil, badRequest("invalid_parameter", "%s %q: a label is KEY=VALUE", name, a)
+		case values && !eq:
+			return nil, badRequest("invalid_parameter", "%s %q: a label is KEY=VALUE", name, a)
+		case len(k) > MaxLabelKeyBytes || len(v) > MaxLabelValueSize:
+			return nil, badRequest("invalid_parameter", "%s %q: a label's key is at most %d bytes and its value %d", name, short(a, 40), MaxLabelKeyBytes, MaxLabelValueSize)
+		}
+		out[k] = v
+	}
+	return out, nil
 }
 
 // CheckRange refuses a value of the named parameter outside 1 to max.

@@ -41,6 +41,8 @@ type Run struct {
 	StartedBy string `json:"started_by,omitempty"`
 	// KeyUntil is when the idempotency key the run started under lapses.
 	KeyUntil time.Time `json:"key_until,omitzero"`
+	// Labels say what the run is about (an alert's labels, say).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Final reports whether the run has ended.
@@ -154,7 +156,7 @@ func apiRun(r *store.Run) *Run {
 		Origin: Origin{ID: r.Origin.ID, Payload: r.Origin.Payload, Metadata: r.Origin.Metadata, ReceivedAt: r.Origin.ReceivedAt},
 		Path:   r.Path, Cursor: r.Cursor, Deadline: r.Deadline, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		Error: apiErrorInfo(r.Error), ParentRun: r.ParentRun, ParentStep: r.ParentStep, Body: r.Body, BodyStep: r.BodyStep, Seq: r.Seq,
-		StartedBy: r.StartedBy, KeyUntil: r.KeyUntil,
+		StartedBy: r.StartedBy, KeyUntil: r.KeyUntil, Labels: r.Labels,
 	}
 }
 

@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -105,6 +107,12 @@ func (c *Client) ListRuns(ctx context.Context, f store.RunFilter) (RunPage, erro
 	setIf(q, "started_by", f.StartedBy)
 	for _, c := range f.HideChains {
 		q.Add("hide_chain", c)
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.Labels)) {
+		if v := f.Labels[k]; v != "" {
+			k += "=" + v
+		}
+		q.Add("label", k)
 	}
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -448,9 +449,13 @@ func (gw *Gateway) start(ctx context.Context, in *inbound, res TriggerResult, st
 	if err != nil {
 		return gw.park(ctx, in, res, st.kept, parkKey, fmt.Errorf("mapping the payload: %w", err), "trigger_mapping")
 	}
+	labels, err := triggerLabels(in.tr, st.scope)
+	if err != nil {
+		return gw.park(ctx, in, res, st.kept, parkKey, fmt.Errorf("mapping the labels: %w", err), "trigger_mapping")
+	}
 	mb, _ := jsonx.Marshal(st.meta)
 	ctx = engine.WithActor(ctx, "trigger "+in.tr.Name)
-	input := engine.Input{Payload: payload, Metadata: mb, StartedBy: store.StartedByTrigger + ":" + in.tr.Name}
+	input := engine.Input{Payload: payload, Metadata: mb, StartedBy: store.StartedByTrigger + ":" + in.tr.Name, Labels: labels}
 	id, status, replayed, err := gw.startKeyed(ctx, st.chain, "", st.key, triggerTTL, input)
 	switch {
 	case errors.Is(err, engine.ErrClosed) || ctx.Err() != nil:
@@ -464,6 +469,58 @@ func (gw *Gateway) start(ctx context.Context, in *inbound, res TriggerResult, st
 		res.Action = "replayed"
 	}
 	return res
+}
+
+// triggerLabels are the labels of a run a trigger starts: its labels
+// mapping's, or else an alert's own labels (a group's common labels).
+func triggerLabels(tr *chain.Trigger, scope map[string]any) (map[string]string, error) {
+	var v any
+	switch {
+	case tr.Labels != nil:
+		var err error
+		if v, err = tr.Labels.Render(templates.MapScope(scope)); err != nil {
+			return nil, err
+		}
+	case scope["alert"] != nil:
+		a, _ := scope["alert"].(map[string]any)
+		v = a["labels"]
+	case scope["group"] != nil:
+		g, _ := scope["group"].(map[string]any)
+		v = g["commonLabels"]
+	}
+	m, _ := v.(map[string]any)
+	return LabelStrings(m), nil
+}
+
+// Bounds on a run's labels: what is beyond them is left out.
+const (
+	MaxLabels         = 64
+	MaxLabelKeyBytes  = 128
+	MaxLabelValueSize = 1024
+)
+
+// LabelStrings makes labels of a table's values, within the bounds: a
+// string as it is, any other value as JSON, a null left out.
+func LabelStrings(m map[string]any) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, min(len(m), MaxLabels))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if len(out) == MaxLabels || len(k) > MaxLabelKeyBytes || k == "" || m[k] == nil {
+			continue
+		}
+		s, ok := m[k].(string)
+		if !ok {
+			b, _ := jsonx.Marshal(m[k])
+			s = string(b)
+		}
+		if len(s) > MaxLabelValueSize {
+			s = strings.ToValidUTF8(s[:MaxLabelValueSize], "")
+		}
+		out[k] = s
+	}
+	return out
 }
 
 // park keeps what a delivery brought that no run could be started for as

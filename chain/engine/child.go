@@ -112,10 +112,11 @@ func (r *runner) prepareChild(now time.Time, q *seq, s *chain.Step, rec *store.S
 // startChild creates and starts the child run.
 func (r *runner) startChild(ctx context.Context, l launch) {
 	parent := ParentRef{Run: r.run.ID, Step: l.key}
+	labels := r.run.Labels
 	r.e.act.Begin()
 	go func() {
 		defer r.e.act.End()
-		_, err := r.e.startRun(ctx, r.cfg, l.child.chain, Input{Payload: l.child.input}, l.child.id, &parent, l.child.deadline)
+		_, err := r.e.startRun(ctx, r.cfg, l.child.chain, Input{Payload: l.child.input, Labels: labels}, l.child.id, &parent, l.child.deadline)
 		if errors.Is(err, store.ErrExists) || errors.Is(err, ErrClosed) {
 			// Created before a restart, it reports when it ends; or the
 			// engine is closing, and the parent creates it on resume.

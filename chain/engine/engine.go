@@ -300,6 +300,9 @@ type Input struct {
 	StartedBy string
 	// KeyUntil is when the idempotency key the run starts under lapses.
 	KeyUntil time.Time
+	// Labels are the run's (store.Run.Labels); a sub-chain's run has its
+	// parent's.
+	Labels map[string]string
 }
 
 // Start persists a new run of the named chain and starts advancing it. The
@@ -373,6 +376,7 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 		UpdatedAt: now,
 		StartedBy: in.StartedBy,
 		KeyUntil:  in.KeyUntil,
+		Labels:    e.labels(in.Labels),
 	}
 	if parent != nil {
 		run.ParentRun, run.ParentStep = parent.Run, parent.Step
@@ -411,6 +415,18 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 	snapshot := *run
 	e.launch(r)
 	return &snapshot, nil
+}
+
+// labels are a run's labels as it keeps them: a copy, secrets redacted.
+func (e *Engine) labels(in map[string]string) map[string]string {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		out[e.redactor.String(k)] = e.redactor.String(v)
+	}
+	return out
 }
 
 // source returns the definition document a run of the chain stores. The

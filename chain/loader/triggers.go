@@ -10,7 +10,7 @@ import (
 	"github.com/chaingate/gateway/templates"
 )
 
-var triggerKeys = []string{"name", "type", "chain", "resolve_chain", "per", "when", "payload", "resolve_payload", "idempotency_key", "token", "secret", "signature", "max_alerts", "retention"}
+var triggerKeys = []string{"name", "type", "chain", "resolve_chain", "per", "when", "payload", "labels", "resolve_payload", "idempotency_key", "token", "secret", "signature", "max_alerts", "retention"}
 
 func (l *loader) trigger(t *table) {
 	tr := &chain.Trigger{Name: l.checkName(t, "trigger"), Source: t.d.source(t.path)}
@@ -56,6 +56,13 @@ func (l *loader) trigger(t *table) {
 	}
 	if v, ok := t.value("payload"); ok {
 		tr.Payload = triggerTemplate(t, "payload", v, roots)
+	}
+	if v, ok := t.value("labels"); ok {
+		if _, isTable := v.(map[string]any); !isTable {
+			t.d.errorf(t.path.Key("labels"), "must be a table of label names to strings (templates), got %s", describe(v))
+		} else {
+			tr.Labels = triggerTemplate(t, "labels", v, roots)
+		}
 	}
 	if v, ok := t.value("resolve_payload"); ok {
 		tr.ResolvePayload = triggerTemplate(t, "resolve_payload", v, append(slices.Clone(roots), "firing_run"))
@@ -121,7 +128,7 @@ func checkTriggerRefs(t *table, tr *chain.Trigger, firing *chain.Chain) {
 	if tr.When != nil {
 		t.d.checkRefs(t.path.Key("when"), rs, conditionRefs(tr.When))
 	}
-	for key, tpl := range map[string]*templates.Template{"payload": tr.Payload, "idempotency_key": tr.IdempotencyKey} {
+	for key, tpl := range map[string]*templates.Template{"payload": tr.Payload, "labels": tr.Labels, "idempotency_key": tr.IdempotencyKey} {
 		if tpl != nil {
 			t.d.checkRefs(t.path.Key(key), rs, templateRefs(tpl))
 		}

@@ -320,6 +320,9 @@ type Run struct {
 	// KeyUntil is when the idempotency key the run started under lapses;
 	// until then a repeat of its start finds it, so it is kept.
 	KeyUntil time.Time `json:"key_until,omitzero"`
+	// Labels say what the run is about, to find it by: an alert's labels
+	// (alertname, severity, instance) or what its trigger or starter gave.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // How runs start, as StartedBy names them (a trigger's and a schedule's
@@ -475,6 +478,9 @@ type RunFilter struct {
 	StartedBy string
 	// HideChains leaves out the runs of these chains.
 	HideChains []string
+	// Labels keeps the runs that carry every one of these labels with
+	// these values; a label given an empty value need only be there.
+	Labels map[string]string
 }
 
 // Keeps reports whether the filter keeps a run, on what its header says
@@ -491,7 +497,18 @@ func (f *RunFilter) Keeps(run *Run) bool {
 			return false
 		}
 	}
+	for k, v := range f.Labels {
+		if got, ok := run.Labels[k]; !ok || (v != "" && got != v) {
+			return false
+		}
+	}
 	return true
+}
+
+// Filtered reports whether the filter leaves runs out on what their
+// headers say, so that a listing reads past a page's worth to fill it.
+func (f *RunFilter) Filtered() bool {
+	return f.Chain != "" || f.Status != "" || f.StartedBy != "" || len(f.HideChains) > 0 || len(f.Labels) > 0
 }
 
 // RunPage is one page of a run listing.

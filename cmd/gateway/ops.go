@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/user"
@@ -103,7 +104,7 @@ func printJSON(w io.Writer, v any) {
 
 const runsHelp = `Usage:
   gateway runs list [--chain C] [--status S] [--since T] [--started-by KIND[:NAME]]
-                    [--hide-chain C]... [--limit N] [--cursor X]
+                    [--hide-chain C]... [--label KEY=VALUE]... [--limit N] [--cursor X]
   gateway runs show RUN_ID [--items]
   gateway runs cancel RUN_ID
   gateway runs replay RUN_ID [--mode resume|restart] [--definition current|pinned]
@@ -122,7 +123,10 @@ const runsHelp = `Usage:
 --started-by keeps the runs started one way: trigger, schedule, api, cli,
 replay or sub_chain, or by one trigger or schedule (trigger:NAME,
 schedule:NAME). --hide-chain leaves a chain's runs out; repeat it to leave
-out more, so a schedule's runs do not bury an incident's.
+out more, so a schedule's runs do not bury an incident's. --label keeps
+the runs that carry a label (an alert's instance=db-1:9100, say; KEY alone:
+any value); repeat it to need more. The search goes through every run, not
+one page.
 
 replay runs a failed, timed-out or cancelled run again, whether or not its
 failure was dead-lettered (when it was, the entry goes): --mode resume (the
@@ -209,8 +213,9 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	limit := fs.Int("limit", 50, "at most this many runs")
 	cursor := fs.String("cursor", "", "continue a listing")
 	startedBy := fs.String("started-by", "", "only runs started this way: trigger, schedule, api, cli, replay, sub_chain, or trigger:NAME, schedule:NAME")
-	var hideChains stringList
+	var hideChains, labels stringList
 	fs.Var(&hideChains, "hide-chain", "leave out the runs of this chain (repeatable)")
+	fs.Var(&labels, "label", "only runs with this label, KEY=VALUE or KEY (repeatable)")
 	items := fs.Bool("items", false, "include every split item's records")
 	follow := fs.Bool("follow", false, "keep streaming events until the run ends")
 	mode := fs.String("mode", "resume", "replay mode: resume or restart")
@@ -257,7 +262,8 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if sub == "list" {
 		// The API's own checks, so a store and a server refuse alike.
-		if err := errors.Join(gateway.CheckRunStatus(store.RunStatus(*status)), gateway.CheckStartedBy("--started-by", *startedBy), gateway.CheckHideChains("--hide-chain", hideChains), gateway.CheckRange("limit", *limit, gateway.MaxPageLimit)); err != nil {
+		_, labelErr := gateway.ParseLabels("--label", labels, false)
+		if err := errors.Join(gateway.CheckRunStatus(store.RunStatus(*status)), gateway.CheckStartedBy("--started-by", *startedBy), gateway.CheckHideChains("--hide-chain", hideChains), gateway.CheckRange("limit", *limit, gateway.MaxPageLimit), labelErr); err != nil {
 			fmt.Fprintf(stderr, "gateway runs list: %v\n", err)
 			return exitUsage
 		}
@@ -279,8 +285,9 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "runs", err)
 		}
 		// The table shows no payload; JSON carries the runs whole.
+		byLabel, _ := gateway.ParseLabels("--label", labels, false)
 		page, err := ops.ListRuns(ctx, store.RunFilter{Chain: *chainName, Status: store.RunStatus(*status), Since: since, Limit: *limit, Cursor: *cursor, NoOrigins: !t.json(),
-			StartedBy: *startedBy, HideChains: hideChains})
+			StartedBy: *startedBy, HideChains: hideChains, Labels: byLabel})
 		if err != nil {
 			return fail(stderr, "runs", err)
 		}
@@ -477,6 +484,13 @@ func showRun(w io.Writer, v *gateway.RunView) {
 	fmt.Fprintf(w, "run      %s\nchain    %s\nstatus   %s\nstarted  %s%s\ntook     %s\n", v.ID, v.Chain, v.Status, v.CreatedAt.Local().Format(timeLayout), by, took(v.Run))
 	if v.ParentRun != "" {
 		fmt.Fprintf(w, "parent   %s (step %s)\n", v.ParentRun, v.ParentStep)
+	}
+	if len(v.Labels) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(v.Labels)) {
+			parts = append(parts, k+"="+v.Labels[k])
+		}
+		fmt.Fprintf(w, "labels   %s\n", strings.Join(parts, " "))
 	}
 	if v.Error != nil {
 		fmt.Fprintf(w, "error    %s\n", v.Error.Message)

@@ -132,3 +132,26 @@ func copyFile(b *testing.B, from, to string) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkListRunsByLabel finds one run by its instance label among
+// 100,000, the oldest (the whole index read) and the middle one.
+func BenchmarkListRunsByLabel(b *testing.B) {
+	s, err := bolt.Open(filepath.Join(b.TempDir(), "gw.db"), bolt.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const n = 100_000
+	storetest.FillLabeled(b, s, n)
+	for _, i := range []int{n / 2, 0} {
+		b.Run(fmt.Sprintf("instance=host-%d", i), func(b *testing.B) {
+			f := store.RunFilter{Labels: map[string]string{"instance": fmt.Sprintf("host-%d:9100", i)}, Limit: 1, NoOrigins: true}
+			for b.Loop() {
+				page, err := s.ListRuns(context.Background(), f)
+				if err != nil || len(page.Runs) != 1 {
+					b.Fatalf("%v %d", err, len(page.Runs))
+				}
+			}
+		})
+	}
+}

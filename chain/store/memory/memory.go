@@ -859,6 +859,7 @@ func copyRun(r *store.Run) *store.Run {
 	c := *r
 	c.Origin = store.Origin{}
 	c.Path = slices.Clone(r.Path)
+	c.Labels = maps.Clone(r.Labels)
 	c.Error = copyError(r.Error)
 	c.Body = cloneRaw(r.Body)
 	return &c

@@ -3,8 +3,10 @@ package redis_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 
+	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/backup"
 	"github.com/chaingate/gateway/chain/store/internal/storetest"
 	"github.com/chaingate/gateway/chain/store/redis"
@@ -43,4 +45,23 @@ func BenchmarkBackup(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkListRunsByLabel finds one run by its instance label among
+// 100,000, the oldest (the whole index read) and the middle one.
+func BenchmarkListRunsByLabel(b *testing.B) {
+	s := openURL(b, redistest.Open(b))
+	const n = 100_000
+	storetest.FillLabeled(b, s, n)
+	for _, i := range []int{n / 2, 0} {
+		b.Run(fmt.Sprintf("instance=host-%d", i), func(b *testing.B) {
+			f := store.RunFilter{Labels: map[string]string{"instance": fmt.Sprintf("host-%d:9100", i)}, Limit: 1, NoOrigins: true}
+			for b.Loop() {
+				page, err := s.ListRuns(context.Background(), f)
+				if err != nil || len(page.Runs) != 1 {
+					b.Fatalf("%v %d", err, len(page.Runs))
+				}
+			}
+		})
+	}
 }

@@ -608,7 +608,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 	}
 	// Without filters, limit+1 entries tell whether there is a next page.
 	chunk := limit + 1
-	if f.Chain != "" || f.Status != "" || f.StartedBy != "" || len(f.HideChains) > 0 {
+	if f.Filtered() {
 		chunk = pageSize
 	}
 	page, err := s.listRuns(ctx, f, lo, hi, chunk, limit)

@@ -171,6 +171,33 @@ func FillRuns(tb testing.TB, s store.Store, n int) {
 	}
 }
 
+// FillLabeled commits n finished runs of one commit each, run i labelled
+// as an alert's would be, instance=host-i:9100, sixty-four at a time.
+func FillLabeled(tb testing.TB, s store.Store, n int) {
+	tb.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := range 64 {
+		wg.Go(func() {
+			for i := w; i < n; i += 64 {
+				run := NewRun("incident", time.Now().UTC())
+				run.Status, run.FinishedAt = store.RunSucceeded, time.Now().UTC()
+				run.Labels = map[string]string{"alertname": "DiskFull", "severity": "critical", "instance": fmt.Sprintf("host-%d:9100", i)}
+				if err := s.Commit(ctx, &store.Batch{Run: run, Create: true}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		tb.Fatal(err)
+	}
+}
+
 // contents is everything a store answers, as compared.
 type contents struct {
 	Runs       map[string]runContents `json:"runs"`

@@ -42,6 +42,7 @@ func Run(t *testing.T, f Factory) {
 		{"Unfinished", testUnfinished},
 		{"ListRuns", testListRuns},
 		{"ListRunsByHowStarted", testListRunsByHowStarted},
+		{"ListRunsByLabel", testListRunsByLabel},
 		{"DLQ", testDLQ},
 		{"DeliveryDLQ", testDeliveryDLQ},
 		{"Deliveries", testDeliveries},
@@ -640,6 +641,56 @@ func testListRunsByHowStarted(t *testing.T, f Factory) {
 		if len(page.Runs) > 0 && page.Runs[0].StartedBy == "" && tc.filter.StartedBy != "" {
 			t.Errorf("%+v: a run listed without how it started", tc.filter)
 		}
+	}
+}
+
+// testListRunsByLabel finds runs by their labels, among more runs than a
+// page holds, and lists them with their labels.
+func testListRunsByLabel(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	base := time.Now().UTC().Add(-time.Hour)
+	var runs []*store.Run
+	for i := range 300 {
+		r := NewRun("incident", base.Add(time.Duration(i)*time.Second))
+		r.Labels = map[string]string{"alertname": "DiskFull", "instance": fmt.Sprintf("db-%d:9100", i)}
+		if i%100 == 7 {
+			r.Labels["severity"] = "critical"
+		}
+		create(t, s, r)
+		runs = append(runs, r)
+	}
+	for _, tc := range []struct {
+		labels map[string]string
+		want   []int
+	}{
+		{map[string]string{"instance": "db-3:9100"}, []int{3}},
+		{map[string]string{"severity": "critical"}, []int{207, 107, 7}},
+		{map[string]string{"severity": ""}, []int{207, 107, 7}},
+		{map[string]string{"severity": "critical", "instance": "db-107:9100"}, []int{107}},
+		{map[string]string{"instance": "db-3"}, nil},
+		{map[string]string{"team": ""}, nil},
+	} {
+		page, err := s.ListRuns(ctx, store.RunFilter{Labels: tc.labels, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, i := range tc.want {
+			want = append(want, runs[i].ID)
+		}
+		if fmt.Sprint(runIDs(page.Runs)) != fmt.Sprint(want) {
+			t.Errorf("labels %v: got %v, want %v", tc.labels, runIDs(page.Runs), want)
+		}
+		for _, r := range page.Runs {
+			if r.Labels["alertname"] != "DiskFull" {
+				t.Errorf("labels %v: a run listed without its labels: %v", tc.labels, r.Labels)
+			}
+		}
+	}
+	got, err := s.Run(ctx, runs[5].ID)
+	if err != nil || got.Labels["instance"] != "db-5:9100" {
+		t.Fatalf("a run's labels read back: %v %v", err, got)
 	}
 }
 
