@@ -644,6 +644,36 @@ func (s *Store) Run(ctx context.Context, id string) (*store.Run, error) {
 }
 
 // readHeader reads a run without its origin.
+// labelNeedles are the bytes a run's header must hold to carry labels, as
+// its JSON writes them: a search by label decodes only the headers that
+// hold them, not every run's.
+func labelNeedles(labels map[string]string) [][]byte {
+	var out [][]byte
+	for k, v := range labels {
+		if v == "" {
+			continue
+		}
+		kb, _ := jsonx.Marshal(k)
+		vb, _ := jsonx.Marshal(v)
+		out = append(out, append(append(kb, ':'), vb...))
+	}
+	return out
+}
+
+// holdsAll reports whether raw holds every needle; a header that is not
+// there passes, for readHeader to report.
+func holdsAll(raw []byte, needles [][]byte) bool {
+	if raw == nil {
+		return true
+	}
+	for _, n := range needles {
+		if !bytes.Contains(raw, n) {
+			return false
+		}
+	}
+	return true
+}
+
 func readHeader(tx *bbolt.Tx, id string) (*store.Run, error) {
 	v := tx.Bucket(bucketHeaders).Get([]byte(id))
 	if v == nil {
@@ -803,6 +833,8 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 				k, _ = c.Prev()
 			}
 		}
+		needles := labelNeedles(f.Labels)
+		headers := tx.Bucket(bucketHeaders)
 		for ; k != nil; k, _ = c.Prev() {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -810,6 +842,9 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 			created := time.Unix(0, int64(binary.BigEndian.Uint64(k[:8])))
 			if !f.Since.IsZero() && created.Before(f.Since) {
 				break
+			}
+			if !holdsAll(headers.Get(k[8:]), needles) {
+				continue
 			}
 			run, err := readHeader(tx, string(k[8:]))
 			if errors.Is(err, store.ErrDamaged) {

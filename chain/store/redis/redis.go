@@ -626,16 +626,20 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 func (s *Store) listRuns(ctx context.Context, f store.RunFilter, lo, hi string, chunk, limit int) (store.RunPage, error) {
 	var page store.RunPage
 	var last string // index entry of the last run in page
+	needles := labelNeedles(f.Labels)
 	for {
 		members, err := s.client.ZRevRangeByLex(ctx, s.runsKey(), &goredis.ZRangeBy{Min: lo, Max: hi, Count: int64(chunk)}).Result()
 		if err != nil {
 			return page, err
 		}
-		runs, err := s.readHeaders(ctx, members)
+		runs, err := s.readHeaders(ctx, members, needles)
 		if err != nil {
 			return page, err
 		}
 		for i, run := range runs {
+			if run.Run == nil && run.err == nil {
+				continue // it does not carry the labels
+			}
 			if run.err != nil {
 				page.Damaged = append(page.Damaged, store.DamagedRun{ID: run.id, Error: run.err.Error()})
 				continue
@@ -687,6 +691,31 @@ func (s *Store) readOrigins(ctx context.Context, page *store.RunPage) error {
 }
 
 // listedRun is a run an index entry names, or why it cannot be read.
+// labelNeedles are the texts a run's header must hold to carry labels, as
+// its JSON writes them: a search by label decodes only the headers that
+// hold them.
+func labelNeedles(labels map[string]string) []string {
+	var out []string
+	for k, v := range labels {
+		if v == "" {
+			continue
+		}
+		kb, _ := jsonx.Marshal(k)
+		vb, _ := jsonx.Marshal(v)
+		out = append(out, string(kb)+":"+string(vb))
+	}
+	return out
+}
+
+func holdsAll(header string, needles []string) bool {
+	for _, n := range needles {
+		if !strings.Contains(header, n) {
+			return false
+		}
+	}
+	return true
+}
+
 type listedRun struct {
 	*store.Run
 	id  string
@@ -695,7 +724,7 @@ type listedRun struct {
 
 // readHeaders reads the runs of index entries, without their origins, in
 // one round trip. A run that cannot be read back is returned with why.
-func (s *Store) readHeaders(ctx context.Context, members []string) ([]listedRun, error) {
+func (s *Store) readHeaders(ctx context.Context, members []string, needles []string) ([]listedRun, error) {
 	ids := make([]string, len(members))
 	for i, m := range members {
 		if len(m) < 16 {
@@ -716,6 +745,9 @@ func (s *Store) readHeaders(ctx context.Context, members []string) ([]listedRun,
 	runs := make([]listedRun, len(ids))
 	for i, c := range cmds {
 		runs[i].id = ids[i]
+		if h, ok := c.Val()[0].(string); ok && !holdsAll(h, needles) {
+			continue
+		}
 		runs[i].Run, runs[i].err = s.decodeRun(ids[i], c.Val())
 		if runs[i].err != nil && !errors.Is(runs[i].err, store.ErrDamaged) {
 			return nil, runs[i].err

@@ -45,7 +45,7 @@ func (s *Store) buildFinishedIndex(ctx context.Context) error {
 		return err
 	}
 	err = s.scanIndex(ctx, s.runsKey(), "", func(members []string) (bool, error) {
-		runs, err := s.readHeaders(ctx, members)
+		runs, err := s.readHeaders(ctx, members, nil)
 		if err != nil {
 			return false, err
 		}
@@ -79,7 +79,7 @@ func (s *Store) FinishedRuns(ctx context.Context, status store.RunStatus, fn fun
 	}
 	defer s.end()
 	err := s.scanIndex(ctx, s.finishedKey(status), "", func(members []string) (bool, error) {
-		runs, err := s.readHeaders(ctx, members)
+		runs, err := s.readHeaders(ctx, members, nil)
 		if err != nil {
 			return false, err
 		}
