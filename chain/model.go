@@ -527,6 +527,10 @@ type Approval struct {
 	// OnReject is what a reject does: fail the step (on_failure applies),
 	// or continue, the step succeeding with the decision for branches.
 	OnReject string
+	// OnResolve is what the resolution of the alert whose firing started
+	// the run does to the step while it waits: cancel the run, approve or
+	// reject; empty leaves the question standing.
+	OnResolve string
 }
 
 // Approval decisions.

@@ -259,6 +259,7 @@ func (gw *Gateway) fireAlert(ctx context.Context, in *inbound, group map[string]
 		return res
 	}
 	res.FiringRun = firing
+	gw.resolveApprovals(ctx, firing, tr.Name)
 	if tr.ResolveChain == "" {
 		res.Action, res.Reason = "skipped", "resolved, and the trigger has no resolve_chain"
 		return res
@@ -318,6 +319,7 @@ func (gw *Gateway) fireGroup(ctx context.Context, in *inbound, group map[string]
 	res.FiringRun = open
 	if open != "" {
 		gw.noteGroup(ctx, open, seen, group, alerts)
+		gw.resolveApprovals(ctx, open, tr.Name)
 	}
 	release := func() {
 		if open == "" {
@@ -469,6 +471,50 @@ func (gw *Gateway) start(ctx context.Context, in *inbound, res TriggerResult, st
 		res.Action = "replayed"
 	}
 	return res
+}
+
+// resolveApprovals applies on_resolve to the approval steps the run an
+// alert's firing started waits at, now that the alert is resolved: the
+// question may no longer stand (a restart asked for a database that has
+// recovered). A repeat finds the run no longer waiting, and does nothing.
+func (gw *Gateway) resolveApprovals(ctx context.Context, runID, trigger string) {
+	if runID == "" {
+		return
+	}
+	run, err := gw.Store.RunHeader(ctx, runID)
+	if err != nil || run.Status != store.RunWaiting {
+		return
+	}
+	def, err := gw.Engine.Definition(ctx, run.Chain, run.ChainHash)
+	if err != nil {
+		gw.Log.Warn("reading the definition of a resolved alert's run; its approval steps wait on", "run", runID, "err", err)
+		return
+	}
+	var waiting []*store.StepRecord
+	err = gw.Store.ForEachStep(ctx, runID, store.StepScan{SkipItems: true}, func(rec *store.StepRecord) error {
+		if s := def.Step(rec.Name); rec.Status == store.StepRunning && s != nil && s.Kind == chain.KindApproval && s.Approval.OnResolve != "" {
+			waiting = append(waiting, rec)
+		}
+		return nil
+	})
+	if err != nil {
+		gw.Log.Warn("reading the steps of a resolved alert's run; its approval steps wait on", "run", runID, "err", err)
+		return
+	}
+	actor := engine.WithActor(ctx, "alert resolved ("+trigger+")")
+	for _, rec := range waiting {
+		switch onResolve := def.Step(rec.Name).Approval.OnResolve; onResolve {
+		case "cancel":
+			err = gw.Engine.Cancel(actor, runID)
+		default:
+			_, err = gw.Engine.Signal(actor, runID, rec.Key, onResolve, "the alert resolved")
+		}
+		if err != nil {
+			gw.Log.Warn("applying on_resolve to an approval step", "run", runID, "step", rec.Key, "err", err)
+			continue
+		}
+		gw.Log.Info("the alert resolved: on_resolve applied to an approval step", "run", runID, "step", rec.Key, "on_resolve", def.Step(rec.Name).Approval.OnResolve)
+	}
 }
 
 // triggerLabels are the labels of a run a trigger starts: its labels
