@@ -40,6 +40,9 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/chains", readAccess, s.listChains)
 	route("GET /v1/chains/{name}", readAccess, s.getChain)
 	route("GET /v1/schedules", readAccess, s.listSchedules)
+	route("GET /v1/pauses", readAccess, s.listPauses)
+	route("POST /v1/pauses/{kind}/{name}", writeAccess, s.pause)
+	route("DELETE /v1/pauses/{kind}/{name}", writeAccess, s.resume)
 
 	route("GET /v1/runs", readAccess, s.listRuns)
 	route("GET /v1/runs/{id}", readAccess, s.getRun)

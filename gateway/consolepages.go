@@ -69,7 +69,9 @@ type nowView struct {
 	DLQBefore int
 	InFlight  []*runLine
 	// Waiting counts the runs waiting on a person (an approval step).
-	Waiting   int
+	Waiting int
+	// Paused are the triggers and schedules paused now.
+	Paused    []*Pause
 	Slow      int
 	Providers []limits.Stats
 	Calls     map[string][2]float64 // provider → ok, error
@@ -184,6 +186,10 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 		return
 	}
 	v.Waiting = len(waiting.Runs)
+	if v.Paused, err = ops.Pauses(ctx); err != nil {
+		c.failErr(w, r, err)
+		return
+	}
 	running.Runs = append(running.Runs, waiting.Runs...)
 	usual := c.usualDurations(ctx, running.Runs)
 	for _, run := range running.Runs {

@@ -36,6 +36,9 @@ const (
 	OutcomeQueued       = "queued"
 	OutcomeFailed       = "failed"
 	OutcomeRefused      = "refused"
+	// OutcomePaused is a schedule's tick skipped while the schedule is
+	// paused (a paused trigger's deliveries are parked).
+	OutcomePaused = "paused"
 )
 
 // DoorObserver is told what the door does, for metrics. Its methods must
@@ -131,6 +134,21 @@ func (gw *Gateway) deliver(ctx context.Context, in *inbound, until time.Time) Tr
 			gw.observe(in.tr, res)
 		}
 	}()
+	p, err := gw.Paused(ctx, PauseTrigger, in.tr.Name)
+	if err != nil {
+		// A pause that cannot be read holds nothing back.
+		gw.Log.Warn("reading whether the trigger is paused; taking the delivery", "trigger", in.tr.Name, "err", err)
+	}
+	if p != nil {
+		cause := fmt.Errorf("trigger %q is paused (by %s at %s%s): the delivery is kept here; resume the trigger and replay it", in.tr.Name, p.By, p.At.Format(time.RFC3339), reasonText(p.Reason))
+		key := ""
+		if in.key != "" {
+			// The same delivery sent again is kept once.
+			key = "trigger/" + in.tr.Name + "/paused/" + keyPart(in.key)
+		}
+		resp.Results = append(resp.Results, gw.park(ctx, in, TriggerResult{Chain: in.tr.Chain}, in.doc, key, cause, "trigger_paused"))
+		return resp
+	}
 	if !in.tr.Type.Alerts() {
 		resp.Results = append(resp.Results, gw.fireWebhook(ctx, in))
 		return resp

@@ -47,6 +47,12 @@ type Ops interface {
 	// record key is split, those with status only when status is set.
 	SplitItems(ctx context.Context, id, split, status string, offset, limit int) (*ItemPage, error)
 	ListDLQ(ctx context.Context, f store.DLQFilter) ([]*DLQEntry, error)
+	// Pause pauses a trigger or schedule (kind PauseTrigger or
+	// PauseSchedule) on every gateway sharing the store; Resume lifts the
+	// pause (nil when there was none); Pauses lists them.
+	Pause(ctx context.Context, kind, name, reason string) (*Pause, error)
+	Resume(ctx context.Context, kind, name string) (*Pause, error)
+	Pauses(ctx context.Context) ([]*Pause, error)
 	DLQEntry(ctx context.Context, id string) (*DLQEntry, error)
 	Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error)
 	ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.ReplayOptions, concurrency int) (*BulkReplay, error)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -169,6 +170,12 @@ func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time
 		if _, err := sc.srv.gw.Store.RunHeader(ctx, id); !errors.Is(err, store.ErrNotFound) {
 			return f, false
 		}
+	}
+	if p, err := sc.srv.gw.Paused(ctx, PauseSchedule, s.Name); err == nil && p != nil {
+		f.Action, f.Reason = "paused", fmt.Sprintf("paused by %s at %s%s", p.By, p.At.Format(time.RFC3339), reasonText(p.Reason))
+		sc.srv.gw.door.Ticked(s.Name, OutcomePaused, 1)
+		log.Info("tick skipped: the schedule is paused", "paused_by", p.By)
+		return f, true
 	}
 	in, err := ScheduleInput(s, tick)
 	if err == nil {

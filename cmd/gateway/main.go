@@ -58,6 +58,7 @@ Usage:
   gateway restore IN --state URL                bring a backup back into an empty store
   gateway compact --state FILE                  give a store file's free pages back to the disk
   gateway schedules list                        the schedules' next fire times
+  gateway pause|unpause trigger|schedule NAME   stop a trigger or schedule on every gateway, and start it again
   gateway plugin check|new                      check a provider plugin, or start writing one
 
 The runs, dlq and graph commands talk to a gateway's API (--server URL,
@@ -93,6 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "test":
 		return cmdTest(ctx, args[1:], stdout, stderr)
+	case "pause", "unpause":
+		return cmdPause(ctx, args[1:], stdout, stderr, args[0] == "unpause")
 	case "validate":
 		return cmdValidate(ctx, args[1:], stdout, stderr)
 	case "run":

@@ -1,0 +1,248 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
+)
+
+// A trigger or schedule is paused by a key in the store, so that every
+// gateway sharing it sees the pause, and it outlives restarts. A paused
+// trigger's deliveries are answered and kept in the dead-letter queue
+// (code trigger_paused), to be replayed once it is resumed; a paused
+// schedule's ticks start nothing.
+
+// What can be paused.
+const (
+	PauseTrigger  = "trigger"
+	PauseSchedule = "schedule"
+)
+
+// pauseTTL keeps a pause until it is lifted, in practice.
+const pauseTTL = 10 * 365 * 24 * time.Hour
+
+// Pause is a trigger's or schedule's pause: who paused it, when and why.
+type Pause struct {
+	Kind   string    `json:"kind"`
+	Name   string    `json:"name"`
+	By     string    `json:"by"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+func reasonText(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return ": " + reason
+}
+
+func pauseKey(kind, name string) string { return "pause/" + kind + "/" + keyPart(name) }
+
+// ErrUnknownPausable is returned for a trigger or schedule the config does
+// not have.
+var ErrUnknownPausable = errors.New("no such trigger or schedule")
+
+func (gw *Gateway) checkPausable(kind, name string) error {
+	switch {
+	case kind == PauseTrigger && gw.Config.Triggers[name] != nil,
+		kind == PauseSchedule && gw.Config.Schedules[name] != nil:
+		return nil
+	case kind != PauseTrigger && kind != PauseSchedule:
+		return badRequest("invalid_parameter", "%q is not trigger or schedule", kind)
+	}
+	return fmt.Errorf("%w: the config has no %s %q", store.ErrNotFound, kind, name)
+}
+
+// Paused returns the pause of a trigger or schedule, or nil.
+func (gw *Gateway) Paused(ctx context.Context, kind, name string) (*Pause, error) {
+	v, err := gw.Store.KeyRun(ctx, pauseKey(kind, name))
+	if err != nil || v == "" {
+		return nil, err
+	}
+	var p Pause
+	if err := json.Unmarshal([]byte(v), &p); err != nil {
+		return nil, fmt.Errorf("reading the pause of %s %q: %w", kind, name, err)
+	}
+	return &p, nil
+}
+
+// Pause pauses a trigger or schedule; who pauses is the context's actor.
+// Pausing what is paused already returns the first pause.
+func (gw *Gateway) Pause(ctx context.Context, kind, name, reason string) (*Pause, error) {
+	if err := gw.checkPausable(kind, name); err != nil {
+		return nil, err
+	}
+	p := Pause{Kind: kind, Name: name, By: engine.Actor(ctx), At: time.Now().UTC(), Reason: reason}
+	if p.By == "" {
+		p.By = "unknown"
+	}
+	b, _ := jsonx.Marshal(p)
+	bound, err := gw.Store.ClaimKey(ctx, pauseKey(kind, name), string(b), pauseTTL)
+	if err != nil {
+		return nil, fmt.Errorf("pausing %s %q: %w", kind, name, err)
+	}
+	if bound != "" {
+		var first Pause
+		if json.Unmarshal([]byte(bound), &first) == nil {
+			return &first, nil
+		}
+	}
+	gw.Log.Info("paused", "kind", kind, "name", name, "by", p.By, "reason", reason)
+	return &p, nil
+}
+
+// Resume lifts a pause; it reports the pause lifted, nil when there was
+// none. A resumed trigger's kept deliveries wait in the dead-letter queue
+// for a replay.
+func (gw *Gateway) Resume(ctx context.Context, kind, name string) (*Pause, error) {
+	if err := gw.checkPausable(kind, name); err != nil {
+		return nil, err
+	}
+	key := pauseKey(kind, name)
+	v, err := gw.Store.KeyRun(ctx, key)
+	if err != nil || v == "" {
+		return nil, err
+	}
+	if err := gw.Store.ReleaseKey(ctx, key, v); err != nil {
+		return nil, fmt.Errorf("resuming %s %q: %w", kind, name, err)
+	}
+	var p Pause
+	_ = json.Unmarshal([]byte(v), &p)
+	gw.Log.Info("resumed", "kind", kind, "name", name, "by", engine.Actor(ctx), "paused_by", p.By, "paused_at", p.At)
+	return &p, nil
+}
+
+// Pauses lists what the config can pause that is paused now.
+func (gw *Gateway) Pauses(ctx context.Context) ([]*Pause, error) {
+	out := []*Pause{}
+	for _, kind := range []string{PauseTrigger, PauseSchedule} {
+		names := gw.Config.TriggerNames
+		if kind == PauseSchedule {
+			names = gw.Config.ScheduleNames
+		}
+		for _, name := range names {
+			p, err := gw.Paused(ctx, kind, name)
+			if err != nil {
+				return nil, err
+			}
+			if p != nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// pauseBody is the optional body of POST /v1/pauses/{kind}/{name}.
+type pauseBody struct {
+	Reason string `json:"reason"`
+}
+
+func (s *Server) listPauses(w http.ResponseWriter, r *http.Request) {
+	ps, err := s.gw.Pauses(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"pauses": ps})
+}
+
+// pause pauses a trigger or schedule: 201 with the pause, or 200 with the
+// one already there.
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	var b pauseBody
+	if err := s.readJSON(w, r, &b); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(b.Reason) > maxComment {
+		s.writeError(w, r, badRequest("invalid_parameter", "reason is %d bytes; at most %d", len(b.Reason), maxComment))
+		return
+	}
+	before, err := s.gw.Paused(r.Context(), r.PathValue("kind"), r.PathValue("name"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	p, err := s.gw.Pause(r.Context(), r.PathValue("kind"), r.PathValue("name"), b.Reason)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	code := http.StatusCreated
+	if before != nil {
+		code = http.StatusOK
+	}
+	writeJSON(w, code, p)
+}
+
+// resume lifts a pause: 200 with the pause lifted, 404 not_paused without
+// one.
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
+	p, err := s.gw.Resume(r.Context(), r.PathValue("kind"), r.PathValue("name"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if p == nil {
+		s.writeError(w, r, &APIError{Status: http.StatusNotFound, Code: "not_paused", Message: fmt.Sprintf("%s %q is not paused", r.PathValue("kind"), r.PathValue("name"))})
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// Pause implements Ops.
+func (l *Local) Pause(ctx context.Context, kind, name, reason string) (*Pause, error) {
+	return l.GW.Pause(ctx, kind, name, reason)
+}
+
+// Resume implements Ops.
+func (l *Local) Resume(ctx context.Context, kind, name string) (*Pause, error) {
+	return l.GW.Resume(ctx, kind, name)
+}
+
+// Pauses implements Ops.
+func (l *Local) Pauses(ctx context.Context) ([]*Pause, error) { return l.GW.Pauses(ctx) }
+
+// Pause implements Ops.
+func (c *Client) Pause(ctx context.Context, kind, name, reason string) (*Pause, error) {
+	var p Pause
+	if err := c.do(ctx, http.MethodPost, "/v1/pauses/"+url.PathEscape(kind)+"/"+url.PathEscape(name), nil, map[string]string{"reason": reason}, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Resume implements Ops.
+func (c *Client) Resume(ctx context.Context, kind, name string) (*Pause, error) {
+	var p Pause
+	err := c.do(ctx, http.MethodDelete, "/v1/pauses/"+url.PathEscape(kind)+"/"+url.PathEscape(name), nil, nil, &p)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Code == "not_paused" {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Pauses implements Ops.
+func (c *Client) Pauses(ctx context.Context) ([]*Pause, error) {
+	var out struct {
+		Pauses []*Pause `json:"pauses"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/v1/pauses", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Pauses, nil
+}
