@@ -1,0 +1,184 @@
+package gateway_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+)
+
+// tourConfig adds what the tour of the console's pages needs besides the
+// console's chains: a run waiting at an approval step, and a schedule.
+const tourConfig = `
+[[chains]]
+name = "restart-db"
+[[chains.steps]]
+name = "ask"
+approval = { message = "Restart <<origin.payload.host>>?" }
+[[chains.steps]]
+name = "restart"
+provider = "echo"
+payload_template = { host = "<<origin.payload.host>>" }
+
+[[schedules]]
+name = "nightly-restart"
+chain = "restart-db"
+cron = "0 3 * * *"
+payload = { host = "db-1" }
+`
+
+// consoleTour is a gateway with something on every console page, and the
+// pages' addresses by name.
+func consoleTour(t *testing.T) (*apiEnv, map[string]string) {
+	t.Helper()
+	env := newConsoleAPI(t, tourConfig)
+	hello := startWait(t, env, "hello", `{"who": "ops"}`)
+	fleet := startWait(t, env, "fleet", fleetPayload(12, 2, 7, 9))
+	for range 2 {
+		startWait(t, env, "breaks", `{}`)
+	}
+	ask := startRun(t, env, "restart-db", `{"host": "db-1"}`)
+	waitAsking(t, env, ask, "ask")
+	entry := dlqIDs(t, env, "breaks")[0]
+	// A bulk replay whose replays fail again, for its progress page.
+	b := newBrowser(t, env)
+	b.get("/ui/dlq?chain=breaks")
+	code, job, body := b.post("/ui/dlq-bulk", url.Values{"action": {"replay"}, "mode": {"resume"}, "chain": {"breaks"}, "confirm": {"2"}})
+	if code != http.StatusSeeOther {
+		t.Fatalf("bulk replay: %d %s", code, body)
+	}
+	return env, map[string]string{
+		"now": "/ui/", "runs": "/ui/runs", "run": "/ui/runs/" + hello, "split run": "/ui/runs/" + fleet,
+		"approval run": "/ui/runs/" + ask, "approval step": "/ui/runs/" + ask + "/steps/ask", "items": "/ui/runs/" + fleet + "/items/check",
+		"dlq": "/ui/dlq", "bulk replay": "/ui/dlq?chain=breaks", "dlq entry": "/ui/dlq/" + entry, "bulk progress": job,
+		"chains": "/ui/chains", "chain": "/ui/chains/hello", "scheduled chain": "/ui/chains/restart-db", "not found": "/ui/runs/01nosuchrun",
+	}
+}
+
+// phone is a phone's viewport, 390 × 844 CSS pixels.
+var phone = chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait)
+
+// darkMode emulates prefers-color-scheme: dark, or undoes it.
+func darkMode(on bool) chromedp.Action[chromedp.Void] {
+	value := "light"
+	if on {
+		value = "dark"
+	}
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: value}}})
+		return err
+	})
+}
+
+// TestBrowserPhoneWidth opens every page at a phone's width: none scrolls
+// sideways, the runs list still shows each run's id, chain, status and
+// error, and a step's panel, where an approval is answered, takes the
+// screen's width.
+func TestBrowserPhoneWidth(t *testing.T) {
+	env, pages := consoleTour(t)
+	ctx := chrome(t)
+	do(t, ctx, "a phone's viewport", phone)
+	for name, p := range pages {
+		do(t, ctx, "opening "+name, chromedp.Navigate(env.url+p), chromedp.WaitVisible(chromedp.CSS("main")))
+		if w := eval[[]int](t, ctx, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {
+			t.Errorf("%s (%s) is %d px wide on a %d px screen", name, p, w[0], w[1])
+		}
+	}
+
+	do(t, ctx, "opening the runs", chromedp.Navigate(env.url+pages["runs"]), chromedp.WaitVisible(chromedp.CSS("#runs")))
+	// Each row's id, chain, status and error, on the screen.
+	hidden := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('#runs tr[data-status]')).flatMap(tr => [0, 1, 2, 6].map(i => tr.cells[i]).filter(td => {
+	  const r = td.getBoundingClientRect();
+	  return td.textContent.trim() !== '' && (r.width === 0 || r.left < 0 || r.right > window.innerWidth);
+	}).map(td => tr.rowIndex + ':' + td.cellIndex))`)
+	if len(hidden) > 0 {
+		t.Errorf("cells of the runs list off the screen (row:cell): %v", hidden)
+	}
+
+	do(t, ctx, "opening the approval step's panel", chromedp.Navigate(env.url+pages["approval run"]), chromedp.WaitVisible(chromedp.CSS("svg.graph")),
+		chromedp.Click(chromedp.CSS(`a.node[data-key="ask"]`)), chromedp.WaitVisible(chromedp.CSS("#answer-comment")))
+	if w := eval[[]int](t, ctx, `[document.getElementById('panel').getBoundingClientRect().width, document.getElementById('answer-comment').getBoundingClientRect().right, window.innerWidth].map(Math.round)`); w[0] < w[2]*9/10 || w[1] > w[2] {
+		t.Errorf("the approval panel is %d px wide on a %d px screen, its comment ending at %d px", w[0], w[2], w[1])
+	}
+}
+
+// contrastJS measures, for every element sel selects, the contrast ratio
+// (WCAG 2) of its text's color against the background it is drawn on, as
+// Chromium computes them: {label: ratio}.
+const contrastJS = `((sel) => {
+  const rgba = (s) => { const m = s.match(/[\d.]+/g).map(Number); return m.length === 3 ? m.concat(1) : m; };
+  const over = (top, under) => top.slice(0, 3).map((c, i) => c * top[3] + under[i] * (1 - top[3])).concat(1);
+  const background = (el) => {
+    const layers = [];
+    for (; el; el = el.parentElement) {
+      const c = rgba(getComputedStyle(el).backgroundColor);
+      if (c[3] > 0) layers.push(c);
+      if (c[3] === 1) break;
+    }
+    return layers.reduceRight((under, top) => over(top, under), [255, 255, 255, 1]);
+  };
+  const lum = (c) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
+  };
+  const out = {};
+  for (const el of document.querySelectorAll(sel)) {
+    const bg = background(el), fg = over(rgba(getComputedStyle(el).color), bg);
+    const [a, b] = [lum(fg), lum(bg)].sort((x, y) => y - x);
+    out[el.className + ' "' + el.textContent.trim() + '"'] = Math.round((a + 0.05) / (b + 0.05) * 100) / 100;
+  }
+  return out;
+})`
+
+// everyStatus are the statuses a pill can show: a run's, a step's and an
+// item's.
+var everyStatus = []string{"running", "waiting", "pending", "succeeded", "failed", "cancelled", "timed_out", "skipped", "not_started"}
+
+// TestBrowserStatusContrast measures each status pill's text against its
+// background, and the other coloured text of a few pages, in light and dark
+// mode: every one reaches WCAG AA (4.5:1).
+func TestBrowserStatusContrast(t *testing.T) {
+	env := newConsoleAPI(t, "")
+	startWait(t, env, "hello", `{"who": "ops"}`)
+	failed := startWait(t, env, "breaks", `{}`)
+	ctx := chrome(t)
+	// A pill of every status, as the status template writes them, and the
+	// run page's badge in each state, beside those the runs list shows.
+	var pills strings.Builder
+	for _, s := range everyStatus {
+		pills.WriteString(`<span class="status st-` + s + `">` + s + `</span>`)
+	}
+	for _, s := range []string{"connecting", "live", "reconnecting", "polling", "ended"} {
+		pills.WriteString(`<span class="badge" data-state="` + s + `">` + s + `</span>`)
+	}
+	const text = `header a, header .who, main a, .quiet, .err, .error-msg, .flash, th, ol.timeline .type, ol.timeline .t`
+	for _, dark := range []bool{false, true} {
+		mode := map[bool]string{false: "light", true: "dark"}[dark]
+		do(t, ctx, "opening the runs in "+mode+" mode", darkMode(dark), chromedp.Navigate(env.url+"/ui/runs"), chromedp.WaitVisible(chromedp.CSS("#runs")))
+		eval[bool](t, ctx, `document.querySelector('main').insertAdjacentHTML('beforeend', `+"`<p id=\"pills\">"+pills.String()+"</p>`"+`) || true`)
+		ratios := eval[map[string]float64](t, ctx, contrastJS+`('.status, .badge')`)
+		for _, s := range everyStatus {
+			if _, ok := ratios[`status st-`+s+` "`+s+`"`]; !ok {
+				t.Errorf("%s mode: no pill of status %s measured", mode, s)
+			}
+		}
+		for pill, ratio := range ratios {
+			if ratio < 4.5 {
+				t.Errorf("%s mode: %s has a contrast of %.2f:1, under 4.5:1", mode, pill, ratio)
+			}
+		}
+		for _, p := range []string{"/ui/runs", "/ui/runs/" + failed, "/ui/dlq", "/ui/chains/hello"} {
+			do(t, ctx, "opening "+p, chromedp.Navigate(env.url+p), chromedp.WaitVisible(chromedp.CSS("main")))
+			for el, ratio := range eval[map[string]float64](t, ctx, contrastJS+"(`"+text+"`)") {
+				if ratio < 4.5 {
+					t.Errorf("%s mode, %s: %s has a contrast of %.2f:1, under 4.5:1", mode, p, el, ratio)
+				}
+			}
+		}
+	}
+}
