@@ -2,14 +2,20 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/chromedp/cdproto/accessibility"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 )
 
 // tourConfig adds what the tour of the console's pages needs besides the
@@ -181,4 +187,110 @@ func TestBrowserStatusContrast(t *testing.T) {
 			}
 		}
 	}
+}
+
+// axNames are the accessible names Chromium gives the page's elements of a
+// role ("link", "list", "textbox", ...), in the order of its
+// accessibility tree.
+func axNames(t *testing.T, ctx context.Context, role string) []string {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tree, err := chromedp.Run(sctx, func(ctx context.Context, t *chromedp.Target) (accessibility.GetFullAXTreeResult, error) {
+		return cdp.Call(ctx, t, accessibility.GetFullAXTree, accessibility.GetFullAXTreeParams{})
+	})
+	if err != nil {
+		t.Fatalf("reading the accessibility tree: %v", err)
+	}
+	var out []string
+	for _, n := range tree.Nodes {
+		var r, name string
+		if n.Ignored || n.Role == nil || json.Unmarshal(n.Role.Value, &r) != nil || r != role {
+			continue
+		}
+		if n.Name != nil {
+			_ = json.Unmarshal(n.Name.Value, &name)
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// activeKey is the data-key of the element with the focus, if it has one.
+const activeKey = `(document.activeElement && document.activeElement.dataset && document.activeElement.dataset.key) || ''`
+
+// TestBrowserGraphByKeyboard walks a run's graph with Tab: each step,
+// sub-steps too, is a link named with its status in the accessibility
+// tree; Enter opens its panel with the focus in it, and Escape gives the
+// focus back to the step.
+func TestBrowserGraphByKeyboard(t *testing.T) {
+	env := newConsoleAPI(t, "")
+	id := startWait(t, env, "hello", `{"who": "ops"}`)
+	ctx := chrome(t)
+	do(t, ctx, "opening the run", chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("svg.graph")))
+	var reached []string
+	for range 40 {
+		do(t, ctx, "pressing Tab", chromedp.KeyEvent(kb.Tab))
+		if k := eval[string](t, ctx, activeKey); k != "" && (len(reached) == 0 || reached[len(reached)-1] != k) {
+			reached = append(reached, k)
+		}
+		if len(reached) == 4 {
+			break
+		}
+	}
+	if strings.Join(reached, ",") != "greet,notify,notify/a,notify/b" {
+		t.Errorf("Tab reaches the steps %v, want greet, notify, notify/a and notify/b in order", reached)
+	}
+	if lists := axNames(t, ctx, "list"); !slices.Contains(lists, "steps of the run") || !slices.Contains(lists, "steps of group notify") {
+		t.Errorf("the graph's lists: %q", lists)
+	}
+	links := strings.Join(axNames(t, ctx, "link"), "\n")
+	for _, want := range []string{"greet: succeeded · provider · echo", "notify: succeeded · parallel · join all", "a: succeeded · provider · echo", "b: succeeded · provider · faulty"} {
+		if !strings.Contains(links, want) {
+			t.Errorf("no link is named %q; the links:\n%s", want, links)
+		}
+	}
+
+	do(t, ctx, "opening greet's panel by keyboard", chromedp.Focus(chromedp.CSS(`a.node[data-key="greet"]`)), chromedp.KeyEvent(kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS("#panel .step-panel")))
+	poll(t, ctx, "the focus in the panel", `document.activeElement.closest('#panel') !== null`)
+	do(t, ctx, "closing it", chromedp.KeyEvent(kb.Escape))
+	poll(t, ctx, "the focus back on the step", activeKey+` === 'greet' && document.getElementById('panel').hidden`)
+}
+
+// longWaitConfig is a chain of 300 steps whose 250th waits for a person.
+func longWaitConfig() string {
+	var b strings.Builder
+	b.WriteString("\n[[chains]]\nname = \"long-wait\"\n")
+	for i := range 300 {
+		if i == 249 {
+			b.WriteString("[[chains.steps]]\nname = \"ask\"\napproval = { message = \"go on?\" }\n")
+			continue
+		}
+		fmt.Fprintf(&b, "[[chains.steps]]\nname = \"s%03d\"\nprovider = \"echo\"\n", i)
+	}
+	return b.String()
+}
+
+// TestBrowserJumpToRunningStep opens a 300-step run waiting at its 250th
+// step: "jump to the running step" scrolls to it and gives it the focus;
+// once it is answered, its name says so without a reload.
+func TestBrowserJumpToRunningStep(t *testing.T) {
+	env := newConsoleAPI(t, longWaitConfig())
+	id := startRun(t, env, "long-wait", `{}`)
+	waitAsking(t, env, id, "ask")
+	ctx := chrome(t)
+	do(t, ctx, "jumping to the running step", chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("#jump-running")),
+		chromedp.Click(chromedp.CSS("#jump-running")))
+	poll(t, ctx, "the focus on the waiting step", activeKey+` === 'ask'`)
+	if r := eval[[]int](t, ctx, `(r => [r.top, r.bottom, window.innerHeight].map(Math.round))(document.activeElement.getBoundingClientRect())`); r[0] < 0 || r[1] > r[2] {
+		t.Errorf("the step is at %d–%d px, outside the window's %d px", r[0], r[1], r[2])
+	}
+	if h := eval[int](t, ctx, `Math.round(document.querySelector('svg.graph').getBoundingClientRect().height)`); h < 10000 {
+		t.Errorf("the graph is %d px tall; the test wants one too tall to find the step by eye", h)
+	}
+	if code, _, body := env.call("POST", "/v1/runs/"+id+"/signals/ask", `{"decision": "approve"}`, nil, nil); code != http.StatusAccepted {
+		t.Fatalf("approving: %d %s", code, body)
+	}
+	poll(t, ctx, "the step's name saying it succeeded", `document.querySelector('a.node[data-key="ask"]').getAttribute('aria-label').startsWith('ask: succeeded · approval')`)
 }

@@ -332,6 +332,9 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 type runView struct {
 	View  *RunView
 	Graph template.HTML
+	// Running is the key of the first step running, where "jump to the
+	// running step" leads: a long chain's graph is thousands of pixels tall.
+	Running string
 	// Timeline is the run's latest events, newest first, drawn as the
 	// page's script draws those that arrive.
 	Timeline template.HTML
@@ -363,6 +366,7 @@ func (c *console) runView(ctx context.Context, id string, sess *uiSession, all b
 	def, _ := c.s.gw.Engine.Definition(ctx, v.Chain, v.ChainHash)
 	rv := &runView{View: v, Final: v.Final(), CanWrite: c.canWrite(sess), CSRF: sess.csrf, Base: c.base, AllEvents: all}
 	rv.Graph = c.graphSVG(d.Nodes, d.Edges, def, v, id)
+	rv.Running = runningStep(d.Nodes, "")
 	// The latest events only: a long run's whole log is the API's.
 	after, shown := uint64(0), uint64(maxTimeline)
 	if all {
@@ -394,6 +398,20 @@ func (c *console) runView(ctx context.Context, id string, sess *uiSession, all b
 		}
 	}
 	return rv, nil
+}
+
+// runningStep is the key of the first step running or waiting to retry,
+// sub-steps included; empty when none is.
+func runningStep(nodes []*DAGNode, prefix string) string {
+	for _, n := range nodes {
+		if n.Status == string(store.StepRunning) || n.Status == string(store.StepPending) {
+			if k := runningStep(n.Children, prefix+n.Name+"/"); k != "" {
+				return k
+			}
+			return prefix + n.Name
+		}
+	}
+	return ""
 }
 
 func (c *console) runPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
