@@ -294,3 +294,44 @@ func TestBrowserJumpToRunningStep(t *testing.T) {
 	}
 	poll(t, ctx, "the step's name saying it succeeded", `document.querySelector('a.node[data-key="ask"]').getAttribute('aria-label').startsWith('ask: succeeded · approval')`)
 }
+
+// unlabelledJS lists the form fields a person fills in that have no label
+// of their own: a <label>, aria-label or aria-labelledby (a placeholder is
+// no label: it goes once something is typed).
+const unlabelledJS = `Array.from(document.querySelectorAll('input:not([type=hidden]), select, textarea')).filter(el =>
+  !Array.from(el.labels || []).some(l => l.textContent.trim() !== '') && !el.getAttribute('aria-label') && !el.getAttribute('aria-labelledby')
+).map(el => el.outerHTML)`
+
+// formRoles are the roles of the accessibility tree a form field has.
+var formRoles = []string{"textbox", "searchbox", "combobox", "listbox", "checkbox", "radio", "spinbutton", "slider"}
+
+// TestBrowserEveryFieldLabelled opens every page, and the approval panel,
+// and finds no form field without a label, by the page's markup or in
+// Chromium's accessibility tree.
+func TestBrowserEveryFieldLabelled(t *testing.T) {
+	env, pages := consoleTour(t)
+	signIn := newConsoleAPI(t, "[gateway.auth]\ntokens = [\"write-tok\"]\n")
+	ctx := chrome(t)
+	check := func(what string) {
+		t.Helper()
+		if bare := eval[[]string](t, ctx, unlabelledJS); len(bare) > 0 {
+			t.Errorf("%s: fields without a label: %v", what, bare)
+		}
+		for _, role := range formRoles {
+			for _, name := range axNames(t, ctx, role) {
+				if strings.TrimSpace(name) == "" {
+					t.Errorf("%s: a %s without an accessible name", what, role)
+				}
+			}
+		}
+	}
+	for name, p := range pages {
+		do(t, ctx, "opening "+name, chromedp.Navigate(env.url+p), chromedp.WaitVisible(chromedp.CSS("main")))
+		check(name)
+	}
+	do(t, ctx, "opening the approval panel", chromedp.Navigate(env.url+pages["approval run"]), chromedp.WaitVisible(chromedp.CSS("svg.graph")),
+		chromedp.Click(chromedp.CSS(`a.node[data-key="ask"]`)), chromedp.WaitVisible(chromedp.CSS("#answer-comment")))
+	check("the approval panel")
+	do(t, ctx, "opening the sign-in page", chromedp.Navigate(signIn.url+"/ui/login"), chromedp.WaitVisible(chromedp.CSS("input[name=token]")))
+	check("sign in")
+}
