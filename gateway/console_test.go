@@ -675,3 +675,36 @@ func TestRunPageTimeline(t *testing.T) {
 		t.Errorf("?events=all shows %d events (link: %t), want all 82", n, link)
 	}
 }
+
+// TestConsoleBannerSaysOnlyItsOwn shows the banner an action's redirect
+// asks for, and nothing for words a link brings in ?done=.
+func TestConsoleBannerSaysOnlyItsOwn(t *testing.T) {
+	env := newAPI(t, "")
+	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+consoleConfig, 1))
+	if _, err := env.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	id := startRun(t, env, "fleet", strings.Replace(fleetPayload(10), `{"hosts"`, `{"sleep_ms": 3000, "hosts"`, 1))
+	b := newBrowser(t, env)
+	b.get("/ui/runs/" + id)
+	code, loc, body := b.post("/ui/runs/"+id+"/cancel", url.Values{})
+	if code != http.StatusSeeOther {
+		t.Fatalf("cancel: %d %s", code, body)
+	}
+	flash := func(path string) string {
+		t.Helper()
+		_, doc, _ := b.get(path)
+		if f := find(doc, func(n *html.Node) bool { return attr(n, "id") == "flash" }); f != nil {
+			return textOf(f)
+		}
+		return ""
+	}
+	if got := flash(loc); got != "cancel requested" {
+		t.Errorf("after the cancel (%s) the banner says %q", loc, got)
+	}
+	for _, done := range []string{"Your session expired: sign in again at https://evil.example", "cancel requested", "<b>hi</b>", "flashes"} {
+		if got := flash("/ui/runs?done=" + url.QueryEscape(done)); got != "" {
+			t.Errorf("?done=%s puts %q in the banner", done, got)
+		}
+	}
+}

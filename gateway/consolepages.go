@@ -587,7 +587,7 @@ func (c *console) cancelRun(w http.ResponseWriter, r *http.Request, _ *uiSession
 		c.failErr(w, r, err)
 		return
 	}
-	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(id)+"?done="+url.QueryEscape("cancel requested"), http.StatusSeeOther)
+	http.Redirect(w, r, flashed(c.base+"/runs/"+url.PathEscape(id), "cancel-requested"), http.StatusSeeOther)
 }
 
 func (c *console) deleteRun(w http.ResponseWriter, r *http.Request, _ *uiSession) {
@@ -596,16 +596,11 @@ func (c *console) deleteRun(w http.ResponseWriter, r *http.Request, _ *uiSession
 		c.fail(w, r, http.StatusBadRequest, "type the run's id to confirm deleting it")
 		return
 	}
-	res, err := c.s.ops.DeleteRun(r.Context(), id)
-	if err != nil {
+	if _, err := c.s.ops.DeleteRun(r.Context(), id); err != nil {
 		c.failErr(w, r, err)
 		return
 	}
-	done := "deleted run " + id
-	if n := len(res.DeadLetters); n > 0 {
-		done += fmt.Sprintf(" and its %d dead letters", n)
-	}
-	http.Redirect(w, r, c.base+"/runs?done="+url.QueryEscape(done), http.StatusSeeOther)
+	http.Redirect(w, r, flashed(c.base+"/runs", "run-deleted"), http.StatusSeeOther)
 }
 
 func (c *console) replayRun(w http.ResponseWriter, r *http.Request, _ *uiSession) {
@@ -624,7 +619,7 @@ func (c *console) replayRun(w http.ResponseWriter, r *http.Request, _ *uiSession
 
 // replayed shows the run a replay carries on in.
 func (c *console) replayed(w http.ResponseWriter, r *http.Request, runID string, opts engine.ReplayOptions) {
-	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(runID)+"?done="+url.QueryEscape("replayed ("+string(opts.Mode)+")"), http.StatusSeeOther)
+	http.Redirect(w, r, flashed(c.base+"/runs/"+url.PathEscape(runID), "replayed-"+string(opts.Mode)), http.StatusSeeOther)
 }
 
 // answer approves or rejects a waiting approval step from its panel.
@@ -639,12 +634,11 @@ func (c *console) answer(w http.ResponseWriter, r *http.Request, _ *uiSession) {
 		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("the comment is %d bytes; at most %d", len(comment), maxComment))
 		return
 	}
-	d, err := c.s.ops.Signal(r.Context(), id, step, decision, comment)
-	if err != nil {
+	if _, err := c.s.ops.Signal(r.Context(), id, step, decision, comment); err != nil {
 		c.failErr(w, r, err)
 		return
 	}
-	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(id)+"?done="+url.QueryEscape(step+": "+d.Decision+" by "+d.By), http.StatusSeeOther)
+	http.Redirect(w, r, flashed(c.base+"/runs/"+url.PathEscape(id), "answered-"+decision), http.StatusSeeOther)
 }
 
 // ---- Dead letters ----
@@ -728,7 +722,7 @@ func (c *console) deleteEntry(w http.ResponseWriter, r *http.Request, _ *uiSessi
 		c.failErr(w, r, err)
 		return
 	}
-	http.Redirect(w, r, c.base+"/dlq?done="+url.QueryEscape("deleted "+id), http.StatusSeeOther)
+	http.Redirect(w, r, flashed(c.base+"/dlq", "entry-deleted"), http.StatusSeeOther)
 }
 
 // jobKept is how long a finished bulk action's page stays.
