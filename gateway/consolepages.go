@@ -300,18 +300,13 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		c.failErr(w, r, err)
 		return
 	}
-	page, err := c.s.ops.ListRuns(r.Context(), store.RunFilter{Chain: v.Chain, Status: store.RunStatus(v.Status), Since: since, Limit: 50, Cursor: v.Cursor, NoOrigins: true,
-		StartedBy: v.StartedBy, HideChains: v.HideChains})
+	page, err := c.listRuns(r.Context(), store.RunFilter{Chain: v.Chain, Status: store.RunStatus(v.Status), Since: since, Limit: runsPerPage, Cursor: v.Cursor, NoOrigins: true,
+		StartedBy: v.StartedBy, HideChains: v.HideChains}, v.ID)
 	if err != nil {
 		c.failErr(w, r, err)
 		return
 	}
-	for _, run := range page.Runs {
-		if v.ID == "" || strings.HasPrefix(run.ID, v.ID) {
-			v.Runs = append(v.Runs, run)
-		}
-	}
-	v.Damaged, v.Next = page.Damaged, page.Next
+	v.Runs, v.Damaged, v.Next = page.Runs, page.Damaged, page.Next
 	// The filters go with the live list's refresh and the next page.
 	keep := url.Values{"hide_chain": v.HideChains}
 	for _, k := range []string{"chain", "status", "since", "id", "started_by"} {
@@ -325,6 +320,60 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		return
 	}
 	c.page(w, r, sess, "runs.html", "Runs", "runs", v)
+}
+
+// runsPerPage is the size of a page of the runs list.
+const runsPerPage = 50
+
+// listRuns is a page of the runs f selects whose id starts with idStart. The
+// store knows no such filter: it is read on, a thousand runs at a time, until
+// the page is full or the runs run out, so that a search finds a run however
+// old. The next page starts right after the page's last run.
+func (c *console) listRuns(ctx context.Context, f store.RunFilter, idStart string) (RunPage, error) {
+	if idStart == "" {
+		return c.s.ops.ListRuns(ctx, f)
+	}
+	want := f.Limit
+	var out RunPage
+	for {
+		f.Limit = MaxPageLimit
+		page, err := c.s.ops.ListRuns(ctx, f)
+		if err != nil {
+			return RunPage{}, err
+		}
+		for _, d := range page.Damaged {
+			if strings.HasPrefix(d.ID, idStart) {
+				out.Damaged = append(out.Damaged, d)
+			}
+		}
+		last := -1 // where in this page the last run taken is
+		for i, run := range page.Runs {
+			if !strings.HasPrefix(run.ID, idStart) {
+				continue
+			}
+			if len(out.Runs) < want {
+				out.Runs, last = append(out.Runs, run), i
+				continue
+			}
+			// A run past the page's: there is a next page. Between the
+			// pages lie no runs that match, so it may start where this
+			// store page did, unless the last run taken is on it too.
+			out.Next = f.Cursor
+			if last >= 0 {
+				f.Limit = last + 1
+				cut, err := c.s.ops.ListRuns(ctx, f)
+				if err != nil {
+					return RunPage{}, err
+				}
+				out.Next = cut.Next
+			}
+			return out, nil
+		}
+		if page.Next == "" {
+			return out, nil
+		}
+		f.Cursor = page.Next
+	}
 }
 
 // ---- Run ----
