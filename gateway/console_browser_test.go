@@ -289,6 +289,9 @@ func TestBrowserBulkReplay(t *testing.T) {
 	if f := eval[string](t, ctx, `document.getElementById('progress').textContent`); !strings.HasPrefix(f, "replay: 3 of 3 entries") {
 		t.Errorf("the progress page says %q", f)
 	}
+	if f := eval[string](t, ctx, `document.getElementById('outcome').textContent`); f != "The replayed runs: 3 succeeded, 0 failed again, 0 still running." {
+		t.Errorf("the progress page says %q of the replayed runs", f)
+	}
 	for _, id := range runs {
 		if v := waitRunEnd(t, env, id); v.Status != "succeeded" {
 			t.Errorf("replayed run %s is %s", id, v.Status)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -779,11 +780,18 @@ const jobKept = time.Hour
 
 // bulkJob is a bulk replay or purge under way, for its progress page.
 type bulkJob struct {
-	Action, Filter      string
+	Action string
+	// Filter is the filter's query, encoded, for the link to what it
+	// selects now.
+	Filter              template.URL
 	Total, Done, Failed int
 	FirstErr            string
-	Finished            bool
-	Started, FinishedAt time.Time
+	// The runs the replays carry on in, by how they ended: a replay
+	// accepted is not a success until its run is one, and one that fails
+	// again is likely back among the dead letters.
+	Succeeded, FailedAgain, Cancelled, Running int
+	Finished                                   bool
+	Started, FinishedAt                        time.Time
 }
 
 // bulkDLQ replays or purges every entry a filter selects, once the form
@@ -821,7 +829,7 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 			filter.Set(k, v)
 		}
 	}
-	job := &bulkJob{Action: action, Filter: filter.Encode(), Total: len(matched), Started: time.Now()}
+	job := &bulkJob{Action: action, Filter: template.URL(filter.Encode()), Total: len(matched), Started: time.Now()}
 	id := randomToken()[:16]
 	c.mu.Lock()
 	for k, j := range c.jobs {
@@ -837,13 +845,21 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 	ctx = engine.WithActor(ctx, engine.Actor(r.Context()))
 	go func() {
 		defer cancel()
+		// Watched from before the first replay, so that no run's end is
+		// missed.
+		watch := c.s.hub.WatchRuns()
+		defer watch.Close()
+		running := map[string]bool{}
 		for _, e := range matched {
 			if ctx.Err() != nil {
 				break
 			}
 			var err error
 			if action == "replay" {
-				_, err = c.s.ops.Replay(ctx, e.ID, opts)
+				var run *Run
+				if run, err = c.s.ops.Replay(ctx, e.ID, opts); err == nil {
+					running[run.ID] = true
+				}
 			} else {
 				err = c.s.ops.DeleteDLQ(ctx, e.ID)
 			}
@@ -856,13 +872,64 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 			} else {
 				job.Done++
 			}
+			job.Running = len(running)
 			c.mu.Unlock()
 		}
+		c.followReplays(ctx, job, running, watch)
 		c.mu.Lock()
 		job.Finished, job.FinishedAt = true, time.Now()
 		c.mu.Unlock()
 	}()
 	http.Redirect(w, r, c.base+"/dlq-jobs/"+id, http.StatusSeeOther)
+}
+
+// followReplays counts the replayed runs as they end, until all have or ctx
+// ends.
+func (c *console) followReplays(ctx context.Context, job *bulkJob, running map[string]bool, watch *RunWatch) {
+	check := func(id string) {
+		run, err := c.s.gw.Store.RunHeader(ctx, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound): // deleted meanwhile: nothing to count
+		case err != nil, !run.Status.Final():
+			return
+		}
+		delete(running, id)
+		c.mu.Lock()
+		switch {
+		case run == nil:
+		case run.Status == store.RunSucceeded:
+			job.Succeeded++
+		case run.Status == store.RunCancelled:
+			job.Cancelled++
+		default:
+			job.FailedAgain++
+		}
+		job.Running = len(running)
+		c.mu.Unlock()
+	}
+	checkAll := func() {
+		for id := range running {
+			check(id)
+		}
+	}
+	checkAll()
+	// A change lost without a resync is caught by the tick.
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for len(running) > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-watch.C:
+			if watch.Lost() || ev.RunID == "" {
+				checkAll()
+			} else if running[ev.RunID] {
+				check(ev.RunID)
+			}
+		case <-tick.C:
+			checkAll()
+		}
+	}
 }
 
 // jobPage shows a bulk action's progress; it refreshes itself until the
