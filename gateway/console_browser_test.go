@@ -404,3 +404,37 @@ func TestBrowserScreenshots(t *testing.T) {
 		}
 	}
 }
+
+// TestBrowserNowFollowsLive keeps the Now page open while a run fails into
+// the dead-letter queue: the failure, the queue's depth and the time the
+// page is as of change without a reload, and how long a run waiting for
+// an answer has run moves, there and on its own page.
+func TestBrowserNowFollowsLive(t *testing.T) {
+	env := newConsoleAPI(t, tourConfig)
+	ask := startRun(t, env, "restart-db", `{"host": "db-1"}`)
+	waitAsking(t, env, ask, "ask")
+	ctx := chrome(t)
+	do(t, ctx, "opening Now", chromedp.Navigate(env.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#now")))
+	eval[bool](t, ctx, `window.__sameDocument = true`)
+	if depth := eval[string](t, ctx, `document.getElementById('dlq-depth').textContent`); depth != "0" {
+		t.Fatalf("the queue's depth is %s before any failure", depth)
+	}
+	asOf := eval[string](t, ctx, `document.querySelector('#as-of time').getAttribute('datetime')`)
+	running := `(document.querySelector('#in-flight .took') || {}).textContent`
+	before := eval[string](t, ctx, running)
+	poll(t, ctx, "the waiting run's time moving", running+fmt.Sprintf(` !== %q`, before))
+
+	startWait(t, env, "breaks", `{}`)
+	poll(t, ctx, "the failure on the page", `document.getElementById('dlq-depth').textContent === '1' && /breaks/.test((document.getElementById('failures') || {}).textContent)`)
+	if now := eval[string](t, ctx, `document.querySelector('#as-of time').getAttribute('datetime')`); now == asOf {
+		t.Errorf("the page still says it is as of %s", asOf)
+	}
+	if !eval[bool](t, ctx, `window.__sameDocument === true`) {
+		t.Fatal("the page was reloaded")
+	}
+
+	do(t, ctx, "opening the waiting run", chromedp.Navigate(env.url+"/ui/runs/"+ask), chromedp.WaitVisible(chromedp.CSS(".run-meta .took")))
+	took := `document.querySelector('.run-meta .took').textContent`
+	before = eval[string](t, ctx, took)
+	poll(t, ctx, "the run's time moving", took+fmt.Sprintf(` !== %q`, before))
+}

@@ -36,14 +36,18 @@ func (c *console) funcs() template.FuncMap {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05.000Z")
 		},
-		"took": func(from, to time.Time) string {
+		// took is how long something took, or has been running: that
+		// one the page's script moves on, from the time it had when drawn,
+		// whatever the browser's clock says.
+		"took": func(from, to time.Time) template.HTML {
 			if from.IsZero() {
 				return ""
 			}
 			if to.IsZero() {
-				to = time.Now()
+				d := time.Since(from)
+				return template.HTML(`<span class="took" data-ms="` + strconv.FormatInt(d.Milliseconds(), 10) + `">` + d.Round(time.Second).String() + `</span>`)
 			}
-			return to.Sub(from).Round(time.Millisecond).String()
+			return template.HTML(to.Sub(from).Round(time.Millisecond).String())
 		},
 		"json": func(b []byte) string { return prettyJSON(b) },
 		"esc":  url.PathEscape,
@@ -63,6 +67,9 @@ func (c *console) funcs() template.FuncMap {
 
 // nowView is the home page: what is broken now.
 type nowView struct {
+	// At is when the page was drawn: the page follows what happens, and
+	// says how fresh it is.
+	At        time.Time
 	Since     string
 	Failures  []*failureGroup
 	DLQDepth  int
@@ -114,7 +121,7 @@ func normaliseError(msg string) string {
 func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
 	ctx := r.Context()
 	ops := c.s.ops
-	v := &nowView{Since: "15 minutes", Calls: map[string][2]float64{}, FanStats: map[string]float64{}, Fanout: c.s.gw.Fanout != nil}
+	v := &nowView{At: time.Now(), Since: "15 minutes", Calls: map[string][2]float64{}, FanStats: map[string]float64{}, Fanout: c.s.gw.Fanout != nil}
 	since := time.Now().Add(-failureWindow)
 	failed, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunFailed, Since: since, Limit: MaxPageLimit, NoOrigins: true})
 	if err != nil {
@@ -209,6 +216,10 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 		for _, smp := range c.s.metrics.samples(name) {
 			v.FanStats[strings.TrimPrefix(name, "chaingate_fanout_")] += smp.value
 		}
+	}
+	if r.URL.Query().Get("fragment") == "1" {
+		c.render(w, http.StatusOK, "now-live", pageData{Base: c.base, Body: v})
+		return
 	}
 	c.page(w, r, sess, "now.html", "Now", "now", v)
 }

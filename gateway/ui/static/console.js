@@ -223,16 +223,18 @@
     connect();
   }
 
-  // followList keeps the runs list current: it renders the list again
-  // when a run starts or ends on any gateway, as the stream of every run's
-  // status says, every few seconds while that stream is broken, and every
-  // 30 s in case a change was lost without a resync.
+  // followList keeps the runs list, or the Now page, current: it renders
+  // it again when a run starts or ends on any gateway, as the stream of
+  // every run's status says, at most once in data-pace ms; every few
+  // seconds while that stream is broken; and every 30 s in case a change
+  // was lost without a resync, or came from no run (a delivery parked).
   function followList(el) {
     let pending = false, source = null;
+    const pace = +el.dataset.pace || 500;
     const refresh = () => {
       if (pending) return;
       pending = true;
-      setTimeout(() => { pending = false; swap(el, el.dataset.live).catch(() => {}); }, 500);
+      setTimeout(() => { pending = false; swap(el, el.dataset.live).catch(() => {}); }, pace);
     };
     setInterval(() => { if (!source || source.readyState !== EventSource.OPEN) refresh(); }, 3000);
     setInterval(refresh, 30000);
@@ -243,10 +245,32 @@
     }
   }
 
+  // tick moves on how long running runs have run, each from the time it
+  // had when the server drew it.
+  const firstSeen = new WeakMap();
+  function tick() {
+    const now = performance.now();
+    for (const el of document.querySelectorAll(".took[data-ms]")) {
+      if (!firstSeen.has(el)) firstSeen.set(el, now);
+      el.textContent = duration(+el.dataset.ms + now - firstSeen.get(el));
+    }
+  }
+
+  // duration writes ms as the server does, to the second: 1h2m3s.
+  function duration(ms) {
+    let s = Math.round(ms / 1000);
+    const h = Math.floor(s / 3600), m = Math.floor(s % 3600 / 60);
+    s %= 60;
+    return (h ? h + "h" : "") + (h || m ? m + "m" : "") + s + "s";
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     const live = document.getElementById("live");
     if (live && live.dataset.stream) followRun(live);
-    const runs = document.getElementById("runs");
-    if (runs && runs.dataset.live) followList(runs);
+    for (const id of ["runs", "now"]) {
+      const el = document.getElementById(id);
+      if (el && el.dataset.live) followList(el);
+    }
+    setInterval(tick, 1000);
   });
 })();
