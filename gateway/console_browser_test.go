@@ -376,8 +376,9 @@ func TestBrowserStreamCutFallsBackToPolling(t *testing.T) {
 	poll(t, ctx, "the run's end, by polling", `document.querySelector('.run-meta').dataset.final === 'true'`)
 }
 
-// TestBrowserScreenshots writes docs/img/console-*.png, one per page, when
-// asked with -screenshots; docs/console.md shows them.
+// TestBrowserScreenshots writes docs/img/console-*.png, one per page, the
+// runs on a phone and a run in dark mode, when asked with -screenshots;
+// docs/console.md shows them.
 func TestBrowserScreenshots(t *testing.T) {
 	if !*screenshots {
 		t.Skip("writes docs/img only with -screenshots")
@@ -393,7 +394,7 @@ func TestBrowserScreenshots(t *testing.T) {
 		"now": "/ui/", "runs": "/ui/runs", "run": "/ui/runs/" + fleet, "items": "/ui/runs/" + fleet + "/items/check?status=failed",
 		"dlq": "/ui/dlq?chain=breaks", "chain": "/ui/chains/hello",
 	}
-	for name, p := range pages {
+	shot := func(name, p string) {
 		do(t, ctx, "opening "+p, chromedp.Navigate(env.url+p), chromedp.WaitVisible(chromedp.CSS("main")))
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
@@ -403,6 +404,13 @@ func TestBrowserScreenshots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for name, p := range pages {
+		shot(name, p)
+	}
+	do(t, ctx, "a phone's viewport", phone)
+	shot("runs-phone", "/ui/runs")
+	do(t, ctx, "dark mode", chromedp.EmulateViewport(1300, 1000), darkMode(true))
+	shot("run-dark", "/ui/runs/"+fleet)
 }
 
 // TestBrowserNowFollowsLive keeps the Now page open while a run fails into
