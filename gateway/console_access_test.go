@@ -87,14 +87,20 @@ func darkMode(on bool) chromedp.Action[chromedp.Void] {
 // screen's width.
 func TestBrowserPhoneWidth(t *testing.T) {
 	env, pages := consoleTour(t)
+	signIn := newConsoleAPI(t, "[gateway.auth]\ntokens = [\"write-tok\"]\n")
 	ctx := chrome(t)
 	do(t, ctx, "a phone's viewport", phone)
-	for name, p := range pages {
-		do(t, ctx, "opening "+name, chromedp.Navigate(env.url+p), chromedp.WaitVisible(chromedp.CSS("main")))
+	fits := func(name, u string) {
+		t.Helper()
+		do(t, ctx, "opening "+name, chromedp.Navigate(u), chromedp.WaitVisible(chromedp.CSS("main")))
 		if w := eval[[]int](t, ctx, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {
-			t.Errorf("%s (%s) is %d px wide on a %d px screen", name, p, w[0], w[1])
+			t.Errorf("%s (%s) is %d px wide on a %d px screen", name, u, w[0], w[1])
 		}
 	}
+	for name, p := range pages {
+		fits(name, env.url+p)
+	}
+	fits("sign in", signIn.url+"/ui/login")
 
 	do(t, ctx, "opening the runs", chromedp.Navigate(env.url+pages["runs"]), chromedp.WaitVisible(chromedp.CSS("#runs")))
 	// Each row's id, chain, status and error, on the screen.
