@@ -36,9 +36,9 @@ func (c *console) funcs() template.FuncMap {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05.000Z")
 		},
-		// took is how long something took, or has been running: that
-		// one the page's script moves on, from the time it had when drawn,
-		// whatever the browser's clock says.
+		// took is how long something took. Something still running is a
+		// span the page's script moves on each second from the figure
+		// drawn here, whatever the browser's clock says.
 		"took": func(from, to time.Time) template.HTML {
 			if from.IsZero() {
 				return ""
@@ -924,7 +924,7 @@ func (c *console) followReplays(ctx context.Context, job *bulkJob, running map[s
 		}
 	}
 	checkAll()
-	// A change lost without a resync is caught by the tick.
+	// The tick catches an end the stream of statuses lost.
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	for len(running) > 0 {
