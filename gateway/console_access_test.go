@@ -93,7 +93,9 @@ func TestBrowserPhoneWidth(t *testing.T) {
 	fits := func(name, u string) {
 		t.Helper()
 		do(t, ctx, "opening "+name, chromedp.Navigate(u), chromedp.WaitVisible(chromedp.CSS("main")))
-		if w := eval[[]int](t, ctx, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {
+		w := eval[[]int](t, ctx, `[document.documentElement.scrollWidth, window.innerWidth]`)
+		t.Logf("%s: %d px wide on a %d px screen", name, w[0], w[1])
+		if w[0] > w[1] {
 			t.Errorf("%s (%s) is %d px wide on a %d px screen", name, u, w[0], w[1])
 		}
 	}
@@ -180,6 +182,7 @@ func TestBrowserStatusContrast(t *testing.T) {
 			}
 		}
 		for pill, ratio := range ratios {
+			t.Logf("%s mode: %s %.2f:1", mode, pill, ratio)
 			if ratio < 4.5 {
 				t.Errorf("%s mode: %s has a contrast of %.2f:1, under 4.5:1", mode, pill, ratio)
 			}
