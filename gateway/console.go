@@ -137,8 +137,24 @@ type pageData struct {
 	Body    any
 }
 
+// flashes are what the banner says after an action, by the code the
+// action's redirect carries in ?done=. Only these: a link from elsewhere
+// cannot put its own words in the console's banner.
+var flashes = map[string]string{
+	"cancel-requested": "cancel requested",
+	"replayed-resume":  "replayed (resume)",
+	"replayed-restart": "replayed (restart)",
+	"run-deleted":      "the run is deleted, and its dead letters with it",
+	"entry-deleted":    "the dead letter is deleted",
+	"answered-approve": "answered: approve",
+	"answered-reject":  "answered: reject",
+}
+
+// flashed is the address of a page with the banner saying code's message.
+func flashed(path, code string) string { return path + "?done=" + code }
+
 func (c *console) page(w http.ResponseWriter, r *http.Request, sess *uiSession, name, title, nav string, body any) {
-	d := pageData{Title: title, Base: c.base, Nav: nav, Body: body, Flash: r.URL.Query().Get("done"), Auth: c.s.AuthEnabled(), ReadOnly: c.readOnly()}
+	d := pageData{Title: title, Base: c.base, Nav: nav, Body: body, Flash: flashes[r.URL.Query().Get("done")], Auth: c.s.AuthEnabled(), ReadOnly: c.readOnly()}
 	if job, ok := body.(*bulkJob); ok {
 		d.Refresh = !job.Finished
 	}

@@ -289,6 +289,9 @@ func TestBrowserBulkReplay(t *testing.T) {
 	if f := eval[string](t, ctx, `document.getElementById('progress').textContent`); !strings.HasPrefix(f, "replay: 3 of 3 entries") {
 		t.Errorf("the progress page says %q", f)
 	}
+	if f := eval[string](t, ctx, `document.getElementById('outcome').textContent`); f != "The replayed runs: 3 succeeded, 0 failed again, 0 still running." {
+		t.Errorf("the progress page says %q of the replayed runs", f)
+	}
 	for _, id := range runs {
 		if v := waitRunEnd(t, env, id); v.Status != "succeeded" {
 			t.Errorf("replayed run %s is %s", id, v.Status)
@@ -373,8 +376,9 @@ func TestBrowserStreamCutFallsBackToPolling(t *testing.T) {
 	poll(t, ctx, "the run's end, by polling", `document.querySelector('.run-meta').dataset.final === 'true'`)
 }
 
-// TestBrowserScreenshots writes docs/img/console-*.png, one per page, when
-// asked with -screenshots; docs/console.md shows them.
+// TestBrowserScreenshots writes docs/img/console-*.png, one per page, the
+// runs on a phone and a run in dark mode, when asked with -screenshots;
+// docs/console.md shows them.
 func TestBrowserScreenshots(t *testing.T) {
 	if !*screenshots {
 		t.Skip("writes docs/img only with -screenshots")
@@ -390,7 +394,7 @@ func TestBrowserScreenshots(t *testing.T) {
 		"now": "/ui/", "runs": "/ui/runs", "run": "/ui/runs/" + fleet, "items": "/ui/runs/" + fleet + "/items/check?status=failed",
 		"dlq": "/ui/dlq?chain=breaks", "chain": "/ui/chains/hello",
 	}
-	for name, p := range pages {
+	shot := func(name, p string) {
 		do(t, ctx, "opening "+p, chromedp.Navigate(env.url+p), chromedp.WaitVisible(chromedp.CSS("main")))
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
@@ -400,4 +404,45 @@ func TestBrowserScreenshots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for name, p := range pages {
+		shot(name, p)
+	}
+	do(t, ctx, "a phone's viewport", phone)
+	shot("runs-phone", "/ui/runs")
+	do(t, ctx, "dark mode", chromedp.EmulateViewport(1300, 1000), darkMode(true))
+	shot("run-dark", "/ui/runs/"+fleet)
+}
+
+// TestBrowserNowFollowsLive keeps the Now page open while a run fails into
+// the dead-letter queue: the failure, the queue's depth and the time the
+// page is as of change without a reload, and how long a run waiting for
+// an answer has run moves, there and on its own page.
+func TestBrowserNowFollowsLive(t *testing.T) {
+	env := newConsoleAPI(t, tourConfig)
+	ask := startRun(t, env, "restart-db", `{"host": "db-1"}`)
+	waitAsking(t, env, ask, "ask")
+	ctx := chrome(t)
+	do(t, ctx, "opening Now", chromedp.Navigate(env.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#now")))
+	eval[bool](t, ctx, `window.__sameDocument = true`)
+	if depth := eval[string](t, ctx, `document.getElementById('dlq-depth').textContent`); depth != "0" {
+		t.Fatalf("the queue's depth is %s before any failure", depth)
+	}
+	asOf := eval[string](t, ctx, `document.querySelector('#as-of time').getAttribute('datetime')`)
+	running := `(document.querySelector('#in-flight .took') || {}).textContent`
+	before := eval[string](t, ctx, running)
+	poll(t, ctx, "the waiting run's time moving", running+fmt.Sprintf(` !== %q`, before))
+
+	startWait(t, env, "breaks", `{}`)
+	poll(t, ctx, "the failure on the page", `document.getElementById('dlq-depth').textContent === '1' && /breaks/.test((document.getElementById('failures') || {}).textContent)`)
+	if now := eval[string](t, ctx, `document.querySelector('#as-of time').getAttribute('datetime')`); now == asOf {
+		t.Errorf("the page still says it is as of %s", asOf)
+	}
+	if !eval[bool](t, ctx, `window.__sameDocument === true`) {
+		t.Fatal("the page was reloaded")
+	}
+
+	do(t, ctx, "opening the waiting run", chromedp.Navigate(env.url+"/ui/runs/"+ask), chromedp.WaitVisible(chromedp.CSS(".run-meta .took")))
+	took := `document.querySelector('.run-meta .took').textContent`
+	before = eval[string](t, ctx, took)
+	poll(t, ctx, "the run's time moving", took+fmt.Sprintf(` !== %q`, before))
 }

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -139,4 +140,65 @@ func hasAttr(n *html.Node, key string) bool {
 		}
 	}
 	return false
+}
+
+// TestConsoleRunSearchFindsOldRuns searches runs by the start of their id
+// when every run that matches is older than the newest thousand: the
+// search finds them all, 50 a page, and "older runs" keeps the search and
+// the other filters.
+func TestConsoleRunSearchFindsOldRuns(t *testing.T) {
+	env := newAPI(t, "")
+	commit := func(id, chainName string, at time.Time) {
+		run := &store.Run{ID: id, Chain: chainName, ChainHash: "h", Status: store.RunSucceeded, Path: []string{"call"},
+			CreatedAt: at, UpdatedAt: at, FinishedAt: at, Origin: store.Origin{ID: "o", ReceivedAt: at}, StartedBy: "api"}
+		if err := env.gw.Store.Commit(context.Background(), &store.Batch{Run: run, Create: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 65 old runs of hello whose ids start "old", 10 of breaks, then 1,200
+	// newer runs.
+	start := time.Now().Add(-time.Hour)
+	for i := range 75 {
+		chainName := "hello"
+		if i%7 == 3 && i < 70 {
+			chainName = "breaks"
+		}
+		commit(fmt.Sprintf("old%03d", i), chainName, start.Add(time.Duration(i)*time.Millisecond))
+	}
+	for i := range 1200 {
+		commit(fmt.Sprintf("new%04d", i), "hello", start.Add(time.Minute+time.Duration(i)*time.Millisecond))
+	}
+	b := newBrowser(t, env)
+	filters := url.Values{"id": {"old"}, "chain": {"hello"}}
+	path := "/ui/runs?" + filters.Encode()
+	var seen []string
+	for page := 1; path != ""; page++ {
+		code, doc, body := b.get(path)
+		if code != http.StatusOK {
+			t.Fatalf("page %d: %d\n%s", page, code, body)
+		}
+		for _, row := range findAll(doc, func(n *html.Node) bool { return n.Data == "tr" && attr(n, "data-status") != "" }) {
+			cells := findAll(row, func(n *html.Node) bool { return n.Data == "td" })
+			if id, chainName := textOf(cells[0]), textOf(cells[1]); !strings.HasPrefix(id, "old") || chainName != "hello" {
+				t.Errorf("page %d shows run %s of %s", page, id, chainName)
+			} else {
+				seen = append(seen, id)
+			}
+		}
+		if page == 1 && len(seen) != 50 {
+			t.Errorf("the first page shows %d runs, want 50", len(seen))
+		}
+		path = ""
+		if next := find(doc, func(n *html.Node) bool { return attr(n, "id") == "next-page" }); next != nil {
+			path = attr(next, "href")
+			checkKeeps(t, "older runs", path, filters)
+		}
+	}
+	want := 75 - 10
+	if len(seen) != want || seen[0] != "old074" || seen[len(seen)-1] != "old000" {
+		t.Errorf("the pages show %d runs (%v), want the %d old runs of hello, newest first", len(seen), seen, want)
+	}
+	if _, _, body := b.get("/ui/runs?id=nomatch"); !strings.Contains(body, "No run matches") {
+		t.Error("a search that matches no run does not say so")
+	}
 }

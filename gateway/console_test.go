@@ -326,17 +326,7 @@ func TestConsoleBulkReplayNeedsFilterAndCount(t *testing.T) {
 		t.Fatalf("purge: %d %q %s", code, loc, body)
 	}
 	// The progress page follows the action to its end.
-	var progress string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		_, doc, _ := b.get(loc)
-		p := find(doc, func(n *html.Node) bool { return attr(n, "id") == "progress" })
-		if p == nil {
-			t.Fatal("the bulk action's page shows no progress")
-		}
-		if progress = textOf(p); attr(p, "data-finished") == "true" {
-			break
-		}
-	}
+	progress := textOf(find(waitJob(t, b, loc), func(n *html.Node) bool { return attr(n, "id") == "progress" }))
 	if !strings.HasPrefix(progress, "purge: 3 of 3 entries") || !strings.Contains(progress, "done") {
 		t.Fatalf("the bulk action ended with %q", progress)
 	}
@@ -673,5 +663,91 @@ func TestRunPageTimeline(t *testing.T) {
 	}
 	if n, link := count("/ui/runs/" + id + "?events=all"); n != 82 || link {
 		t.Errorf("?events=all shows %d events (link: %t), want all 82", n, link)
+	}
+}
+
+// TestConsoleBannerSaysOnlyItsOwn shows the banner an action's redirect
+// asks for, and nothing for words a link brings in ?done=.
+func TestConsoleBannerSaysOnlyItsOwn(t *testing.T) {
+	env := newAPI(t, "")
+	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+consoleConfig, 1))
+	if _, err := env.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	id := startRun(t, env, "fleet", strings.Replace(fleetPayload(10), `{"hosts"`, `{"sleep_ms": 3000, "hosts"`, 1))
+	b := newBrowser(t, env)
+	b.get("/ui/runs/" + id)
+	code, loc, body := b.post("/ui/runs/"+id+"/cancel", url.Values{})
+	if code != http.StatusSeeOther {
+		t.Fatalf("cancel: %d %s", code, body)
+	}
+	flash := func(path string) string {
+		t.Helper()
+		_, doc, _ := b.get(path)
+		if f := find(doc, func(n *html.Node) bool { return attr(n, "id") == "flash" }); f != nil {
+			return textOf(f)
+		}
+		return ""
+	}
+	if got := flash(loc); got != "cancel requested" {
+		t.Errorf("after the cancel (%s) the banner says %q", loc, got)
+	}
+	for _, done := range []string{"Your session expired: sign in again at https://evil.example", "cancel requested", "<b>hi</b>", "flashes"} {
+		if got := flash("/ui/runs?done=" + url.QueryEscape(done)); got != "" {
+			t.Errorf("?done=%s puts %q in the banner", done, got)
+		}
+	}
+}
+
+// waitJob follows a bulk action's page until it is done, and returns it.
+func waitJob(t *testing.T, b *browser, loc string) *html.Node {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		_, doc, _ := b.get(loc)
+		p := find(doc, func(n *html.Node) bool { return attr(n, "id") == "progress" })
+		if p == nil {
+			t.Fatal("the bulk action's page shows no progress")
+		}
+		if attr(p, "data-finished") == "true" {
+			return doc
+		}
+	}
+	t.Fatalf("the bulk action at %s did not end within 30 s", loc)
+	return nil
+}
+
+// TestConsoleBulkReplayFailingAgain replays two entries whose cause is
+// still there: the page says both runs failed again rather than that the
+// replay is a success, and its link to what the filter selects now shows
+// the filter's two entries, not every entry.
+func TestConsoleBulkReplayFailingAgain(t *testing.T) {
+	env := newAPI(t, "")
+	for range 2 {
+		startWait(t, env, "breaks", `{}`)
+	}
+	startWait(t, env, "flaky", `{}`)
+	b := newBrowser(t, env)
+	b.get("/ui/dlq?chain=breaks")
+	code, loc, body := b.post("/ui/dlq-bulk", url.Values{"action": {"replay"}, "mode": {"resume"}, "chain": {"breaks"}, "confirm": {"2"}})
+	if code != http.StatusSeeOther {
+		t.Fatalf("bulk replay: %d %s", code, body)
+	}
+	doc := waitJob(t, b, loc)
+	byID := func(doc *html.Node, id string) string {
+		if n := find(doc, func(n *html.Node) bool { return attr(n, "id") == id }); n != nil {
+			return textOf(n)
+		}
+		return ""
+	}
+	if got := byID(doc, "outcome"); got != "The replayed runs: 0 succeeded, 2 failed again, 0 still running." {
+		t.Errorf("the outcome: %q", got)
+	}
+	if !strings.HasPrefix(byID(doc, "all-failed"), "Every replayed run failed again") {
+		t.Error("the page does not say that every replayed run failed again")
+	}
+	link := find(doc, func(n *html.Node) bool { return attr(n, "id") == "selects-now" })
+	checkKeeps(t, "the entries this filter selects now", attr(link, "href"), url.Values{"chain": {"breaks"}})
+	if _, doc, _ := b.get(attr(link, "href")); !strings.HasPrefix(byID(doc, "matched"), "2 entries match") {
+		t.Errorf("the entries the filter selects now: %q, want breaks' 2", byID(doc, "matched"))
 	}
 }

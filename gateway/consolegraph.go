@@ -35,10 +35,13 @@ type placedNode struct {
 }
 
 // graphSVG renders nodes; run is nil on a chain's page, and then nothing
-// links to a step.
+// links to a step. The steps are a list to a screen reader, a group's
+// sub-steps a list inside its item, each step named with its status; on a
+// run's page each is a link that Tab reaches, with the id by which "jump to
+// the running step" finds it.
 func (c *console) graphSVG(nodes []*DAGNode, edges []chain.Edge, def *chain.Chain, run *RunView, runID string) template.HTML {
 	var b strings.Builder
-	b.Grow(len(nodes) * 400)
+	b.Grow(len(nodes) * 500)
 	// Each step links to its panel under the run's address.
 	stepsHref := ""
 	if run != nil {
@@ -63,38 +66,70 @@ func (c *console) graphSVG(nodes []*DAGNode, edges []chain.Edge, def *chain.Chai
 		y += p.h + gGap
 	}
 	height := max(y-gGap+10, 60)
-	width += 3 * gRouteDX
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="chain graph">`, width, height, width, height)
-	b.WriteString(`<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="arrowhead"/></marker></defs>`)
-	routes := 0
+	// The edges first, since the routes on the right decide the width: a
+	// chain without branches or jumps needs no room for them, and fits a
+	// phone.
+	var lines strings.Builder
+	routes, right := 0, width
 	for _, e := range edges {
 		from, to := placed[e.From], placed[e.To]
 		if from == nil || to == nil {
 			continue
 		}
 		if to.y == from.y+from.h+gGap && e.Label == "" {
-			b.WriteString(`<line class="edge"`)
-			attrInt(&b, "x1", gLeft+gNodeW/2)
-			attrInt(&b, "y1", from.y+from.h)
-			attrInt(&b, "x2", gLeft+gNodeW/2)
-			attrInt(&b, "y2", to.y)
-			b.WriteString(` marker-end="url(#arrow)"/>`)
+			lines.WriteString(`<line class="edge"`)
+			attrInt(&lines, "x1", gLeft+gNodeW/2)
+			attrInt(&lines, "y1", from.y+from.h)
+			attrInt(&lines, "x2", gLeft+gNodeW/2)
+			attrInt(&lines, "y2", to.y)
+			lines.WriteString(` marker-end="url(#arrow)"/>`)
 			continue
 		}
 		// A branch, or a jump past the next step: routed on the right.
 		routes++
 		rx := gLeft + max(from.w, to.w) + routes*gRouteDX/2 + 10
 		fy, ty := from.y+from.h/2, to.y+to.h/2
-		fmt.Fprintf(&b, `<path class="edge route" d="M%d,%d H%d V%d H%d" marker-end="url(#arrow)"/>`, gLeft+from.w, fy, rx, ty, gLeft+to.w)
+		fmt.Fprintf(&lines, `<path class="edge route" d="M%d,%d H%d V%d H%d" marker-end="url(#arrow)"/>`, gLeft+from.w, fy, rx, ty, gLeft+to.w)
+		right = max(right, rx+10)
 		if e.Label != "" {
-			fmt.Fprintf(&b, `<text class="route-label" x="%d" y="%d">%s</text>`, rx+4, (fy+ty)/2, esc(short(e.Label, 28)))
+			label := short(e.Label, 28)
+			fmt.Fprintf(&lines, `<text class="route-label" x="%d" y="%d">%s</text>`, rx+4, (fy+ty)/2, esc(label))
+			right = max(right, rx+4+7*len([]rune(label)))
 		}
 	}
+	width = right + 10
+	what := "steps of the chain"
+	if run != nil {
+		what = "steps of the run"
+	}
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="%d" height="%d" viewBox="0 0 %d %d" role="list" aria-label="%s">`, width, height, width, height, what)
+	b.WriteString(`<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="arrowhead"/></marker></defs>`)
+	// The arrows say what the list's order and the steps' names say.
+	b.WriteString(`<g aria-hidden="true">`)
+	b.WriteString(lines.String())
+	b.WriteString(`</g>`)
 	for _, p := range order {
 		c.drawNode(&b, p, def, run, runID, stepsHref)
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
+}
+
+// stepLabel is a step's accessible name: its name, its status first of
+// all, then what it is. The page's script keeps the status current as the
+// step changes.
+func stepLabel(name, status, what string, attempts int) string {
+	label := name
+	if status != "" {
+		label += ": " + statusWord(status)
+	}
+	if attempts > 1 {
+		label += fmt.Sprintf(" · %d attempts", attempts)
+	}
+	if what != "" {
+		label += " · " + what
+	}
+	return label
 }
 
 func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, run *RunView, runID, stepsHref string) {
@@ -104,14 +139,11 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 	if stepsHref != "" {
 		href = stepsHref + n.Name
 	}
-	openNode(b, href, "node st-"+statusClass(status), n.Name, n.Name)
-	rect(b, "", gLeft, p.y, p.w, p.h, 6)
 	title := n.Name
 	kind := n.Kind
 	if n.Provider != "" {
 		kind += " · " + n.Provider
 	}
-	text(b, "name", gLeft+10, p.y+20, short(title, 36))
 	detail := kind
 	if status != "" {
 		detail += " · " + statusWord(status)
@@ -120,16 +152,21 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 		}
 	}
 	if n.Kind == "parallel" {
-		detail = "parallel · join " + n.Join
+		kind = "parallel · join " + n.Join
 		if def != nil {
 			if s := def.Step(n.Name); s != nil && s.Parallel != nil {
-				detail += " · " + string(s.Parallel.OnFailure)
+				kind += " · " + string(s.Parallel.OnFailure)
 			}
 		}
+		detail = kind
 		if status != "" {
 			detail += " · " + statusWord(status)
 		}
 	}
+	b.WriteString(`<g role="listitem">`)
+	openNode(b, href, "node st-"+statusClass(status), n.Name, n.Name, stepLabel(n.Name, status, kind, n.Attempts))
+	rect(b, "", gLeft, p.y, p.w, p.h, 6)
+	text(b, "name", gLeft+10, p.y+20, short(title, 36))
 	text(b, "detail", gLeft+10, p.y+38, short(detail, 48))
 	closeLink(b, href)
 	if n.ChildRun != "" && run != nil {
@@ -140,6 +177,7 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 	}
 	switch n.Kind {
 	case "parallel":
+		fmt.Fprintf(b, `<g role="list" aria-label="steps of group %s">`, esc(n.Name))
 		for i, ch := range n.Children {
 			x := gLeft + 10 + i*(gChildW+10)
 			cy := p.y + gNodeH
@@ -147,19 +185,26 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 			if stepsHref != "" {
 				chHref = stepsHref + n.Name + "/" + ch.Name
 			}
-			openNode(b, chHref, "node sub st-"+statusClass(ch.Status), ch.Name, n.Name+"/"+ch.Name)
+			sub := ch.Kind
+			if ch.Provider != "" {
+				sub += " · " + ch.Provider
+			}
+			b.WriteString(`<g role="listitem">`)
+			openNode(b, chHref, "node sub st-"+statusClass(ch.Status), ch.Name, n.Name+"/"+ch.Name, stepLabel(ch.Name, ch.Status, sub, ch.Attempts))
 			rect(b, "", x, cy, gChildW, gChildH, 5)
 			text(b, "name", x+8, cy+17, short(ch.Name, 18))
-			sub := ch.Kind
 			if ch.Status != "" {
 				sub = statusWord(ch.Status)
 			}
 			text(b, "detail", x+8, cy+33, short(sub, 20))
 			closeLink(b, chHref)
+			b.WriteString(`</g>`)
 		}
+		b.WriteString(`</g>`)
 	case "split":
 		c.drawSplitBar(b, p, run, runID)
 	}
+	b.WriteString(`</g>`)
 }
 
 // drawSplitBar draws a split's items as one stacked bar: succeeded,
@@ -200,19 +245,24 @@ func (c *console) drawSplitBar(b *strings.Builder, p *placedNode, run *RunView, 
 	b.WriteString(`</a>`)
 }
 
-// openNode opens a step's node; data-key is the step's record key, by
-// which the page's script finds it when an event names the step.
-func openNode(b *strings.Builder, href, class, title, key string) {
+// openNode opens a step's node: a link on a run's page, a picture with a
+// name on a chain's. data-key is the step's record key, by which the page's
+// script finds it when an event names the step.
+func openNode(b *strings.Builder, href, class, title, key, label string) {
 	if href != "" {
 		b.WriteString(`<a href="`)
 		escTo(b, href)
+		b.WriteString(`" id="step-`)
+		escTo(b, key)
 		b.WriteString(`" class="`)
 	} else {
-		b.WriteString(`<g class="`)
+		b.WriteString(`<g role="img" class="`)
 	}
 	escTo(b, class)
 	b.WriteString(`" data-key="`)
 	escTo(b, key)
+	b.WriteString(`" aria-label="`)
+	escTo(b, label)
 	b.WriteString(`"><title>`)
 	escTo(b, title)
 	b.WriteString(`</title>`)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -35,14 +36,18 @@ func (c *console) funcs() template.FuncMap {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05.000Z")
 		},
-		"took": func(from, to time.Time) string {
+		// took is how long something took. Something still running is a
+		// span the page's script moves on each second from the figure
+		// drawn here, whatever the browser's clock says.
+		"took": func(from, to time.Time) template.HTML {
 			if from.IsZero() {
 				return ""
 			}
 			if to.IsZero() {
-				to = time.Now()
+				d := time.Since(from)
+				return template.HTML(`<span class="took" data-ms="` + strconv.FormatInt(d.Milliseconds(), 10) + `">` + d.Round(time.Second).String() + `</span>`)
 			}
-			return to.Sub(from).Round(time.Millisecond).String()
+			return template.HTML(to.Sub(from).Round(time.Millisecond).String())
 		},
 		"json": func(b []byte) string { return prettyJSON(b) },
 		"esc":  url.PathEscape,
@@ -62,6 +67,9 @@ func (c *console) funcs() template.FuncMap {
 
 // nowView is the home page: what is broken now.
 type nowView struct {
+	// At is when the page was drawn: the page follows what happens, and
+	// says how fresh it is.
+	At        time.Time
 	Since     string
 	Failures  []*failureGroup
 	DLQDepth  int
@@ -115,7 +123,7 @@ func normaliseError(msg string) string {
 func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
 	ctx := r.Context()
 	ops := c.s.ops
-	v := &nowView{Since: "15 minutes", Calls: map[string][2]float64{}, FanStats: map[string]float64{}, Fanout: c.s.gw.Fanout != nil}
+	v := &nowView{At: time.Now(), Since: "15 minutes", Calls: map[string][2]float64{}, FanStats: map[string]float64{}, Fanout: c.s.gw.Fanout != nil}
 	since := time.Now().Add(-failureWindow)
 	failed, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunFailed, Since: since, Limit: MaxPageLimit, NoOrigins: true})
 	if err != nil {
@@ -215,6 +223,10 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 			v.FanStats[strings.TrimPrefix(name, "chaingate_fanout_")] += smp.value
 		}
 	}
+	if r.URL.Query().Get("fragment") == "1" {
+		c.render(w, http.StatusOK, "now-live", pageData{Base: c.base, Body: v})
+		return
+	}
 	c.page(w, r, sess, "now.html", "Now", "now", v)
 }
 
@@ -306,18 +318,13 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		c.failErr(w, r, err)
 		return
 	}
-	page, err := c.s.ops.ListRuns(r.Context(), store.RunFilter{Chain: v.Chain, Status: store.RunStatus(v.Status), Since: since, Limit: 50, Cursor: v.Cursor, NoOrigins: true,
-		StartedBy: v.StartedBy, HideChains: v.HideChains})
+	page, err := c.listRuns(r.Context(), store.RunFilter{Chain: v.Chain, Status: store.RunStatus(v.Status), Since: since, Limit: runsPerPage, Cursor: v.Cursor, NoOrigins: true,
+		StartedBy: v.StartedBy, HideChains: v.HideChains}, v.ID)
 	if err != nil {
 		c.failErr(w, r, err)
 		return
 	}
-	for _, run := range page.Runs {
-		if v.ID == "" || strings.HasPrefix(run.ID, v.ID) {
-			v.Runs = append(v.Runs, run)
-		}
-	}
-	v.Damaged, v.Next = page.Damaged, page.Next
+	v.Runs, v.Damaged, v.Next = page.Runs, page.Damaged, page.Next
 	// The filters go with the live list's refresh and the next page.
 	keep := url.Values{"hide_chain": v.HideChains}
 	for _, k := range []string{"chain", "status", "since", "id", "started_by"} {
@@ -333,11 +340,68 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 	c.page(w, r, sess, "runs.html", "Runs", "runs", v)
 }
 
+// runsPerPage is the size of a page of the runs list.
+const runsPerPage = 50
+
+// listRuns is a page of the runs f selects whose id starts with idStart. The
+// store knows no such filter: it is read on, a thousand runs at a time, until
+// the page is full or the runs run out, so that a search finds a run however
+// old. The next page starts right after the page's last run.
+func (c *console) listRuns(ctx context.Context, f store.RunFilter, idStart string) (RunPage, error) {
+	if idStart == "" {
+		return c.s.ops.ListRuns(ctx, f)
+	}
+	want := f.Limit
+	var out RunPage
+	for {
+		f.Limit = MaxPageLimit
+		page, err := c.s.ops.ListRuns(ctx, f)
+		if err != nil {
+			return RunPage{}, err
+		}
+		for _, d := range page.Damaged {
+			if strings.HasPrefix(d.ID, idStart) {
+				out.Damaged = append(out.Damaged, d)
+			}
+		}
+		last := -1 // where in this page the last run taken is
+		for i, run := range page.Runs {
+			if !strings.HasPrefix(run.ID, idStart) {
+				continue
+			}
+			if len(out.Runs) < want {
+				out.Runs, last = append(out.Runs, run), i
+				continue
+			}
+			// A run past the page's: there is a next page. Between the
+			// pages lie no runs that match, so it may start where this
+			// store page did, unless the last run taken is on it too.
+			out.Next = f.Cursor
+			if last >= 0 {
+				f.Limit = last + 1
+				cut, err := c.s.ops.ListRuns(ctx, f)
+				if err != nil {
+					return RunPage{}, err
+				}
+				out.Next = cut.Next
+			}
+			return out, nil
+		}
+		if page.Next == "" {
+			return out, nil
+		}
+		f.Cursor = page.Next
+	}
+}
+
 // ---- Run ----
 
 type runView struct {
 	View  *RunView
 	Graph template.HTML
+	// Running is the key of the first step running, where "jump to the
+	// running step" leads: a long chain's graph is thousands of pixels tall.
+	Running string
 	// Timeline is the run's latest events, newest first, drawn as the
 	// page's script draws those that arrive.
 	Timeline template.HTML
@@ -369,6 +433,7 @@ func (c *console) runView(ctx context.Context, id string, sess *uiSession, all b
 	def, _ := c.s.gw.Engine.Definition(ctx, v.Chain, v.ChainHash)
 	rv := &runView{View: v, Final: v.Final(), CanWrite: c.canWrite(sess), CSRF: sess.csrf, Base: c.base, AllEvents: all}
 	rv.Graph = c.graphSVG(d.Nodes, d.Edges, def, v, id)
+	rv.Running = runningStep(d.Nodes, "")
 	// The latest events only: a long run's whole log is the API's.
 	after, shown := uint64(0), uint64(maxTimeline)
 	if all {
@@ -400,6 +465,20 @@ func (c *console) runView(ctx context.Context, id string, sess *uiSession, all b
 		}
 	}
 	return rv, nil
+}
+
+// runningStep is the key of the first step running or waiting to retry,
+// sub-steps included; empty when none is.
+func runningStep(nodes []*DAGNode, prefix string) string {
+	for _, n := range nodes {
+		if n.Status == string(store.StepRunning) || n.Status == string(store.StepPending) {
+			if k := runningStep(n.Children, prefix+n.Name+"/"); k != "" {
+				return k
+			}
+			return prefix + n.Name
+		}
+	}
+	return ""
 }
 
 func (c *console) runPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
@@ -575,7 +654,7 @@ func (c *console) cancelRun(w http.ResponseWriter, r *http.Request, _ *uiSession
 		c.failErr(w, r, err)
 		return
 	}
-	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(id)+"?done="+url.QueryEscape("cancel requested"), http.StatusSeeOther)
+	http.Redirect(w, r, flashed(c.base+"/runs/"+url.PathEscape(id), "cancel-requested"), http.StatusSeeOther)
 }
 
 func (c *console) deleteRun(w http.ResponseWriter, r *http.Request, _ *uiSession) {
@@ -584,16 +663,11 @@ func (c *console) deleteRun(w http.ResponseWriter, r *http.Request, _ *uiSession
 		c.fail(w, r, http.StatusBadRequest, "type the run's id to confirm deleting it")
 		return
 	}
-	res, err := c.s.ops.DeleteRun(r.Context(), id)
-	if err != nil {
+	if _, err := c.s.ops.DeleteRun(r.Context(), id); err != nil {
 		c.failErr(w, r, err)
 		return
 	}
-	done := "deleted run " + id
-	if n := len(res.DeadLetters); n > 0 {
-		done += fmt.Sprintf(" and its %d dead letters", n)
-	}
-	http.Redirect(w, r, c.base+"/runs?done="+url.QueryEscape(done), http.StatusSeeOther)
+	http.Redirect(w, r, flashed(c.base+"/runs", "run-deleted"), http.StatusSeeOther)
 }
 
 func (c *console) replayRun(w http.ResponseWriter, r *http.Request, _ *uiSession) {
@@ -612,7 +686,7 @@ func (c *console) replayRun(w http.ResponseWriter, r *http.Request, _ *uiSession
 
 // replayed shows the run a replay carries on in.
 func (c *console) replayed(w http.ResponseWriter, r *http.Request, runID string, opts engine.ReplayOptions) {
-	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(runID)+"?done="+url.QueryEscape("replayed ("+string(opts.Mode)+")"), http.StatusSeeOther)
+	http.Redirect(w, r, flashed(c.base+"/runs/"+url.PathEscape(runID), "replayed-"+string(opts.Mode)), http.StatusSeeOther)
 }
 
 // answer approves or rejects a waiting approval step from its panel.
@@ -627,12 +701,11 @@ func (c *console) answer(w http.ResponseWriter, r *http.Request, _ *uiSession) {
 		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("the comment is %d bytes; at most %d", len(comment), maxComment))
 		return
 	}
-	d, err := c.s.ops.Signal(r.Context(), id, step, decision, comment)
-	if err != nil {
+	if _, err := c.s.ops.Signal(r.Context(), id, step, decision, comment); err != nil {
 		c.failErr(w, r, err)
 		return
 	}
-	http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(id)+"?done="+url.QueryEscape(step+": "+d.Decision+" by "+d.By), http.StatusSeeOther)
+	http.Redirect(w, r, flashed(c.base+"/runs/"+url.PathEscape(id), "answered-"+decision), http.StatusSeeOther)
 }
 
 // ---- Dead letters ----
@@ -716,7 +789,7 @@ func (c *console) deleteEntry(w http.ResponseWriter, r *http.Request, _ *uiSessi
 		c.failErr(w, r, err)
 		return
 	}
-	http.Redirect(w, r, c.base+"/dlq?done="+url.QueryEscape("deleted "+id), http.StatusSeeOther)
+	http.Redirect(w, r, flashed(c.base+"/dlq", "entry-deleted"), http.StatusSeeOther)
 }
 
 // jobKept is how long a finished bulk action's page stays.
@@ -724,11 +797,18 @@ const jobKept = time.Hour
 
 // bulkJob is a bulk replay or purge under way, for its progress page.
 type bulkJob struct {
-	Action, Filter      string
+	Action string
+	// Filter is the filter's query, encoded, for the link to what it
+	// selects now.
+	Filter              template.URL
 	Total, Done, Failed int
 	FirstErr            string
-	Finished            bool
-	Started, FinishedAt time.Time
+	// The runs the replays carry on in, by how they ended: a replay
+	// accepted is not a success until its run is one, and one that fails
+	// again is likely back among the dead letters.
+	Succeeded, FailedAgain, Cancelled, Running int
+	Finished                                   bool
+	Started, FinishedAt                        time.Time
 }
 
 // bulkDLQ replays or purges every entry a filter selects, once the form
@@ -766,7 +846,7 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 			filter.Set(k, v)
 		}
 	}
-	job := &bulkJob{Action: action, Filter: filter.Encode(), Total: len(matched), Started: time.Now()}
+	job := &bulkJob{Action: action, Filter: template.URL(filter.Encode()), Total: len(matched), Started: time.Now()}
 	id := randomToken()[:16]
 	c.mu.Lock()
 	for k, j := range c.jobs {
@@ -782,13 +862,21 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 	ctx = engine.WithActor(ctx, engine.Actor(r.Context()))
 	go func() {
 		defer cancel()
+		// Watched from before the first replay, so that no run's end is
+		// missed.
+		watch := c.s.hub.WatchRuns()
+		defer watch.Close()
+		running := map[string]bool{}
 		for _, e := range matched {
 			if ctx.Err() != nil {
 				break
 			}
 			var err error
 			if action == "replay" {
-				_, err = c.s.ops.Replay(ctx, e.ID, opts)
+				var run *Run
+				if run, err = c.s.ops.Replay(ctx, e.ID, opts); err == nil {
+					running[run.ID] = true
+				}
 			} else {
 				err = c.s.ops.DeleteDLQ(ctx, e.ID)
 			}
@@ -801,13 +889,64 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 			} else {
 				job.Done++
 			}
+			job.Running = len(running)
 			c.mu.Unlock()
 		}
+		c.followReplays(ctx, job, running, watch)
 		c.mu.Lock()
 		job.Finished, job.FinishedAt = true, time.Now()
 		c.mu.Unlock()
 	}()
 	http.Redirect(w, r, c.base+"/dlq-jobs/"+id, http.StatusSeeOther)
+}
+
+// followReplays counts the replayed runs as they end, until all have or ctx
+// ends.
+func (c *console) followReplays(ctx context.Context, job *bulkJob, running map[string]bool, watch *RunWatch) {
+	check := func(id string) {
+		run, err := c.s.gw.Store.RunHeader(ctx, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound): // deleted meanwhile: nothing to count
+		case err != nil, !run.Status.Final():
+			return
+		}
+		delete(running, id)
+		c.mu.Lock()
+		switch {
+		case run == nil:
+		case run.Status == store.RunSucceeded:
+			job.Succeeded++
+		case run.Status == store.RunCancelled:
+			job.Cancelled++
+		default:
+			job.FailedAgain++
+		}
+		job.Running = len(running)
+		c.mu.Unlock()
+	}
+	checkAll := func() {
+		for id := range running {
+			check(id)
+		}
+	}
+	checkAll()
+	// The tick catches an end the stream of statuses lost.
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for len(running) > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-watch.C:
+			if watch.Lost() || ev.RunID == "" {
+				checkAll()
+			} else if running[ev.RunID] {
+				check(ev.RunID)
+			}
+		case <-tick.C:
+			checkAll()
+		}
+	}
 }
 
 // jobPage shows a bulk action's progress; it refreshes itself until the

@@ -110,6 +110,9 @@
       if (st && node) {
         for (const c of Array.from(node.classList)) if (c.startsWith("st-")) node.classList.remove(c);
         node.classList.add("st-" + st);
+        // The step's name for a screen reader: "name: status · what it is".
+        const label = node.getAttribute("aria-label") || "", rest = label.indexOf(" · ");
+        node.setAttribute("aria-label", ev.step.split("/").pop() + ": " + st.replace("-", " ") + (rest < 0 ? "" : label.slice(rest)));
       }
       const barMissing = ev.type === "step_progress" && ev.data && !setBar(ev.step, ev.data);
       addLine(ev);
@@ -156,27 +159,58 @@
       };
     }
 
-    // A step's panel opens beside the graph, and follows the step.
+    // "Jump to the running step" leads to the step running now, which
+    // may have changed since the page was drawn, and gives it the focus.
+    function runningNode() {
+      let found = null;
+      for (const n of live.querySelectorAll("a.node.st-running, a.node.st-pending")) {
+        if (!found) found = n;
+        else if (n.dataset.key.startsWith(found.dataset.key + "/")) found = n; // a group's running sub-step
+        else break;
+      }
+      return found;
+    }
+    live.addEventListener("click", (e) => {
+      const jump = e.target.closest("#jump-running");
+      if (!jump) return;
+      const node = runningNode() || document.getElementById(decodeURIComponent(jump.hash.slice(1)));
+      if (!node) return;
+      e.preventDefault();
+      node.focus({ preventScroll: true });
+      node.scrollIntoView({ block: "center" });
+    });
+
+    // A step's panel opens beside the graph, and follows the step. Opened
+    // from the keyboard or not, the focus goes to it, and back to the step
+    // when it closes (its button or Escape).
     const panel = document.getElementById("panel");
-    async function showPanel(href, key) {
+    function closePanel() {
+      panel.hidden = true;
+      const node = nodeOf(panel.dataset.key);
+      panel.dataset.key = "";
+      if (node) node.focus();
+    }
+    async function showPanel(href, key, focus) {
       const resp = await fetch(href + "?fragment=1", { credentials: "same-origin" });
       if (!resp.ok) return;
       panel.innerHTML = await resp.text();
       const close = document.createElement("button");
       close.className = "close";
       close.textContent = "close";
-      close.onclick = () => { panel.hidden = true; panel.dataset.key = ""; };
+      close.onclick = closePanel;
       panel.prepend(close);
       panel.dataset.key = key;
       panel.dataset.href = href;
       panel.hidden = false;
+      if (focus) close.focus();
     }
     if (panel) {
+      panel.addEventListener("keydown", (e) => { if (e.key === "Escape") closePanel(); });
       live.addEventListener("click", (e) => {
         const a = e.target.closest("a.node");
         if (!a || e.ctrlKey || e.metaKey || e.shiftKey) return;
         e.preventDefault();
-        showPanel(a.getAttribute("href"), a.dataset.key);
+        showPanel(a.getAttribute("href"), a.dataset.key, true);
       });
       panelFollows = (ev) => {
         if (!panel.hidden && ev.step && (ev.step === panel.dataset.key || ev.step.startsWith(panel.dataset.key + "/"))) {
@@ -189,16 +223,18 @@
     connect();
   }
 
-  // followList keeps the runs list current: it renders the list again
-  // when a run starts or ends on any gateway, as the stream of every run's
-  // status says, every few seconds while that stream is broken, and every
-  // 30 s in case a change was lost without a resync.
+  // followList keeps the runs list, or the Now page, current: it renders
+  // it again when a run starts or ends on any gateway, as the stream of
+  // every run's status says, at most once in data-pace ms; every few
+  // seconds while that stream is broken; and every 30 s in case a change
+  // was lost without a resync, or came from no run (a delivery parked).
   function followList(el) {
     let pending = false, source = null;
+    const pace = +el.dataset.pace || 500;
     const refresh = () => {
       if (pending) return;
       pending = true;
-      setTimeout(() => { pending = false; swap(el, el.dataset.live).catch(() => {}); }, 500);
+      setTimeout(() => { pending = false; swap(el, el.dataset.live).catch(() => {}); }, pace);
     };
     setInterval(() => { if (!source || source.readyState !== EventSource.OPEN) refresh(); }, 3000);
     setInterval(refresh, 30000);
@@ -209,10 +245,32 @@
     }
   }
 
+  // tick moves on how long running runs have run, each from the time it
+  // had when the server drew it.
+  const firstSeen = new WeakMap();
+  function tick() {
+    const now = performance.now();
+    for (const el of document.querySelectorAll(".took[data-ms]")) {
+      if (!firstSeen.has(el)) firstSeen.set(el, now);
+      el.textContent = duration(+el.dataset.ms + now - firstSeen.get(el));
+    }
+  }
+
+  // duration writes ms as the server does, to the second: 1h2m3s.
+  function duration(ms) {
+    let s = Math.round(ms / 1000);
+    const h = Math.floor(s / 3600), m = Math.floor(s % 3600 / 60);
+    s %= 60;
+    return (h ? h + "h" : "") + (h || m ? m + "m" : "") + s + "s";
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     const live = document.getElementById("live");
     if (live && live.dataset.stream) followRun(live);
-    const runs = document.getElementById("runs");
-    if (runs && runs.dataset.live) followList(runs);
+    for (const id of ["runs", "now"]) {
+      const el = document.getElementById(id);
+      if (el && el.dataset.live) followList(el);
+    }
+    setInterval(tick, 1000);
   });
 })();
