@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/chaingate/gateway/chain/internal/condition"
 	"github.com/chaingate/gateway/templates"
@@ -531,7 +532,27 @@ type Approval struct {
 	// the run does to the step while it waits: cancel the run, approve or
 	// reject; empty leaves the question standing.
 	OnResolve string
+	// Notify tells people the step asks, when it starts waiting and every
+	// Notify.Every after (reminders); Escalate calls once, Escalate.After
+	// the step asked, while it still waits. Nil when not set.
+	Notify, Escalate *ApprovalCall
 }
+
+// ApprovalCall is a provider call an approval step makes while it waits.
+// Its payload reads approval (step, message, asked_at, deadline, url,
+// reminder), origin (payload) and run (id, chain, url, labels).
+type ApprovalCall struct {
+	Provider   string
+	ActionType string
+	Payload    *templates.Template
+	// Every repeats a notification as a reminder; After delays an
+	// escalation. Zero: never, and at once.
+	Every, After time.Duration
+	Source       Source
+}
+
+// ApprovalCallRoots are what an approval call's payload reads.
+var ApprovalCallRoots = []string{"approval", "origin", "run"}
 
 // Approval decisions.
 const (

@@ -126,6 +126,9 @@ type Gateway struct {
 	prunes PruneObserver
 	// inboxWake tells RunInbox that this gateway kept a delivery.
 	inboxWake chan struct{}
+	// providers are what steps call providers through, for the calls
+	// approval steps make while they wait.
+	providers engine.ProviderResolver
 }
 
 // Open opens the store and prepares the engine. Plugin processes start when
@@ -222,7 +225,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		return nil, errors.Join(err, pm.Close(), closeFanout(), st.Close())
 	}
 	g := &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, ItemStore: itemStore, secrets: secretVals, limits: lim,
-		door: noDoorObserver{}, prunes: noPruneObserver{}, inboxWake: make(chan struct{}, 1)}
+		door: noDoorObserver{}, prunes: noPruneObserver{}, inboxWake: make(chan struct{}, 1), providers: res}
 	switch {
 	case fo == nil:
 	case opts.ItemsOnly:

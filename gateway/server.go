@@ -292,6 +292,7 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	go s.sched.Run(s.stopping)
 	go s.gw.RunInbox(s.stopping)
 	go s.gw.RunRetention(s.stopping)
+	go s.gw.RunApprovalCalls(s.stopping)
 	workerCtx, stopWorker := context.WithCancel(context.Background())
 	defer stopWorker()
 	workerDone := make(chan struct{})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -473,6 +474,33 @@ func (b *chainBuild) warnCurlyPlaceholders(p chain.KeyPath, v any) {
 	}
 }
 
+// approvalCall decodes an approval step's notify or escalate table: a
+// provider call whose payload reads chain.ApprovalCallRoots, and its
+// timing key (remind_every or after).
+func (b *chainBuild) approvalCall(t *table, timing string) *chain.ApprovalCall {
+	c := &chain.ApprovalCall{Provider: t.nonEmpty("provider"), ActionType: t.nonEmpty("action_type"), Source: t.d.source(t.path)}
+	if c.Provider != "" {
+		b.l.later = append(b.l.later, func() {
+			if _, ok := b.l.cfg.Providers[c.Provider]; !ok {
+				t.d.errorf(t.path.Key("provider"), "unknown provider %q%s", c.Provider, b.l.providerHint(c.Provider))
+			}
+		})
+	}
+	if v, ok := t.value("payload_template"); ok {
+		c.Payload = compileRoots(t.d, t.path.Key("payload_template"), v, append(slices.Clone(chain.ApprovalCallRoots), "secrets"))
+	}
+	if _, ok := t.value(timing); ok {
+		d, _ := t.duration(timing)
+		if timing == "after" {
+			c.After = d
+		} else {
+			c.Every = d
+		}
+	}
+	t.finish([]string{"provider", "action_type", "payload_template", timing})
+	return c
+}
+
 // approval decodes an approval step's table.
 func (b *chainBuild) approval(t *table, sc *scope) *chain.Approval {
 	a := &chain.Approval{
@@ -483,6 +511,15 @@ func (b *chainBuild) approval(t *table, sc *scope) *chain.Approval {
 	if v, ok := t.value("message"); ok {
 		a.Message = b.template(t.path.Key("message"), v, sc)
 	}
-	t.finish([]string{"message", "on_timeout", "on_reject", "on_resolve"})
+	if nt, ok := t.sub("notify"); ok && nt != nil {
+		a.Notify = b.approvalCall(nt, "remind_every")
+	}
+	if et, ok := t.sub("escalate"); ok && et != nil {
+		a.Escalate = b.approvalCall(et, "after")
+		if a.Escalate != nil && a.Escalate.After <= 0 {
+			t.d.errorf(t.path.Key("escalate").Key("after"), `an escalation needs after, how long after the step asked it calls ("45m")`)
+		}
+	}
+	t.finish([]string{"message", "on_timeout", "on_reject", "on_resolve", "notify", "escalate"})
 	return a
 }
