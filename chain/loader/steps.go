@@ -506,7 +506,7 @@ func (b *chainBuild) approval(t *table, sc *scope) *chain.Approval {
 	a := &chain.Approval{
 		OnTimeout: t.enum("on_timeout", []string{"approve", "reject", "fail"}, "fail"),
 		OnReject:  t.enum("on_reject", []string{"fail", "continue"}, "fail"),
-		OnResolve: t.enum("on_resolve", []string{"cancel", "approve", "reject", ""}, ""),
+		OnResolve: t.enum("on_resolve", []string{"cancel", "approve", "reject"}, ""),
 	}
 	if v, ok := t.value("message"); ok {
 		a.Message = b.template(t.path.Key("message"), v, sc)
