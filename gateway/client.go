@@ -97,6 +97,22 @@ func since(t time.Time) string {
 	return t.Format(time.RFC3339)
 }
 
+// StartRun implements Ops.
+func (c *Client) StartRun(ctx context.Context, chainName string, payload json.RawMessage, labels map[string]string) (*Run, error) {
+	if len(bytes.TrimSpace(payload)) == 0 {
+		payload = json.RawMessage(`{}`)
+	}
+	q := url.Values{}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		q.Add("label", k+"="+labels[k])
+	}
+	var out StartResponse
+	if err := c.do(ctx, http.MethodPost, "/v1/chains/"+url.PathEscape(chainName)+"/runs", q, payload, &out); err != nil {
+		return nil, err
+	}
+	return &Run{ID: out.ID, Chain: out.Chain, Status: out.Status, StartedBy: store.StartedByAPI, Labels: labels}, nil
+}
+
 // ListRuns implements Ops.
 func (c *Client) ListRuns(ctx context.Context, f store.RunFilter) (RunPage, error) {
 	q := url.Values{}

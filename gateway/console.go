@@ -90,6 +90,8 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("POST "+b+"/runs/{id}/replay", c.signedIn(true, c.replayRun))
 	mux.HandleFunc("POST "+b+"/runs/{id}/delete", c.signedIn(true, c.deleteRun))
 	mux.HandleFunc("POST "+b+"/runs/{id}/answer/{step}", c.signedIn(true, c.answer))
+	mux.HandleFunc("POST "+b+"/runs/{id}/redrive/{step}", c.signedIn(true, c.redrive))
+	mux.HandleFunc("GET "+b+"/approvals", c.signedIn(false, c.approvalsPage))
 	mux.HandleFunc("GET "+b+"/dlq", c.signedIn(false, c.dlqPage))
 	mux.HandleFunc("GET "+b+"/dlq/{id}", c.signedIn(false, c.dlqEntryPage))
 	mux.HandleFunc("POST "+b+"/dlq/{id}/replay", c.signedIn(true, c.replayEntry))
@@ -98,6 +100,8 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("GET "+b+"/dlq-jobs/{id}", c.signedIn(false, c.jobPage))
 	mux.HandleFunc("GET "+b+"/chains", c.signedIn(false, c.chainsPage))
 	mux.HandleFunc("GET "+b+"/chains/{name}", c.signedIn(false, c.chainPage))
+	mux.HandleFunc("POST "+b+"/chains/{name}/run", c.signedIn(true, c.startRun))
+	mux.HandleFunc("POST "+b+"/pauses/{kind}/{name}", c.signedIn(true, c.pauseAction))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		// Nothing the console serves runs script or loads anything from
@@ -148,12 +152,24 @@ var flashes = map[string]string{
 	"entry-deleted":    "the dead letter is deleted",
 	"answered-approve": "answered: approve",
 	"answered-reject":  "answered: reject",
+	"redriven-failed":  "redriven: the split's failed items run again",
+	"redriven-skipped": "redriven: the split's failed and skipped items run again",
+	"paused":           "paused",
+	"unpaused":         "unpaused",
+	"not-paused":       "it was not paused",
+	"started":          "run started",
 }
 
 // flashed is the address of a page with the banner saying code's message.
 func flashed(path, code string) string { return path + "?done=" + code }
 
 func (c *console) page(w http.ResponseWriter, r *http.Request, sess *uiSession, name, title, nav string, body any) {
+	c.pageStatus(w, r, sess, http.StatusOK, name, title, nav, body)
+}
+
+// pageStatus is page, answering status: a form sent back with what was
+// wrong with it.
+func (c *console) pageStatus(w http.ResponseWriter, r *http.Request, sess *uiSession, status int, name, title, nav string, body any) {
 	d := pageData{Title: title, Base: c.base, Nav: nav, Body: body, Flash: flashes[r.URL.Query().Get("done")], Auth: c.s.AuthEnabled(), ReadOnly: c.readOnly()}
 	if job, ok := body.(*bulkJob); ok {
 		d.Refresh = !job.Finished
@@ -161,7 +177,7 @@ func (c *console) page(w http.ResponseWriter, r *http.Request, sess *uiSession, 
 	if sess != nil {
 		d.CanWrite, d.CSRF = c.canWrite(sess), sess.csrf
 	}
-	c.render(w, http.StatusOK, name, d)
+	c.render(w, status, name, d)
 }
 
 // pageBuffers hold pages being rendered: a run page of a few hundred steps

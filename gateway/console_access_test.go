@@ -39,17 +39,25 @@ payload = { host = "db-1" }
 `
 
 // consoleTour is a gateway with something on every console page, and the
-// pages' addresses by name.
+// pages' addresses by name: a run with labels waiting for an answer, one
+// with a deadline, a split with failed and skipped items to redrive, a
+// paused schedule, a chain's run form.
 func consoleTour(t *testing.T) (*apiEnv, map[string]string) {
 	t.Helper()
-	env := newConsoleAPI(t, tourConfig)
+	env := newActionsAPI(t, "")
 	hello := startWait(t, env, "hello", `{"who": "ops"}`)
 	fleet := startWait(t, env, "fleet", fleetPayload(12, 2, 7, 9))
 	for range 2 {
 		startWait(t, env, "breaks", `{}`)
 	}
-	ask := startRun(t, env, "restart-db", `{"host": "db-1"}`)
+	ask := startLabelled(t, env, "restart-db", `{"host": "db-1"}`, "alertname=PrimaryDatabaseUnreachable", "instance=db-1.prod.example.com:9100", "team=dba")
 	waitAsking(t, env, ask, "ask")
+	change := startRun(t, env, "change", `{"what": "the firewall"}`)
+	waitAsking(t, env, change, "approve-change")
+	patch := startWait(t, env, "patch", patchPayload(8, []int{1, 5}, []int{3}))
+	if code, _, body := env.call("POST", "/v1/pauses/schedule/nightly-restart", `{"reason": "the database's maintenance window, until the new primary is in"}`, nil, nil); code != http.StatusCreated {
+		t.Fatalf("pausing: %d %s", code, body)
+	}
 	entry := dlqIDs(t, env, "breaks")[0]
 	// A bulk replay whose replays fail again, for its progress page.
 	b := newBrowser(t, env)
@@ -63,6 +71,8 @@ func consoleTour(t *testing.T) (*apiEnv, map[string]string) {
 		"approval run": "/ui/runs/" + ask, "approval step": "/ui/runs/" + ask + "/steps/ask", "items": "/ui/runs/" + fleet + "/items/check",
 		"dlq": "/ui/dlq", "bulk replay": "/ui/dlq?chain=breaks", "dlq entry": "/ui/dlq/" + entry, "bulk progress": job,
 		"chains": "/ui/chains", "chain": "/ui/chains/hello", "scheduled chain": "/ui/chains/restart-db", "not found": "/ui/runs/01nosuchrun",
+		"approvals": "/ui/approvals", "redrive run": "/ui/runs/" + patch, "runs by label": "/ui/runs?label=team%3Ddba&label=instance",
+		"run form": "/ui/chains/deploy",
 	}
 }
 
@@ -103,6 +113,11 @@ func TestBrowserPhoneWidth(t *testing.T) {
 		fits(name, env.url+p)
 	}
 	fits("sign in", signIn.url+"/ui/login")
+	do(t, ctx, "a run the chain's input refuses", chromedp.Navigate(env.url+pages["run form"]), chromedp.WaitVisible(chromedp.CSS("#run-start")),
+		chromedp.Click(chromedp.CSS("#run-start")), chromedp.WaitVisible(chromedp.CSS("#run-error")))
+	if w := eval[[]int](t, ctx, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {
+		t.Errorf("the refused run form is %d px wide on a %d px screen", w[0], w[1])
+	}
 
 	do(t, ctx, "opening the runs", chromedp.Navigate(env.url+pages["runs"]), chromedp.WaitVisible(chromedp.CSS("#runs")))
 	// Each row's id, chain, status and error, on the screen.
@@ -157,9 +172,14 @@ var everyStatus = []string{"running", "waiting", "pending", "succeeded", "failed
 // background, and the other coloured text of a few pages, in light and dark
 // mode: every one reaches WCAG AA (4.5:1).
 func TestBrowserStatusContrast(t *testing.T) {
-	env := newConsoleAPI(t, "")
+	env := newActionsAPI(t, "")
 	startWait(t, env, "hello", `{"who": "ops"}`)
 	failed := startWait(t, env, "breaks", `{}`)
+	ask := startLabelled(t, env, "restart-db", `{"host": "db-1"}`, "host=db-1")
+	waitAsking(t, env, ask, "ask")
+	if code, _, body := env.call("POST", "/v1/pauses/schedule/nightly-restart", `{"reason": "maintenance"}`, nil, nil); code != http.StatusCreated {
+		t.Fatalf("pausing: %d %s", code, body)
+	}
 	ctx := chrome(t)
 	// A pill of every status, as the status template writes them, and the
 	// run page's badge in each state, beside those the runs list shows.
@@ -170,7 +190,7 @@ func TestBrowserStatusContrast(t *testing.T) {
 	for _, s := range []string{"connecting", "live", "reconnecting", "polling", "ended"} {
 		pills.WriteString(`<span class="badge" data-state="` + s + `">` + s + `</span>`)
 	}
-	const text = `header a, header .who, main a, .quiet, .err, .error-msg, .flash, th, ol.timeline .type, ol.timeline .t`
+	const text = `header a, header .who, main a, .quiet, .err, .error-msg, .flash, th, ol.timeline .type, ol.timeline .t, a.label, .warn, .req, .form-error p, td.question`
 	for _, dark := range []bool{false, true} {
 		mode := map[bool]string{false: "light", true: "dark"}[dark]
 		do(t, ctx, "opening the runs in "+mode+" mode", darkMode(dark), chromedp.Navigate(env.url+"/ui/runs"), chromedp.WaitVisible(chromedp.CSS("#runs")))
@@ -187,7 +207,7 @@ func TestBrowserStatusContrast(t *testing.T) {
 				t.Errorf("%s mode: %s has a contrast of %.2f:1, under 4.5:1", mode, pill, ratio)
 			}
 		}
-		for _, p := range []string{"/ui/runs", "/ui/runs/" + failed, "/ui/dlq", "/ui/chains/hello"} {
+		for _, p := range []string{"/ui/runs", "/ui/runs/" + failed, "/ui/dlq", "/ui/chains/hello", "/ui/runs/" + ask, "/ui/approvals", "/ui/chains", "/ui/chains/deploy", "/ui/"} {
 			do(t, ctx, "opening "+p, chromedp.Navigate(env.url+p), chromedp.WaitVisible(chromedp.CSS("main")))
 			for el, ratio := range eval[map[string]float64](t, ctx, contrastJS+"(`"+text+"`)") {
 				if ratio < 4.5 {
@@ -341,6 +361,9 @@ func TestBrowserEveryFieldLabelled(t *testing.T) {
 	do(t, ctx, "opening the approval panel", chromedp.Navigate(env.url+pages["approval run"]), chromedp.WaitVisible(chromedp.CSS("svg.graph")),
 		chromedp.Click(chromedp.CSS(`a.node[data-key="ask"]`)), chromedp.WaitVisible(chromedp.CSS("#answer-comment")))
 	check("the approval panel")
+	do(t, ctx, "a run the chain's input refuses", chromedp.Navigate(env.url+pages["run form"]), chromedp.WaitVisible(chromedp.CSS("#run-start")),
+		chromedp.Click(chromedp.CSS("#run-start")), chromedp.WaitVisible(chromedp.CSS("#run-error")))
+	check("the refused run form")
 	do(t, ctx, "opening the sign-in page", chromedp.Navigate(signIn.url+"/ui/login"), chromedp.WaitVisible(chromedp.CSS("input[name=token]")))
 	check("sign in")
 }

@@ -376,23 +376,29 @@ func TestBrowserStreamCutFallsBackToPolling(t *testing.T) {
 	poll(t, ctx, "the run's end, by polling", `document.querySelector('.run-meta').dataset.final === 'true'`)
 }
 
-// TestBrowserScreenshots writes docs/img/console-*.png, one per page, the
-// runs on a phone and a run in dark mode, when asked with -screenshots;
-// docs/console.md shows them.
+// TestBrowserScreenshots writes docs/img/console-*.png, one per page (the
+// approvals waiting and a chain's run form among them), the runs on a phone
+// and a run in dark mode, when asked with -screenshots; docs/console.md
+// shows them.
 func TestBrowserScreenshots(t *testing.T) {
 	if !*screenshots {
 		t.Skip("writes docs/img only with -screenshots")
 	}
-	env := newConsoleAPI(t, "")
+	env := newActionsAPI(t, "")
 	ctx := chrome(t)
 	startWait(t, env, "hello", `{"who": "ops"}`)
-	fleet := startWait(t, env, "fleet", fleetPayload(50, 3, 17, 42))
+	fleet := startLabelled(t, env, "fleet", fleetPayload(50, 3, 17, 42), "change=CHG-1042", "team=infra")
+	waitRunEnd(t, env, fleet)
 	for range 2 {
 		startWait(t, env, "breaks", `{}`)
 	}
+	ask := startLabelled(t, env, "restart-db", `{"host": "db-1"}`, "alertname=PrimaryDown", "instance=db-1:9100")
+	change := startRun(t, env, "change", `{"what": "the firewall"}`)
+	waitAsking(t, env, ask, "ask")
+	waitAsking(t, env, change, "approve-change")
 	pages := map[string]string{
 		"now": "/ui/", "runs": "/ui/runs", "run": "/ui/runs/" + fleet, "items": "/ui/runs/" + fleet + "/items/check?status=failed",
-		"dlq": "/ui/dlq?chain=breaks", "chain": "/ui/chains/hello",
+		"dlq": "/ui/dlq?chain=breaks", "chain": "/ui/chains/hello", "approvals": "/ui/approvals", "chain-run": "/ui/chains/deploy",
 	}
 	shot := func(name, p string) {
 		do(t, ctx, "opening "+p, chromedp.Navigate(env.url+p), chromedp.WaitVisible(chromedp.CSS("main")))

@@ -49,11 +49,13 @@ func (c *console) funcs() template.FuncMap {
 			}
 			return template.HTML(to.Sub(from).Round(time.Millisecond).String())
 		},
-		"json": func(b []byte) string { return prettyJSON(b) },
-		"esc":  url.PathEscape,
-		"q":    url.QueryEscape,
-		"add":  func(a, b int) int { return a + b },
-		"has":  func(list []string, s string) bool { return slices.Contains(list, s) },
+		// until is how long until t, to the second.
+		"until": func(t time.Time) string { return time.Until(t).Round(time.Second).String() },
+		"json":  func(b []byte) string { return prettyJSON(b) },
+		"esc":   url.PathEscape,
+		"q":     url.QueryEscape,
+		"add":   func(a, b int) int { return a + b },
+		"has":   func(list []string, s string) bool { return slices.Contains(list, s) },
 		// A run's StartedBy apart: "trigger:am" is started by trigger am.
 		"startedKind": store.StartedKind,
 		"startedName": func(startedBy string) string {
@@ -78,8 +80,11 @@ type nowView struct {
 	InFlight  []*runLine
 	// Waiting counts the runs waiting on a person (an approval step).
 	Waiting int
-	// Paused are the triggers and schedules paused now.
+	// Paused are the triggers and schedules paused now; a session that
+	// may write unpauses them here.
 	Paused    []*Pause
+	CanWrite  bool
+	CSRF      string
 	Slow      int
 	Providers []limits.Stats
 	Calls     map[string][2]float64 // provider → ok, error
@@ -123,7 +128,8 @@ func normaliseError(msg string) string {
 func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
 	ctx := r.Context()
 	ops := c.s.ops
-	v := &nowView{At: time.Now(), Since: "15 minutes", Calls: map[string][2]float64{}, FanStats: map[string]float64{}, Fanout: c.s.gw.Fanout != nil}
+	v := &nowView{At: time.Now(), Since: "15 minutes", Calls: map[string][2]float64{}, FanStats: map[string]float64{}, Fanout: c.s.gw.Fanout != nil,
+		CanWrite: c.canWrite(sess), CSRF: sess.csrf}
 	since := time.Now().Add(-failureWindow)
 	failed, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunFailed, Since: since, Limit: MaxPageLimit, NoOrigins: true})
 	if err != nil {
@@ -272,9 +278,11 @@ type runsView struct {
 	StartedKinds, StartedNamed []string
 	// HideChains are the chains to hide, HideChoices the chains offered.
 	HideChains, HideChoices []string
-	Runs                    []*Run
-	Damaged                 []DamagedRun
-	Next                    string
+	// Labels are the label filters, KEY=VALUE or KEY, one field each.
+	Labels  []string
+	Runs    []*Run
+	Damaged []DamagedRun
+	Next    string
 	// Query is the filters, encoded: as a URL, the template keeps it whole
 	// rather than escaping it into one parameter.
 	Query template.URL
@@ -285,7 +293,7 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 	q := r.URL.Query()
 	cfg := c.s.config()
 	v := &runsView{Chain: q.Get("chain"), Status: q.Get("status"), Since: q.Get("since"), ID: strings.TrimSpace(q.Get("id")), Cursor: q.Get("cursor"),
-		StartedBy: q.Get("started_by"), HideChains: q["hide_chain"], Chains: cfg.ChainNames, Statuses: runStatuses, StartedKinds: startedKinds}
+		StartedBy: q.Get("started_by"), HideChains: q["hide_chain"], Chains: cfg.ChainNames, Statuses: runStatuses, StartedKinds: startedKinds, Labels: filledIn(q["label"])}
 	v.Live = v.Cursor == ""
 	for _, name := range cfg.TriggerNames {
 		v.StartedNamed = append(v.StartedNamed, store.StartedByTrigger+":"+name)
@@ -314,19 +322,23 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 	if err == nil {
 		err = cmp.Or(CheckRunStatus(store.RunStatus(v.Status)), CheckStartedBy("started by", v.StartedBy), CheckHideChains("hide chain", v.HideChains))
 	}
+	var labels map[string]string
+	if err == nil {
+		labels, err = ParseLabels("label", v.Labels, false)
+	}
 	if err != nil {
 		c.failErr(w, r, err)
 		return
 	}
 	page, err := c.listRuns(r.Context(), store.RunFilter{Chain: v.Chain, Status: store.RunStatus(v.Status), Since: since, Limit: runsPerPage, Cursor: v.Cursor, NoOrigins: true,
-		StartedBy: v.StartedBy, HideChains: v.HideChains}, v.ID)
+		StartedBy: v.StartedBy, HideChains: v.HideChains, Labels: labels}, v.ID)
 	if err != nil {
 		c.failErr(w, r, err)
 		return
 	}
 	v.Runs, v.Damaged, v.Next = page.Runs, page.Damaged, page.Next
 	// The filters go with the live list's refresh and the next page.
-	keep := url.Values{"hide_chain": v.HideChains}
+	keep := url.Values{"hide_chain": v.HideChains, "label": v.Labels}
 	for _, k := range []string{"chain", "status", "since", "id", "started_by"} {
 		if val := q.Get(k); val != "" {
 			keep.Set(k, val)
@@ -411,9 +423,17 @@ type runView struct {
 	AllEvents bool
 	Final     bool
 	Entries   []*DLQEntry
-	CanWrite  bool
-	CSRF      string
-	Base      string
+	// Labels are the run's labels, each linked to the runs with it.
+	Labels []labelLink
+	// Input is the run's payload as it is kept (secrets redacted), up to
+	// maxShownInput bytes; InputSize is its whole size.
+	Input     string
+	InputSize int
+	// Redrives are the splits whose failed or skipped items can run again.
+	Redrives []redriveLine
+	CanWrite bool
+	CSRF     string
+	Base     string
 }
 
 // The run page shows its run's latest events, and the whole timeline on
@@ -423,6 +443,10 @@ const (
 	maxTimeline  = 50
 	maxAllEvents = 10000
 )
+
+// maxShownInput is as much of a run's payload as its page shows: a run
+// may carry tens of MB.
+const maxShownInput = 64 << 10
 
 func (c *console) runView(ctx context.Context, id string, sess *uiSession, all bool) (*runView, error) {
 	run, d, err := c.s.ops.runDAG(ctx, id)
@@ -434,6 +458,13 @@ func (c *console) runView(ctx context.Context, id string, sess *uiSession, all b
 	rv := &runView{View: v, Final: v.Final(), CanWrite: c.canWrite(sess), CSRF: sess.csrf, Base: c.base, AllEvents: all}
 	rv.Graph = c.graphSVG(d.Nodes, d.Edges, def, v, id)
 	rv.Running = runningStep(d.Nodes, "")
+	rv.Labels = c.labelLinks(v.Labels)
+	rv.Redrives = redrives(v.Run, d.Nodes)
+	if p := run.Origin.Payload; len(p) > maxShownInput {
+		rv.Input, rv.InputSize = string(p[:maxShownInput]), len(p)
+	} else {
+		rv.Input, rv.InputSize = prettyJSON(p), len(p)
+	}
 	// The latest events only: a long run's whole log is the API's.
 	after, shown := uint64(0), uint64(maxTimeline)
 	if all {
@@ -703,6 +734,12 @@ func (c *console) answer(w http.ResponseWriter, r *http.Request, _ *uiSession) {
 	}
 	if _, err := c.s.ops.Signal(r.Context(), id, step, decision, comment); err != nil {
 		c.failErr(w, r, err)
+		return
+	}
+	if r.PostFormValue("back") == "approvals" {
+		// The list drawn next no longer asks what was answered.
+		c.answered(r.Context(), id, step)
+		http.Redirect(w, r, flashed(c.base+"/approvals", "answered-"+decision), http.StatusSeeOther)
 		return
 	}
 	http.Redirect(w, r, flashed(c.base+"/runs/"+url.PathEscape(id), "answered-"+decision), http.StatusSeeOther)
@@ -981,7 +1018,12 @@ func (c *console) chainsPage(w http.ResponseWriter, r *http.Request, sess *uiSes
 		ch := cfg.Chains[name]
 		out = append(out, chainLine{Name: name, Hash: ch.Hash, Steps: len(ch.Steps), Providers: cfg.ProvidersUsed(name)})
 	}
-	c.page(w, r, sess, "chains.html", "Chains", "chains", map[string]any{"Chains": out, "ReloadError": c.s.lastReloadError()})
+	ps, err := c.pausables(r.Context())
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	c.page(w, r, sess, "chains.html", "Chains", "chains", map[string]any{"Chains": out, "ReloadError": c.s.lastReloadError(), "Pausables": ps})
 }
 
 type chainView struct {
@@ -989,13 +1031,29 @@ type chainView struct {
 	Graph      template.HTML
 	Lines      []string
 	// StartedBy says what starts the chain besides the API: its triggers
-	// (and those that start it when an alert resolves) and schedules.
-	StartedBy []string
+	// (and those that start it when an alert resolves) and schedules,
+	// each with its pause if it is paused.
+	StartedBy []startedByLine
+	// Form starts a run of the chain; Example is a payload of its fields,
+	// for the API call that does the same.
+	Form    *runForm
+	Example string
+}
+
+// startedByLine is one trigger or schedule that starts a chain.
+type startedByLine struct {
+	Text  string
+	Pause *Pause
 }
 
 func (c *console) chainPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
+	c.chainPageWith(w, r, sess, r.PathValue("name"), nil, http.StatusOK)
+}
+
+// chainPageWith draws a chain's page with its run form as given (empty
+// when nil), answering status.
+func (c *console) chainPageWith(w http.ResponseWriter, r *http.Request, sess *uiSession, name string, form *runForm, status int) {
 	cfg := c.s.config()
-	name := r.PathValue("name")
 	ch := cfg.Chains[name]
 	if ch == nil {
 		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("no chain %q%s", name, cfg.ChainHint(name)))
@@ -1006,15 +1064,22 @@ func (c *console) chainPage(w http.ResponseWriter, r *http.Request, sess *uiSess
 		c.failErr(w, r, err)
 		return
 	}
+	paused := map[string]*Pause{}
+	if ps, err := c.s.ops.Pauses(r.Context()); err == nil {
+		for _, p := range ps {
+			paused[p.Kind+"\x00"+p.Name] = p
+		}
+	}
 	g := ch.Graph()
-	v := &chainView{Name: name, Hash: ch.Hash, Lines: strings.Split(strings.TrimRight(string(src), "\n"), "\n")}
+	v := &chainView{Name: name, Hash: ch.Hash, Lines: strings.Split(strings.TrimRight(string(src), "\n"), "\n"), Form: cmp.Or(form, newRunForm(ch))}
+	v.Example = v.Form.example()
 	v.Graph = c.graphSVG(dagOf(g.Nodes), g.Edges, ch, nil, "")
 	for _, tn := range cfg.TriggerNames {
 		switch tr := cfg.Triggers[tn]; name {
 		case tr.Chain:
-			v.StartedBy = append(v.StartedBy, fmt.Sprintf("trigger %s (%s): POST /v1/triggers/%s", tn, tr.Type, tn))
+			v.StartedBy = append(v.StartedBy, startedByLine{fmt.Sprintf("trigger %s (%s): POST /v1/triggers/%s", tn, tr.Type, tn), paused[PauseTrigger+"\x00"+tn]})
 		case tr.ResolveChain:
-			v.StartedBy = append(v.StartedBy, fmt.Sprintf("trigger %s (%s), when an alert resolves", tn, tr.Type))
+			v.StartedBy = append(v.StartedBy, startedByLine{fmt.Sprintf("trigger %s (%s), when an alert resolves", tn, tr.Type), paused[PauseTrigger+"\x00"+tn]})
 		}
 	}
 	for _, sn := range cfg.ScheduleNames {
@@ -1026,10 +1091,10 @@ func (c *console) chainPage(w http.ResponseWriter, r *http.Request, sess *uiSess
 			if next := s.Next(time.Now()); !next.IsZero() {
 				when += ", next at " + next.In(s.Location).Format("2006-01-02 15:04 MST")
 			}
-			v.StartedBy = append(v.StartedBy, "schedule "+sn+": "+when)
+			v.StartedBy = append(v.StartedBy, startedByLine{"schedule " + sn + ": " + when, paused[PauseSchedule+"\x00"+sn]})
 		}
 	}
-	c.page(w, r, sess, "chain.html", "Chain "+name, "chains", v)
+	c.pageStatus(w, r, sess, status, "chain.html", "Chain "+name, "chains", v)
 }
 
 // dagOf is a chain's graph as DAG nodes without a run.

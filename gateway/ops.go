@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,6 +20,11 @@ import (
 // API serves them, and the command line runs them either through the API
 // (Client) or straight on a store (Local).
 type Ops interface {
+	// StartRun starts a run of a chain with a payload (one JSON value;
+	// empty means {}) and labels, as POST /v1/chains/{name}/runs does
+	// without an Idempotency-Key: the run is started by "api", and who
+	// started it is the context's actor, in the gateway's log.
+	StartRun(ctx context.Context, chainName string, payload json.RawMessage, labels map[string]string) (*Run, error)
 	ListRuns(ctx context.Context, f store.RunFilter) (RunPage, error)
 	Run(ctx context.Context, id string, items bool) (*RunView, error)
 	CancelRun(ctx context.Context, id string) error
@@ -121,6 +128,42 @@ type Local struct {
 }
 
 var _ Ops = (*Local)(nil)
+
+// StartRun implements Ops, through the path the API's start takes.
+func (l *Local) StartRun(ctx context.Context, chainName string, payload json.RawMessage, labels map[string]string) (*Run, error) {
+	if len(bytes.TrimSpace(payload)) == 0 {
+		payload = json.RawMessage(`{}`)
+	}
+	if err := ParseJSON(payload, nil); err != nil {
+		return nil, badRequest("invalid_json", "the run's payload must be one JSON value: %v", err)
+	}
+	if err := checkLabels(labels); err != nil {
+		return nil, err
+	}
+	in := engine.Input{Payload: payload, StartedBy: store.StartedByAPI, Labels: labels}
+	id, status, _, err := l.GW.startKeyed(ctx, chainName, "", "", 0, in)
+	if err != nil {
+		return nil, err
+	}
+	l.GW.Log.Info("run started", "chain", chainName, "run", id, "by", engine.Actor(ctx))
+	return &Run{ID: id, Chain: chainName, Status: status, StartedBy: store.StartedByAPI, Labels: labels}, nil
+}
+
+// checkLabels refuses labels a run's start through the API would refuse.
+func checkLabels(labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return badRequest("invalid_parameter", "label: %d labels, at most %d", len(labels), MaxLabels)
+	}
+	for k, v := range labels {
+		switch {
+		case k == "" || strings.Contains(k, "="):
+			return badRequest("invalid_parameter", "label %q: a label is KEY=VALUE, its key neither empty nor holding =", short(k, 40))
+		case len(k) > MaxLabelKeyBytes || len(v) > MaxLabelValueSize:
+			return badRequest("invalid_parameter", "label %q: a label's key is at most %d bytes and its value %d", short(k+"="+v, 40), MaxLabelKeyBytes, MaxLabelValueSize)
+		}
+	}
+	return nil
+}
 
 // ListRuns implements Ops.
 func (l *Local) ListRuns(ctx context.Context, f store.RunFilter) (RunPage, error) {
