@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -36,7 +37,13 @@ func TestPluginCheck(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			code, out, errOut := runCLI(t, append([]string{"plugin", "check"}, tc.args...)...)
+			args := tc.args
+			if tc.code != exitUsage {
+				// The check's own timeout, not what the test asserts: a
+				// loaded machine moves a 6 MiB body slowly.
+				args = append(slices.Clone(args), "--timeout", "60s")
+			}
+			code, out, errOut := runCLI(t, append([]string{"plugin", "check"}, args...)...)
 			if code != tc.code {
 				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.code, out, errOut)
 			}
