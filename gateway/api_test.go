@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -30,7 +32,21 @@ import (
 func TestMain(m *testing.M) {
 	host.ServeBuiltinIfRequested(lookupProvider)
 	testutil.QuickRaceExit()
-	os.Exit(m.Run())
+	flag.Parse()
+	// Its tests mostly wait on the gateways, plugins and browser they
+	// start: one test per CPU would leave the CPUs idle.
+	if !flagGiven("test.parallel") && runtime.GOMAXPROCS(0) < 8 {
+		_ = flag.Set("test.parallel", "8")
+	}
+	code := m.Run()
+	closeBrowser()
+	os.Exit(code)
+}
+
+func flagGiven(name string) bool {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 const apiConfig = `
@@ -202,6 +218,7 @@ type apiErr struct {
 }
 
 func TestStartAndReadRun(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	var started gateway.StartResponse
 	code, _, body := env.call("POST", "/v1/chains/hello/runs", `{"who":"ops"}`, nil, &started)
@@ -261,6 +278,7 @@ func waitRun(t *testing.T, env *apiEnv, id string) {
 }
 
 func TestIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	h := map[string]string{"Idempotency-Key": "alert-42"}
 	var first, second, other gateway.StartResponse
@@ -295,6 +313,7 @@ func TestIdempotencyKey(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	tests := []struct {
 		method, path, body string
@@ -353,6 +372,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, `[gateway.auth]
 tokens = ["writer"]
 read_tokens = ["reader"]
@@ -387,6 +407,7 @@ read_tokens = ["reader"]
 // TestReloadKeepsAuth checks that a reload cannot drop every API token:
 // one slip in an edit would open the API to anyone.
 func TestReloadKeepsAuth(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, `[gateway.auth]
 tokens = ["writer"]
 `)
@@ -459,6 +480,7 @@ func readSSE(t *testing.T, env *apiEnv, id string, lastID string) []store.Event 
 }
 
 func TestEventStream(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	var started gateway.StartResponse
 	env.call("POST", "/v1/chains/hello/runs", `{"sleep_ms":400}`, nil, &started)
@@ -487,6 +509,7 @@ func TestEventStream(t *testing.T) {
 // from the dead-letter queue follows it live past the end event of its
 // first attempt.
 func TestEventStreamFollowsReplayedRun(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	var failed gateway.StartResponse
 	env.call("POST", "/v1/chains/flaky/runs?wait=20s", `{}`, nil, &failed)
@@ -522,6 +545,7 @@ func TestEventStreamFollowsReplayedRun(t *testing.T) {
 // reconnect elsewhere; the API answers while the engine drains, refusing
 // new runs and reporting not ready; the call finishes within the grace.
 func TestShutdownEndsStreams(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -597,6 +621,7 @@ func TestShutdownEndsStreams(t *testing.T) {
 }
 
 func TestChainsEndpoints(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	var list struct {
 		Chains []map[string]any `json:"chains"`
@@ -620,6 +645,7 @@ func TestChainsEndpoints(t *testing.T) {
 }
 
 func TestDLQOperations(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	var runs []string
 	for range 3 {
@@ -679,6 +705,7 @@ func TestDLQOperations(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	env.call("POST", "/v1/chains/hello/runs?wait=20s", `{}`, nil, nil)
 	env.call("POST", "/v1/chains/breaks/runs?wait=20s", `{}`, nil, nil)
@@ -713,6 +740,7 @@ func TestMetrics(t *testing.T) {
 // it and fail with it, and checks that no API answer and no log line holds
 // it.
 func TestSecretsStayOut(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	var ok, bad gateway.StartResponse
 	env.call("POST", "/v1/chains/hello/runs?wait=20s", `{}`, nil, &ok)
@@ -744,6 +772,7 @@ func TestSecretsStayOut(t *testing.T) {
 }
 
 func TestReload(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	// A slow run keeps the definition it started with across the reload.
 	var slow gateway.StartResponse
@@ -794,6 +823,7 @@ provider = "echo"
 // TestClientBulkLimits drives bulk purge and replay through the API client,
 // as `gateway dlq … --server` does: the limit must reach the server.
 func TestClientBulkLimits(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	for range 4 {
 		var done gateway.StartResponse
@@ -824,6 +854,7 @@ func TestClientBulkLimits(t *testing.T) {
 // TestOriginMetadata checks what X-Chaingate-Meta-* headers can put in
 // origin.metadata: anything but the keys the gateway sets itself.
 func TestOriginMetadata(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	tests := []struct {
 		name    string
@@ -915,6 +946,7 @@ func (c *countingStore) RunHeader(ctx context.Context, id string) (*store.Run, e
 // TestStartReadsOnlyWhatItNeeds checks that starting a run reads no run
 // from the store unless an Idempotency-Key was seen before.
 func TestStartReadsOnlyWhatItNeeds(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	cs := &countingStore{Store: env.gw.Store}
 	env.gw.Store = cs
@@ -945,6 +977,7 @@ func TestStartReadsOnlyWhatItNeeds(t *testing.T) {
 // refuses a config whose secrets the gateway cannot give its runs, naming
 // where they are read; the running config goes on serving.
 func TestReloadSecrets(t *testing.T) {
+	t.Parallel()
 	const rotated = "rotated-7c1e2a9b"
 	base := "[gateway]\nsecrets_file = \"secrets.env\"\n" + apiConfig
 	tests := []struct {
@@ -1010,6 +1043,7 @@ payload_template = { key = "<<secrets.API_TOKEN>>" }
 // TestOpenRefusesMissingSecret checks that a gateway does not start on a
 // config whose templates read a secret it does not have.
 func TestOpenRefusesMissingSecret(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "gateway.toml")
 	if err := os.WriteFile(path, []byte(`
@@ -1040,6 +1074,7 @@ payload_template = { key = "<<secrets.NOT_SET_ANYWHERE>>", other = "<<secrets.AL
 // input: a payload that does not match is refused with 400 naming each
 // field, no run is created, and a matching one starts.
 func TestStartChecksDeclaredInput(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	var out struct {
 		Error struct {
@@ -1076,6 +1111,7 @@ func TestStartChecksDeclaredInput(t *testing.T) {
 // refused at the door with 400, one at the limit is taken, and listing
 // runs keeps working either way.
 func TestDeepPayloadsRefused(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "") // max_request_bytes = 2048 takes a payload nested 1,000 deep
 	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
 	var out struct {

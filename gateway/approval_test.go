@@ -49,6 +49,7 @@ func waitAsking(t *testing.T, env *apiEnv, id, step string) {
 // answers, the answer and its author reach the next step and the event
 // log, and a second answer through the API is refused naming the first.
 func TestApprovalFromConsoleAndAPI(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, approvalConfig)
 	env.token = "alice-tok"
 	id := startRun(t, env, "restart-db", `{"host": "db-1"}`)
@@ -154,6 +155,7 @@ payload_template = { host = "<<origin.payload.host>>" }
 // deadline has passed, from the console and through the API: both are
 // refused naming the deadline, and the run goes on as on_timeout says.
 func TestApprovalAfterDeadline(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, lateApprovalConfig)
 	env.token = "alice-tok"
 	id := startRun(t, env, "restart-db-soon", `{"host": "db-1"}`)

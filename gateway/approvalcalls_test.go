@@ -18,6 +18,7 @@ import (
 // every remind_every (the latest reminder due, once), escalates once after
 // escalate.after, and calls nothing more once answered.
 func TestApprovalCalls(t *testing.T) {
+	t.Parallel()
 	rec := filepath.Join(t.TempDir(), "calls.jsonl")
 	env := newAPI(t, strings.ReplaceAll(`external_url = "https://gw.example.com"
 

@@ -10,6 +10,7 @@ import (
 // per authRefill; racing failures past the burst make it wait longer; an
 // address that stops failing is forgotten once its count is whole again.
 func TestAuthFailuresRefill(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	a := newAuthFailures(func() time.Time { return now })
 	guesser := netip.MustParsePrefix("192.0.2.7/32")
@@ -48,6 +49,7 @@ func TestAuthFailuresRefill(t *testing.T) {
 // TestAuthFailuresFirstRefusalLogged: a wait is reported as new once, and
 // again after the address may try, and fails, once more.
 func TestAuthFailuresFirstRefusalLogged(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	a := newAuthFailures(func() time.Time { return now })
 	addr := netip.MustParsePrefix("192.0.2.7/32")
@@ -74,6 +76,7 @@ func TestAuthFailuresFirstRefusalLogged(t *testing.T) {
 // TestAuthFailuresTableBounded: however many addresses guess, the table
 // holds at most authTable of them.
 func TestAuthFailuresTableBounded(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	a := newAuthFailures(func() time.Time { return now })
 	base := netip.MustParseAddr("10.0.0.0").As4()
@@ -91,6 +94,7 @@ func TestAuthFailuresTableBounded(t *testing.T) {
 // TestAddressKey: IPv4 addresses count alone, IPv4-mapped ones as IPv4,
 // and IPv6 by their /64.
 func TestAddressKey(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ remote, want string }{
 		{"192.0.2.7:5000", "192.0.2.7/32"},
 		{"[::ffff:192.0.2.7]:5000", "192.0.2.7/32"},

@@ -24,6 +24,7 @@ read_tokens = ["read-tok"]
 // each kind of store, with the full token only, and restores it into a
 // fresh store of the same kind.
 func TestBackupEndpoint(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"bolt", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			state, fresh := "", filepath.Join(t.TempDir(), "restored.db")
@@ -85,6 +86,7 @@ func TestBackupEndpoint(t *testing.T) {
 // TestStateKindsMustMatch refuses to restore one kind of store's backup
 // into the other, and to compact a Redis store.
 func TestStateKindsMustMatch(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	w, err := backup.NewWriter(&buf, backup.Header{Kind: "bolt", Format: "3"})
 	if err != nil {

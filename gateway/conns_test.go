@@ -50,6 +50,7 @@ func serveWith(t *testing.T, env *apiEnv, extra, limits string) {
 // open the next client is answered at once: the health checks as usual,
 // anything else 503 server_busy; once one closes it is served again.
 func TestSlowClientsCannotHoldTheServer(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	serveWithLimits(t, env, "max_connections = 3\nrequest_timeout_seconds = 1\n")
 	addr := strings.TrimPrefix(env.url, "http://")
@@ -88,6 +89,7 @@ func TestSlowClientsCannotHoldTheServer(t *testing.T) {
 // TestIdleConnectionsClosed: a kept-alive connection with nothing more to
 // ask is closed at the idle timeout.
 func TestIdleConnectionsClosed(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	serveWithLimits(t, env, "idle_timeout_seconds = 1\n")
 	c := dialTest(t, strings.TrimPrefix(env.url, "http://"))
@@ -132,6 +134,7 @@ func healthz(c net.Conn, br *bufio.Reader) error {
 // TestEventStreamOutlivesRequestTimeout: the request timeout bounds how a
 // request is sent and answered, not how long an event stream follows a run.
 func TestEventStreamOutlivesRequestTimeout(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	serveWithLimits(t, env, "request_timeout_seconds = 1\n")
 	var run gateway.StartResponse
@@ -160,6 +163,7 @@ func TestEventStreamOutlivesRequestTimeout(t *testing.T) {
 // only requests addressed to a loopback name and not sent by another
 // origin's page, so neither DNS rebinding nor a cross-site form reaches it.
 func TestLoopbackModeRefusesForeignRequests(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	tests := []struct {
 		name, method, path string
@@ -224,6 +228,7 @@ func TestLoopbackModeRefusesForeignRequests(t *testing.T) {
 // TestItemsStream: ?items=true on a split of thousands of items answers
 // the same JSON as the run without items, with every item's records.
 func TestItemsStream(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	env.write("[gateway]\nsecrets_file = \"secrets.env\"\n" + strings.Replace(apiConfig, "max_request_bytes = 2048", "max_request_bytes = 1048576", 1))
 	if _, err := env.srv.Reload(); err != nil {

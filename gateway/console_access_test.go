@@ -96,6 +96,7 @@ func darkMode(on bool) chromedp.Action[chromedp.Void] {
 // error, and a step's panel, where an approval is answered, takes the
 // screen's width.
 func TestBrowserPhoneWidth(t *testing.T) {
+	t.Parallel()
 	env, pages := consoleTour(t)
 	signIn := newConsoleAPI(t, "[gateway.auth]\ntokens = [\"write-tok\"]\n")
 	ctx := chrome(t)
@@ -172,6 +173,7 @@ var everyStatus = []string{"running", "waiting", "pending", "succeeded", "failed
 // background, and the other coloured text of a few pages, in light and dark
 // mode: every one reaches WCAG AA (4.5:1).
 func TestBrowserStatusContrast(t *testing.T) {
+	t.Parallel()
 	env := newActionsAPI(t, "")
 	startWait(t, env, "hello", `{"who": "ops"}`)
 	failed := startWait(t, env, "breaks", `{}`)
@@ -253,6 +255,7 @@ const activeKey = `(document.activeElement && document.activeElement.dataset && 
 // tree; Enter opens its panel with the focus in it, and Escape gives the
 // focus back to the step.
 func TestBrowserGraphByKeyboard(t *testing.T) {
+	t.Parallel()
 	env := newConsoleAPI(t, "")
 	id := startWait(t, env, "hello", `{"who": "ops"}`)
 	ctx := chrome(t)
@@ -305,6 +308,7 @@ func longWaitConfig() string {
 // step: "jump to the running step" scrolls to it and gives it the focus;
 // once it is answered, its name says so without a reload.
 func TestBrowserJumpToRunningStep(t *testing.T) {
+	t.Parallel()
 	env := newConsoleAPI(t, longWaitConfig())
 	id := startRun(t, env, "long-wait", `{}`)
 	waitAsking(t, env, id, "ask")
@@ -338,6 +342,7 @@ var formRoles = []string{"textbox", "searchbox", "combobox", "listbox", "checkbo
 // and finds no form field without a label, by the page's markup or in
 // Chromium's accessibility tree.
 func TestBrowserEveryFieldLabelled(t *testing.T) {
+	t.Parallel()
 	env, pages := consoleTour(t)
 	signIn := newConsoleAPI(t, "[gateway.auth]\ntokens = [\"write-tok\"]\n")
 	ctx := chrome(t)

@@ -15,6 +15,7 @@ import (
 // them, its input and how it started; a click on a label lists the runs
 // with it, and the runs filter takes another label.
 func TestBrowserRunLabels(t *testing.T) {
+	t.Parallel()
 	env := newActionsAPI(t, "")
 	labelled := startLabelled(t, env, "deploy", `{"host": "web-1", "count": 3}`, "ticket=INC-42", "env=prod")
 	other := startLabelled(t, env, "deploy", `{"host": "web-2"}`, "env=staging")
@@ -54,6 +55,7 @@ func TestBrowserRunLabels(t *testing.T) {
 // approvals page, and answers both questions there: one approved with a
 // comment, the other rejected.
 func TestBrowserApprovals(t *testing.T) {
+	t.Parallel()
 	env := newActionsAPI(t, "")
 	ask := startLabelled(t, env, "restart-db", `{"host": "db-1"}`, "host=db-1")
 	change := startRun(t, env, "change", `{"what": "the firewall"}`)
@@ -96,6 +98,7 @@ func TestBrowserApprovals(t *testing.T) {
 // once its chain is fixed: the run page shows the run going on, then its
 // end with every item succeeded.
 func TestBrowserRedrive(t *testing.T) {
+	t.Parallel()
 	env := newActionsAPI(t, "")
 	id := startWait(t, env, "patch", patchPayload(8, []int{1, 5}, []int{3}))
 	fixPatch(t, env)
@@ -131,6 +134,7 @@ func TestBrowserRedrive(t *testing.T) {
 // sees it paused there and on the Now page, and unpauses it from the Now
 // page; a trigger the same way from the chains page.
 func TestBrowserPause(t *testing.T) {
+	t.Parallel()
 	env := newActionsAPI(t, "")
 	ctx := chrome(t)
 	do(t, ctx, "pausing the schedule", chromedp.Navigate(env.url+"/ui/chains"), chromedp.WaitVisible(chromedp.CSS("#pause-schedule-nightly-restart")),
@@ -176,6 +180,7 @@ func TestBrowserPause(t *testing.T) {
 // shows why with what was typed kept, a good one leads to the new run's
 // page; a chain without declared input takes its payload as JSON.
 func TestBrowserRunButton(t *testing.T) {
+	t.Parallel()
 	env := newActionsAPI(t, "")
 	ctx := chrome(t)
 	do(t, ctx, "running without the required field", chromedp.Navigate(env.url+"/ui/chains/deploy"), chromedp.WaitVisible(chromedp.CSS("#run-form")),

@@ -137,6 +137,7 @@ func idText(doc *html.Node, id string) string {
 // the result with the filter kept, and follows a run page's label to the
 // runs that carry it.
 func TestConsoleRunsByLabel(t *testing.T) {
+	t.Parallel()
 	env := newActionsAPI(t, "")
 	for i := range 65 {
 		at := time.Now()
@@ -221,6 +222,7 @@ func TestConsoleRunsByLabel(t *testing.T) {
 // with 403, as cancel and replay do, and a read session sees none of
 // their forms.
 func TestConsoleNewActionsGuarded(t *testing.T) {
+	t.Parallel()
 	env := newActionsAPI(t, "[gateway.auth]\ntokens = [\"write-tok\"]\nread_tokens = [\"read-tok\"]\n")
 	env.token = "write-tok"
 	ask := startLabelled(t, env, "restart-db", `{"host": "db-1"}`, "host=db-1")
@@ -297,6 +299,7 @@ func TestConsoleNewActionsGuarded(t *testing.T) {
 // fields the chain declares, JSON or text, and labels; a start the chain's
 // input refuses shows the form again, as filled in, saying why.
 func TestConsoleRunForm(t *testing.T) {
+	t.Parallel()
 	env := newActionsAPI(t, "")
 	b := newBrowser(t, env)
 	_, doc, _ := b.get("/ui/chains/deploy")
@@ -389,6 +392,7 @@ func (b *browser) postPage(path string, form url.Values) (int, *html.Node, strin
 // TestConsoleApprovalsPage lists every question asked now, with its run's
 // labels and its deadline, and answers one in place.
 func TestConsoleApprovalsPage(t *testing.T) {
+	t.Parallel()
 	env := newActionsAPI(t, "")
 	ask := startLabelled(t, env, "restart-db", `{"host": "db-1"}`, "host=db-1", "team=dba")
 	change := startRun(t, env, "change", `{"what": "the firewall"}`)
@@ -430,6 +434,7 @@ func TestConsoleApprovalsPage(t *testing.T) {
 // through the API, with its labels; both refuse a payload the chain's
 // input refuses, and a chain there is not.
 func TestStartRunOps(t *testing.T) {
+	t.Parallel()
 	env := newActionsAPI(t, "")
 	ctx := context.Background()
 	for name, ops := range map[string]gateway.Ops{"local": &gateway.Local{GW: env.gw}, "client": gateway.NewClient(env.url, "")} {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,25 +84,56 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
+// browsers is the one headless Chromium the package's tests share: each
+// test gets a tab in a browser context of its own (cookies and storage
+// apart), and starting one browser rather than one per test keeps the
+// package well inside go test's timeout on a loaded machine.
+var browsers struct {
+	once   sync.Once
+	ctx    context.Context
+	cancel func()
+	err    error
+}
+
+// closeBrowser ends the shared Chromium, from TestMain.
+func closeBrowser() {
+	if browsers.cancel != nil {
+		browsers.cancel()
+	}
+}
+
 // chrome is one headless browser tab for a test; a failing test leaves a
 // screenshot of where the page was.
 func chrome(t *testing.T) context.Context {
 	t.Helper()
-	// Chromium leaves its singleton socket in $TMPDIR when it is killed, as
-	// it is at the end of each test: this one goes with the test. Short,
-	// since a socket's path must fit in 108 bytes.
-	tmp, err := os.MkdirTemp("", "cgc")
-	if err != nil {
-		t.Fatal(err)
+	path := chromiumPath(t)
+	browsers.once.Do(func() {
+		// Chromium leaves its singleton socket in $TMPDIR when it is
+		// killed: this one goes with the browser. Short, since a socket's
+		// path must fit in 108 bytes.
+		tmp, err := os.MkdirTemp("", "cgc")
+		if err != nil {
+			browsers.err = err
+			return
+		}
+		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.WindowSize(1300, 1000), chromedp.Env("TMPDIR="+tmp))
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		bctx, cancelBrowser := chromedp.NewContext(actx)
+		browsers.ctx = bctx
+		browsers.cancel = func() {
+			cancelBrowser()
+			cancelAlloc()
+			_ = os.RemoveAll(tmp)
+		}
+		browsers.err = chromedp.Do(bctx)
+	})
+	if browsers.err != nil {
+		t.Fatalf("starting Chromium: %v", browsers.err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox, chromedp.WindowSize(1300, 1000), chromedp.Env("TMPDIR="+tmp))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancel := chromedp.NewContext(browsers.ctx, chromedp.WithNewBrowserContext())
 	if err := chromedp.Do(ctx); err != nil {
 		cancel()
-		cancelAlloc()
-		t.Fatalf("starting Chromium: %v", err)
+		t.Fatalf("opening a tab in Chromium: %v", err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -117,7 +149,6 @@ func chrome(t *testing.T) context.Context {
 			scancel()
 		}
 		cancel()
-		cancelAlloc()
 	})
 	return ctx
 }
@@ -171,6 +202,7 @@ const barLabel = `(document.querySelector('.bar-label') || {}).textContent || ''
 // succeeded and 3 failed, and the items page's failed filter shows exactly
 // those three.
 func TestBrowserSplitFollowedLive(t *testing.T) {
+	t.Parallel()
 	env := newConsoleAPI(t, "")
 	ctx := chrome(t)
 	id := startRun(t, env, "fleet-later", strings.Replace(fleetPayload(50, 3, 17, 42), `{"hosts"`, `{"first_ms": 1500, "sleep_ms": 300, "hosts"`, 1))
@@ -200,6 +232,7 @@ func TestBrowserSplitFollowedLive(t *testing.T) {
 // TestBrowserDistributedSplitMoves follows a split handed to workers over
 // RabbitMQ and Redis: its counts move on the page while the workers run it.
 func TestBrowserDistributedSplitMoves(t *testing.T) {
+	t.Parallel()
 	amqpURL, prefix := brokertest.Open(t)
 	redisURL, _, _ := strings.Cut(redistest.OpenPrefix(t, prefix), "?")
 	env := newConsoleAPI(t, fmt.Sprintf("[gateway.fanout]\nrabbitmq_url = %q\nredis_url = %q\nprefix = %q\nthreshold = 10\nbatch_size = 5\n", amqpURL, redisURL, prefix))
@@ -220,6 +253,7 @@ func TestBrowserDistributedSplitMoves(t *testing.T) {
 // TestBrowserRunsListLive keeps the runs list open while a run starts and
 // ends: its row appears, then shows the run's end, with no reload.
 func TestBrowserRunsListLive(t *testing.T) {
+	t.Parallel()
 	env := newConsoleAPI(t, "")
 	ctx := chrome(t)
 	do(t, ctx, "opening the runs", chromedp.Navigate(env.url+"/ui/runs?chain=fleet"), chromedp.WaitVisible(chromedp.CSS("#runs")))
@@ -235,6 +269,7 @@ func TestBrowserRunsListLive(t *testing.T) {
 
 // TestBrowserStepPanel opens a step's panel beside the graph.
 func TestBrowserStepPanel(t *testing.T) {
+	t.Parallel()
 	env := newConsoleAPI(t, "")
 	ctx := chrome(t)
 	id := startWait(t, env, "hello", `{"who": "ops"}`)
@@ -253,6 +288,7 @@ func TestBrowserStepPanel(t *testing.T) {
 
 // TestBrowserCancelStopsRun cancels a running run from its page.
 func TestBrowserCancelStopsRun(t *testing.T) {
+	t.Parallel()
 	env := newConsoleAPI(t, "")
 	ctx := chrome(t)
 	id := startRun(t, env, "fleet", strings.Replace(fleetPayload(20), `{"hosts"`, `{"sleep_ms": 3000, "hosts"`, 1))
@@ -269,6 +305,7 @@ func TestBrowserCancelStopsRun(t *testing.T) {
 // TestBrowserBulkReplay replays the dead letters one filter selects: they
 // are gone, the others stay.
 func TestBrowserBulkReplay(t *testing.T) {
+	t.Parallel()
 	env := newConsoleAPI(t, "")
 	ctx := chrome(t)
 	var runs []string
@@ -310,6 +347,7 @@ func TestBrowserBulkReplay(t *testing.T) {
 // action shows, a forged POST from the page is refused, and the secret a
 // run's payload read appears on no page.
 func TestBrowserReadTokenAndSecrets(t *testing.T) {
+	t.Parallel()
 	env := newConsoleAPI(t, "[gateway.auth]\ntokens = [\"write-tok\"]\nread_tokens = [\"read-tok\"]\n")
 	env.token = "write-tok"
 	hello := startWait(t, env, "hello", `{"who": "ops"}`)
@@ -360,6 +398,7 @@ func newCuttingProxy(t *testing.T, target string) *cuttingProxy {
 // TestBrowserStreamCutFallsBackToPolling cuts the run's event stream: the
 // badge says so, and the page goes on updating by polling.
 func TestBrowserStreamCutFallsBackToPolling(t *testing.T) {
+	t.Parallel()
 	env := newConsoleAPI(t, "")
 	proxy := newCuttingProxy(t, env.url)
 	ctx := chrome(t)
@@ -381,6 +420,7 @@ func TestBrowserStreamCutFallsBackToPolling(t *testing.T) {
 // and a run in dark mode, when asked with -screenshots; docs/console.md
 // shows them.
 func TestBrowserScreenshots(t *testing.T) {
+	t.Parallel()
 	if !*screenshots {
 		t.Skip("writes docs/img only with -screenshots")
 	}
@@ -424,6 +464,7 @@ func TestBrowserScreenshots(t *testing.T) {
 // page is as of change without a reload, and how long a run waiting for
 // an answer has run moves, there and on its own page.
 func TestBrowserNowFollowsLive(t *testing.T) {
+	t.Parallel()
 	env := newConsoleAPI(t, tourConfig)
 	ask := startRun(t, env, "restart-db", `{"host": "db-1"}`)
 	waitAsking(t, env, ask, "ask")

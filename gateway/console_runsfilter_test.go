@@ -147,6 +147,7 @@ func hasAttr(n *html.Node, key string) bool {
 // search finds them all, 50 a page, and "older runs" keeps the search and
 // the other filters.
 func TestConsoleRunSearchFindsOldRuns(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	commit := func(id, chainName string, at time.Time) {
 		run := &store.Run{ID: id, Chain: chainName, ChainHash: "h", Status: store.RunSucceeded, Path: []string{"call"},

@@ -157,6 +157,7 @@ func fleetPayload(n int, failing ...int) string {
 }
 
 func TestConsolePagesRender(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+consoleConfig, 1))
 	if _, err := env.srv.Reload(); err != nil {
@@ -228,6 +229,7 @@ func mustRead(t *testing.T, path string) string {
 }
 
 func TestConsoleSignInAndAccess(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "[gateway.auth]\ntokens = [\"write-tok\"]\nread_tokens = [\"read-tok\"]\n")
 	env.token = "write-tok"
 	id := startWait(t, env, "breaks", `{}`)
@@ -291,6 +293,7 @@ func dlqIDs(t *testing.T, env *apiEnv, chainName string) []string {
 }
 
 func TestConsoleReadOnly(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "[gateway.ui]\nread_only = true\n")
 	id := startWait(t, env, "breaks", `{}`)
 	b := newBrowser(t, env)
@@ -305,6 +308,7 @@ func TestConsoleReadOnly(t *testing.T) {
 }
 
 func TestConsoleBulkReplayNeedsFilterAndCount(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	for range 3 {
 		startWait(t, env, "breaks", `{}`)
@@ -355,6 +359,7 @@ func textOf(n *html.Node) string {
 }
 
 func TestSplitItemsAPI(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+consoleConfig, 1))
 	if _, err := env.srv.Reload(); err != nil {
@@ -404,6 +409,7 @@ on_failure = "dlq"
 // failed and replays from the dead-letter page: the failed items run
 // again, and the ones that succeeded are not called again.
 func TestConsoleReplaysOnlyFailedItems(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+sweepConfig, 1))
 	if _, err := env.srv.Reload(); err != nil {
@@ -460,6 +466,7 @@ func TestConsoleReplaysOnlyFailedItems(t *testing.T) {
 // console or the API, is recorded in the run's events with the name the
 // config gives the token.
 func TestActionsNamedInEvents(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "[gateway.auth]\ntokens = [{ name = \"alice\", token = \"write-tok\" }, \"bare-tok\"]\n")
 	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+consoleConfig, 1))
 	if _, err := env.srv.Reload(); err != nil {
@@ -514,6 +521,7 @@ func TestActionsNamedInEvents(t *testing.T) {
 
 // TestRunChangesStream follows GET /v1/events while a run starts and ends.
 func TestRunChangesStream(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	followRunChanges(t, env, env)
 }
@@ -521,6 +529,7 @@ func TestRunChangesStream(t *testing.T) {
 // TestRunChangesAcrossGateways follows GET /v1/events on one gateway while
 // another sharing its Redis starts and ends a run.
 func TestRunChangesAcrossGateways(t *testing.T) {
+	t.Parallel()
 	state := redistest.Open(t)
 	followRunChanges(t, newAPIOn(t, "", state), newAPIOn(t, "", state))
 }
@@ -564,6 +573,7 @@ func followRunChanges(t *testing.T, env, starter *apiEnv) {
 // TestEventsAfterNow follows a finished run's events from now: nothing
 // of its history comes.
 func TestEventsAfterNow(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	id := startWait(t, env, "hello", `{}`)
 	code, _, body := env.call("GET", "/v1/runs/"+id+"/events?after=now&follow=false", "", nil, nil)
@@ -579,6 +589,7 @@ func TestEventsAfterNow(t *testing.T) {
 // a failed run whose entry is gone resumes at the step it stopped at, a
 // restart is a new run, and a succeeded run can only be restarted.
 func TestRunReplay(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+consoleConfig, 1))
 	if _, err := env.srv.Reload(); err != nil {
@@ -644,6 +655,7 @@ func TestRunReplay(t *testing.T) {
 // TestRunPageTimeline shows a long run's latest events, and all of them on
 // request.
 func TestRunPageTimeline(t *testing.T) {
+	t.Parallel()
 	var cfg strings.Builder
 	cfg.WriteString("\n[[chains]]\nname = \"long\"\n")
 	for i := range 40 {
@@ -669,6 +681,7 @@ func TestRunPageTimeline(t *testing.T) {
 // TestConsoleBannerSaysOnlyItsOwn shows the banner an action's redirect
 // asks for, and nothing for words a link brings in ?done=.
 func TestConsoleBannerSaysOnlyItsOwn(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	env.write(strings.Replace(mustRead(t, env.cfg), apiConfig, apiConfig+consoleConfig, 1))
 	if _, err := env.srv.Reload(); err != nil {
@@ -721,6 +734,7 @@ func waitJob(t *testing.T, b *browser, loc string) *html.Node {
 // replay is a success, and its link to what the filter selects now shows
 // the filter's two entries, not every entry.
 func TestConsoleBulkReplayFailingAgain(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	for range 2 {
 		startWait(t, env, "breaks", `{}`)

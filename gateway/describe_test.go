@@ -63,6 +63,7 @@ func diagnostics(t *testing.T, err error, dir string) string {
 }
 
 func TestLoadConfigChecksBuiltinConfig(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, config, want string
 	}{
@@ -150,6 +151,7 @@ func chainUsing(provider string, actions ...string) string {
 }
 
 func TestCheckPlugins(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePlugin(t, dir, "ticketing")
 	if err := os.WriteFile(filepath.Join(dir, "not-a-plugin"), []byte("#!/bin/sh\necho 'usage: not-a-plugin' >&2\nexit 2\n"), 0o755); err != nil {

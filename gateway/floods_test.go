@@ -127,6 +127,7 @@ func slowPost(c net.Conn, path, token string, size int, gap time.Duration, stop 
 // the client sends the body it announced; it is not held for the request
 // timeout (30 s here) reading it.
 func TestRefusalsCloseAtOnce(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, floodAuth)
 	serveWith(t, env, floodAuth, "")
 	addr := strings.TrimPrefix(env.url, "http://")
@@ -183,6 +184,7 @@ func TestRefusalsCloseAtOnce(t *testing.T) {
 // Once every slot is held, the health checks are still answered, from the
 // reserve, which one address cannot fill either.
 func TestOneAddressCannotHoldEveryConnection(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, floodAuth)
 	serveWith(t, env, floodAuth, "max_connections = 6\nmax_connections_per_address = 2\n")
 	addr := strings.TrimPrefix(env.url, "http://")
@@ -258,6 +260,7 @@ func TestOneAddressCannotHoldEveryConnection(t *testing.T) {
 // probes from another address are answered all along, and the flooding
 // address is refused more connections.
 func TestHealthAnswersDuringSlowPostFlood(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, floodAuth)
 	serveWith(t, env, floodAuth, "max_connections_per_address = 8\n")
 	addr := strings.TrimPrefix(env.url, "http://")
@@ -315,6 +318,7 @@ func TestHealthAnswersDuringSlowPostFlood(t *testing.T) {
 // credentials are refused with 429 and Retry-After, a valid one too, while
 // other addresses, with right or wrong tokens, are answered as usual.
 func TestWrongTokensAreSlowed(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, floodAuth)
 	serveWith(t, env, floodAuth, "")
 	guesser := "127.0.0.2"

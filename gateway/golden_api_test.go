@@ -24,6 +24,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/ap
 // the stores cannot differ in it. Ids, times and hashes are replaced by
 // stable placeholders; everything else is compared as served.
 func TestAPIGolden(t *testing.T) {
+	t.Parallel()
 	stores := []struct{ name, state string }{{"bolt", ""}, {"redis", ""}}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {

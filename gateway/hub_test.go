@@ -10,6 +10,7 @@ import (
 // TestHubWakes checks that a watcher is woken once however many events it
 // misses (it reads them from the store), and only for its own run.
 func TestHubWakes(t *testing.T) {
+	t.Parallel()
 	h := gateway.NewHub()
 	w, other := h.Watch("r1"), h.Watch("r2")
 	defer other.Close()

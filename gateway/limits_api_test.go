@@ -45,6 +45,7 @@ provider = "echo"
 // checks that a third run fails fast without reaching it, that /metrics
 // shows it, and that a reload taking the breaker away lets calls through.
 func TestCircuitBreakerAcrossRuns(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	reload := func(breaker string) {
 		t.Helper()

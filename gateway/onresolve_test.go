@@ -45,6 +45,7 @@ payload_template = { kept = "<<origin.payload.host>>", why = "<<steps.ask.body.d
 // named is cancelled (or its question answered) when the alert resolves,
 // and a repeat of the resolution does nothing more.
 func TestApprovalOnResolve(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		onResolve, status, told string
 	}{

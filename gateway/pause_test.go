@@ -77,6 +77,7 @@ func hookPost(t *testing.T, env *apiEnv, body string) (int, gateway.TriggerRespo
 
 // TestPauseSchedule: a paused schedule's tick starts nothing, and says so.
 func TestPauseSchedule(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, scheduleConfig)
 	ctx := engine.WithActor(context.Background(), "alice")
 	if _, err := env.gw.Pause(ctx, gateway.PauseSchedule, "every-5m", "maintenance"); err != nil {

@@ -40,6 +40,7 @@ func openWithSecrets(t *testing.T, config, secretsFile string) (*gateway.Gateway
 // secrets make unusable stops the gateway from opening, naming the key,
 // without showing the secret.
 func TestOpenChecksFilledInConfig(t *testing.T) {
+	t.Parallel()
 	const config = `
 [[providers]]
 name = "mail"
@@ -86,6 +87,7 @@ action_type = "send"
 // secrets make unusable refuses the runs that would call it, before they
 // exist, instead of failing them after earlier steps acted.
 func TestRunStartChecksPluginConfig(t *testing.T) {
+	t.Parallel()
 	pluginDir := t.TempDir()
 	plugin := writePlugin(t, pluginDir, "ticketing")
 	config := `

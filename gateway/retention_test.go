@@ -17,6 +17,7 @@ import (
 // both stores: what retention must keep is kept and said, a dry run
 // removes nothing, a running run cannot be deleted.
 func TestPruneAndDeleteByHand(t *testing.T) {
+	t.Parallel()
 	onEachStore(t, func(t *testing.T, state string) {
 		env := newAPIOn(t, "", state)
 		var plain []string
@@ -86,6 +87,7 @@ func TestPruneAndDeleteByHand(t *testing.T) {
 // second: the gateway prunes them by itself, counts them and says so,
 // and keeps a failed run, kept for a month by default.
 func TestRetentionPrunes(t *testing.T) {
+	t.Parallel()
 	onEachStore(t, func(t *testing.T, state string) {
 		env := newAPIOn(t, "[gateway.retention]\nsucceeded = \"1s\"\ninterval = \"1s\"\n", state)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -127,6 +129,7 @@ func startKeyedWait(t *testing.T, env *apiEnv, chainName, key string) string {
 // TestConsoleDeletesRun deletes a run that ended from its page, once its
 // id is typed; a running run's page offers no Delete.
 func TestConsoleDeletesRun(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	id := startWait(t, env, "breaks", `{}`)
 	b := newBrowser(t, env)

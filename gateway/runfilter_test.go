@@ -69,6 +69,7 @@ func TestListRunsByHowStarted(t *testing.T) {
 // TestListRunsFilterErrors checks that a filter no run can match is
 // refused saying what would be taken.
 func TestListRunsFilterErrors(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	tests := []struct {
 		query, want string

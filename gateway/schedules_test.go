@@ -71,6 +71,7 @@ func sameList(a, b []string) bool {
 // tick starts once however often it is checked; ticks that passed while
 // nothing checked start only the latest; a cron reads its time zone.
 func TestScheduleTicks(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, scheduleConfig)
 	sc := env.srv.Scheduler()
 	ctx := context.Background()
@@ -137,6 +138,7 @@ func TestScheduleTicks(t *testing.T) {
 // before starting its run leaves the start to the next gateway to look,
 // even for a schedule that does not catch up.
 func TestScheduleClaimedTickStarts(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, scheduleConfig)
 	ctx := context.Background()
 	if _, err := env.gw.Store.ClaimKey(ctx, "schedule/every-5m/2026-11-25T09:05:00Z", "01deadgatewayclaim0000000", time.Hour); err != nil {
@@ -158,6 +160,7 @@ func TestScheduleClaimedTickStarts(t *testing.T) {
 // TestScheduleOnceAcrossGateways has two gateways on one Redis check the
 // same tick at once: one run between them.
 func TestScheduleOnceAcrossGateways(t *testing.T) {
+	t.Parallel()
 	state := redistest.Open(t)
 	a, b := newAPIOn(t, scheduleConfig, state), newAPIOn(t, scheduleConfig, state)
 	ctx := context.Background()
@@ -189,6 +192,7 @@ func TestScheduleOnceAcrossGateways(t *testing.T) {
 }
 
 func TestSchedulesList(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, scheduleConfig)
 	env.srv.Scheduler().Due(context.Background(), time.Now())
 	var out struct {
@@ -219,6 +223,7 @@ func TestSchedulesList(t *testing.T) {
 // TestChainPageSaysWhatStartsIt shows a chain's triggers and schedules on
 // its console page.
 func TestChainPageSaysWhatStartsIt(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, scheduleConfig+`
 [[triggers]]
 name = "hook"

@@ -334,6 +334,7 @@ func TestSlackApprovalErrors(t *testing.T) {
 // TestSlackInteractionsNotConfigured checks the endpoint of a gateway
 // without [gateway.slack].
 func TestSlackInteractionsNotConfigured(t *testing.T) {
+	t.Parallel()
 	env := newAPI(t, "")
 	if code, raw := postSlack(t, env, "payload=%7B%7D", "1", "v0=00"); code != http.StatusNotFound || !strings.Contains(raw, "no [gateway.slack]") {
 		t.Errorf("%d %s, want 404", code, raw)
@@ -343,6 +344,7 @@ func TestSlackInteractionsNotConfigured(t *testing.T) {
 // TestSlackResponseURLs checks that a gateway posts replies only to
 // Slack's own response URLs.
 func TestSlackResponseURLs(t *testing.T) {
+	t.Parallel()
 	for raw, want := range map[string]bool{
 		"https://hooks.slack.com/actions/T0TEAM/1234/abcd":  true,
 		"http://hooks.slack.com/actions/T0TEAM/1234/abcd":   false,
