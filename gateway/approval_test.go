@@ -30,7 +30,8 @@ payload_template = { host = "<<origin.payload.host>>", by = "<<steps.ask.body.by
 // waitAsking waits for a run's approval step to wait for its answer.
 func waitAsking(t *testing.T, env *apiEnv, id, step string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	// Generous: a run of hundreds of steps before it, on a loaded machine.
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		var v struct {
 			Steps map[string]struct {
 				Status string `json:"status"`
