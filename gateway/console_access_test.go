@@ -258,7 +258,7 @@ func TestBrowserGraphByKeyboard(t *testing.T) {
 	t.Parallel()
 	env := newConsoleAPI(t, "")
 	id := startWait(t, env, "hello", `{"who": "ops"}`)
-	ctx := chrome(t)
+	ctx := chromeAlone(t)
 	do(t, ctx, "opening the run", chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("svg.graph")))
 	var reached []string
 	for range 40 {
@@ -312,7 +312,7 @@ func TestBrowserJumpToRunningStep(t *testing.T) {
 	env := newConsoleAPI(t, longWaitConfig())
 	id := startRun(t, env, "long-wait", `{}`)
 	waitAsking(t, env, id, "ask")
-	ctx := chrome(t)
+	ctx := chromeAlone(t)
 	do(t, ctx, "jumping to the running step", chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("#jump-running")),
 		chromedp.Click(chromedp.CSS("#jump-running")))
 	poll(t, ctx, "the focus on the waiting step", activeKey+` === 'ask'`)

@@ -135,6 +135,33 @@ func chrome(t *testing.T) context.Context {
 		cancel()
 		t.Fatalf("opening a tab in Chromium: %v", err)
 	}
+	return withScreenshot(t, ctx, cancel)
+}
+
+// chromeAlone is chrome in a Chromium of the test's own: keyboard focus
+// follows the one window's tab, which tabs of a shared browser, at once in
+// other tests, would take from it.
+func chromeAlone(t *testing.T) context.Context {
+	t.Helper()
+	tmp, err := os.MkdirTemp("", "cgc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox, chromedp.WindowSize(1300, 1000), chromedp.Env("TMPDIR="+tmp))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	if err := chromedp.Do(ctx); err != nil {
+		cancel()
+		cancelAlloc()
+		t.Fatalf("starting Chromium: %v", err)
+	}
+	return withScreenshot(t, ctx, func() { cancel(); cancelAlloc() })
+}
+
+// withScreenshot leaves a screenshot of where the page was when the test
+// fails, then ends the tab with cancel.
+func withScreenshot(t *testing.T, ctx context.Context, cancel func()) context.Context {
 	t.Cleanup(func() {
 		if t.Failed() {
 			sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
