@@ -62,9 +62,15 @@ func TestConcurrentDeliveriesStartOneRun(t *testing.T) {
 				if tc.store == "redis" {
 					state = redistest.Open(t)
 				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
 				var envs []*apiEnv
 				for range tc.gateways {
-					envs = append(envs, newAPIOn(t, extra, state))
+					env := newAPIOn(t, extra, state)
+					// What a delivery keeps past its answer's budget is
+					// started by the inbox, as serve runs it.
+					go env.gw.RunInbox(ctx)
+					envs = append(envs, env)
 				}
 				type answer struct {
 					code int
