@@ -11,6 +11,7 @@ import (
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/echo"
 	"github.com/chaingate/gateway/providers/email"
+	execprovider "github.com/chaingate/gateway/providers/exec"
 	"github.com/chaingate/gateway/providers/faulty"
 	httpprovider "github.com/chaingate/gateway/providers/http"
 	"github.com/chaingate/gateway/providers/opsgenie"
@@ -22,6 +23,7 @@ import (
 var constructors = map[string]func() providers.Provider{
 	"echo":      echo.New,
 	"email":     email.New,
+	"exec":      execprovider.New,
 	"faulty":    faulty.New,
 	"http":      httpprovider.New,
 	"opsgenie":  opsgenie.New,

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestRegistry(t *testing.T) {
-	if got, want := builtin.Types(), []string{"echo", "email", "faulty", "http", "opsgenie", "pagerduty", "slack", "webhook"}; !slices.Equal(got, want) {
+	if got, want := builtin.Types(), []string{"echo", "email", "exec", "faulty", "http", "opsgenie", "pagerduty", "slack", "webhook"}; !slices.Equal(got, want) {
 		t.Errorf("Types() = %v, want %v", got, want)
 	}
 	for _, typ := range builtin.Types() {
