@@ -14,7 +14,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-var loadOpts = loader.Options{ProviderTypes: []string{"echo", "faulty", "http"}}
+var loadOpts = loader.Options{ProviderTypes: []string{"echo", "exec", "faulty", "http", "ssh"}}
 
 // storedOpts load a definition a run stored, which has no [gateway] table.
 var storedOpts = loader.Options{ProviderTypes: loadOpts.ProviderTypes, Stored: true}

@@ -117,15 +117,20 @@ func (b *chainBuild) step(t *table, parent *chain.Step, sc *scope) *chain.Step {
 		if strings.HasPrefix(s.ActionType, providers.ReservedActionPrefix) {
 			t.d.errorf(t.path.Key("action_type"), "action type %q is in the %q namespace, which the gateway reserves for its own use (the conformance probe); name the provider's action instead", s.ActionType, providers.ReservedActionPrefix)
 		}
+		payload, hasPayload := t.value("payload_template")
 		if s.Provider != "" {
 			b.l.later = append(b.l.later, func() {
-				if _, ok := b.l.cfg.Providers[s.Provider]; !ok {
+				p, ok := b.l.cfg.Providers[s.Provider]
+				switch {
+				case !ok:
 					t.d.errorf(t.path.Key("provider"), "unknown provider %q%s", s.Provider, b.l.providerHint(s.Provider))
+				case hasPayload && commandTypes[p.Type]:
+					checkCommandPayload(t.d, t.path.Key("payload_template"), payload)
 				}
 			})
 		}
-		if v, ok := t.value("payload_template"); ok {
-			s.Payload = b.template(t.path.Key("payload_template"), v, sc)
+		if hasPayload {
+			s.Payload = b.template(t.path.Key("payload_template"), payload, sc)
 		}
 	case t.has("parallel"):
 		s.Kind = chain.KindParallel
