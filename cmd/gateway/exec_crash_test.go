@@ -1,0 +1,120 @@
+package main
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chaingate/gateway/chain/store"
+)
+
+// execConfig is a chain of two exec steps. Each command appends its dedup
+// key to a file; the second, the first time it runs, records its shell's
+// and a background child's process ids and waits for ever; the next time,
+// it exits at once.
+const execConfig = `
+[[providers]]
+name = "local"
+type = "exec"
+config = { dir = "DIR" }
+
+[[chains]]
+name = "remediate"
+[[chains.steps]]
+name = "collect"
+provider = "local"
+payload_template = { shell = true, script = 'echo "$CHAINGATE_DEDUP_KEY" >> collect.calls' }
+[[chains.steps]]
+name = "clean"
+provider = "local"
+payload_template = { shell = true, script = '''
+echo "$CHAINGATE_DEDUP_KEY" >> clean.calls
+[ -e clean.again ] && exit 0
+touch clean.again
+sleep 300 & echo $! >> clean.pids
+echo $$ >> clean.pids
+wait
+''' }
+`
+
+// TestExecAcrossKill kills the gateway while a command runs: the command
+// and what it started are gone with it; on resume the step whose outcome
+// was recorded is not run again, and the one in flight is, with the same
+// dedup key.
+func TestExecAcrossKill(t *testing.T) {
+	t.Parallel()
+	env := newCrashEnv(t, execConfig)
+	cmd, _ := env.start("run", "remediate")
+	env.waitFor("the second command to start", func() bool { return len(readPIDs(t, env.path("clean.pids"))) == 2 })
+	env.kill(cmd)
+	waitGone(t, readPIDs(t, env.path("clean.pids")), 30*time.Second)
+	run, persisted := env.snapshot()
+	if !persisted["collect"] || persisted["clean"] {
+		t.Fatalf("recorded before the kill: %v", persisted)
+	}
+	env.resume()
+	final, steps, evs := env.finalState(run.ID)
+	if final.Status != store.RunSucceeded {
+		t.Fatalf("run %s: %+v", final.Status, final.Error)
+	}
+	if steps["clean"].Status != store.StepSucceeded {
+		t.Errorf("clean: %s", steps["clean"].Status)
+	}
+	checkNoDuplicateEvents(t, evs)
+	if calls := lines(t, env.path("collect.calls")); len(calls) != 1 || calls[0] != run.ID+"/collect" {
+		t.Errorf("collect, recorded before the kill, ran with %q", calls)
+	}
+	if calls := lines(t, env.path("clean.calls")); len(calls) != 2 || calls[0] != run.ID+"/clean" || calls[1] != calls[0] {
+		t.Errorf("clean, in flight at the kill, ran with %q; want twice, the same dedup key", calls)
+	}
+	waitGone(t, readPIDs(t, env.path("clean.pids")), 30*time.Second)
+}
+
+// TestExecCancelled cancels a run while its command waits: the command and
+// its child are gone, and the run is cancelled.
+func TestExecCancelled(t *testing.T) {
+	t.Parallel()
+	env := newCrashEnv(t, execConfig)
+	cmd, out := env.start("run", "remediate")
+	env.waitFor("the second command to start", func() bool { return len(readPIDs(t, env.path("clean.pids"))) == 2 })
+	id, _, _ := strings.Cut(lines(t, env.path("collect.calls"))[0], "/")
+	if code, stdout, stderr := runCLI(t, "cancel", id, "--state", env.state); code != exitOK {
+		t.Fatalf("cancel: exit %d %s %s", code, stdout, stderr)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the gateway did not finish after cancel:\n%s", out)
+	}
+	if !strings.Contains(out.String(), `"status": "cancelled"`) {
+		t.Errorf("output:\n%s", out)
+	}
+	waitGone(t, readPIDs(t, env.path("clean.pids")), 30*time.Second)
+}
+
+func lines(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(data))
+}
+
+func readPIDs(t *testing.T, path string) []int {
+	t.Helper()
+	var pids []int
+	for _, f := range lines(t, path) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			// A line still being written.
+			return pids
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
