@@ -35,6 +35,11 @@ var builtinRows = []struct {
 			Payloads:          map[string]json.RawMessage{"echo": json.RawMessage(`{"text": "hello"}`)},
 		}
 	}},
+	{"exec", func(*testing.T) conformance.Options {
+		return conformance.Options{
+			Payloads: map[string]json.RawMessage{"run": json.RawMessage(`{"command": ["printf", "{\"free_pct\": 7}"]}`)},
+		}
+	}},
 	{"faulty", func(*testing.T) conformance.Options {
 		return conformance.Options{
 			AcceptsAnyPayload: true, // a payload that is not an object has no controls
