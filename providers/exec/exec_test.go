@@ -134,6 +134,11 @@ func TestResults(t *testing.T) {
 				t.Errorf("body %v, err %v", body, err)
 			}
 		}},
+		{"env values of any type", map[string]any{"shell": true, "script": `printf '%s|%s|%s|%s' "$N" "$B" "$O" "$Z"`, "env": map[string]any{"N": 90, "B": true, "O": map[string]any{"a": 1}, "Z": nil}}, nil, func(t *testing.T, body map[string]any, err error) {
+			if err != nil || body["stdout"] != `90|true|{"a":1}|` {
+				t.Errorf("body %v, err %v", body, err)
+			}
+		}},
 		{"binary output is readable", map[string]any{"command": []string{"printf", `\377\376ok`}}, nil, func(t *testing.T, body map[string]any, err error) {
 			if err != nil || body["stdout"] != "\uFFFDok" {
 				t.Errorf("body %v, err %v", body, err)

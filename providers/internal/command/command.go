@@ -9,6 +9,7 @@
 package command
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,13 +50,42 @@ type Spec struct {
 	Shell  bool   `json:"shell"`
 	Script string `json:"script"`
 	// Env is set in the command's environment, over the config's.
-	Env map[string]string `json:"env"`
+	Env Env `json:"env"`
 	// Stdin is written to the command's standard input.
 	Stdin          string  `json:"stdin"`
 	TimeoutSeconds float64 `json:"timeout_seconds"`
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Env is a table of environment variables. A template that is a whole
+// value keeps the value's type, so a number or a boolean from a payload is
+// taken as its JSON text, and an object or array as its JSON.
+type Env map[string]string
+
+func (e *Env) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("env must be a table of NAME = value: %w", err)
+	}
+	*e = make(Env, len(raw))
+	for k, v := range raw {
+		var s string
+		switch {
+		case json.Unmarshal(v, &s) == nil:
+			(*e)[k] = s
+		case string(v) == "null":
+			(*e)[k] = ""
+		default:
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, v); err != nil {
+				return fmt.Errorf("env %s: %w", k, err)
+			}
+			(*e)[k] = buf.String()
+		}
+	}
+	return nil
+}
 
 // Check says what is wrong with a spec, if anything.
 func (s *Spec) Check() error {
@@ -129,7 +159,7 @@ const SpecSchema = `
     "command": {"type": "array", "minItems": 1, "items": {"type": "string"}},
     "shell": {"type": "boolean"},
     "script": {"type": "string"},
-    "env": {"type": "object", "additionalProperties": {"type": "string"}},
+    "env": {"type": "object"},
     "stdin": {"type": "string"},
     "timeout_seconds": {"type": "number", "minimum": 0}`
 
