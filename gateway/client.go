@@ -157,6 +157,31 @@ func (c *Client) Run(ctx context.Context, id string, items bool) (*RunView, erro
 	return &out, nil
 }
 
+// RunHeader implements Ops. The API reads the run whole, as GET
+// /v1/runs/{id} serves it; its origin is left out here, as a header has
+// none.
+func (c *Client) RunHeader(ctx context.Context, id string) (*Run, error) {
+	v, err := c.Run(ctx, id, false)
+	if err != nil {
+		return nil, err
+	}
+	v.Origin = Origin{}
+	return v.Run, nil
+}
+
+// Step implements Ops.
+func (c *Client) Step(ctx context.Context, id, key string) (*Step, error) {
+	segs := strings.Split(key, "/")
+	for i, seg := range segs {
+		segs[i] = url.PathEscape(seg)
+	}
+	var out Step
+	if err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/steps/"+strings.Join(segs, "/"), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // CancelRun implements Ops.
 func (c *Client) CancelRun(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/cancel", nil, nil, nil)
@@ -227,6 +252,7 @@ func dlqValues(f store.DLQFilter) url.Values {
 	setIf(q, "chain", f.Chain)
 	setIf(q, "step", f.Step)
 	setIf(q, "since", since(f.Since))
+	setIf(q, "after", f.After)
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
