@@ -215,3 +215,38 @@ func TestBrowserRunButton(t *testing.T) {
 		t.Errorf("the run: %d", code)
 	}
 }
+
+// TestBrowserApprovalsFollowLive keeps the approvals page open while runs
+// come to ask: each new question appears, and the time the page is as of
+// moves, without a reload; a comment being typed stays as it was.
+func TestBrowserApprovalsFollowLive(t *testing.T) {
+	t.Parallel()
+	env := newActionsAPI(t, "")
+	ctx := chrome(t)
+	do(t, ctx, "opening the approvals", chromedp.Navigate(env.url+"/ui/approvals"), chromedp.WaitVisible(chromedp.CSS("#no-approvals")))
+	eval[bool](t, ctx, `window.__sameDocument = true`)
+	asOf := eval[string](t, ctx, `document.querySelector('#as-of time').getAttribute('datetime')`)
+	row := func(id string) string {
+		return fmt.Sprintf(`document.querySelector('#approvals tr[data-run="%s"]')`, id)
+	}
+
+	first := startRun(t, env, "restart-db", `{"host": "db-1"}`)
+	poll(t, ctx, "the first question", row(first)+` !== null`)
+	if now := eval[string](t, ctx, `document.querySelector('#as-of time').getAttribute('datetime')`); now == asOf {
+		t.Errorf("the page still says it is as of %s", asOf)
+	}
+	comment := fmt.Sprintf(`#approvals tr[data-run="%s"] input[name=comment]`, first)
+	do(t, ctx, "typing a comment", chromedp.SendKeys(chromedp.CSS(comment), "after the backup"))
+
+	second := startRun(t, env, "change", `{"what": "the firewall"}`)
+	poll(t, ctx, "the second question", row(second)+` !== null`)
+	if q := eval[string](t, ctx, row(second)+`.querySelector('td.question').textContent`); q != "Change the firewall?" {
+		t.Errorf("the second question reads %q", q)
+	}
+	if got := eval[[]string](t, ctx, `[document.querySelector('`+comment+`').value, (document.activeElement || {}).name || '']`); got[0] != "after the backup" || got[1] != "comment" {
+		t.Errorf("the comment being typed, once the page was drawn again: %q, the focus on %q", got[0], got[1])
+	}
+	if !eval[bool](t, ctx, `window.__sameDocument === true`) {
+		t.Fatal("the page was reloaded")
+	}
+}

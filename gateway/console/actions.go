@@ -113,7 +113,7 @@ func (c *console) approvalsPage(w http.ResponseWriter, r *http.Request, sess *ui
 		}
 		return a.Asked.Compare(b.Asked)
 	})
-	c.page(w, r, sess, "approvals.html", "Approvals", "approvals", v)
+	c.livePage(w, r, sess, "approvals-live", "approvals.html", "Approvals", "approvals", v)
 }
 
 // questions are the approval steps of a run that wait for an answer.

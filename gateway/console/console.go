@@ -210,6 +210,17 @@ func (c *console) page(w http.ResponseWriter, r *http.Request, sess *uiSession, 
 	c.pageStatus(w, r, sess, http.StatusOK, name, title, nav, body)
 }
 
+// livePage is a page whose script draws its live part again as runs
+// start and end: the part alone (template part) when the script asks for
+// it with ?fragment=1, else the whole page.
+func (c *console) livePage(w http.ResponseWriter, r *http.Request, sess *uiSession, part, name, title, nav string, body any) {
+	if r.URL.Query().Get("fragment") == "1" {
+		c.render(w, http.StatusOK, part, pageData{Base: c.base, Body: body})
+		return
+	}
+	c.page(w, r, sess, name, title, nav, body)
+}
+
 // pageStatus is page, answering status: a form sent back with what was
 // wrong with it.
 func (c *console) pageStatus(w http.ResponseWriter, r *http.Request, sess *uiSession, status int, name, title, nav string, body any) {

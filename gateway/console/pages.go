@@ -230,11 +230,7 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 			v.FanStats[strings.TrimPrefix(name, "chaingate_fanout_")] += smp.Value
 		}
 	}
-	if r.URL.Query().Get("fragment") == "1" {
-		c.render(w, http.StatusOK, "now-live", pageData{Base: c.base, Body: v})
-		return
-	}
-	c.page(w, r, sess, "now.html", "Now", "now", v)
+	c.livePage(w, r, sess, "now-live", "now.html", "Now", "now", v)
 }
 
 // maxConsoleDLQ bounds the dead-letter entries one console page reads.
@@ -346,11 +342,7 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		}
 	}
 	v.Query = template.URL(keep.Encode())
-	if q.Get("fragment") == "1" {
-		c.render(w, http.StatusOK, "runs-table", pageData{Base: c.base, Body: v})
-		return
-	}
-	c.page(w, r, sess, "runs.html", "Runs", "runs", v)
+	c.livePage(w, r, sess, "runs-table", "runs.html", "Runs", "runs", v)
 }
 
 // runsPerPage is the size of a page of the runs list.
