@@ -250,3 +250,34 @@ func TestBrowserApprovalsFollowLive(t *testing.T) {
 		t.Fatal("the page was reloaded")
 	}
 }
+
+// TestBrowserRunsListLabels lists runs with their labels on a phone: a
+// label's value that holds markup is shown as the text it is, a long one
+// wraps, and the page scrolls no wider than the screen.
+func TestBrowserRunsListLabels(t *testing.T) {
+	t.Parallel()
+	env := newActionsAPI(t, "")
+	hostile := `<img src=x onerror="window.__pwned=1"><script>window.__pwned=1</script>`
+	long := "db-1.prod.eu-west-1.example.com:9100/" + strings.Repeat("a-very-long-path-segment/", 6)
+	id := startLabelled(t, env, "deploy", `{"host": "web-1"}`, "summary="+hostile, "instance="+long, "team=dba")
+	plain := startLabelled(t, env, "deploy", `{"host": "web-2"}`)
+	waitRunEnd(t, env, id)
+	waitRunEnd(t, env, plain)
+	ctx := chrome(t)
+	do(t, ctx, "a phone's viewport", phone)
+	fits(t, ctx, "the runs with labels", env.url+"/ui/runs")
+	labels := eval[[]string](t, ctx, fmt.Sprintf(`Array.from(document.querySelectorAll('#runs a[href$="/runs/%s"]')).flatMap(a => Array.from(a.closest('tr').querySelectorAll('a.label'))).map(a => a.textContent)`, id))
+	if want := []string{"instance=" + long, "summary=" + hostile, "team=dba"}; strings.Join(labels, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the run's labels read %q, want %q", labels, want)
+	}
+	if eval[bool](t, ctx, `document.querySelector('#runs img, #runs script') !== null || window.__pwned === 1`) {
+		t.Error("a label's markup became part of the page")
+	}
+	if n := eval[int](t, ctx, fmt.Sprintf(`document.querySelector('#runs a[href$="/runs/%s"]').closest('tr').querySelectorAll('a.label').length`, plain)); n != 0 {
+		t.Errorf("a run without labels shows %d", n)
+	}
+	do(t, ctx, "following a label", chromedp.Click(chromedp.CSS(`#runs a.label[href*="team"]`)), chromedp.WaitVisible(chromedp.CSS(`input[name=label][value="team=dba"]`)))
+	if got := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('#runs tr[data-status] td.wide a')).map(a => a.textContent)`); len(got) != 1 || got[0] != id {
+		t.Errorf("the runs with team=dba: %v, want %s", got, id)
+	}
+}

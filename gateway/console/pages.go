@@ -57,6 +57,8 @@ func (c *console) funcs() template.FuncMap {
 		"q":     url.QueryEscape,
 		"add":   func(a, b int) int { return a + b },
 		"has":   func(list []string, s string) bool { return slices.Contains(list, s) },
+		// labelLinks are a run's labels, each a link to the runs with it.
+		"labelLinks": c.labelLinks,
 		// A run's StartedBy apart: "trigger:am" is started by trigger am.
 		"startedKind": store.StartedKind,
 		"startedName": func(startedBy string) string {
