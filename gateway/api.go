@@ -178,6 +178,10 @@ type StartResponse struct {
 // idempotencyTTL is how long an Idempotency-Key keeps returning its run.
 const idempotencyTTL = 24 * time.Hour
 
+// startKeyPrefix is where a chain's start keys are claimed in the store:
+// the same key given to two chains starts a run of each.
+func startKeyPrefix(chainName string) string { return "run/" + chainName + "/" }
+
 // maxWait bounds ?wait= on POST /v1/chains/{name}/runs.
 const maxWait = 60 * time.Second
 
@@ -219,7 +223,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	in := engine.Input{Payload: body, Metadata: requestMetadata(r), StartedBy: store.StartedByAPI, Labels: labels}
-	id, status, replayed, err := s.gw.startKeyed(ctx, name, "run/"+name+"/", r.Header.Get("Idempotency-Key"), idempotencyTTL, in)
+	id, status, replayed, err := s.gw.startKeyed(ctx, name, startKeyPrefix(name), r.Header.Get("Idempotency-Key"), idempotencyTTL, in)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

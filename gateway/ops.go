@@ -23,10 +23,11 @@ import (
 // a store (Local).
 type Ops interface {
 	// StartRun starts a run of a chain with a payload (one JSON value;
-	// empty means {}) and labels, as POST /v1/chains/{name}/runs does
-	// without an Idempotency-Key: the run is started by "api", and who
-	// started it is the context's actor, in the gateway's log.
-	StartRun(ctx context.Context, chainName string, payload json.RawMessage, labels map[string]string) (*Run, error)
+	// empty means {}), as POST /v1/chains/{name}/runs does: the run is
+	// started by "api", and who started it is the context's actor, in the
+	// gateway's log. A start under an idempotency key an earlier start
+	// took returns that start's run rather than starting another.
+	StartRun(ctx context.Context, chainName string, payload json.RawMessage, opts StartOptions) (*Run, error)
 	ListRuns(ctx context.Context, f store.RunFilter) (RunPage, error)
 	Run(ctx context.Context, id string, items bool) (*RunView, error)
 	// RunHeader reads a run without its origin or its steps: what it is
@@ -77,6 +78,18 @@ type Ops interface {
 	ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.ReplayOptions, concurrency int) (*BulkReplay, error)
 	DeleteDLQ(ctx context.Context, id string) error
 	PurgeDLQ(ctx context.Context, f store.DLQFilter) (int, error)
+}
+
+// StartOptions are what a run is started with besides its chain and
+// payload.
+type StartOptions struct {
+	// Labels say what the run is about.
+	Labels map[string]string
+	// IdempotencyKey is the Idempotency-Key POST /v1/chains/{name}/runs
+	// takes: the starts of a chain that carry the same key within
+	// idempotencyTTL start one run, however many are sent at once. Empty
+	// starts a run each time.
+	IdempotencyKey string
 }
 
 // RunView is a run with its step records.
@@ -141,24 +154,29 @@ type Local struct {
 
 var _ Ops = (*Local)(nil)
 
-// StartRun implements Ops, through the path the API's start takes.
-func (l *Local) StartRun(ctx context.Context, chainName string, payload json.RawMessage, labels map[string]string) (*Run, error) {
+// StartRun implements Ops, through the path the API's start takes: a key
+// is claimed where the API claims it, so a key sent to either starts one
+// run.
+func (l *Local) StartRun(ctx context.Context, chainName string, payload json.RawMessage, opts StartOptions) (*Run, error) {
 	if len(bytes.TrimSpace(payload)) == 0 {
 		payload = json.RawMessage(`{}`)
 	}
 	if err := ParseJSON(payload, nil); err != nil {
 		return nil, badRequest("invalid_json", "the run's payload must be one JSON value: %v", err)
 	}
-	if err := checkLabels(labels); err != nil {
+	if err := checkLabels(opts.Labels); err != nil {
 		return nil, err
 	}
-	in := engine.Input{Payload: payload, StartedBy: store.StartedByAPI, Labels: labels}
-	id, status, _, err := l.GW.startKeyed(ctx, chainName, "", "", 0, in)
+	in := engine.Input{Payload: payload, StartedBy: store.StartedByAPI, Labels: opts.Labels}
+	id, status, replayed, err := l.GW.startKeyed(ctx, chainName, startKeyPrefix(chainName), opts.IdempotencyKey, idempotencyTTL, in)
 	if err != nil {
 		return nil, err
 	}
+	if replayed {
+		return l.RunHeader(ctx, id)
+	}
 	l.GW.Log.Info("run started", "chain", chainName, "run", id, "by", engine.Actor(ctx))
-	return &Run{ID: id, Chain: chainName, Status: status, StartedBy: store.StartedByAPI, Labels: labels}, nil
+	return &Run{ID: id, Chain: chainName, Status: status, StartedBy: store.StartedByAPI, Labels: opts.Labels}, nil
 }
 
 // checkLabels refuses labels a run's start through the API would refuse.

@@ -315,6 +315,9 @@ type runForm struct {
 	Whole   bool
 	Payload string
 	Labels  string
+	// Nonce is the form's own, once: it is the start's idempotency key,
+	// so the form sent twice (a double click, a resend) starts one run.
+	Nonce string
 	// Error, with its Details, says why the last start was refused.
 	Error   string
 	Details []string
@@ -322,7 +325,7 @@ type runForm struct {
 
 // newRunForm is the run form of a chain, empty.
 func newRunForm(ch *chain.Chain) *runForm {
-	f := &runForm{Payload: "{}"}
+	f := &runForm{Payload: "{}", Nonce: randomToken()}
 	f.Fields = inputFields(ch.Input)
 	f.Whole = len(f.Fields) == 0
 	return f
@@ -437,6 +440,10 @@ func (c *console) startRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 	}
 	form := newRunForm(ch)
 	form.Payload, form.Labels = r.PostFormValue("payload"), r.PostFormValue("labels")
+	// A start refused and sent again, corrected, is still the same form's.
+	if nonce := r.PostFormValue("nonce"); nonce != "" {
+		form.Nonce = nonce
+	}
 	for i := range form.Fields {
 		form.Fields[i].Value = r.PostFormValue("field." + form.Fields[i].Name)
 	}
@@ -448,6 +455,11 @@ func (c *console) startRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 	if c.host.Stopping().Err() != nil {
 		// As the API's start: the gateway is shutting down.
 		refuse(engine.ErrClosed)
+		return
+	}
+	if !isToken(form.Nonce) {
+		form.Nonce = randomToken()
+		refuse(&gateway.APIError{Status: http.StatusBadRequest, Code: "invalid_parameter", Message: "the form's nonce is not one the console gave; send the form again"})
 		return
 	}
 	labels, err := gateway.ParseLabels("labels", labelLines(form.Labels), true)
@@ -464,7 +476,7 @@ func (c *console) startRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		refuse(&http.MaxBytesError{Limit: int64(limit)})
 		return
 	}
-	run, err := c.ops.StartRun(r.Context(), name, payload, labels)
+	run, err := c.ops.StartRun(r.Context(), name, payload, gateway.StartOptions{Labels: labels, IdempotencyKey: "console/" + form.Nonce})
 	if err != nil {
 		refuse(err)
 		return

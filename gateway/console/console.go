@@ -376,9 +376,19 @@ func (c *console) newSession(w http.ResponseWriter, r *http.Request, write bool,
 }
 
 func randomToken() string {
-	var b [24]byte
+	var b [tokenBytes]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// tokenBytes is how many random bytes a session id, a CSRF token or a
+// form's nonce holds.
+const tokenBytes = 24
+
+// isToken reports whether s is what randomToken returns.
+func isToken(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == tokenBytes
 }
 
 func (c *console) loginPage(w http.ResponseWriter, r *http.Request) {
