@@ -1,10 +1,12 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -279,5 +281,65 @@ func TestBrowserRunsListLabels(t *testing.T) {
 	do(t, ctx, "following a label", chromedp.Click(chromedp.CSS(`#runs a.label[href*="team"]`)), chromedp.WaitVisible(chromedp.CSS(`input[name=label][value="team=dba"]`)))
 	if got := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('#runs tr[data-status] td.wide a')).map(a => a.textContent)`); len(got) != 1 || got[0] != id {
 		t.Errorf("the runs with team=dba: %v, want %s", got, id)
+	}
+}
+
+// TestSlackAndConsoleAnswerOnPhone answers two runs' approvals, one from
+// a Slack message's button, signed as Slack signs it, the other from the
+// console's approvals page on a phone-sized Chromium: both runs succeed,
+// and each run's page says who answered it.
+func TestSlackAndConsoleAnswerOnPhone(t *testing.T) {
+	t.Setenv("CHAINGATE_SECRET_SLACK_SIGNING_SECRET", slackSigningSecret)
+	env := newActionsAPI(t, `
+[gateway.auth]
+tokens = [{ name = "carol", token = "carol-tok" }]
+
+[gateway.slack]
+signing_secret = "<<secrets.SLACK_SIGNING_SECRET>>"
+users = { U0ALICE1 = "alice" }
+`)
+	env.token = "carol-tok"
+	slack := newFakeSlack(t, env)
+	bySlack := startRun(t, env, "restart-db", `{"host": "db-1"}`)
+	byConsole := startRun(t, env, "restart-db", `{"host": "db-2"}`)
+	waitAsking(t, env, bySlack, "ask")
+	waitAsking(t, env, byConsole, "ask")
+
+	message := json.RawMessage(`{"text": "Restart db-1?", "blocks": [{"type": "actions", "elements": [{"type": "button", "action_id": "chaingate:approve", "value": "` + bySlack + `/ask"}]}]}`)
+	click := slackClick(t, slack.srv.URL+"/actions/T0TEAM/1/abc", "U0ALICE1", "chaingate:approve", bySlack+"/ask", message)
+	ts, sig := slackSign(slackSigningSecret, time.Now(), click)
+	if code, body := postSlack(t, env, click, ts, sig); code != http.StatusOK {
+		t.Fatalf("the Slack click: %d %s", code, body)
+	}
+	if reply := slack.reply(t); !strings.Contains(fmt.Sprint(reply["blocks"]), "Approved by alice (Slack)") {
+		t.Errorf("the reply to Slack: %v", reply)
+	}
+	if v := waitRunEnd(t, env, bySlack); v.Status != "succeeded" {
+		t.Errorf("the run answered from Slack is %s", v.Status)
+	}
+
+	ctx := chrome(t)
+	do(t, ctx, "a phone's viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait, chromedp.EmulateMobile))
+	do(t, ctx, "signing in", chromedp.Navigate(env.url+"/ui/approvals"), chromedp.WaitVisible(chromedp.CSS("input[name=token]")),
+		chromedp.SendKeys(chromedp.CSS("input[name=token]"), "carol-tok"), chromedp.Submit(chromedp.CSS("input[name=token]")),
+		chromedp.WaitVisible(chromedp.CSS("#approvals")))
+	fits(t, ctx, "the approvals", env.url+"/ui/approvals")
+	if n := eval[int](t, ctx, `document.querySelectorAll('#approvals tr[data-run]').length`); n != 1 {
+		t.Errorf("the approvals page asks %d questions, want the one not answered from Slack", n)
+	}
+	approve := fmt.Sprintf(`#approvals tr[data-run="%s"] button.approve`, byConsole)
+	do(t, ctx, "approving", chromedp.ScrollIntoView(chromedp.CSS(approve)), chromedp.Click(chromedp.CSS(approve)), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	if f := eval[string](t, ctx, `document.getElementById('flash').textContent`); f != "answered: approve" {
+		t.Errorf("the banner says %q", f)
+	}
+	if v := waitRunEnd(t, env, byConsole); v.Status != "succeeded" {
+		t.Errorf("the run answered from the console is %s", v.Status)
+	}
+
+	for id, who := range map[string]string{bySlack: "approved by alice (Slack)", byConsole: "approved by carol (console)"} {
+		do(t, ctx, "opening run "+id, chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("ol.timeline")))
+		if events := eval[string](t, ctx, `document.querySelector('ol.timeline').innerText`); !strings.Contains(events, who) {
+			t.Errorf("run %s's events do not say %q:\n%s", id, who, events)
+		}
 	}
 }
