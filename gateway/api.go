@@ -20,6 +20,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/internal/jsonx"
+	"github.com/chaingate/gateway/internal/textx"
 )
 
 // Handler returns the API's routes. Everything answers JSON, errors
@@ -46,7 +47,7 @@ func (s *Server) Handler() http.Handler {
 
 	route("GET /v1/runs", readAccess, s.listRuns)
 	route("GET /v1/runs/{id}", readAccess, s.getRun)
-	route("GET /v1/events", readAccess, s.runChanges)
+	route("GET /v1/events", readAccess, s.ServeRunChanges)
 	route("POST /v1/runs/{id}/cancel", writeAccess, s.cancelRun)
 	route("DELETE /v1/runs/{id}", writeAccess, s.deleteRun)
 	route("POST /v1/runs/prune", writeAccess, s.pruneRuns)
@@ -55,6 +56,7 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/runs/{id}/signals/{step}", writeAccess, s.signal)
 	route("GET /v1/runs/{id}/events", readAccess, s.runEvents)
 	route("GET /v1/runs/{id}/dag", readAccess, s.runDAG)
+	route("GET /v1/runs/{id}/steps/{key...}", readAccess, s.getStep)
 	route("GET /v1/runs/{id}/items", readAccess, s.splitItems)
 
 	route("GET /v1/dlq", readAccess, s.listDLQ)
@@ -66,9 +68,9 @@ func (s *Server) Handler() http.Handler {
 
 	route("POST /v1/admin/reload", writeAccess, s.reload)
 	route("POST /v1/admin/backup", writeAccess, s.backup)
-	if ui := s.config().Gateway.UI; !ui.Disabled {
-		base := cmp.Or(ui.BasePath, DefaultUIBasePath)
-		con := newConsole(s, base).handler()
+	if ui := s.Config().Gateway.UI; !ui.Disabled && s.console != nil {
+		base := cmp.Or(ui.BasePath, chain.DefaultUIBasePath)
+		con := s.console(base)
 		mux.Handle(base, con)
 		mux.Handle(base+"/", con)
 	}
@@ -176,6 +178,10 @@ type StartResponse struct {
 // idempotencyTTL is how long an Idempotency-Key keeps returning its run.
 const idempotencyTTL = 24 * time.Hour
 
+// startKeyPrefix is where a chain's start keys are claimed in the store:
+// the same key given to two chains starts a run of each.
+func startKeyPrefix(chainName string) string { return "run/" + chainName + "/" }
+
 // maxWait bounds ?wait= on POST /v1/chains/{name}/runs.
 const maxWait = 60 * time.Second
 
@@ -217,7 +223,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	in := engine.Input{Payload: body, Metadata: requestMetadata(r), StartedBy: store.StartedByAPI, Labels: labels}
-	id, status, replayed, err := s.gw.startKeyed(ctx, name, "run/"+name+"/", r.Header.Get("Idempotency-Key"), idempotencyTTL, in)
+	id, status, replayed, err := s.gw.startKeyed(ctx, name, startKeyPrefix(name), r.Header.Get("Idempotency-Key"), idempotencyTTL, in)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -231,7 +237,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	}
 	if wait > 0 {
 		// The wait, and then the time any answer may take to write.
-		holdOpen(w, wait+time.Duration(s.config().Gateway.Limits.RequestTimeoutSeconds)*time.Second)
+		holdOpen(w, wait+time.Duration(s.Config().Gateway.Limits.RequestTimeoutSeconds)*time.Second)
 		wctx, cancel := s.untilStop(ctx)
 		wctx, cancelWait := context.WithTimeout(wctx, wait)
 		run, err := s.waitRun(wctx, id)
@@ -397,7 +403,7 @@ func ParseLabels(name string, args []string, values bool) (map[string]string, er
 		case values && !eq:
 			return nil, badRequest("invalid_parameter", "%s %q: a label is KEY=VALUE", name, a)
 		case len(k) > MaxLabelKeyBytes || len(v) > MaxLabelValueSize:
-			return nil, badRequest("invalid_parameter", "%s %q: a label's key is at most %d bytes and its value %d", name, short(a, 40), MaxLabelKeyBytes, MaxLabelValueSize)
+			return nil, badRequest("invalid_parameter", "%s %q: a label's key is at most %d bytes and its value %d", name, textx.Short(a, 40), MaxLabelKeyBytes, MaxLabelValueSize)
 		}
 		out[k] = v
 	}
@@ -537,8 +543,8 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 // keep it open.
 const heartbeat = 15 * time.Second
 
-// bulkTimeout bounds a replay or purge of many dead-letter entries.
-const bulkTimeout = 30 * time.Minute
+// BulkTimeout bounds a replay or purge of many dead-letter entries.
+const BulkTimeout = 30 * time.Minute
 
 // streamWriteTimeout bounds each write of an event stream: a client that
 // stops reading is let go, one that reads is kept as long as the run goes.
@@ -546,12 +552,14 @@ const streamWriteTimeout = 2 * heartbeat
 
 // runEvents streams a run's events as Server-Sent Events: first the log
 // from after Last-Event-ID, then new events live, until the run ends.
-func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) { s.streamEvents(w, r, 0) }
+func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
+	s.ServeRunEvents(w, r, r.PathValue("id"), 0)
+}
 
-// streamEvents serves a run's events, writing at most once per pace (see
-// Local.eventsPaced).
-func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, pace time.Duration) {
-	id := r.PathValue("id")
+// ServeRunEvents serves run id's events as GET /v1/runs/{id}/events does,
+// writing at most once per pace (see Local.eventsPaced): a console's page
+// is redrawn at most that often, however busy the run.
+func (s *Server) ServeRunEvents(w http.ResponseWriter, r *http.Request, id string, pace time.Duration) {
 	after := uint64(0)
 	last, source := r.Header.Get("Last-Event-ID"), "Last-Event-ID"
 	if last == "" {
@@ -620,11 +628,11 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, pace time.
 	}
 }
 
-// runChanges streams, as Server-Sent Events, every run's status changes:
+// ServeRunChanges streams, as Server-Sent Events, every run's status changes:
 // runs starting, resuming, replayed, ending, on this gateway and, through
 // the store's feed, on the others sharing its store. A client that falls
 // behind gets a "resync" event and reads the runs again.
-func (s *Server) runChanges(w http.ResponseWriter, r *http.Request) {
+func (s *Server) ServeRunChanges(w http.ResponseWriter, r *http.Request) {
 	watch := s.hub.WatchRuns()
 	defer watch.Close()
 	holdOpen(w, streamWriteTimeout)
@@ -672,6 +680,15 @@ func (s *Server) runChanges(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+func (s *Server) getStep(w http.ResponseWriter, r *http.Request) {
+	st, err := s.ops.Step(r.Context(), r.PathValue("id"), r.PathValue("key"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
 func (s *Server) runDAG(w http.ResponseWriter, r *http.Request) {
 	d, err := s.ops.DAG(r.Context(), r.PathValue("id"))
 	if err != nil {
@@ -696,12 +713,12 @@ func (s *Server) splitItems(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, badRequest("invalid_parameter", "status must be a finished item's: succeeded, failed or skipped; got %q", status))
 		return
 	}
-	offset, err := intParam(q.Get("offset"), "offset", 0, 0, math.MaxInt32)
+	offset, err := IntParam(q.Get("offset"), "offset", 0, 0, math.MaxInt32)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	limit, err := intParam(q.Get("limit"), "limit", 100, 1, MaxItemPage)
+	limit, err := IntParam(q.Get("limit"), "limit", 100, 1, MaxItemPage)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -714,9 +731,10 @@ func (s *Server) splitItems(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, page)
 }
 
-// intParam reads a whole-number query parameter from least to most; def
-// when it is missing.
-func intParam(v, name string, def, least, most int) (int, error) {
+// IntParam reads a whole-number query parameter from least to most; def
+// when it is missing. The console reads its pages' parameters with it, so
+// that it refuses what the API refuses, in the same words.
+func IntParam(v, name string, def, least, most int) (int, error) {
 	if v == "" {
 		return def, nil
 	}
@@ -754,7 +772,7 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	entries, err := s.ops.ListDLQ(r.Context(), store.DLQFilter{Chain: q.Get("chain"), Step: q.Get("step"), Since: since, Limit: limit})
+	entries, err := s.ops.ListDLQ(r.Context(), store.DLQFilter{Chain: q.Get("chain"), Step: q.Get("step"), Since: since, Limit: limit, After: q.Get("after")})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -771,9 +789,9 @@ func (s *Server) getDLQ(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, e)
 }
 
-// replayOptions checks a replay's mode and definition and fills in their
-// defaults.
-func replayOptions(mode, def string) (engine.ReplayOptions, error) {
+// ParseReplayOptions checks a replay's mode and definition and fills in
+// their defaults, for the API's replays and the console's alike.
+func ParseReplayOptions(mode, def string) (engine.ReplayOptions, error) {
 	o := engine.ReplayOptions{Mode: engine.ReplayMode(mode), Definition: engine.ReplayDefinition(def)}
 	switch o.Mode {
 	case "", engine.ReplayResume:
@@ -813,7 +831,7 @@ func (s *Server) readReplay(w http.ResponseWriter, r *http.Request) (engine.Repl
 	if d := r.URL.Query().Get("definition"); d != "" {
 		b.Definition = d
 	}
-	return replayOptions(b.Mode, b.Definition)
+	return ParseReplayOptions(b.Mode, b.Definition)
 }
 
 // signalBody answers an approval step.
@@ -822,8 +840,9 @@ type signalBody struct {
 	Comment  string `json:"comment"`
 }
 
-// maxComment bounds an answer's comment, which is stored with the run.
-const maxComment = 2000
+// MaxComment bounds an answer's comment and a pause's reason, which are
+// stored.
+const MaxComment = 2000
 
 // signal answers a waiting approval step; the first answer wins.
 func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
@@ -836,8 +855,8 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, badRequest("invalid_parameter", `decision must be "approve" or "reject", got %q`, b.Decision))
 		return
 	}
-	if len(b.Comment) > maxComment {
-		s.writeError(w, r, badRequest("invalid_parameter", "comment is %d bytes; at most %d", len(b.Comment), maxComment))
+	if len(b.Comment) > MaxComment {
+		s.writeError(w, r, badRequest("invalid_parameter", "comment is %d bytes; at most %d", len(b.Comment), MaxComment))
 		return
 	}
 	d, err := s.ops.Signal(r.Context(), r.PathValue("id"), r.PathValue("step"), b.Decision, b.Comment)
@@ -971,8 +990,8 @@ func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
 	}
 	// Thousands of entries may take longer than a request may; the caller
 	// holds a write token, so it is no slow client to guard against.
-	holdOpen(w, bulkTimeout)
-	opts, err := replayOptions(b.Mode, b.Definition)
+	holdOpen(w, BulkTimeout)
+	opts, err := ParseReplayOptions(b.Mode, b.Definition)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -993,7 +1012,7 @@ func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteRun(w http.ResponseWriter, r *http.Request) {
 	// A run of a million split items takes a while to go.
-	holdOpen(w, bulkTimeout)
+	holdOpen(w, BulkTimeout)
 	res, err := s.ops.DeleteRun(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
@@ -1021,8 +1040,8 @@ func (s *Server) pruneRuns(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, badRequest("invalid_parameter", `older_than must be a positive duration such as "36h", "30d" or "2w"`))
 		return
 	}
-	holdOpen(w, bulkTimeout)
-	ctx, cancel := context.WithTimeout(r.Context(), bulkTimeout)
+	holdOpen(w, BulkTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), BulkTimeout)
 	defer cancel()
 	res, err := s.ops.PruneRuns(ctx, PruneOptions{OlderThan: older, Chain: b.Chain, Status: store.RunStatus(b.Status), DryRun: b.DryRun})
 	if err != nil {
@@ -1051,7 +1070,7 @@ func (s *Server) purgeDLQ(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	holdOpen(w, bulkTimeout)
+	holdOpen(w, BulkTimeout)
 	n, err := s.ops.PurgeDLQ(r.Context(), f)
 	if err != nil {
 		s.writeError(w, r, err)

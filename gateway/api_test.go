@@ -25,6 +25,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/console"
 	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins/host"
 )
@@ -166,6 +167,7 @@ secrets_file = "secrets.env"
 	}
 	env.gw = gw
 	env.srv = gateway.NewServer(gw, hub, metrics, []string{env.cfg})
+	env.srv.MountConsole(func(base string) http.Handler { return console.New(env.srv, base, logger.With("component", "console")) })
 	ts := httptest.NewServer(env.srv.Handler())
 	env.url = ts.URL
 	t.Cleanup(func() {

@@ -80,7 +80,7 @@ func (d *deadlineWriter) Write(p []byte) (int, error) {
 // many bytes it wrote. Only a whole backup ends with its end frame: check
 // what was written (backup.Check) before relying on it.
 func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
-	resp, err := c.request(ctx, http.MethodPost, "/v1/admin/backup", nil, nil)
+	resp, err := c.request(ctx, http.MethodPost, "/v1/admin/backup", nil, nil, nil)
 	if err != nil {
 		return 0, err
 	}

@@ -33,7 +33,7 @@ func NewClient(base, token string) *Client {
 	return &Client{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{}}
 }
 
-func (c *Client) request(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
+func (c *Client) request(ctx context.Context, method, path string, query url.Values, header http.Header, body any) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -50,6 +50,7 @@ func (c *Client) request(ctx context.Context, method, path string, query url.Val
 	if err != nil {
 		return nil, fmt.Errorf("building the request: %w", err)
 	}
+	maps.Copy(req.Header, header)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -76,7 +77,12 @@ func (c *Client) request(ctx context.Context, method, path string, query url.Val
 }
 
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
-	resp, err := c.request(ctx, method, path, query, body)
+	return c.doWith(ctx, method, path, query, nil, body, out)
+}
+
+// doWith is do, sending header's fields too.
+func (c *Client) doWith(ctx context.Context, method, path string, query url.Values, header http.Header, body, out any) error {
+	resp, err := c.request(ctx, method, path, query, header, body)
 	if err != nil {
 		return err
 	}
@@ -97,20 +103,29 @@ func since(t time.Time) string {
 	return t.Format(time.RFC3339)
 }
 
-// StartRun implements Ops.
-func (c *Client) StartRun(ctx context.Context, chainName string, payload json.RawMessage, labels map[string]string) (*Run, error) {
+// StartRun implements Ops. The API's answer to a start its key replays
+// names the run and its status, not the labels it started with.
+func (c *Client) StartRun(ctx context.Context, chainName string, payload json.RawMessage, opts StartOptions) (*Run, error) {
 	if len(bytes.TrimSpace(payload)) == 0 {
 		payload = json.RawMessage(`{}`)
 	}
 	q := url.Values{}
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		q.Add("label", k+"="+labels[k])
+	for _, k := range slices.Sorted(maps.Keys(opts.Labels)) {
+		q.Add("label", k+"="+opts.Labels[k])
+	}
+	header := http.Header{}
+	if opts.IdempotencyKey != "" {
+		header.Set("Idempotency-Key", opts.IdempotencyKey)
 	}
 	var out StartResponse
-	if err := c.do(ctx, http.MethodPost, "/v1/chains/"+url.PathEscape(chainName)+"/runs", q, payload, &out); err != nil {
+	if err := c.doWith(ctx, http.MethodPost, "/v1/chains/"+url.PathEscape(chainName)+"/runs", q, header, payload, &out); err != nil {
 		return nil, err
 	}
-	return &Run{ID: out.ID, Chain: out.Chain, Status: out.Status, StartedBy: store.StartedByAPI, Labels: labels}, nil
+	run := &Run{ID: out.ID, Chain: out.Chain, Status: out.Status, StartedBy: store.StartedByAPI}
+	if !out.Replayed {
+		run.Labels = opts.Labels
+	}
+	return run, nil
 }
 
 // ListRuns implements Ops.
@@ -157,6 +172,31 @@ func (c *Client) Run(ctx context.Context, id string, items bool) (*RunView, erro
 	return &out, nil
 }
 
+// RunHeader implements Ops. The API reads the run whole, as GET
+// /v1/runs/{id} serves it; its origin is left out here, as a header has
+// none.
+func (c *Client) RunHeader(ctx context.Context, id string) (*Run, error) {
+	v, err := c.Run(ctx, id, false)
+	if err != nil {
+		return nil, err
+	}
+	v.Origin = Origin{}
+	return v.Run, nil
+}
+
+// Step implements Ops.
+func (c *Client) Step(ctx context.Context, id, key string) (*Step, error) {
+	segs := strings.Split(key, "/")
+	for i, seg := range segs {
+		segs[i] = url.PathEscape(seg)
+	}
+	var out Step
+	if err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/steps/"+strings.Join(segs, "/"), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // CancelRun implements Ops.
 func (c *Client) CancelRun(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/cancel", nil, nil, nil)
@@ -187,7 +227,7 @@ func (c *Client) Events(ctx context.Context, id string, after uint64, follow boo
 	if !follow {
 		q.Set("follow", "false")
 	}
-	resp, err := c.request(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/events", q, nil)
+	resp, err := c.request(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/events", q, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -227,6 +267,7 @@ func dlqValues(f store.DLQFilter) url.Values {
 	setIf(q, "chain", f.Chain)
 	setIf(q, "step", f.Step)
 	setIf(q, "since", since(f.Since))
+	setIf(q, "after", f.After)
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}

@@ -270,11 +270,11 @@ func closeUnread(w http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(grace))
 }
 
-// loopbackOnly guards an API served without tokens. Such an API listens
+// LoopbackOnly guards an API, or a console, served without tokens. Such an API listens
 // only on loopback, but a web page the operator opens can still reach it:
 // by a DNS name rebound to 127.0.0.1 (its Host is then that name) or by a
 // form posted from another origin. Both are refused.
-func loopbackOnly(r *http.Request) *APIError {
+func LoopbackOnly(r *http.Request) *APIError {
 	if !loopbackHost(r.Host) {
 		return &APIError{Status: http.StatusMisdirectedRequest, Code: "host_not_loopback", Message: "this gateway serves without API tokens, so only requests to a loopback name (localhost, 127.0.0.1, [::1]) are answered; got Host " + quoteHost(r.Host)}
 	}

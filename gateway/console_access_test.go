@@ -79,6 +79,18 @@ func consoleTour(t *testing.T) (*apiEnv, map[string]string) {
 // phone is a phone's viewport, 390 × 844 CSS pixels.
 var phone = chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait)
 
+// fits opens the page at u and finds it no wider than the screen: on a
+// phone's viewport, nothing scrolls sideways.
+func fits(t *testing.T, ctx context.Context, name, u string) {
+	t.Helper()
+	do(t, ctx, "opening "+name, chromedp.Navigate(u), chromedp.WaitVisible(chromedp.CSS("main")))
+	w := eval[[]int](t, ctx, `[document.documentElement.scrollWidth, window.innerWidth]`)
+	t.Logf("%s: %d px wide on a %d px screen", name, w[0], w[1])
+	if w[0] > w[1] {
+		t.Errorf("%s (%s) is %d px wide on a %d px screen", name, u, w[0], w[1])
+	}
+}
+
 // darkMode emulates prefers-color-scheme: dark, or undoes it.
 func darkMode(on bool) chromedp.Action[chromedp.Void] {
 	value := "light"
@@ -101,19 +113,10 @@ func TestBrowserPhoneWidth(t *testing.T) {
 	signIn := newConsoleAPI(t, "[gateway.auth]\ntokens = [\"write-tok\"]\n")
 	ctx := chrome(t)
 	do(t, ctx, "a phone's viewport", phone)
-	fits := func(name, u string) {
-		t.Helper()
-		do(t, ctx, "opening "+name, chromedp.Navigate(u), chromedp.WaitVisible(chromedp.CSS("main")))
-		w := eval[[]int](t, ctx, `[document.documentElement.scrollWidth, window.innerWidth]`)
-		t.Logf("%s: %d px wide on a %d px screen", name, w[0], w[1])
-		if w[0] > w[1] {
-			t.Errorf("%s (%s) is %d px wide on a %d px screen", name, u, w[0], w[1])
-		}
-	}
 	for name, p := range pages {
-		fits(name, env.url+p)
+		fits(t, ctx, name, env.url+p)
 	}
-	fits("sign in", signIn.url+"/ui/login")
+	fits(t, ctx, "sign in", signIn.url+"/ui/login")
 	do(t, ctx, "a run the chain's input refuses", chromedp.Navigate(env.url+pages["run form"]), chromedp.WaitVisible(chromedp.CSS("#run-start")),
 		chromedp.Click(chromedp.CSS("#run-start")), chromedp.WaitVisible(chromedp.CSS("#run-error")))
 	if w := eval[[]int](t, ctx, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {

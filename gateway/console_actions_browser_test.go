@@ -1,10 +1,12 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -213,5 +215,131 @@ func TestBrowserRunButton(t *testing.T) {
 	poll(t, ctx, "the run's end on its page", `document.querySelector('.run-meta').dataset.final === 'true'`)
 	if code, _, _ := env.call("GET", "/v1/runs/"+id, "", nil, nil); code != http.StatusOK {
 		t.Errorf("the run: %d", code)
+	}
+}
+
+// TestBrowserApprovalsFollowLive keeps the approvals page open while runs
+// come to ask: each new question appears, and the time the page is as of
+// moves, without a reload; a comment being typed stays as it was.
+func TestBrowserApprovalsFollowLive(t *testing.T) {
+	t.Parallel()
+	env := newActionsAPI(t, "")
+	ctx := chrome(t)
+	do(t, ctx, "opening the approvals", chromedp.Navigate(env.url+"/ui/approvals"), chromedp.WaitVisible(chromedp.CSS("#no-approvals")))
+	eval[bool](t, ctx, `window.__sameDocument = true`)
+	asOf := eval[string](t, ctx, `document.querySelector('#as-of time').getAttribute('datetime')`)
+	row := func(id string) string {
+		return fmt.Sprintf(`document.querySelector('#approvals tr[data-run="%s"]')`, id)
+	}
+
+	first := startRun(t, env, "restart-db", `{"host": "db-1"}`)
+	poll(t, ctx, "the first question", row(first)+` !== null`)
+	if now := eval[string](t, ctx, `document.querySelector('#as-of time').getAttribute('datetime')`); now == asOf {
+		t.Errorf("the page still says it is as of %s", asOf)
+	}
+	comment := fmt.Sprintf(`#approvals tr[data-run="%s"] input[name=comment]`, first)
+	do(t, ctx, "typing a comment", chromedp.SendKeys(chromedp.CSS(comment), "after the backup"))
+
+	second := startRun(t, env, "change", `{"what": "the firewall"}`)
+	poll(t, ctx, "the second question", row(second)+` !== null`)
+	if q := eval[string](t, ctx, row(second)+`.querySelector('td.question').textContent`); q != "Change the firewall?" {
+		t.Errorf("the second question reads %q", q)
+	}
+	if got := eval[[]string](t, ctx, `[document.querySelector('`+comment+`').value, (document.activeElement || {}).name || '']`); got[0] != "after the backup" || got[1] != "comment" {
+		t.Errorf("the comment being typed, once the page was drawn again: %q, the focus on %q", got[0], got[1])
+	}
+	if !eval[bool](t, ctx, `window.__sameDocument === true`) {
+		t.Fatal("the page was reloaded")
+	}
+}
+
+// TestBrowserRunsListLabels lists runs with their labels on a phone: a
+// label's value that holds markup is shown as the text it is, a long one
+// wraps, and the page scrolls no wider than the screen.
+func TestBrowserRunsListLabels(t *testing.T) {
+	t.Parallel()
+	env := newActionsAPI(t, "")
+	hostile := `<img src=x onerror="window.__pwned=1"><script>window.__pwned=1</script>`
+	long := "db-1.prod.eu-west-1.example.com:9100/" + strings.Repeat("a-very-long-path-segment/", 6)
+	id := startLabelled(t, env, "deploy", `{"host": "web-1"}`, "summary="+hostile, "instance="+long, "team=dba")
+	plain := startLabelled(t, env, "deploy", `{"host": "web-2"}`)
+	waitRunEnd(t, env, id)
+	waitRunEnd(t, env, plain)
+	ctx := chrome(t)
+	do(t, ctx, "a phone's viewport", phone)
+	fits(t, ctx, "the runs with labels", env.url+"/ui/runs")
+	labels := eval[[]string](t, ctx, fmt.Sprintf(`Array.from(document.querySelectorAll('#runs a[href$="/runs/%s"]')).flatMap(a => Array.from(a.closest('tr').querySelectorAll('a.label'))).map(a => a.textContent)`, id))
+	if want := []string{"instance=" + long, "summary=" + hostile, "team=dba"}; strings.Join(labels, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the run's labels read %q, want %q", labels, want)
+	}
+	if eval[bool](t, ctx, `document.querySelector('#runs img, #runs script') !== null || window.__pwned === 1`) {
+		t.Error("a label's markup became part of the page")
+	}
+	if n := eval[int](t, ctx, fmt.Sprintf(`document.querySelector('#runs a[href$="/runs/%s"]').closest('tr').querySelectorAll('a.label').length`, plain)); n != 0 {
+		t.Errorf("a run without labels shows %d", n)
+	}
+	do(t, ctx, "following a label", chromedp.Click(chromedp.CSS(`#runs a.label[href*="team"]`)), chromedp.WaitVisible(chromedp.CSS(`input[name=label][value="team=dba"]`)))
+	if got := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('#runs tr[data-status] td.wide a')).map(a => a.textContent)`); len(got) != 1 || got[0] != id {
+		t.Errorf("the runs with team=dba: %v, want %s", got, id)
+	}
+}
+
+// TestSlackAndConsoleAnswerOnPhone answers two runs' approvals, one from
+// a Slack message's button, signed as Slack signs it, the other from the
+// console's approvals page on a phone-sized Chromium: both runs succeed,
+// and each run's page says who answered it.
+func TestSlackAndConsoleAnswerOnPhone(t *testing.T) {
+	t.Setenv("CHAINGATE_SECRET_SLACK_SIGNING_SECRET", slackSigningSecret)
+	env := newActionsAPI(t, `
+[gateway.auth]
+tokens = [{ name = "carol", token = "carol-tok" }]
+
+[gateway.slack]
+signing_secret = "<<secrets.SLACK_SIGNING_SECRET>>"
+users = { U0ALICE1 = "alice" }
+`)
+	env.token = "carol-tok"
+	slack := newFakeSlack(t, env)
+	bySlack := startRun(t, env, "restart-db", `{"host": "db-1"}`)
+	byConsole := startRun(t, env, "restart-db", `{"host": "db-2"}`)
+	waitAsking(t, env, bySlack, "ask")
+	waitAsking(t, env, byConsole, "ask")
+
+	message := json.RawMessage(`{"text": "Restart db-1?", "blocks": [{"type": "actions", "elements": [{"type": "button", "action_id": "chaingate:approve", "value": "` + bySlack + `/ask"}]}]}`)
+	click := slackClick(t, slack.srv.URL+"/actions/T0TEAM/1/abc", "U0ALICE1", "chaingate:approve", bySlack+"/ask", message)
+	ts, sig := slackSign(slackSigningSecret, time.Now(), click)
+	if code, body := postSlack(t, env, click, ts, sig); code != http.StatusOK {
+		t.Fatalf("the Slack click: %d %s", code, body)
+	}
+	if reply := slack.reply(t); !strings.Contains(fmt.Sprint(reply["blocks"]), "Approved by alice (Slack)") {
+		t.Errorf("the reply to Slack: %v", reply)
+	}
+	if v := waitRunEnd(t, env, bySlack); v.Status != "succeeded" {
+		t.Errorf("the run answered from Slack is %s", v.Status)
+	}
+
+	ctx := chrome(t)
+	do(t, ctx, "a phone's viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait, chromedp.EmulateMobile))
+	do(t, ctx, "signing in", chromedp.Navigate(env.url+"/ui/approvals"), chromedp.WaitVisible(chromedp.CSS("input[name=token]")),
+		chromedp.SendKeys(chromedp.CSS("input[name=token]"), "carol-tok"), chromedp.Submit(chromedp.CSS("input[name=token]")),
+		chromedp.WaitVisible(chromedp.CSS("#approvals")))
+	fits(t, ctx, "the approvals", env.url+"/ui/approvals")
+	if n := eval[int](t, ctx, `document.querySelectorAll('#approvals tr[data-run]').length`); n != 1 {
+		t.Errorf("the approvals page asks %d questions, want the one not answered from Slack", n)
+	}
+	approve := fmt.Sprintf(`#approvals tr[data-run="%s"] button.approve`, byConsole)
+	do(t, ctx, "approving", chromedp.ScrollIntoView(chromedp.CSS(approve)), chromedp.Click(chromedp.CSS(approve)), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	if f := eval[string](t, ctx, `document.getElementById('flash').textContent`); f != "answered: approve" {
+		t.Errorf("the banner says %q", f)
+	}
+	if v := waitRunEnd(t, env, byConsole); v.Status != "succeeded" {
+		t.Errorf("the run answered from the console is %s", v.Status)
+	}
+
+	for id, who := range map[string]string{bySlack: "approved by alice (Slack)", byConsole: "approved by carol (console)"} {
+		do(t, ctx, "opening run "+id, chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("ol.timeline")))
+		if events := eval[string](t, ctx, `document.querySelector('ol.timeline').innerText`); !strings.Contains(events, who) {
+			t.Errorf("run %s's events do not say %q:\n%s", id, who, events)
+		}
 	}
 }

@@ -378,6 +378,63 @@ func TestConsoleRunForm(t *testing.T) {
 	}
 }
 
+// TestConsoleRunFormStartsOnce sends a chain page's run form twice at
+// once, as a double click or a resend does: one run starts, both answers
+// lead to it, and the page drawn next carries a new form.
+func TestConsoleRunFormStartsOnce(t *testing.T) {
+	t.Parallel()
+	env := newActionsAPI(t, "")
+	b := newBrowser(t, env)
+	_, doc, _ := b.get("/ui/chains/deploy")
+	form := url.Values{}
+	for _, in := range findAll(byID(doc, "run-form"), func(n *html.Node) bool { return n.Data == "input" }) {
+		form.Set(attr(in, "name"), attr(in, "value"))
+	}
+	nonce := form.Get("nonce")
+	if nonce == "" || form.Get("csrf") == "" {
+		t.Fatalf("the run form carries no nonce or no CSRF token: %v", form)
+	}
+	form.Set("field.host", "web-9")
+	type answer struct {
+		code     int
+		location string
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, env.url+"/ui/chains/deploy/run", strings.NewReader(form.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Origin", env.url)
+			resp, err := b.c.Do(req)
+			if err != nil {
+				answers <- answer{}
+				return
+			}
+			resp.Body.Close()
+			answers <- answer{resp.StatusCode, resp.Header.Get("Location")}
+		}()
+	}
+	first, second := <-answers, <-answers
+	if first.code != http.StatusSeeOther || first != second || !strings.HasSuffix(first.location, "?done=started") {
+		t.Fatalf("the form sent twice: %+v and %+v, want both to lead to one run", first, second)
+	}
+	id := strings.TrimSuffix(strings.TrimPrefix(first.location, "/ui/runs/"), "?done=started")
+	waitRunEnd(t, env, id)
+	var list struct {
+		Runs []gateway.Run `json:"runs"`
+	}
+	if env.call("GET", "/v1/runs?chain=deploy", "", nil, &list); len(list.Runs) != 1 || list.Runs[0].ID != id {
+		t.Errorf("deploy's runs: %+v, want %s alone", list.Runs, id)
+	}
+	_, doc, _ = b.get("/ui/chains/deploy")
+	if again := find(byID(doc, "run-form"), func(n *html.Node) bool { return attr(n, "name") == "nonce" }); again == nil || attr(again, "value") == nonce {
+		t.Error("the run form drawn again carries the nonce of the one sent")
+	}
+	if code, _, _ := b.post("/ui/chains/deploy/run", url.Values{"field.host": {"web-9"}, "nonce": {"not-a-nonce"}}); code != http.StatusBadRequest {
+		t.Errorf("a form with a nonce the console did not give: %d", code)
+	}
+}
+
 // postPage submits a form whose answer is a page, and parses it.
 func (b *browser) postPage(path string, form url.Values) (int, *html.Node, string) {
 	b.t.Helper()
@@ -432,27 +489,48 @@ func TestConsoleApprovalsPage(t *testing.T) {
 
 // TestStartRunOps starts a run through Ops, on the gateway's own store and
 // through the API, with its labels; both refuse a payload the chain's
-// input refuses, and a chain there is not.
+// input refuses, and a chain there is not; two starts at once under one
+// idempotency key start one run, whichever way each goes.
 func TestStartRunOps(t *testing.T) {
 	t.Parallel()
 	env := newActionsAPI(t, "")
 	ctx := context.Background()
 	for name, ops := range map[string]gateway.Ops{"local": &gateway.Local{GW: env.gw}, "client": gateway.NewClient(env.url, "")} {
-		run, err := ops.StartRun(ctx, "deploy", json.RawMessage(`{"host": "web-1"}`), map[string]string{"via": name})
+		run, err := ops.StartRun(ctx, "deploy", json.RawMessage(`{"host": "web-1"}`), gateway.StartOptions{Labels: map[string]string{"via": name}})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if v := waitRunEnd(t, env, run.ID); v.Status != "succeeded" || v.StartedBy != "api" || v.Labels["via"] != name {
 			t.Errorf("%s: the run is %s, started by %s, labels %v", name, v.Status, v.StartedBy, v.Labels)
 		}
-		if _, err := ops.StartRun(ctx, "deploy", json.RawMessage(`{"count": 1}`), nil); err == nil || !strings.Contains(err.Error(), "host: required field is missing") {
+		if _, err := ops.StartRun(ctx, "deploy", json.RawMessage(`{"count": 1}`), gateway.StartOptions{}); err == nil || !strings.Contains(err.Error(), "host: required field is missing") {
 			t.Errorf("%s: a payload without host: %v", name, err)
 		}
-		if _, err := ops.StartRun(ctx, "deplo", nil, nil); err == nil || !strings.Contains(err.Error(), `did you mean "deploy"`) {
+		if _, err := ops.StartRun(ctx, "deplo", nil, gateway.StartOptions{}); err == nil || !strings.Contains(err.Error(), `did you mean "deploy"`) {
 			t.Errorf("%s: an unknown chain: %v", name, err)
 		}
-		if _, err := ops.StartRun(ctx, "hello", nil, map[string]string{"": "x"}); err == nil {
+		if _, err := ops.StartRun(ctx, "hello", nil, gateway.StartOptions{Labels: map[string]string{"": "x"}}); err == nil {
 			t.Errorf("%s: a label without a key was taken", name)
 		}
+	}
+	local, client := &gateway.Local{GW: env.gw}, gateway.NewClient(env.url, "")
+	ids := make(chan string, 2)
+	for _, ops := range []gateway.Ops{local, client} {
+		go func() {
+			run, err := ops.StartRun(ctx, "deploy", json.RawMessage(`{"host": "web-3"}`), gateway.StartOptions{IdempotencyKey: "deploy-web-3"})
+			if err != nil {
+				t.Errorf("a keyed start: %v", err)
+				ids <- ""
+				return
+			}
+			ids <- run.ID
+		}()
+	}
+	if a, b := <-ids, <-ids; a == "" || a != b {
+		t.Errorf("two starts under one key, through the store and the API: runs %q and %q", a, b)
+	}
+	page, err := local.ListRuns(ctx, store.RunFilter{Chain: "deploy"})
+	if err != nil || len(page.Runs) != 3 {
+		t.Errorf("deploy's runs: %d, %v; want the two started unkeyed and one keyed", len(page.Runs), err)
 	}
 }

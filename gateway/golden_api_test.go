@@ -65,6 +65,8 @@ func (g *goldenAPI) walk(t *testing.T) {
 	g.check(t, "runs_get_unknown", "GET", "/v1/runs/no-such-run", "")
 	g.check(t, "runs_events", "GET", "/v1/runs/"+id+"/events?follow=false", "")
 	g.check(t, "runs_dag", "GET", "/v1/runs/"+id+"/dag", "")
+	g.check(t, "runs_step", "GET", "/v1/runs/"+id+"/steps/page", "")
+	g.check(t, "runs_step_unknown", "GET", "/v1/runs/"+id+"/steps/nothing", "")
 	g.check(t, "runs_cancel_finished", "POST", "/v1/runs/"+id+"/cancel", "")
 	g.check(t, "runs_list", "GET", "/v1/runs?chain=typed", "")
 
@@ -73,6 +75,7 @@ func (g *goldenAPI) walk(t *testing.T) {
 	splitID := g.id(t, split, "split run", "id")
 	g.check(t, "runs_get_split_items", "GET", "/v1/runs/"+splitID+"?items=true", "")
 	g.check(t, "runs_dag_split", "GET", "/v1/runs/"+splitID+"/dag", "")
+	g.check(t, "runs_step_item", "GET", "/v1/runs/"+splitID+"/steps/check[1]", "")
 	g.vary = nil
 
 	broken := g.check(t, "runs_start_failing", "POST", "/v1/chains/breaks/runs?wait=20s", `{}`)

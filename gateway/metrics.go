@@ -324,35 +324,36 @@ func (m *Metrics) registerLimits(ls *limits.Set) {
 	})
 }
 
-// metricValue is one series of a metric as the console reads it.
-type metricValue struct {
-	labels map[string]string
-	value  float64
+// MetricSample is one series of a metric, now: its labels by name, and
+// its value.
+type MetricSample struct {
+	Labels map[string]string
+	Value  float64
 }
 
 // samples reads the series of the metric called name, now.
-func (m *Metrics) samples(name string) []metricValue {
+func (m *Metrics) samples(name string) []MetricSample {
 	families, err := m.reg.Gather()
 	if err != nil {
 		return nil
 	}
-	var out []metricValue
+	var out []MetricSample
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
 		}
 		for _, mt := range f.GetMetric() {
-			v := metricValue{labels: map[string]string{}}
+			v := MetricSample{Labels: map[string]string{}}
 			for _, l := range mt.GetLabel() {
-				v.labels[l.GetName()] = l.GetValue()
+				v.Labels[l.GetName()] = l.GetValue()
 			}
 			switch {
 			case mt.Counter != nil:
-				v.value = mt.Counter.GetValue()
+				v.Value = mt.Counter.GetValue()
 			case mt.Gauge != nil:
-				v.value = mt.Gauge.GetValue()
+				v.Value = mt.Gauge.GetValue()
 			case mt.Untyped != nil:
-				v.value = mt.Untyped.GetValue()
+				v.Value = mt.Untyped.GetValue()
 			}
 			out = append(out, v)
 		}

@@ -14,19 +14,30 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/textx"
 )
 
 // Ops are what operators do with runs and the dead-letter queue. The HTTP
-// API serves them, and the command line runs them either through the API
-// (Client) or straight on a store (Local).
+// API serves them, the web console (gateway/console) acts through them, and
+// the command line runs them either through the API (Client) or straight on
+// a store (Local).
 type Ops interface {
 	// StartRun starts a run of a chain with a payload (one JSON value;
-	// empty means {}) and labels, as POST /v1/chains/{name}/runs does
-	// without an Idempotency-Key: the run is started by "api", and who
-	// started it is the context's actor, in the gateway's log.
-	StartRun(ctx context.Context, chainName string, payload json.RawMessage, labels map[string]string) (*Run, error)
+	// empty means {}), as POST /v1/chains/{name}/runs does: the run is
+	// started by "api", and who started it is the context's actor, in the
+	// gateway's log. A start under an idempotency key an earlier start
+	// took returns that start's run rather than starting another.
+	StartRun(ctx context.Context, chainName string, payload json.RawMessage, opts StartOptions) (*Run, error)
 	ListRuns(ctx context.Context, f store.RunFilter) (RunPage, error)
 	Run(ctx context.Context, id string, items bool) (*RunView, error)
+	// RunHeader reads a run without its origin or its steps: what it is
+	// and where it stands, for following a run whose payload may be tens
+	// of MB.
+	RunHeader(ctx context.Context, id string) (*Run, error)
+	// Step reads one step record of a run, a step inside a split's item
+	// too, without reading the others; store.ErrNotFound when the run has
+	// none under key (it has not started, or there is no such step).
+	Step(ctx context.Context, id, key string) (*Step, error)
 	CancelRun(ctx context.Context, id string) error
 	// DeleteRun removes a run that has ended, and its dead-letter entries.
 	DeleteRun(ctx context.Context, id string) (*DeleteResult, error)
@@ -53,6 +64,8 @@ type Ops interface {
 	// SplitItems pages through the finished items of the split whose
 	// record key is split, those with status only when status is set.
 	SplitItems(ctx context.Context, id, split, status string, offset, limit int) (*ItemPage, error)
+	// ListDLQ lists a page of the entries f selects, those after f.After
+	// when it is set; ListAllDLQ reads on, page after page.
 	ListDLQ(ctx context.Context, f store.DLQFilter) ([]*DLQEntry, error)
 	// Pause pauses a trigger or schedule (kind PauseTrigger or
 	// PauseSchedule) on every gateway sharing the store; Resume lifts the
@@ -65,6 +78,18 @@ type Ops interface {
 	ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.ReplayOptions, concurrency int) (*BulkReplay, error)
 	DeleteDLQ(ctx context.Context, id string) error
 	PurgeDLQ(ctx context.Context, f store.DLQFilter) (int, error)
+}
+
+// StartOptions are what a run is started with besides its chain and
+// payload.
+type StartOptions struct {
+	// Labels say what the run is about.
+	Labels map[string]string
+	// IdempotencyKey is the Idempotency-Key POST /v1/chains/{name}/runs
+	// takes: the starts of a chain that carry the same key within
+	// idempotencyTTL start one run, however many are sent at once. Empty
+	// starts a run each time.
+	IdempotencyKey string
 }
 
 // RunView is a run with its step records.
@@ -129,24 +154,29 @@ type Local struct {
 
 var _ Ops = (*Local)(nil)
 
-// StartRun implements Ops, through the path the API's start takes.
-func (l *Local) StartRun(ctx context.Context, chainName string, payload json.RawMessage, labels map[string]string) (*Run, error) {
+// StartRun implements Ops, through the path the API's start takes: a key
+// is claimed where the API claims it, so a key sent to either starts one
+// run.
+func (l *Local) StartRun(ctx context.Context, chainName string, payload json.RawMessage, opts StartOptions) (*Run, error) {
 	if len(bytes.TrimSpace(payload)) == 0 {
 		payload = json.RawMessage(`{}`)
 	}
 	if err := ParseJSON(payload, nil); err != nil {
 		return nil, badRequest("invalid_json", "the run's payload must be one JSON value: %v", err)
 	}
-	if err := checkLabels(labels); err != nil {
+	if err := checkLabels(opts.Labels); err != nil {
 		return nil, err
 	}
-	in := engine.Input{Payload: payload, StartedBy: store.StartedByAPI, Labels: labels}
-	id, status, _, err := l.GW.startKeyed(ctx, chainName, "", "", 0, in)
+	in := engine.Input{Payload: payload, StartedBy: store.StartedByAPI, Labels: opts.Labels}
+	id, status, replayed, err := l.GW.startKeyed(ctx, chainName, startKeyPrefix(chainName), opts.IdempotencyKey, idempotencyTTL, in)
 	if err != nil {
 		return nil, err
 	}
+	if replayed {
+		return l.RunHeader(ctx, id)
+	}
 	l.GW.Log.Info("run started", "chain", chainName, "run", id, "by", engine.Actor(ctx))
-	return &Run{ID: id, Chain: chainName, Status: status, StartedBy: store.StartedByAPI, Labels: labels}, nil
+	return &Run{ID: id, Chain: chainName, Status: status, StartedBy: store.StartedByAPI, Labels: opts.Labels}, nil
 }
 
 // checkLabels refuses labels a run's start through the API would refuse.
@@ -157,9 +187,9 @@ func checkLabels(labels map[string]string) error {
 	for k, v := range labels {
 		switch {
 		case k == "" || strings.Contains(k, "="):
-			return badRequest("invalid_parameter", "label %q: a label is KEY=VALUE, its key neither empty nor holding =", short(k, 40))
+			return badRequest("invalid_parameter", "label %q: a label is KEY=VALUE, its key neither empty nor holding =", textx.Short(k, 40))
 		case len(k) > MaxLabelKeyBytes || len(v) > MaxLabelValueSize:
-			return badRequest("invalid_parameter", "label %q: a label's key is at most %d bytes and its value %d", short(k+"="+v, 40), MaxLabelKeyBytes, MaxLabelValueSize)
+			return badRequest("invalid_parameter", "label %q: a label's key is at most %d bytes and its value %d", textx.Short(k+"="+v, 40), MaxLabelKeyBytes, MaxLabelValueSize)
 		}
 	}
 	return nil
@@ -189,6 +219,15 @@ func (l *Local) Run(ctx context.Context, id string, items bool) (*RunView, error
 		return nil
 	})
 	return v, err
+}
+
+// RunHeader implements Ops.
+func (l *Local) RunHeader(ctx context.Context, id string) (*Run, error) {
+	run, err := l.GW.Store.RunHeader(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return apiRun(run), nil
 }
 
 // DeleteResult says what deleting a run removed.
@@ -374,56 +413,50 @@ func runEnded(t store.EventType) bool {
 
 // DAG implements Ops.
 func (l *Local) DAG(ctx context.Context, id string) (*DAG, error) {
-	_, d, err := l.runDAG(ctx, id)
-	return d, err
+	v, err := l.Run(ctx, id, false)
+	if err != nil {
+		return nil, err
+	}
+	def, err := l.GW.Engine.Definition(ctx, v.Chain, v.ChainHash)
+	if err != nil {
+		return nil, err
+	}
+	return v.DAG(def), nil
 }
 
-// runDAG reads a run and its step records once, for its record and its
-// DAG together.
-func (l *Local) runDAG(ctx context.Context, id string) (*store.Run, *DAG, error) {
-	run, err := l.GW.Store.Run(ctx, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	def, err := l.GW.Engine.Definition(ctx, run.Chain, run.ChainHash)
-	if err != nil {
-		return nil, nil, err
-	}
-	recs := map[string]*store.StepRecord{}
-	err = l.GW.Store.ForEachStep(ctx, id, store.StepScan{SkipItems: true}, func(rec *store.StepRecord) error {
-		recs[rec.Key] = rec
-		return nil
-	})
-	if err != nil {
-		return nil, nil, err
-	}
+// DAG is the run's steps with their status, shaped as def, the chain the
+// run started with, is. It reads the step records the view holds, so that
+// a page showing a run and its graph reads them once.
+func (v *RunView) DAG(def *chain.Chain) *DAG {
 	g := def.Graph()
-	return run, &DAG{Run: run.ID, Chain: run.Chain, Nodes: dagNodes(g.Nodes, "", recs), Edges: g.Edges}, nil
+	return &DAG{Run: v.ID, Chain: v.Chain, Nodes: dagNodes(g.Nodes, "", v.Steps), Edges: g.Edges}
 }
 
-func dagNodes(nodes []*chain.Node, prefix string, recs map[string]*store.StepRecord) []*DAGNode {
+func dagNodes(nodes []*chain.Node, prefix string, steps map[string]*Step) []*DAGNode {
 	out := make([]*DAGNode, 0, len(nodes))
 	for _, n := range nodes {
 		d := &DAGNode{Name: n.Name, Kind: n.Kind, Provider: n.Provider, Join: n.Join, Status: "not_started"}
-		if rec := recs[prefix+n.Name]; rec != nil {
-			d.Status, d.Attempts, d.Error, d.Split, d.ChildRun = string(rec.Status), rec.Attempts, apiErrorInfo(rec.Error), apiSplit(rec.Split), rec.Child
+		if st := steps[prefix+n.Name]; st != nil {
+			d.Status, d.Attempts, d.Error, d.Split, d.ChildRun = st.Status, st.Attempts, st.Error, st.Split, st.Child
 		}
 		if n.Kind == "parallel" {
-			d.Children = dagNodes(n.Children, prefix+n.Name+"/", recs)
+			d.Children = dagNodes(n.Children, prefix+n.Name+"/", steps)
 		}
 		out = append(out, d)
 	}
 	return out
 }
 
-// step reads one step record of a run, or nil when the run has none
-// under key.
-func (l *Local) step(ctx context.Context, id, key string) (*Step, error) {
+// Step implements Ops.
+func (l *Local) Step(ctx context.Context, id, key string) (*Step, error) {
 	var found *Step
 	err := l.GW.Store.ForEachStep(ctx, id, store.StepScan{Prefix: key, Exact: true}, func(r *store.StepRecord) error {
 		found = apiStep(r)
 		return nil
 	})
+	if err == nil && found == nil {
+		err = fmt.Errorf("%w: run %s has no record of step %q", store.ErrNotFound, id, key)
+	}
 	return found, err
 }
 
@@ -605,14 +638,29 @@ func (l *Local) ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.R
 
 // allDLQ lists every entry a filter selects, past the store's page limit.
 func (l *Local) allDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEntry, error) {
+	return allPages(f, func(f store.DLQFilter) ([]*store.DLQEntry, error) { return l.GW.Store.ListDLQ(ctx, f) },
+		func(e *store.DLQEntry) string { return e.ID })
+}
+
+// ListAllDLQ lists every entry a filter selects through ops, up to f.Limit
+// when it is set: a page is at most MaxPageLimit entries, wherever ops
+// reads them.
+func ListAllDLQ(ctx context.Context, ops Ops, f store.DLQFilter) ([]*DLQEntry, error) {
+	return allPages(f, func(f store.DLQFilter) ([]*DLQEntry, error) { return ops.ListDLQ(ctx, f) },
+		func(e *DLQEntry) string { return e.ID })
+}
+
+// allPages lists every entry f selects with list, a page at a time, each
+// page after the last entry of the one before (id says an entry's id).
+func allPages[E any](f store.DLQFilter, list func(store.DLQFilter) ([]E, error), id func(E) string) ([]E, error) {
 	limit := f.Limit
-	var out []*store.DLQEntry
+	var out []E
 	for {
 		f.Limit = dlqPage
 		if limit > 0 {
 			f.Limit = min(dlqPage, limit-len(out))
 		}
-		page, err := l.GW.Store.ListDLQ(ctx, f)
+		page, err := list(f)
 		if err != nil {
 			return nil, err
 		}
@@ -620,12 +668,13 @@ func (l *Local) allDLQ(ctx context.Context, f store.DLQFilter) ([]*store.DLQEntr
 		if len(page) < f.Limit || (limit > 0 && len(out) == limit) {
 			return out, nil
 		}
-		f.After = page[len(page)-1].ID
+		f.After = id(page[len(page)-1])
 	}
 }
 
-// dlqPage is how many entries a bulk operation reads at a time.
-const dlqPage = 1000
+// dlqPage is how many entries a bulk operation reads at a time: as many
+// as the API lists at once.
+const dlqPage = MaxPageLimit
 
 // DeleteDLQ implements Ops.
 func (l *Local) DeleteDLQ(ctx context.Context, id string) error {

@@ -164,8 +164,8 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if len(b.Reason) > maxComment {
-		s.writeError(w, r, badRequest("invalid_parameter", "reason is %d bytes; at most %d", len(b.Reason), maxComment))
+	if len(b.Reason) > MaxComment {
+		s.writeError(w, r, badRequest("invalid_parameter", "reason is %d bytes; at most %d", len(b.Reason), MaxComment))
 		return
 	}
 	before, err := s.gw.Paused(r.Context(), r.PathValue("kind"), r.PathValue("name"))

@@ -11,6 +11,9 @@ import (
 // them (the API's started_by, the command line's --started-by).
 var startedKinds = []string{store.StartedByTrigger, store.StartedBySchedule, store.StartedByAPI, store.StartedByCLI, store.StartedByReplay, store.StartedBySubChain}
 
+// StartedKinds are the ways a run starts, for a form to offer as choices.
+func StartedKinds() []string { return slices.Clone(startedKinds) }
+
 // CheckStartedBy refuses a value of the named parameter (the API's
 // started_by, the command line's --started-by) no run can match: it is ""
 // (any), a kind, or a trigger's or schedule's kind and name ("trigger:am").

@@ -65,6 +65,9 @@ type Server struct {
 	// slackOut, when set, posts Slack replies in place of
 	// defaultSlackResponder.
 	slackOut atomic.Pointer[slackResponder]
+	// console builds the web console's handler for its base path; nil
+	// serves none.
+	console func(base string) http.Handler
 }
 
 // Token environment variables; they add to [gateway.auth]. EnvTokens and
@@ -162,7 +165,9 @@ func tokenValue(t chain.Token, vals map[string]string) string {
 	return t.Value
 }
 
-func (s *Server) config() *chain.Config {
+// Config is the config the gateway serves now: as loaded, or as last
+// reloaded.
+func (s *Server) Config() *chain.Config {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.cfg
@@ -284,7 +289,7 @@ func (s *Server) checkAuthKept(cfg *chain.Config) error {
 // lapsed as it goes; then it stops intake, lets calls in flight finish for
 // up to grace, and returns. The caller closes the gateway.
 func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) error {
-	lim := s.config().Gateway.Limits
+	lim := s.Config().Gateway.Limits
 	srv := s.httpServer(lim)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(limitConns(l, lim, s.metrics.Refused)) }()
@@ -340,9 +345,9 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	return err
 }
 
-// lastReloadError is why the last reload was refused, as validate prints
+// LastReloadError is why the last reload was refused, as validate prints
 // it; empty when it was not.
-func (s *Server) lastReloadError() string {
+func (s *Server) LastReloadError() string {
 	if p := s.reloadErr.Load(); p != nil {
 		return *p
 	}
@@ -369,7 +374,7 @@ func (s *Server) untilStop(ctx context.Context) (context.Context, context.Cancel
 // that died, once their leases lapse. It looks a few times per lease, so a
 // run resumes well within a second of its lease lapsing.
 func (s *Server) adopt(ctx context.Context) {
-	adopt(ctx, s.gw.Engine, s.log, "unfinished runs", time.Duration(s.config().Gateway.LeaseTTLSeconds)*time.Second)
+	adopt(ctx, s.gw.Engine, s.log, "unfinished runs", time.Duration(s.Config().Gateway.LeaseTTLSeconds)*time.Second)
 }
 
 // APIError is an error as the API reports it.
@@ -382,8 +387,10 @@ type APIError struct {
 
 func (e *APIError) Error() string { return e.Code + ": " + e.Message }
 
-// apiError maps an error to its status and code, in this one place.
-func apiError(err error) *APIError {
+// AsAPIError maps an error to its status and code, in this one place: the
+// API answers with it, and the console shows an operation's error with the
+// status the API would give it.
+func AsAPIError(err error) *APIError {
 	var ae *APIError
 	var ce *chain.ConfigError
 	var ie *chain.InputError
@@ -446,7 +453,7 @@ func apiError(err error) *APIError {
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	ae := apiError(err)
+	ae := AsAPIError(err)
 	switch {
 	case ae.Code == "shutting_down":
 		// Expected while draining: load balancers probe /readyz to see it.
@@ -492,42 +499,85 @@ const (
 func (s *Server) guard(need access, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if need != public && !s.AuthEnabled() {
-			if err := loopbackOnly(r); err != nil {
+			if err := LoopbackOnly(r); err != nil {
 				s.writeError(w, r, err)
 				return
 			}
 		}
 		if need != public && s.AuthEnabled() {
 			presented := r.Header.Get("Authorization")
-			if presented != "" {
-				if wait := s.credentialWait(r); wait > 0 {
-					w.Header().Set("Retry-After", strconv.Itoa(wait))
-					s.writeError(w, r, &APIError{Status: http.StatusTooManyRequests, Code: "too_many_auth_failures", Message: fmt.Sprintf("too many wrong credentials came from this address; the next one is checked in %d s", wait)})
-					return
+			var cred Credential
+			var err error
+			if presented == "" {
+				err = ErrUnknownToken
+			} else {
+				tok, bearer := strings.CutPrefix(presented, "Bearer ")
+				if !bearer {
+					// Counted as a wrong token, whatever it holds.
+					tok = ""
 				}
+				cred, err = s.CheckToken(r, tok)
 			}
-			tok, ok := strings.CutPrefix(presented, "Bearer ")
-			s.mu.RLock()
-			write, read := matches(tok, s.writeTok), matches(tok, s.readTok)
-			s.mu.RUnlock()
+			var wait *CredentialWaitError
 			switch {
-			case !ok || (!write && !read):
-				if presented != "" {
-					s.failedCredential(r)
-				}
+			case errors.As(err, &wait):
+				w.Header().Set("Retry-After", strconv.Itoa(wait.Seconds))
+				s.writeError(w, r, &APIError{Status: http.StatusTooManyRequests, Code: "too_many_auth_failures", Message: wait.Error()})
+				return
+			case err != nil:
 				w.Header().Set("WWW-Authenticate", `Bearer realm="chaingate"`)
 				s.writeError(w, r, &APIError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid bearer token is required"})
 				return
-			case need == writeAccess && !write:
+			case need == writeAccess && !cred.Write:
 				s.writeError(w, r, &APIError{Status: http.StatusForbidden, Code: "forbidden", Message: "this token may only read"})
 				return
 			}
-			r = r.WithContext(engine.WithActor(r.Context(), s.tokenName(tok)+" (API)"))
+			r = r.WithContext(engine.WithActor(r.Context(), cred.Name+" (API)"))
 		} else if need != public {
 			r = r.WithContext(engine.WithActor(r.Context(), "a loopback client (API)"))
 		}
 		h(w, r)
 	}
+}
+
+// Credential is what an API token may do, and the name what it does is
+// recorded under.
+type Credential struct {
+	// Name is the name [gateway.auth] or the environment gives the token,
+	// or the start of its SHA-256 for a token without one.
+	Name string
+	// Write is a full token's: it may change things, not only read.
+	Write bool
+}
+
+// ErrUnknownToken is a token that is none of the API's.
+var ErrUnknownToken = errors.New("the token is not one of the gateway's API tokens")
+
+// CredentialWaitError refuses to check a credential from an address that
+// presented too many wrong ones, for Seconds more.
+type CredentialWaitError struct{ Seconds int }
+
+func (e *CredentialWaitError) Error() string {
+	return fmt.Sprintf("too many wrong credentials came from this address; the next one is checked in %d s", e.Seconds)
+}
+
+// CheckToken checks a token r presents, as a bearer token or in the
+// console's sign-in form, against the API's tokens, so that both count
+// wrong ones against the same address: a *CredentialWaitError while that
+// address must wait, ErrUnknownToken (counted) for a token that is none
+// of the API's.
+func (s *Server) CheckToken(r *http.Request, tok string) (Credential, error) {
+	if wait := s.credentialWait(r); wait > 0 {
+		return Credential{}, &CredentialWaitError{Seconds: wait}
+	}
+	s.mu.RLock()
+	write, read := matches(tok, s.writeTok), matches(tok, s.readTok)
+	s.mu.RUnlock()
+	if !write && !read {
+		s.failedCredential(r)
+		return Credential{}, ErrUnknownToken
+	}
+	return Credential{Name: s.tokenName(tok), Write: write}, nil
 }
 
 // credentialWait is how many seconds r's address must wait before a
@@ -577,7 +627,7 @@ func matches(tok string, list [][]byte) bool {
 
 // readBody reads a request body up to the configured limit.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	limit := int64(s.config().Gateway.Limits.MaxRequestBytes)
+	limit := int64(s.Config().Gateway.Limits.MaxRequestBytes)
 	if limit <= 0 {
 		limit = chain.DefaultMaxRequestBytes
 	}

@@ -97,7 +97,7 @@ var slackEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Re
 // answer is recorded or refused; what came of it goes to the
 // interaction's response_url.
 func (s *Server) slackInteractions(w http.ResponseWriter, r *http.Request) {
-	sl := s.config().Gateway.Slack
+	sl := s.Config().Gateway.Slack
 	if sl == nil {
 		s.writeError(w, r, &APIError{Status: http.StatusNotFound, Code: "not_found", Message: "Slack interactions are not configured: the config has no [gateway.slack]"})
 		return
@@ -243,7 +243,7 @@ func (s *Server) slackAnswer(ctx context.Context, sl *chain.Slack, in *slackInte
 	defer cancel()
 	d, err := s.ops.Signal(ctx, runID, step, decision, "")
 	if err != nil {
-		if apiError(err).Status >= http.StatusInternalServerError {
+		if AsAPIError(err).Status >= http.StatusInternalServerError {
 			log.Error("recording an answer from Slack", "err", err)
 		} else {
 			log.Info("Slack answer refused", "err", err)

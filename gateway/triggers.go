@@ -46,7 +46,7 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 	tr := cfg.Triggers[name]
 	write, read, open := s.apiAccess(r)
 	if open {
-		if err := loopbackOnly(r); err != nil {
+		if err := LoopbackOnly(r); err != nil {
 			s.writeError(w, r, err)
 			return
 		}

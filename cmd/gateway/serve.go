@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/console"
 )
 
 const serveHelp = `Usage: gateway serve --config PATH... [--listen ADDR] [--state URL]
@@ -96,6 +98,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}()
 	srv := gateway.NewServer(gw, hub, metrics, configs)
+	srv.MountConsole(func(base string) http.Handler { return console.New(srv, base, logger.With("component", "console")) })
 	if !*noWorker {
 		srv.WorkItems()
 	}

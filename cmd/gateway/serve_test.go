@@ -127,6 +127,34 @@ provider = "faulty"
 	}
 }
 
+// TestServeServesTheConsole finds the web console that serve mounts on
+// its API, showing the config's chains, and none where [gateway.ui] turns
+// it off.
+func TestServeServesTheConsole(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, ui string
+		status   int
+	}{{"on", "", http.StatusOK}, {"off", "[gateway.ui]\nenabled = false\n", http.StatusNotFound}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "gateway.toml")
+			writeFile(t, cfg, strings.Replace(strings.ReplaceAll(serveConfig, "DIR", dir), "[[providers]]", tc.ui+"\n[[providers]]", 1))
+			gw := startServe(t, cfg, filepath.Join(dir, "gw.db"))
+			resp, err := http.Get(gw.url + "/ui/chains")
+			if err != nil {
+				t.Fatal(err)
+			}
+			page, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || (tc.status == http.StatusOK && !strings.Contains(string(page), `href="/ui/chains/slow"`)) {
+				t.Errorf("GET /ui/chains: %d\n%s", resp.StatusCode, page)
+			}
+		})
+	}
+}
+
 // TestOperatorCommands drives runs and dlq commands against a server and
 // straight on a store.
 func TestOperatorCommands(t *testing.T) {

@@ -1,4 +1,4 @@
-package gateway
+package console
 
 import (
 	"cmp"
@@ -15,6 +15,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
 
@@ -56,7 +57,7 @@ func filledIn(vals []string) []string {
 
 // approvalLine is one question an approval step asks now.
 type approvalLine struct {
-	Run    *Run
+	Run    *gateway.Run
 	Labels []labelLink
 	// Step is the step's key: a sub-step of a group is GROUP/NAME.
 	Step     string
@@ -79,11 +80,11 @@ type approvalsView struct {
 }
 
 // maxApprovalRuns bounds the waiting runs the approvals page reads.
-const maxApprovalRuns = MaxPageLimit
+const maxApprovalRuns = gateway.MaxPageLimit
 
 func (c *console) approvalsPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
 	ctx := r.Context()
-	page, err := c.s.ops.ListRuns(ctx, store.RunFilter{Status: store.RunWaiting, Limit: maxApprovalRuns, NoOrigins: true})
+	page, err := c.ops.ListRuns(ctx, store.RunFilter{Status: store.RunWaiting, Limit: maxApprovalRuns, NoOrigins: true})
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -93,7 +94,7 @@ func (c *console) approvalsPage(w http.ResponseWriter, r *http.Request, sess *ui
 		lines, err := c.questions(ctx, run)
 		if err != nil {
 			// Gone since it was listed, or unreadable: the rest still show.
-			c.s.log.Warn("reading a waiting run's approval steps for the console", "run", run.ID, "err", err)
+			c.log.Warn("reading a waiting run's approval steps for the console", "run", run.ID, "err", err)
 			continue
 		}
 		v.Lines = append(v.Lines, lines...)
@@ -112,16 +113,16 @@ func (c *console) approvalsPage(w http.ResponseWriter, r *http.Request, sess *ui
 		}
 		return a.Asked.Compare(b.Asked)
 	})
-	c.page(w, r, sess, "approvals.html", "Approvals", "approvals", v)
+	c.livePage(w, r, sess, "approvals-live", "approvals.html", "Approvals", "approvals", v)
 }
 
 // questions are the approval steps of a run that wait for an answer.
-func (c *console) questions(ctx context.Context, run *Run) ([]*approvalLine, error) {
-	rv, err := c.s.ops.Run(ctx, run.ID, false)
+func (c *console) questions(ctx context.Context, run *gateway.Run) ([]*approvalLine, error) {
+	rv, err := c.ops.Run(ctx, run.ID, false)
 	if err != nil {
 		return nil, err
 	}
-	def, err := c.s.gw.Engine.Definition(ctx, rv.Chain, rv.ChainHash)
+	def, err := c.host.Definition(ctx, rv.Chain, rv.ChainHash)
 	if err != nil {
 		return nil, err
 	}
@@ -150,8 +151,8 @@ func (c *console) answered(ctx context.Context, id, step string) {
 	ctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
 	defer cancel()
 	for {
-		rec, err := c.s.ops.step(ctx, id, step)
-		if err != nil || rec == nil || rec.Status != string(store.StepRunning) {
+		rec, err := c.ops.Step(ctx, id, step)
+		if err != nil || rec.Status != string(store.StepRunning) {
 			return
 		}
 		select {
@@ -175,7 +176,7 @@ type redriveLine struct {
 // redrives are the splits of a run that ended whose failed or skipped
 // items can run again: top-level splits that ended, of a run that is no
 // sub-chain's.
-func redrives(run *Run, nodes []*DAGNode) []redriveLine {
+func redrives(run *gateway.Run, nodes []*gateway.DAGNode) []redriveLine {
 	if !run.Final() || run.ParentRun != "" {
 		return nil
 	}
@@ -195,14 +196,14 @@ func (c *console) redrive(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 	id, step := r.PathValue("id"), r.PathValue("step")
 	var opts engine.RedriveOptions
 	switch items := r.PostFormValue("items"); items {
-	case RedriveFailed:
-	case RedriveFailedAndSkipped:
+	case gateway.RedriveFailed:
+	case gateway.RedriveFailedAndSkipped:
 		opts.Skipped = true
 	default:
-		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("items must be %s or %s", RedriveFailed, RedriveFailedAndSkipped))
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("items must be %s or %s", gateway.RedriveFailed, gateway.RedriveFailedAndSkipped))
 		return
 	}
-	run, err := c.s.ops.RedriveSplit(r.Context(), id, step, opts)
+	run, err := c.ops.RedriveSplit(r.Context(), id, step, opts)
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -221,24 +222,24 @@ type pausable struct {
 	Kind, Name, Chain string
 	// What it is: a trigger's type, a schedule's cron or interval.
 	What  string
-	Pause *Pause
+	Pause *gateway.Pause
 }
 
 // pausables are the config's triggers and schedules, with their pauses.
 func (c *console) pausables(ctx context.Context) ([]*pausable, error) {
-	ps, err := c.s.ops.Pauses(ctx)
+	ps, err := c.ops.Pauses(ctx)
 	if err != nil {
 		return nil, err
 	}
-	paused := map[string]*Pause{}
+	paused := map[string]*gateway.Pause{}
 	for _, p := range ps {
 		paused[p.Kind+"\x00"+p.Name] = p
 	}
-	cfg := c.s.config()
+	cfg := c.host.Config()
 	var out []*pausable
 	for _, name := range cfg.TriggerNames {
 		tr := cfg.Triggers[name]
-		out = append(out, &pausable{Kind: PauseTrigger, Name: name, Chain: tr.Chain, What: string(tr.Type), Pause: paused[PauseTrigger+"\x00"+name]})
+		out = append(out, &pausable{Kind: gateway.PauseTrigger, Name: name, Chain: tr.Chain, What: string(tr.Type), Pause: paused[gateway.PauseTrigger+"\x00"+name]})
 	}
 	for _, name := range cfg.ScheduleNames {
 		s := cfg.Schedules[name]
@@ -246,7 +247,7 @@ func (c *console) pausables(ctx context.Context) ([]*pausable, error) {
 		if s.Every > 0 {
 			what = "every " + s.Every.String()
 		}
-		out = append(out, &pausable{Kind: PauseSchedule, Name: name, Chain: s.Chain, What: what, Pause: paused[PauseSchedule+"\x00"+name]})
+		out = append(out, &pausable{Kind: gateway.PauseSchedule, Name: name, Chain: s.Chain, What: what, Pause: paused[gateway.PauseSchedule+"\x00"+name]})
 	}
 	return out, nil
 }
@@ -266,17 +267,17 @@ func (c *console) pauseAction(w http.ResponseWriter, r *http.Request, _ *uiSessi
 	switch r.PostFormValue("action") {
 	case "pause":
 		reason := strings.TrimSpace(r.PostFormValue("reason"))
-		if len(reason) > maxComment {
-			c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("the reason is %d bytes; at most %d", len(reason), maxComment))
+		if len(reason) > gateway.MaxComment {
+			c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("the reason is %d bytes; at most %d", len(reason), gateway.MaxComment))
 			return
 		}
-		if _, err := c.s.ops.Pause(r.Context(), kind, name, reason); err != nil {
+		if _, err := c.ops.Pause(r.Context(), kind, name, reason); err != nil {
 			c.failErr(w, r, err)
 			return
 		}
 		code = "paused"
 	case "unpause":
-		p, err := c.s.ops.Resume(r.Context(), kind, name)
+		p, err := c.ops.Resume(r.Context(), kind, name)
 		if err != nil {
 			c.failErr(w, r, err)
 			return
@@ -314,6 +315,9 @@ type runForm struct {
 	Whole   bool
 	Payload string
 	Labels  string
+	// Nonce is the form's own, once: it is the start's idempotency key,
+	// so the form sent twice (a double click, a resend) starts one run.
+	Nonce string
 	// Error, with its Details, says why the last start was refused.
 	Error   string
 	Details []string
@@ -321,7 +325,7 @@ type runForm struct {
 
 // newRunForm is the run form of a chain, empty.
 func newRunForm(ch *chain.Chain) *runForm {
-	f := &runForm{Payload: "{}"}
+	f := &runForm{Payload: "{}", Nonce: randomToken()}
 	f.Fields = inputFields(ch.Input)
 	f.Whole = len(f.Fields) == 0
 	return f
@@ -428,7 +432,7 @@ func labelLines(box string) []string {
 // start refused shows the form again, as filled in, saying why.
 func (c *console) startRun(w http.ResponseWriter, r *http.Request, sess *uiSession) {
 	name := r.PathValue("name")
-	cfg := c.s.config()
+	cfg := c.host.Config()
 	ch := cfg.Chains[name]
 	if ch == nil {
 		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("no chain %q%s", name, cfg.ChainHint(name)))
@@ -436,20 +440,29 @@ func (c *console) startRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 	}
 	form := newRunForm(ch)
 	form.Payload, form.Labels = r.PostFormValue("payload"), r.PostFormValue("labels")
+	// A start refused and sent again, corrected, is still the same form's.
+	if nonce := r.PostFormValue("nonce"); nonce != "" {
+		form.Nonce = nonce
+	}
 	for i := range form.Fields {
 		form.Fields[i].Value = r.PostFormValue("field." + form.Fields[i].Name)
 	}
 	refuse := func(err error) {
-		ae := apiError(err)
+		ae := gateway.AsAPIError(err)
 		form.Error, form.Details = ae.Message, ae.Details
 		c.chainPageWith(w, r, sess, name, form, ae.Status)
 	}
-	if c.s.draining.Load() {
+	if c.host.Stopping().Err() != nil {
 		// As the API's start: the gateway is shutting down.
 		refuse(engine.ErrClosed)
 		return
 	}
-	labels, err := ParseLabels("labels", labelLines(form.Labels), true)
+	if !isToken(form.Nonce) {
+		form.Nonce = randomToken()
+		refuse(&gateway.APIError{Status: http.StatusBadRequest, Code: "invalid_parameter", Message: "the form's nonce is not one the console gave; send the form again"})
+		return
+	}
+	labels, err := gateway.ParseLabels("labels", labelLines(form.Labels), true)
 	if err != nil {
 		refuse(err)
 		return
@@ -463,7 +476,7 @@ func (c *console) startRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		refuse(&http.MaxBytesError{Limit: int64(limit)})
 		return
 	}
-	run, err := c.s.ops.StartRun(r.Context(), name, payload, labels)
+	run, err := c.ops.StartRun(r.Context(), name, payload, gateway.StartOptions{Labels: labels, IdempotencyKey: "console/" + form.Nonce})
 	if err != nil {
 		refuse(err)
 		return

@@ -1,4 +1,4 @@
-package gateway
+package console
 
 import (
 	"cmp"
@@ -19,6 +19,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/providers/limits"
 )
 
@@ -56,6 +57,8 @@ func (c *console) funcs() template.FuncMap {
 		"q":     url.QueryEscape,
 		"add":   func(a, b int) int { return a + b },
 		"has":   func(list []string, s string) bool { return slices.Contains(list, s) },
+		// labelLinks are a run's labels, each a link to the runs with it.
+		"labelLinks": c.labelLinks,
 		// A run's StartedBy apart: "trigger:am" is started by trigger am.
 		"startedKind": store.StartedKind,
 		"startedName": func(startedBy string) string {
@@ -82,7 +85,7 @@ type nowView struct {
 	Waiting int
 	// Paused are the triggers and schedules paused now; a session that
 	// may write unpauses them here.
-	Paused    []*Pause
+	Paused    []*gateway.Pause
 	CanWrite  bool
 	CSRF      string
 	Slow      int
@@ -99,7 +102,7 @@ type failureGroup struct {
 }
 
 type runLine struct {
-	*Run
+	*gateway.Run
 	Slow bool
 	Step string
 }
@@ -127,11 +130,11 @@ func normaliseError(msg string) string {
 
 func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
 	ctx := r.Context()
-	ops := c.s.ops
-	v := &nowView{At: time.Now(), Since: "15 minutes", Calls: map[string][2]float64{}, FanStats: map[string]float64{}, Fanout: c.s.gw.Fanout != nil,
+	ops := c.ops
+	v := &nowView{At: time.Now(), Since: "15 minutes", Calls: map[string][2]float64{}, FanStats: map[string]float64{}, Fanout: c.host.Distributes(),
 		CanWrite: c.canWrite(sess), CSRF: sess.csrf}
 	since := time.Now().Add(-failureWindow)
-	failed, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunFailed, Since: since, Limit: MaxPageLimit, NoOrigins: true})
+	failed, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunFailed, Since: since, Limit: gateway.MaxPageLimit, NoOrigins: true})
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -158,7 +161,7 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 	}
 	sort.SliceStable(v.Failures, func(i, j int) bool { return v.Failures[i].Count > v.Failures[j].Count })
 
-	entries, err := ops.allDLQ(ctx, store.DLQFilter{Limit: maxConsoleDLQ})
+	entries, err := gateway.ListAllDLQ(ctx, ops, store.DLQFilter{Limit: maxConsoleDLQ})
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -214,26 +217,22 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 		}
 		v.InFlight = append(v.InFlight, l)
 	}
-	v.Providers = c.s.gw.limits.Stats()
-	for _, smp := range c.s.metrics.samples("chaingate_provider_calls_total") {
-		cur := v.Calls[smp.labels["provider"]]
-		if smp.labels["result"] == "ok" {
-			cur[0] = smp.value
+	v.Providers = c.host.ProviderStats()
+	for _, smp := range c.host.MetricSamples("chaingate_provider_calls_total") {
+		cur := v.Calls[smp.Labels["provider"]]
+		if smp.Labels["result"] == "ok" {
+			cur[0] = smp.Value
 		} else {
-			cur[1] += smp.value
+			cur[1] += smp.Value
 		}
-		v.Calls[smp.labels["provider"]] = cur
+		v.Calls[smp.Labels["provider"]] = cur
 	}
 	for _, name := range []string{"chaingate_fanout_items_in_flight", "chaingate_fanout_items_published_total", "chaingate_fanout_items_redelivered_total", "chaingate_fanout_items_poisoned_total", "chaingate_fanout_worker_items"} {
-		for _, smp := range c.s.metrics.samples(name) {
-			v.FanStats[strings.TrimPrefix(name, "chaingate_fanout_")] += smp.value
+		for _, smp := range c.host.MetricSamples(name) {
+			v.FanStats[strings.TrimPrefix(name, "chaingate_fanout_")] += smp.Value
 		}
 	}
-	if r.URL.Query().Get("fragment") == "1" {
-		c.render(w, http.StatusOK, "now-live", pageData{Base: c.base, Body: v})
-		return
-	}
-	c.page(w, r, sess, "now.html", "Now", "now", v)
+	c.livePage(w, r, sess, "now-live", "now.html", "Now", "now", v)
 }
 
 // maxConsoleDLQ bounds the dead-letter entries one console page reads.
@@ -241,13 +240,13 @@ const maxConsoleDLQ = 10000
 
 // usualDurations is, by chain, the median time its last successful runs
 // took: a running run well past it is worth a look.
-func (c *console) usualDurations(ctx context.Context, running []*Run) map[string]time.Duration {
+func (c *console) usualDurations(ctx context.Context, running []*gateway.Run) map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for _, run := range running {
 		if _, seen := out[run.Chain]; seen {
 			continue
 		}
-		page, err := c.s.ops.ListRuns(ctx, store.RunFilter{Chain: run.Chain, Status: store.RunSucceeded, Limit: 50, NoOrigins: true})
+		page, err := c.ops.ListRuns(ctx, store.RunFilter{Chain: run.Chain, Status: store.RunSucceeded, Limit: 50, NoOrigins: true})
 		if err != nil || len(page.Runs) < 5 {
 			out[run.Chain] = 0
 			continue
@@ -280,8 +279,8 @@ type runsView struct {
 	HideChains, HideChoices []string
 	// Labels are the label filters, KEY=VALUE or KEY, one field each.
 	Labels  []string
-	Runs    []*Run
-	Damaged []DamagedRun
+	Runs    []*gateway.Run
+	Damaged []gateway.DamagedRun
 	Next    string
 	// Query is the filters, encoded: as a URL, the template keeps it whole
 	// rather than escaping it into one parameter.
@@ -291,9 +290,9 @@ type runsView struct {
 
 func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
 	q := r.URL.Query()
-	cfg := c.s.config()
+	cfg := c.host.Config()
 	v := &runsView{Chain: q.Get("chain"), Status: q.Get("status"), Since: q.Get("since"), ID: strings.TrimSpace(q.Get("id")), Cursor: q.Get("cursor"),
-		StartedBy: q.Get("started_by"), HideChains: q["hide_chain"], Chains: cfg.ChainNames, Statuses: runStatuses, StartedKinds: startedKinds, Labels: filledIn(q["label"])}
+		StartedBy: q.Get("started_by"), HideChains: q["hide_chain"], Chains: cfg.ChainNames, Statuses: runStatuses, StartedKinds: gateway.StartedKinds(), Labels: filledIn(q["label"])}
 	v.Live = v.Cursor == ""
 	for _, name := range cfg.TriggerNames {
 		v.StartedNamed = append(v.StartedNamed, store.StartedByTrigger+":"+name)
@@ -313,18 +312,18 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		}
 	}
 	if v.ID != "" {
-		if _, err := c.s.ops.Run(r.Context(), v.ID, false); err == nil {
+		if _, err := c.ops.Run(r.Context(), v.ID, false); err == nil {
 			http.Redirect(w, r, c.base+"/runs/"+url.PathEscape(v.ID), http.StatusSeeOther)
 			return
 		}
 	}
-	since, err := ParseSince(v.Since)
+	since, err := gateway.ParseSince(v.Since)
 	if err == nil {
-		err = cmp.Or(CheckRunStatus(store.RunStatus(v.Status)), CheckStartedBy("started by", v.StartedBy), CheckHideChains("hide chain", v.HideChains))
+		err = cmp.Or(gateway.CheckRunStatus(store.RunStatus(v.Status)), gateway.CheckStartedBy("started by", v.StartedBy), gateway.CheckHideChains("hide chain", v.HideChains))
 	}
 	var labels map[string]string
 	if err == nil {
-		labels, err = ParseLabels("label", v.Labels, false)
+		labels, err = gateway.ParseLabels("label", v.Labels, false)
 	}
 	if err != nil {
 		c.failErr(w, r, err)
@@ -345,11 +344,7 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		}
 	}
 	v.Query = template.URL(keep.Encode())
-	if q.Get("fragment") == "1" {
-		c.render(w, http.StatusOK, "runs-table", pageData{Base: c.base, Body: v})
-		return
-	}
-	c.page(w, r, sess, "runs.html", "Runs", "runs", v)
+	c.livePage(w, r, sess, "runs-table", "runs.html", "Runs", "runs", v)
 }
 
 // runsPerPage is the size of a page of the runs list.
@@ -359,17 +354,17 @@ const runsPerPage = 50
 // store knows no such filter: it is read on, a thousand runs at a time, until
 // the page is full or the runs run out, so that a search finds a run however
 // old. The next page starts right after the page's last run.
-func (c *console) listRuns(ctx context.Context, f store.RunFilter, idStart string) (RunPage, error) {
+func (c *console) listRuns(ctx context.Context, f store.RunFilter, idStart string) (gateway.RunPage, error) {
 	if idStart == "" {
-		return c.s.ops.ListRuns(ctx, f)
+		return c.ops.ListRuns(ctx, f)
 	}
 	want := f.Limit
-	var out RunPage
+	var out gateway.RunPage
 	for {
-		f.Limit = MaxPageLimit
-		page, err := c.s.ops.ListRuns(ctx, f)
+		f.Limit = gateway.MaxPageLimit
+		page, err := c.ops.ListRuns(ctx, f)
 		if err != nil {
-			return RunPage{}, err
+			return gateway.RunPage{}, err
 		}
 		for _, d := range page.Damaged {
 			if strings.HasPrefix(d.ID, idStart) {
@@ -391,9 +386,9 @@ func (c *console) listRuns(ctx context.Context, f store.RunFilter, idStart strin
 			out.Next = f.Cursor
 			if last >= 0 {
 				f.Limit = last + 1
-				cut, err := c.s.ops.ListRuns(ctx, f)
+				cut, err := c.ops.ListRuns(ctx, f)
 				if err != nil {
-					return RunPage{}, err
+					return gateway.RunPage{}, err
 				}
 				out.Next = cut.Next
 			}
@@ -409,7 +404,7 @@ func (c *console) listRuns(ctx context.Context, f store.RunFilter, idStart strin
 // ---- Run ----
 
 type runView struct {
-	View  *RunView
+	View  *gateway.RunView
 	Graph template.HTML
 	// Running is the key of the first step running, where "jump to the
 	// running step" leads: a long chain's graph is thousands of pixels tall.
@@ -422,7 +417,7 @@ type runView struct {
 	// its latest events.
 	AllEvents bool
 	Final     bool
-	Entries   []*DLQEntry
+	Entries   []*gateway.DLQEntry
 	// Labels are the run's labels, each linked to the runs with it.
 	Labels []labelLink
 	// Input is the run's payload as it is kept (secrets redacted), up to
@@ -449,18 +444,22 @@ const (
 const maxShownInput = 64 << 10
 
 func (c *console) runView(ctx context.Context, id string, sess *uiSession, all bool) (*runView, error) {
-	run, d, err := c.s.ops.runDAG(ctx, id)
+	// The run and its steps are read once, for the page and its graph.
+	v, err := c.ops.Run(ctx, id, false)
 	if err != nil {
 		return nil, err
 	}
-	v := &RunView{Run: apiRun(run)}
-	def, _ := c.s.gw.Engine.Definition(ctx, v.Chain, v.ChainHash)
+	def, err := c.host.Definition(ctx, v.Chain, v.ChainHash)
+	if err != nil {
+		return nil, err
+	}
+	d := v.DAG(def)
 	rv := &runView{View: v, Final: v.Final(), CanWrite: c.canWrite(sess), CSRF: sess.csrf, Base: c.base, AllEvents: all}
 	rv.Graph = c.graphSVG(d.Nodes, d.Edges, def, v, id)
 	rv.Running = runningStep(d.Nodes, "")
 	rv.Labels = c.labelLinks(v.Labels)
 	rv.Redrives = redrives(v.Run, d.Nodes)
-	if p := run.Origin.Payload; len(p) > maxShownInput {
+	if p := v.Origin.Payload; len(p) > maxShownInput {
 		rv.Input, rv.InputSize = string(p[:maxShownInput]), len(p)
 	} else {
 		rv.Input, rv.InputSize = prettyJSON(p), len(p)
@@ -470,15 +469,13 @@ func (c *console) runView(ctx context.Context, id string, sess *uiSession, all b
 	if all {
 		shown = maxAllEvents
 	}
-	if run.Seq > shown {
-		after = run.Seq - shown
+	if v.Seq > shown {
+		after = v.Seq - shown
 		rv.Omitted = int(after)
 	}
-	var events []store.Event
-	err = c.s.ops.events(ctx, id, after, false, func(ev store.Event) error {
-		if ev.Seq != 0 {
-			events = append(events, ev)
-		}
+	var events []gateway.Event
+	err = c.ops.Events(ctx, id, after, false, func(ev gateway.Event) error {
+		events = append(events, ev)
 		return nil
 	})
 	if err != nil {
@@ -486,11 +483,11 @@ func (c *console) runView(ctx context.Context, id string, sess *uiSession, all b
 	}
 	rv.Timeline = timelineHTML(events)
 	if v.Status == string(store.RunFailed) {
-		entries, err := c.s.ops.allDLQ(ctx, store.DLQFilter{Chain: v.Chain, Limit: maxConsoleDLQ})
+		entries, err := gateway.ListAllDLQ(ctx, c.ops, store.DLQFilter{Chain: v.Chain, Limit: maxConsoleDLQ})
 		if err == nil {
 			for _, e := range entries {
 				if e.RunID == id {
-					rv.Entries = append(rv.Entries, apiDLQEntry(e))
+					rv.Entries = append(rv.Entries, e)
 				}
 			}
 		}
@@ -500,7 +497,7 @@ func (c *console) runView(ctx context.Context, id string, sess *uiSession, all b
 
 // runningStep is the key of the first step running or waiting to retry,
 // sub-steps included; empty when none is.
-func runningStep(nodes []*DAGNode, prefix string) string {
+func runningStep(nodes []*gateway.DAGNode, prefix string) string {
 	for _, n := range nodes {
 		if n.Status == string(store.StepRunning) || n.Status == string(store.StepPending) {
 			if k := runningStep(n.Children, prefix+n.Name+"/"); k != "" {
@@ -540,12 +537,12 @@ const consolePace = time.Second
 // runStream is the run's event stream, as the API serves it, for the
 // page's EventSource.
 func (c *console) runStream(w http.ResponseWriter, r *http.Request, _ *uiSession) {
-	c.s.streamEvents(w, r, consolePace)
+	c.host.ServeRunEvents(w, r, r.PathValue("id"), consolePace)
 }
 
 type stepView struct {
 	RunID   string
-	Record  *Step
+	Record  *gateway.Step
 	Waiting string
 	Node    *chain.Step
 	Items   bool
@@ -561,27 +558,28 @@ type stepView struct {
 
 func (c *console) stepPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
 	id, key := r.PathValue("id"), r.PathValue("key")
-	v, err := c.s.ops.Run(r.Context(), id, false)
+	v, err := c.ops.Run(r.Context(), id, false)
 	if err != nil {
 		c.failErr(w, r, err)
 		return
 	}
 	rec := v.Steps[key]
 	if rec == nil && store.IsItemKey(key) {
-		// One record inside an item, not every item's.
-		if rec, err = c.s.ops.step(r.Context(), id, key); err != nil {
+		// One record inside an item, not every item's; none yet is a step
+		// not started.
+		if rec, err = c.ops.Step(r.Context(), id, key); err != nil && !errors.Is(err, store.ErrNotFound) {
 			c.failErr(w, r, err)
 			return
 		}
 	}
-	def, _ := c.s.gw.Engine.Definition(r.Context(), v.Chain, v.ChainHash)
+	def, _ := c.host.Definition(r.Context(), v.Chain, v.ChainHash)
 	if rec == nil {
 		name := key[strings.LastIndexByte(key, '/')+1:]
 		if def == nil || def.Step(name) == nil {
 			c.fail(w, r, http.StatusNotFound, fmt.Sprintf("run %s has no step %q", id, key))
 			return
 		}
-		rec = &Step{Key: key, Name: name, Status: "not_started"}
+		rec = &gateway.Step{Key: key, Name: name, Status: "not_started"}
 	}
 	sv := &stepView{RunID: id, Record: rec, Base: c.base, Items: rec.Split != nil, Child: rec.Child}
 	if def != nil {
@@ -606,7 +604,7 @@ func (c *console) stepPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 }
 
 // waitingOn says what a running step waits for.
-func waitingOn(rec *Step, def *chain.Step, v *RunView) string {
+func waitingOn(rec *gateway.Step, def *chain.Step, v *gateway.RunView) string {
 	if rec.Status != string(store.StepRunning) && rec.Status != string(store.StepPending) {
 		return ""
 	}
@@ -646,7 +644,7 @@ func waitingOn(rec *Step, def *chain.Step, v *RunView) string {
 
 type itemsView struct {
 	RunID, Key, Status string
-	Page               *ItemPage
+	Page               *gateway.ItemPage
 	Prev, Next         int
 	HasPrev, HasNext   bool
 	Statuses           []string
@@ -664,12 +662,12 @@ func (c *console) itemsPage(w http.ResponseWriter, r *http.Request, sess *uiSess
 		c.fail(w, r, http.StatusBadRequest, "status must be succeeded, failed or skipped")
 		return
 	}
-	offset, err := intParam(q.Get("offset"), "offset", 0, 0, 1<<31-1)
+	offset, err := gateway.IntParam(q.Get("offset"), "offset", 0, 0, 1<<31-1)
 	if err != nil {
 		c.failErr(w, r, err)
 		return
 	}
-	page, err := c.s.ops.SplitItems(r.Context(), id, key, status, offset, itemsPerPage)
+	page, err := c.ops.SplitItems(r.Context(), id, key, status, offset, itemsPerPage)
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -681,7 +679,7 @@ func (c *console) itemsPage(w http.ResponseWriter, r *http.Request, sess *uiSess
 
 func (c *console) cancelRun(w http.ResponseWriter, r *http.Request, _ *uiSession) {
 	id := r.PathValue("id")
-	if err := c.s.ops.CancelRun(r.Context(), id); err != nil {
+	if err := c.ops.CancelRun(r.Context(), id); err != nil {
 		c.failErr(w, r, err)
 		return
 	}
@@ -694,7 +692,7 @@ func (c *console) deleteRun(w http.ResponseWriter, r *http.Request, _ *uiSession
 		c.fail(w, r, http.StatusBadRequest, "type the run's id to confirm deleting it")
 		return
 	}
-	if _, err := c.s.ops.DeleteRun(r.Context(), id); err != nil {
+	if _, err := c.ops.DeleteRun(r.Context(), id); err != nil {
 		c.failErr(w, r, err)
 		return
 	}
@@ -702,12 +700,12 @@ func (c *console) deleteRun(w http.ResponseWriter, r *http.Request, _ *uiSession
 }
 
 func (c *console) replayRun(w http.ResponseWriter, r *http.Request, _ *uiSession) {
-	opts, err := replayOptions(r.PostFormValue("mode"), r.PostFormValue("definition"))
+	opts, err := gateway.ParseReplayOptions(r.PostFormValue("mode"), r.PostFormValue("definition"))
 	if err != nil {
 		c.failErr(w, r, err)
 		return
 	}
-	run, err := c.s.ops.ReplayRun(r.Context(), r.PathValue("id"), opts)
+	run, err := c.ops.ReplayRun(r.Context(), r.PathValue("id"), opts)
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -728,11 +726,11 @@ func (c *console) answer(w http.ResponseWriter, r *http.Request, _ *uiSession) {
 		c.fail(w, r, http.StatusBadRequest, "decision must be approve or reject")
 		return
 	}
-	if len(comment) > maxComment {
-		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("the comment is %d bytes; at most %d", len(comment), maxComment))
+	if len(comment) > gateway.MaxComment {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("the comment is %d bytes; at most %d", len(comment), gateway.MaxComment))
 		return
 	}
-	if _, err := c.s.ops.Signal(r.Context(), id, step, decision, comment); err != nil {
+	if _, err := c.ops.Signal(r.Context(), id, step, decision, comment); err != nil {
 		c.failErr(w, r, err)
 		return
 	}
@@ -750,7 +748,7 @@ func (c *console) answer(w http.ResponseWriter, r *http.Request, _ *uiSession) {
 type dlqView struct {
 	Chain, Step, Text, Since string
 	Chains                   []string
-	Entries                  []*DLQEntry
+	Entries                  []*gateway.DLQEntry
 	Matched                  int
 	Shown                    int
 	Filtered                 bool
@@ -759,20 +757,20 @@ type dlqView struct {
 
 // dlqMatches lists the entries a console filter selects: the store's
 // filter, and the error text on top.
-func (c *console) dlqMatches(ctx context.Context, chainName, step, text, sinceArg string) ([]*DLQEntry, error) {
-	since, err := ParseSince(sinceArg)
+func (c *console) dlqMatches(ctx context.Context, chainName, step, text, sinceArg string) ([]*gateway.DLQEntry, error) {
+	since, err := gateway.ParseSince(sinceArg)
 	if err != nil {
 		return nil, err
 	}
-	entries, err := c.s.ops.allDLQ(ctx, store.DLQFilter{Chain: chainName, Step: step, Since: since, Limit: maxConsoleDLQ})
+	entries, err := gateway.ListAllDLQ(ctx, c.ops, store.DLQFilter{Chain: chainName, Step: step, Since: since, Limit: maxConsoleDLQ})
 	if err != nil {
 		return nil, err
 	}
 	text = strings.ToLower(strings.TrimSpace(text))
-	out := []*DLQEntry{}
+	out := []*gateway.DLQEntry{}
 	for _, e := range entries {
 		if text == "" || strings.Contains(strings.ToLower(e.Error.Message), text) || strings.Contains(strings.ToLower(e.Error.Code), text) {
-			out = append(out, apiDLQEntry(e))
+			out = append(out, e)
 		}
 	}
 	return out, nil
@@ -780,7 +778,7 @@ func (c *console) dlqMatches(ctx context.Context, chainName, step, text, sinceAr
 
 func (c *console) dlqPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
 	q := r.URL.Query()
-	v := &dlqView{Chain: q.Get("chain"), Step: q.Get("step"), Text: q.Get("text"), Since: q.Get("since"), Chains: c.s.config().ChainNames}
+	v := &dlqView{Chain: q.Get("chain"), Step: q.Get("step"), Text: q.Get("text"), Since: q.Get("since"), Chains: c.host.Config().ChainNames}
 	v.Filtered = v.Chain != "" || v.Step != "" || v.Text != "" || v.Since != ""
 	all, err := c.dlqMatches(r.Context(), v.Chain, v.Step, v.Text, v.Since)
 	if err != nil {
@@ -794,7 +792,7 @@ func (c *console) dlqPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 }
 
 func (c *console) dlqEntryPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
-	e, err := c.s.ops.DLQEntry(r.Context(), r.PathValue("id"))
+	e, err := c.ops.DLQEntry(r.Context(), r.PathValue("id"))
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -803,12 +801,12 @@ func (c *console) dlqEntryPage(w http.ResponseWriter, r *http.Request, sess *uiS
 }
 
 func (c *console) replayEntry(w http.ResponseWriter, r *http.Request, _ *uiSession) {
-	opts, err := replayOptions(r.PostFormValue("mode"), r.PostFormValue("definition"))
+	opts, err := gateway.ParseReplayOptions(r.PostFormValue("mode"), r.PostFormValue("definition"))
 	if err != nil {
 		c.failErr(w, r, err)
 		return
 	}
-	run, err := c.s.ops.Replay(r.Context(), r.PathValue("id"), opts)
+	run, err := c.ops.Replay(r.Context(), r.PathValue("id"), opts)
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -822,7 +820,7 @@ func (c *console) deleteEntry(w http.ResponseWriter, r *http.Request, _ *uiSessi
 		c.fail(w, r, http.StatusBadRequest, "type the entry's id to confirm deleting it")
 		return
 	}
-	if err := c.s.ops.DeleteDLQ(r.Context(), id); err != nil {
+	if err := c.ops.DeleteDLQ(r.Context(), id); err != nil {
 		c.failErr(w, r, err)
 		return
 	}
@@ -863,7 +861,7 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 		c.fail(w, r, http.StatusBadRequest, "action must be replay or purge")
 		return
 	}
-	opts, err := replayOptions(r.PostFormValue("mode"), "")
+	opts, err := gateway.ParseReplayOptions(r.PostFormValue("mode"), "")
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -895,13 +893,13 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 	c.mu.Unlock()
 	// The work outlives the request, up to the server's shutdown; who
 	// asked for it stays on it.
-	ctx, cancel := context.WithTimeout(c.s.stopping, bulkTimeout)
+	ctx, cancel := context.WithTimeout(c.host.Stopping(), gateway.BulkTimeout)
 	ctx = engine.WithActor(ctx, engine.Actor(r.Context()))
 	go func() {
 		defer cancel()
 		// Watched from before the first replay, so that no run's end is
 		// missed.
-		watch := c.s.hub.WatchRuns()
+		watch := c.host.WatchRuns()
 		defer watch.Close()
 		running := map[string]bool{}
 		for _, e := range matched {
@@ -910,12 +908,12 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 			}
 			var err error
 			if action == "replay" {
-				var run *Run
-				if run, err = c.s.ops.Replay(ctx, e.ID, opts); err == nil {
+				var run *gateway.Run
+				if run, err = c.ops.Replay(ctx, e.ID, opts); err == nil {
 					running[run.ID] = true
 				}
 			} else {
-				err = c.s.ops.DeleteDLQ(ctx, e.ID)
+				err = c.ops.DeleteDLQ(ctx, e.ID)
 			}
 			c.mu.Lock()
 			if err != nil {
@@ -939,21 +937,21 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 
 // followReplays counts the replayed runs as they end, until all have or ctx
 // ends.
-func (c *console) followReplays(ctx context.Context, job *bulkJob, running map[string]bool, watch *RunWatch) {
+func (c *console) followReplays(ctx context.Context, job *bulkJob, running map[string]bool, watch *gateway.RunWatch) {
 	check := func(id string) {
-		run, err := c.s.gw.Store.RunHeader(ctx, id)
+		run, err := c.ops.RunHeader(ctx, id)
 		switch {
 		case errors.Is(err, store.ErrNotFound): // deleted meanwhile: nothing to count
-		case err != nil, !run.Status.Final():
+		case err != nil, !run.Final():
 			return
 		}
 		delete(running, id)
 		c.mu.Lock()
 		switch {
 		case run == nil:
-		case run.Status == store.RunSucceeded:
+		case run.Status == string(store.RunSucceeded):
 			job.Succeeded++
-		case run.Status == store.RunCancelled:
+		case run.Status == string(store.RunCancelled):
 			job.Cancelled++
 		default:
 			job.FailedAgain++
@@ -1012,7 +1010,7 @@ type chainLine struct {
 }
 
 func (c *console) chainsPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
-	cfg := c.s.config()
+	cfg := c.host.Config()
 	var out []chainLine
 	for _, name := range cfg.ChainNames {
 		ch := cfg.Chains[name]
@@ -1023,7 +1021,7 @@ func (c *console) chainsPage(w http.ResponseWriter, r *http.Request, sess *uiSes
 		c.failErr(w, r, err)
 		return
 	}
-	c.page(w, r, sess, "chains.html", "Chains", "chains", map[string]any{"Chains": out, "ReloadError": c.s.lastReloadError(), "Pausables": ps})
+	c.page(w, r, sess, "chains.html", "Chains", "chains", map[string]any{"Chains": out, "ReloadError": c.host.LastReloadError(), "Pausables": ps})
 }
 
 type chainView struct {
@@ -1043,7 +1041,7 @@ type chainView struct {
 // startedByLine is one trigger or schedule that starts a chain.
 type startedByLine struct {
 	Text  string
-	Pause *Pause
+	Pause *gateway.Pause
 }
 
 func (c *console) chainPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
@@ -1053,7 +1051,7 @@ func (c *console) chainPage(w http.ResponseWriter, r *http.Request, sess *uiSess
 // chainPageWith draws a chain's page with its run form as given (empty
 // when nil), answering status.
 func (c *console) chainPageWith(w http.ResponseWriter, r *http.Request, sess *uiSession, name string, form *runForm, status int) {
-	cfg := c.s.config()
+	cfg := c.host.Config()
 	ch := cfg.Chains[name]
 	if ch == nil {
 		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("no chain %q%s", name, cfg.ChainHint(name)))
@@ -1064,8 +1062,8 @@ func (c *console) chainPageWith(w http.ResponseWriter, r *http.Request, sess *ui
 		c.failErr(w, r, err)
 		return
 	}
-	paused := map[string]*Pause{}
-	if ps, err := c.s.ops.Pauses(r.Context()); err == nil {
+	paused := map[string]*gateway.Pause{}
+	if ps, err := c.ops.Pauses(r.Context()); err == nil {
 		for _, p := range ps {
 			paused[p.Kind+"\x00"+p.Name] = p
 		}
@@ -1077,9 +1075,9 @@ func (c *console) chainPageWith(w http.ResponseWriter, r *http.Request, sess *ui
 	for _, tn := range cfg.TriggerNames {
 		switch tr := cfg.Triggers[tn]; name {
 		case tr.Chain:
-			v.StartedBy = append(v.StartedBy, startedByLine{fmt.Sprintf("trigger %s (%s): POST /v1/triggers/%s", tn, tr.Type, tn), paused[PauseTrigger+"\x00"+tn]})
+			v.StartedBy = append(v.StartedBy, startedByLine{fmt.Sprintf("trigger %s (%s): POST /v1/triggers/%s", tn, tr.Type, tn), paused[gateway.PauseTrigger+"\x00"+tn]})
 		case tr.ResolveChain:
-			v.StartedBy = append(v.StartedBy, startedByLine{fmt.Sprintf("trigger %s (%s), when an alert resolves", tn, tr.Type), paused[PauseTrigger+"\x00"+tn]})
+			v.StartedBy = append(v.StartedBy, startedByLine{fmt.Sprintf("trigger %s (%s), when an alert resolves", tn, tr.Type), paused[gateway.PauseTrigger+"\x00"+tn]})
 		}
 	}
 	for _, sn := range cfg.ScheduleNames {
@@ -1091,17 +1089,17 @@ func (c *console) chainPageWith(w http.ResponseWriter, r *http.Request, sess *ui
 			if next := s.Next(time.Now()); !next.IsZero() {
 				when += ", next at " + next.In(s.Location).Format("2006-01-02 15:04 MST")
 			}
-			v.StartedBy = append(v.StartedBy, startedByLine{"schedule " + sn + ": " + when, paused[PauseSchedule+"\x00"+sn]})
+			v.StartedBy = append(v.StartedBy, startedByLine{"schedule " + sn + ": " + when, paused[gateway.PauseSchedule+"\x00"+sn]})
 		}
 	}
 	c.pageStatus(w, r, sess, status, "chain.html", "Chain "+name, "chains", v)
 }
 
 // dagOf is a chain's graph as DAG nodes without a run.
-func dagOf(nodes []*chain.Node) []*DAGNode {
-	out := make([]*DAGNode, len(nodes))
+func dagOf(nodes []*chain.Node) []*gateway.DAGNode {
+	out := make([]*gateway.DAGNode, len(nodes))
 	for i, n := range nodes {
-		out[i] = &DAGNode{Name: n.Name, Kind: n.Kind, Provider: n.Provider, Join: n.Join, Children: dagOf(n.Children)}
+		out[i] = &gateway.DAGNode{Name: n.Name, Kind: n.Kind, Provider: n.Provider, Join: n.Join, Children: dagOf(n.Children)}
 	}
 	return out
 }
@@ -1109,17 +1107,17 @@ func dagOf(nodes []*chain.Node) []*DAGNode {
 // timelineHTML draws events newest first, as <li> elements like those the
 // page's script adds: hundreds of them through the template engine were
 // most of what rendering a run page cost.
-func timelineHTML(events []store.Event) template.HTML {
+func timelineHTML(events []gateway.Event) template.HTML {
 	var b strings.Builder
 	var buf [20]byte
 	for i := len(events) - 1; i >= 0; i-- {
 		ev := events[i]
 		b.WriteString(`<li class="ev ev-`)
-		escTo(&b, string(ev.Type))
+		escTo(&b, ev.Type)
 		b.WriteString(`"><span class="t">`)
 		b.WriteString(ev.Time.UTC().Format("2006-01-02 15:04:05.000Z"))
 		b.WriteString(`</span> <span class="type">`)
-		escTo(&b, string(ev.Type))
+		escTo(&b, ev.Type)
 		b.WriteString(`</span>`)
 		if ev.Step != "" {
 			b.WriteString(` <span class="step">`)

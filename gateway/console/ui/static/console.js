@@ -223,18 +223,40 @@
     connect();
   }
 
-  // followList keeps the runs list, or the Now page, current: it renders
-  // it again when a run starts or ends on any gateway, as the stream of
-  // every run's status says, at most once in data-pace ms; every few
-  // seconds while that stream is broken; and every 30 s in case a change
-  // was lost without a resync, or came from no run (a delivery parked).
+  // redraw swaps el's content for url's, keeping what a person has typed
+  // in its fields (an approval's comment, say) and the field they type in.
+  async function redraw(el, url) {
+    const fieldKey = (f) => (f.form ? f.form.getAttribute("action") : "") + " " + f.name;
+    const fields = () => el.querySelectorAll("input[type=text], textarea");
+    const typed = new Map();
+    for (const f of fields()) if (f.value) typed.set(fieldKey(f), f.value);
+    const active = el.contains(document.activeElement) ? document.activeElement : null;
+    const focused = active && active.name ? fieldKey(active) : null;
+    const at = focused !== null && typed.has(focused) ? [active.selectionStart, active.selectionEnd] : null;
+    await swap(el, url);
+    for (const f of fields()) {
+      const k = fieldKey(f);
+      if (typed.has(k)) f.value = typed.get(k);
+      if (k === focused) {
+        f.focus();
+        if (at) f.setSelectionRange(at[0], at[1]);
+      }
+    }
+  }
+
+  // followList keeps the runs list, the Now page or the approvals current:
+  // it renders it again when a run starts or ends on any gateway, as the
+  // stream of every run's status says, at most once in data-pace ms; every
+  // few seconds while that stream is broken; and every 30 s in case a
+  // change was lost without a resync, or came from no run (a delivery
+  // parked, a question asked by a run going on).
   function followList(el) {
     let pending = false, source = null;
     const pace = +el.dataset.pace || 500;
     const refresh = () => {
       if (pending) return;
       pending = true;
-      setTimeout(() => { pending = false; swap(el, el.dataset.live).catch(() => {}); }, pace);
+      setTimeout(() => { pending = false; redraw(el, el.dataset.live).catch(() => {}); }, pace);
     };
     setInterval(() => { if (!source || source.readyState !== EventSource.OPEN) refresh(); }, 3000);
     setInterval(refresh, 30000);
@@ -267,7 +289,7 @@
   document.addEventListener("DOMContentLoaded", () => {
     const live = document.getElementById("live");
     if (live && live.dataset.stream) followRun(live);
-    for (const id of ["runs", "now"]) {
+    for (const id of ["runs", "now", "questions"]) {
       const el = document.getElementById(id);
       if (el && el.dataset.live) followList(el);
     }

@@ -1,4 +1,4 @@
-package gateway
+package console
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/textx"
 )
 
 // The run page draws a chain as SVG, top to bottom, one box per top-level
@@ -29,7 +31,7 @@ const (
 )
 
 type placedNode struct {
-	node *DAGNode
+	node *gateway.DAGNode
 	y, h int
 	w    int
 }
@@ -39,7 +41,7 @@ type placedNode struct {
 // sub-steps a list inside its item, each step named with its status; on a
 // run's page each is a link that Tab reaches, with the id by which "jump to
 // the running step" finds it.
-func (c *console) graphSVG(nodes []*DAGNode, edges []chain.Edge, def *chain.Chain, run *RunView, runID string) template.HTML {
+func (c *console) graphSVG(nodes []*gateway.DAGNode, edges []chain.Edge, def *chain.Chain, run *gateway.RunView, runID string) template.HTML {
 	var b strings.Builder
 	b.Grow(len(nodes) * 500)
 	// Each step links to its panel under the run's address.
@@ -92,7 +94,7 @@ func (c *console) graphSVG(nodes []*DAGNode, edges []chain.Edge, def *chain.Chai
 		fmt.Fprintf(&lines, `<path class="edge route" d="M%d,%d H%d V%d H%d" marker-end="url(#arrow)"/>`, gLeft+from.w, fy, rx, ty, gLeft+to.w)
 		right = max(right, rx+10)
 		if e.Label != "" {
-			label := short(e.Label, 28)
+			label := textx.Short(e.Label, 28)
 			fmt.Fprintf(&lines, `<text class="route-label" x="%d" y="%d">%s</text>`, rx+4, (fy+ty)/2, esc(label))
 			right = max(right, rx+4+7*len([]rune(label)))
 		}
@@ -132,7 +134,7 @@ func stepLabel(name, status, what string, attempts int) string {
 	return label
 }
 
-func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, run *RunView, runID, stepsHref string) {
+func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, run *gateway.RunView, runID, stepsHref string) {
 	n := p.node
 	status := n.Status
 	href := ""
@@ -166,8 +168,8 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 	b.WriteString(`<g role="listitem">`)
 	openNode(b, href, "node st-"+statusClass(status), n.Name, n.Name, stepLabel(n.Name, status, kind, n.Attempts))
 	rect(b, "", gLeft, p.y, p.w, p.h, 6)
-	text(b, "name", gLeft+10, p.y+20, short(title, 36))
-	text(b, "detail", gLeft+10, p.y+38, short(detail, 48))
+	text(b, "name", gLeft+10, p.y+20, textx.Short(title, 36))
+	text(b, "detail", gLeft+10, p.y+38, textx.Short(detail, 48))
 	closeLink(b, href)
 	if n.ChildRun != "" && run != nil {
 		childHref := c.base + "/runs/" + url.PathEscape(n.ChildRun)
@@ -192,11 +194,11 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 			b.WriteString(`<g role="listitem">`)
 			openNode(b, chHref, "node sub st-"+statusClass(ch.Status), ch.Name, n.Name+"/"+ch.Name, stepLabel(ch.Name, ch.Status, sub, ch.Attempts))
 			rect(b, "", x, cy, gChildW, gChildH, 5)
-			text(b, "name", x+8, cy+17, short(ch.Name, 18))
+			text(b, "name", x+8, cy+17, textx.Short(ch.Name, 18))
 			if ch.Status != "" {
 				sub = statusWord(ch.Status)
 			}
-			text(b, "detail", x+8, cy+33, short(sub, 20))
+			text(b, "detail", x+8, cy+33, textx.Short(sub, 20))
 			closeLink(b, chHref)
 			b.WriteString(`</g>`)
 		}
@@ -209,7 +211,7 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 
 // drawSplitBar draws a split's items as one stacked bar: succeeded,
 // failed, skipped (filtered), running, pending.
-func (c *console) drawSplitBar(b *strings.Builder, p *placedNode, run *RunView, runID string) {
+func (c *console) drawSplitBar(b *strings.Builder, p *placedNode, run *gateway.RunView, runID string) {
 	s := p.node.Split
 	x, y, w := gLeft+10, p.y+gNodeH-4, p.w-20
 	if s == nil || s.Total == 0 {
@@ -329,17 +331,6 @@ func closeLink(b *strings.Builder, href string) {
 }
 
 func esc(s string) string { return html.EscapeString(s) }
-
-func short(s string, n int) string {
-	if len(s) <= n {
-		return s // no more runes than bytes
-	}
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
-}
 
 func statusClass(s string) string {
 	if s == "" {

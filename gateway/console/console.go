@@ -1,7 +1,14 @@
-package gateway
+// Package console is the operator's web UI, served under [gateway.ui]
+// base_path. Its pages are rendered here from the same operations the API
+// serves (gateway.Ops), never from the store; a little script follows runs
+// live. Everything it needs is compiled in: no CDN, no font, nothing
+// fetched from elsewhere. It is the gateway's own, with no compatibility
+// promise.
+package console
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"embed"
@@ -10,6 +17,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -17,14 +25,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/providers/limits"
 )
-
-// The console is the operator's web UI, served under [gateway.ui]
-// base_path. Its pages are rendered here from the same operations the API
-// serves (Ops); a little script follows runs live. Everything it needs is
-// compiled in: no CDN, no font, nothing fetched from elsewhere.
 
 //go:embed ui/templates/*.html
 var uiTemplates embed.FS
@@ -32,9 +38,42 @@ var uiTemplates embed.FS
 //go:embed ui/static
 var uiStatic embed.FS
 
-// DefaultUIBasePath is where the console is served unless [gateway.ui]
-// says otherwise.
-const DefaultUIBasePath = "/ui"
+// Host is the gateway the console serves, and all it reads it through:
+// the operations the API serves, and what a page shows besides.
+// *gateway.Server is one.
+type Host interface {
+	// Ops are the operations on runs, dead letters and pauses, as the API
+	// serves them; every action the console takes goes through them.
+	Ops() gateway.Ops
+	// Config is the config served now; it changes on reload.
+	Config() *chain.Config
+	// Definition is the chain a run started with, by its hash.
+	Definition(ctx context.Context, name, hash string) (*chain.Chain, error)
+	// AuthEnabled reports whether the API asks for tokens; without them,
+	// the console, like the API, answers loopback requests only.
+	AuthEnabled() bool
+	// CheckToken checks a token signing in, counting a wrong one against
+	// the request's address as the API does.
+	CheckToken(r *http.Request, tok string) (gateway.Credential, error)
+	// ProviderStats, MetricSamples and Distributes are what the Now page
+	// shows of providers and distributed splits.
+	ProviderStats() []limits.Stats
+	MetricSamples(name string) []gateway.MetricSample
+	Distributes() bool
+	// WatchRuns follows every run's status changes.
+	WatchRuns() *gateway.RunWatch
+	// ServeRunEvents streams a run's events, and ServeRunChanges every
+	// run's status changes, as the API does.
+	ServeRunEvents(w http.ResponseWriter, r *http.Request, id string, pace time.Duration)
+	ServeRunChanges(w http.ResponseWriter, r *http.Request)
+	// Stopping ends when the gateway begins to shut down.
+	Stopping() context.Context
+	// LastReloadError is why the last reload was refused; empty when it
+	// was not.
+	LastReloadError() string
+}
+
+var _ Host = (*gateway.Server)(nil)
 
 const (
 	sessionCookie = "chaingate_console"
@@ -43,10 +82,12 @@ const (
 	maxSessions = 10000
 )
 
-// console serves the web UI of one Server.
+// console serves the web UI of one gateway.
 type console struct {
-	s    *Server
+	host Host
+	ops  gateway.Ops
 	base string
+	log  *slog.Logger
 	tmpl *template.Template
 
 	mu       sync.Mutex
@@ -63,10 +104,12 @@ type uiSession struct {
 	expires time.Time
 }
 
-func newConsole(s *Server, base string) *console {
-	c := &console{s: s, base: base, sessions: map[string]*uiSession{}, jobs: map[string]*bulkJob{}}
+// New is the console of host, answering everything under base (such as
+// "/ui"); log takes what goes wrong drawing a page.
+func New(host Host, base string, log *slog.Logger) http.Handler {
+	c := &console{host: host, ops: host.Ops(), base: base, log: log, sessions: map[string]*uiSession{}, jobs: map[string]*bulkJob{}}
 	c.tmpl = template.Must(template.New("").Funcs(c.funcs()).ParseFS(uiTemplates, "ui/templates/*.html"))
-	return c
+	return c.handler()
 }
 
 // handler answers everything under the base path.
@@ -81,7 +124,7 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("GET "+b+"/{$}", c.signedIn(false, c.nowPage))
 	mux.HandleFunc("GET "+b+"/runs", c.signedIn(false, c.runsPage))
 	mux.HandleFunc("GET "+b+"/runs/{id}", c.signedIn(false, c.runPage))
-	mux.HandleFunc("GET "+b+"/runs-stream", c.signedIn(false, func(w http.ResponseWriter, r *http.Request, _ *uiSession) { c.s.runChanges(w, r) }))
+	mux.HandleFunc("GET "+b+"/runs-stream", c.signedIn(false, func(w http.ResponseWriter, r *http.Request, _ *uiSession) { c.host.ServeRunChanges(w, r) }))
 	mux.HandleFunc("GET "+b+"/runs/{id}/live", c.signedIn(false, c.runLive))
 	mux.HandleFunc("GET "+b+"/runs/{id}/stream", c.signedIn(false, c.runStream))
 	mux.HandleFunc("GET "+b+"/runs/{id}/steps/{key...}", c.signedIn(false, c.stepPage))
@@ -111,8 +154,8 @@ func (c *console) handler() http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
-		if !c.s.AuthEnabled() {
-			if err := loopbackOnly(r); err != nil {
+		if !c.host.AuthEnabled() {
+			if err := gateway.LoopbackOnly(r); err != nil {
 				c.fail(w, r, err.Status, err.Message)
 				return
 			}
@@ -167,10 +210,21 @@ func (c *console) page(w http.ResponseWriter, r *http.Request, sess *uiSession, 
 	c.pageStatus(w, r, sess, http.StatusOK, name, title, nav, body)
 }
 
+// livePage is a page whose script draws its live part again as runs
+// start and end: the part alone (template part) when the script asks for
+// it with ?fragment=1, else the whole page.
+func (c *console) livePage(w http.ResponseWriter, r *http.Request, sess *uiSession, part, name, title, nav string, body any) {
+	if r.URL.Query().Get("fragment") == "1" {
+		c.render(w, http.StatusOK, part, pageData{Base: c.base, Body: body})
+		return
+	}
+	c.page(w, r, sess, name, title, nav, body)
+}
+
 // pageStatus is page, answering status: a form sent back with what was
 // wrong with it.
 func (c *console) pageStatus(w http.ResponseWriter, r *http.Request, sess *uiSession, status int, name, title, nav string, body any) {
-	d := pageData{Title: title, Base: c.base, Nav: nav, Body: body, Flash: flashes[r.URL.Query().Get("done")], Auth: c.s.AuthEnabled(), ReadOnly: c.readOnly()}
+	d := pageData{Title: title, Base: c.base, Nav: nav, Body: body, Flash: flashes[r.URL.Query().Get("done")], Auth: c.host.AuthEnabled(), ReadOnly: c.readOnly()}
 	if job, ok := body.(*bulkJob); ok {
 		d.Refresh = !job.Finished
 	}
@@ -197,7 +251,7 @@ func (c *console) render(w http.ResponseWriter, status int, name string, d any) 
 		}
 	}()
 	if err := c.tmpl.ExecuteTemplate(b, name, d); err != nil {
-		c.s.log.Error("rendering a console page", "page", name, "err", err)
+		c.log.Error("rendering a console page", "page", name, "err", err)
 		http.Error(w, "rendering the page failed; the gateway's log has the details", http.StatusInternalServerError)
 		return
 	}
@@ -212,11 +266,11 @@ func (c *console) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 
 // failErr answers an operation's error with the status the API gives it.
 func (c *console) failErr(w http.ResponseWriter, r *http.Request, err error) {
-	ae := apiError(err)
+	ae := gateway.AsAPIError(err)
 	c.fail(w, r, ae.Status, ae.Message)
 }
 
-func (c *console) readOnly() bool { return c.s.config().Gateway.UI.ReadOnly }
+func (c *console) readOnly() bool { return c.host.Config().Gateway.UI.ReadOnly }
 
 func (c *console) canWrite(sess *uiSession) bool { return sess.write && !c.readOnly() }
 
@@ -225,7 +279,7 @@ func (c *console) canWrite(sess *uiSession) bool { return sess.write && !c.readO
 func (c *console) signedIn(write bool, h func(http.ResponseWriter, *http.Request, *uiSession)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		sess := c.session(r)
-		if sess == nil && !c.s.AuthEnabled() {
+		if sess == nil && !c.host.AuthEnabled() {
 			// Without tokens the console, like the API, answers loopback
 			// requests only; a session still carries the CSRF token.
 			sess = c.newSession(w, r, true, "a loopback client")
@@ -322,13 +376,23 @@ func (c *console) newSession(w http.ResponseWriter, r *http.Request, write bool,
 }
 
 func randomToken() string {
-	var b [24]byte
+	var b [tokenBytes]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
 
+// tokenBytes is how many random bytes a session id, a CSRF token or a
+// form's nonce holds.
+const tokenBytes = 24
+
+// isToken reports whether s is what randomToken returns.
+func isToken(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == tokenBytes
+}
+
 func (c *console) loginPage(w http.ResponseWriter, r *http.Request) {
-	if !c.s.AuthEnabled() {
+	if !c.host.AuthEnabled() {
 		http.Redirect(w, r, c.base+"/", http.StatusSeeOther)
 		return
 	}
@@ -343,25 +407,22 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	tok := strings.TrimSpace(r.PostFormValue("token"))
 	next := map[string]string{"Next": safeNext(c.base, r.PostFormValue("next"))}
+	cred, err := gateway.Credential{}, gateway.ErrUnknownToken
 	if tok != "" {
-		if wait := c.s.credentialWait(r); wait > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(wait))
-			c.render(w, http.StatusTooManyRequests, "login.html", pageData{Title: "Sign in", Base: c.base, Body: next,
-				Flash: fmt.Sprintf("too many wrong tokens came from this address; try again in %d s", wait)})
-			return
-		}
+		cred, err = c.host.CheckToken(r, tok)
 	}
-	c.s.mu.RLock()
-	write, read := matches(tok, c.s.writeTok), matches(tok, c.s.readTok)
-	c.s.mu.RUnlock()
-	if tok == "" || (!write && !read) {
-		if tok != "" {
-			c.s.failedCredential(r)
-		}
+	var wait *gateway.CredentialWaitError
+	if errors.As(err, &wait) {
+		w.Header().Set("Retry-After", strconv.Itoa(wait.Seconds))
+		c.render(w, http.StatusTooManyRequests, "login.html", pageData{Title: "Sign in", Base: c.base, Body: next,
+			Flash: fmt.Sprintf("too many wrong tokens came from this address; try again in %d s", wait.Seconds)})
+		return
+	}
+	if err != nil {
 		c.render(w, http.StatusUnauthorized, "login.html", pageData{Title: "Sign in", Base: c.base, Flash: "that token is not one of the gateway's API tokens", Body: next})
 		return
 	}
-	c.newSession(w, r, write, c.s.tokenName(tok))
+	c.newSession(w, r, cred.Write, cred.Name)
 	http.Redirect(w, r, safeNext(c.base, r.PostFormValue("next")), http.StatusSeeOther)
 }
 
