@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 
 	xssh "golang.org/x/crypto/ssh"
@@ -77,15 +78,17 @@ func (p *Provider) login(ctx context.Context, s *settings, addr, user, where str
 		return nil, providers.Permanent("bad_config", "%v", err)
 	}
 	cfg := &xssh.ClientConfig{User: user, Auth: s.auth, HostKeyCallback: check}
-	for {
+	// At most a certificate, then a key of a type not on record, before
+	// the key that is.
+	for attempt := 1; ; attempt++ {
 		conn, err := open(ctx)
 		if err != nil {
 			return nil, netError(where, err)
 		}
 		c, err := handshake(ctx, conn, addr, cfg)
 		var refused *hostKeyError
-		if errors.As(err, &refused) && cfg.HostKeyAlgorithms == nil {
-			if algos := refused.algorithms(); algos != nil {
+		if errors.As(err, &refused) && attempt < 3 {
+			if algos := refused.algorithms(); algos != nil && !slices.Equal(algos, cfg.HostKeyAlgorithms) {
 				cfg.HostKeyAlgorithms = algos
 				continue
 			}

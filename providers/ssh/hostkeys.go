@@ -117,8 +117,8 @@ func (e *hostKeyError) Error() string {
 
 // algorithms are the host key algorithms to ask for again when the host
 // offered a key of a type nothing on record has: a server with keys of
-// several types offers the one the client prefers, which need not be the
-// one known_hosts holds. Nil when asking again cannot help.
+// several types, or a certificate too, offers the one the client prefers,
+// which need not be the one on record. Nil when asking again cannot help.
 func (e *hostKeyError) algorithms() []string {
 	var types []string
 	for _, k := range e.known {
@@ -127,7 +127,21 @@ func (e *hostKeyError) algorithms() []string {
 	for _, k := range e.pins {
 		types = append(types, k.Type())
 	}
-	if e.revoked || len(types) == 0 || slices.Contains(types, e.offered.Type()) {
+	_, cert := e.offered.(*xssh.Certificate)
+	switch {
+	case e.revoked || slices.Contains(types, e.offered.Type()):
+		return nil
+	case len(types) == 0 && cert:
+		// A certificate no @cert-authority line vouches for, which
+		// hides what known_hosts holds for the host's plain key.
+		var plain []string
+		for _, a := range xssh.SupportedAlgorithms().HostKeys {
+			if !strings.Contains(a, "-cert-") {
+				plain = append(plain, a)
+			}
+		}
+		return plain
+	case len(types) == 0:
 		return nil
 	}
 	var algos []string

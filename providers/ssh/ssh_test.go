@@ -20,6 +20,7 @@ import (
 	"time"
 
 	xssh "golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/chaingate/gateway/internal/testutil/sshdtest"
 	"github.com/chaingate/gateway/providers"
@@ -310,6 +311,55 @@ func TestHostKeysAndLogins(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHostCertificates runs against a host that offers a certificate
+// before its plain key, as hosts under an SSH CA do.
+func TestHostCertificates(t *testing.T) {
+	srv := sshdtest.StartWith(t, sshdtest.Options{HostCertificate: true})
+	dir := t.TempDir()
+	caLine := filepath.Join(dir, "ca_known_hosts")
+	if err := os.WriteFile(caLine, []byte("@cert-authority "+knownhosts.Normalize(srv.Addr)+" "+srv.HostCA+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := sshdtest.NewKey(t)
+	otherCA := filepath.Join(dir, "other_ca_known_hosts")
+	if err := os.WriteFile(otherCA, []byte("@cert-authority "+knownhosts.Normalize(srv.Addr)+" "+other.Public+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		over map[string]any
+		code string
+	}{
+		{name: "the CA on record", over: map[string]any{"known_hosts": caLine}},
+		{name: "the plain key on record", over: nil},
+		{name: "the plain key pinned", over: map[string]any{"known_hosts": nil, "host_keys": []string{srv.HostKey}}},
+		// x/crypto's known_hosts counts a CA's line as a key on record.
+		{name: "another CA on record", over: map[string]any{"known_hosts": otherCA}, code: "host_key_mismatch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}}, config(srv, tc.over))
+			if tc.code == "" && (err != nil || body["stdout"] != "hi\n") {
+				t.Fatalf("body %v, err %v", body, err)
+			}
+			if c, retry := code(err); c != tc.code || retry {
+				t.Fatalf("err %v, want code %q", err, tc.code)
+			}
+		})
+	}
+}
+
+// TestHostKeyTypes runs against a host with keys of two types, only one
+// of them on record: the one Go's client prefers is not.
+func TestHostKeyTypes(t *testing.T) {
+	srv := sshdtest.StartWith(t, sshdtest.Options{ECDSAHostKey: true})
+	for _, over := range []map[string]any{nil, {"known_hosts": nil, "host_keys": []string{srv.HostKey}}} {
+		body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}}, config(srv, over))
+		if err != nil || body["stdout"] != "hi\n" {
+			t.Errorf("config %v: body %v, err %v", over, body, err)
+		}
 	}
 }
 

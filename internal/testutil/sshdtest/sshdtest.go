@@ -5,7 +5,9 @@
 package sshdtest
 
 import (
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/pem"
 	"fmt"
@@ -39,6 +41,9 @@ type Server struct {
 	ClientKey string
 	// HostKey is its public host key as an authorized_keys line.
 	HostKey string
+	// HostCA is the public key of the CA that signed its host certificate,
+	// as an authorized_keys line; empty without Options.HostCertificate.
+	HostCA string
 	// KnownHosts is a known_hosts line for Addr, and KnownHostsFile a file
 	// holding that line alone.
 	KnownHosts     string
@@ -60,7 +65,13 @@ type Key struct {
 // NewKey makes an ed25519 key pair.
 func NewKey(tb testing.TB) Key {
 	tb.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	k, _ := newKey(tb)
+	return k
+}
+
+func newKey(tb testing.TB) (Key, ssh.Signer) {
+	tb.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -68,20 +79,37 @@ func NewKey(tb testing.TB) Key {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sshPub, err := ssh.NewPublicKey(pub)
+	signer, err := ssh.NewSignerFromKey(priv)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return Key{
 		Private: string(pem.EncodeToMemory(block)),
-		Public:  strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub))),
-	}
+		Public:  strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))),
+	}, signer
+}
+
+// Options change how sshd is set up.
+type Options struct {
+	// HostCertificate has sshd offer, besides its plain host key, a
+	// certificate for it signed by a CA of the test's own (Server.HostCA),
+	// for the principal 127.0.0.1.
+	HostCertificate bool
+	// ECDSAHostKey gives sshd an ECDSA host key besides the ed25519 one,
+	// which Server's fields describe. Go's client asks for ECDSA first.
+	ECDSAHostKey bool
 }
 
 // Start starts an sshd and kills it when tb ends. Without sshd it skips
 // tb, or fails it when $CI is "true", so that CI cannot pass without
 // running the tests.
 func Start(tb testing.TB) *Server {
+	tb.Helper()
+	return StartWith(tb, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(tb testing.TB, o Options) *Server {
 	tb.Helper()
 	if _, err := os.Stat(Path); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -94,7 +122,8 @@ func Start(tb testing.TB) *Server {
 		tb.Fatalf("finding the user the tests log in as: %v", err)
 	}
 	dir := tb.TempDir()
-	host, client := NewKey(tb), NewKey(tb)
+	host, hostSigner := newKey(tb)
+	client := NewKey(tb)
 	write := func(name, content string) string {
 		path := filepath.Join(dir, name)
 		// sshd refuses a host key others can read.
@@ -114,7 +143,32 @@ func Start(tb testing.TB) *Server {
 	_ = l.Close()
 	_, port, _ := net.SplitHostPort(addr)
 
-	config := write("sshd_config", strings.Join([]string{
+	var extra []string
+	var hostCA string
+	if o.HostCertificate {
+		ca, caSigner := newKey(tb)
+		cert := &ssh.Certificate{
+			Key: hostSigner.PublicKey(), Serial: 1, CertType: ssh.HostCert, KeyId: "chaingate test host",
+			ValidPrincipals: []string{"127.0.0.1"}, ValidBefore: ssh.CertTimeInfinity,
+		}
+		if err := cert.SignCert(rand.Reader, caSigner); err != nil {
+			tb.Fatal(err)
+		}
+		extra = append(extra, "HostCertificate "+write("host_ed25519-cert.pub", string(ssh.MarshalAuthorizedKey(cert))))
+		hostCA = ca.Public
+	}
+	if o.ECDSAHostKey {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		block, err := ssh.MarshalPrivateKey(key, "chaingate test host")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		extra = append(extra, "HostKey "+write("host_ecdsa", string(pem.EncodeToMemory(block))))
+	}
+	config := write("sshd_config", strings.Join(append([]string{
 		"Port " + port,
 		"ListenAddress 127.0.0.1",
 		"HostKey " + hostKeyFile,
@@ -130,20 +184,16 @@ func Start(tb testing.TB) *Server {
 		"PrintMotd no",
 		"UseDNS no",
 		"LogLevel VERBOSE",
-	}, "\n")+"\n")
+	}, extra...), "\n")+"\n")
 	// Privilege separation needs its directory, which a container that
 	// never ran sshd lacks.
 	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
 		tb.Fatalf("making sshd's privilege separation directory: %v", err)
 	}
 
-	hostPub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(host.Public))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	known := knownhosts.Line([]string{knownhosts.Normalize(addr)}, hostPub)
+	known := knownhosts.Line([]string{knownhosts.Normalize(addr)}, hostSigner.PublicKey())
 	s := &Server{
-		Addr: addr, User: me.Username, ClientKey: client.Private, HostKey: host.Public,
+		Addr: addr, User: me.Username, ClientKey: client.Private, HostKey: host.Public, HostCA: hostCA,
 		KnownHosts: known, KnownHostsFile: write("known_hosts", known+"\n"), Dir: dir,
 		log: &testutil.Buffer{},
 	}
