@@ -106,6 +106,11 @@ func TestResults(t *testing.T) {
 				t.Errorf("body %v, err %v", body, err)
 			}
 		}},
+		{"stdin the command does not read", map[string]any{"command": []string{"true"}, "stdin": strings.Repeat("x", 8<<20)}, nil, func(t *testing.T, body map[string]any, err error) {
+			if err != nil || body["exit_code"] != 0.0 {
+				t.Errorf("body %v, err %v", body, err)
+			}
+		}},
 		{"the gateway's environment", map[string]any{"command": []string{"env"}, "env": map[string]string{"FROM_STEP": "s"}}, nil, func(t *testing.T, body map[string]any, err error) {
 			if err != nil {
 				t.Fatal(err)

@@ -22,8 +22,6 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
-
-	"github.com/chaingate/gateway/internal/testutil"
 )
 
 // Path is where Debian's openssh-server puts sshd. sshd must be started by
@@ -51,7 +49,7 @@ type Server struct {
 	// Dir is the test's directory for its files.
 	Dir string
 
-	log *testutil.Buffer
+	logFile string
 }
 
 // Key is a key pair made for a test.
@@ -195,13 +193,17 @@ func StartWith(tb testing.TB, o Options) *Server {
 	s := &Server{
 		Addr: addr, User: me.Username, ClientKey: client.Private, HostKey: host.Public, HostCA: hostCA,
 		KnownHosts: known, KnownHostsFile: write("known_hosts", known+"\n"), Dir: dir,
-		log: &testutil.Buffer{},
+		logFile: filepath.Join(dir, "sshd.log"),
 	}
 	cmd := exec.Command(Path, "-D", "-e", "-f", config)
-	cmd.Stdout, cmd.Stderr = s.log, s.log
-	// The sshd of each connection holds the log's pipe for as long as the
-	// connection lasts, which may be past the listener's end.
-	cmd.WaitDelay = time.Second
+	// A file, not a pipe: the sshd of each connection holds its log open
+	// for as long as the connection lasts, past the listener's end.
+	log, err := os.Create(s.logFile)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer log.Close()
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("starting sshd: %v", err)
 	}
@@ -216,7 +218,7 @@ func StartWith(tb testing.TB, o Options) *Server {
 		_ = cmd.Process.Kill()
 		<-done
 		if tb.Failed() {
-			tb.Logf("sshd log:\n%s", s.log)
+			tb.Logf("sshd log:\n%s", s.Log())
 		}
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -227,17 +229,20 @@ func StartWith(tb testing.TB, o Options) *Server {
 		}
 		select {
 		case <-done:
-			tb.Fatalf("sshd on %s exited at start:\n%s", addr, s.log)
+			tb.Fatalf("sshd on %s exited at start:\n%s", addr, s.Log())
 		default:
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("sshd on %s did not accept connections within 30 s: %v\n%s", addr, err, s.log)
+			tb.Fatalf("sshd on %s did not accept connections within 30 s: %v\n%s", addr, err, s.Log())
 		}
 	}
 }
 
 // Log is what sshd has logged so far.
-func (s *Server) Log() string { return s.log.String() }
+func (s *Server) Log() string {
+	data, _ := os.ReadFile(s.logFile)
+	return string(data)
+}
 
 // Port is the port sshd listens on.
 func (s *Server) Port() int {
