@@ -10,7 +10,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/pem"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -46,8 +45,6 @@ type Server struct {
 	// holding that line alone.
 	KnownHosts     string
 	KnownHostsFile string
-	// Dir is the test's directory for its files.
-	Dir string
 
 	logFile string
 }
@@ -110,10 +107,7 @@ func Start(tb testing.TB) *Server {
 func StartWith(tb testing.TB, o Options) *Server {
 	tb.Helper()
 	if _, err := os.Stat(Path); err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("%s not found (%v) — CI must run the ssh tests; install openssh-server", Path, err)
-		}
-		tb.Skipf("SKIPPING: %s not found (%v) — install openssh-server to run the ssh tests", Path, err)
+		unavailable(tb, "%s not found (%v): install openssh-server", Path, err)
 	}
 	me, err := user.Current()
 	if err != nil {
@@ -186,13 +180,13 @@ func StartWith(tb testing.TB, o Options) *Server {
 	// Privilege separation needs its directory, which a container that
 	// never ran sshd lacks.
 	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
-		tb.Fatalf("making sshd's privilege separation directory: %v", err)
+		unavailable(tb, "making sshd's privilege separation directory: %v: run the tests as root, or make /run/sshd", err)
 	}
 
 	known := knownhosts.Line([]string{knownhosts.Normalize(addr)}, hostSigner.PublicKey())
 	s := &Server{
 		Addr: addr, User: me.Username, ClientKey: client.Private, HostKey: host.Public, HostCA: hostCA,
-		KnownHosts: known, KnownHostsFile: write("known_hosts", known+"\n"), Dir: dir,
+		KnownHosts: known, KnownHostsFile: write("known_hosts", known+"\n"),
 		logFile: filepath.Join(dir, "sshd.log"),
 	}
 	cmd := exec.Command(Path, "-D", "-e", "-f", config)
@@ -238,16 +232,18 @@ func StartWith(tb testing.TB, o Options) *Server {
 	}
 }
 
+// unavailable skips tb for want of what an sshd needs, or fails it when
+// $CI is "true", so that CI cannot pass without running the ssh tests.
+func unavailable(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("CI must run the ssh tests: "+format, args...)
+	}
+	tb.Skipf("SKIPPING the ssh tests: "+format, args...)
+}
+
 // Log is what sshd has logged so far.
 func (s *Server) Log() string {
 	data, _ := os.ReadFile(s.logFile)
 	return string(data)
-}
-
-// Port is the port sshd listens on.
-func (s *Server) Port() int {
-	_, port, _ := net.SplitHostPort(s.Addr)
-	var n int
-	_, _ = fmt.Sscan(port, &n)
-	return n
 }
