@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chaingate/gateway/internal/testutil/sshdtest"
 	"github.com/chaingate/gateway/plugins/conformance"
 	"github.com/chaingate/gateway/providers/builtin"
 	"github.com/chaingate/gateway/providers/opsgenie/opsgenietest"
@@ -102,6 +103,17 @@ var builtinRows = []struct {
 			AcceptsAnyPayload: true, // the payload is the request body, whatever it holds
 			Config:            json.RawMessage(fmt.Sprintf(`{"url": %q, "secret": %q}`, srv.URL+"/hooks/alerts", webhooktest.Secret)),
 			Payloads:          map[string]json.RawMessage{"post": json.RawMessage(`{"alert": "disk-full"}`)},
+		}
+	}},
+	{"ssh", func(t *testing.T) conformance.Options {
+		srv := sshdtest.Start(t)
+		cfg, err := json.Marshal(map[string]any{"user": srv.User, "private_key": srv.ClientKey, "known_hosts": srv.KnownHostsFile, "allowed_hosts": []string{"127.0.0.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conformance.Options{
+			Config:   cfg,
+			Payloads: map[string]json.RawMessage{"run": json.RawMessage(`{"host": "` + srv.Addr + `", "command": ["echo", "disk-full on db-1"]}`)},
 		}
 	}},
 	{"email", func(t *testing.T) conformance.Options {

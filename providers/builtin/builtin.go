@@ -17,6 +17,7 @@ import (
 	"github.com/chaingate/gateway/providers/opsgenie"
 	"github.com/chaingate/gateway/providers/pagerduty"
 	"github.com/chaingate/gateway/providers/slack"
+	sshprovider "github.com/chaingate/gateway/providers/ssh"
 	"github.com/chaingate/gateway/providers/webhook"
 )
 
@@ -29,6 +30,7 @@ var constructors = map[string]func() providers.Provider{
 	"opsgenie":  opsgenie.New,
 	"pagerduty": pagerduty.New,
 	"slack":     slack.New,
+	"ssh":       sshprovider.New,
 	"webhook":   webhook.New,
 }
 

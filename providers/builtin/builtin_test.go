@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestRegistry(t *testing.T) {
-	if got, want := builtin.Types(), []string{"echo", "email", "exec", "faulty", "http", "opsgenie", "pagerduty", "slack", "webhook"}; !slices.Equal(got, want) {
+	if got, want := builtin.Types(), []string{"echo", "email", "exec", "faulty", "http", "opsgenie", "pagerduty", "slack", "ssh", "webhook"}; !slices.Equal(got, want) {
 		t.Errorf("Types() = %v, want %v", got, want)
 	}
 	for _, typ := range builtin.Types() {
@@ -73,6 +73,13 @@ func TestConfigSchemas(t *testing.T) {
 			typ: "opsgenie", secrets: []string{"api_key"},
 			valid:   []string{`{"api_key":"k"}`, `{"api_key":"k","base_url":"https://api.eu.opsgenie.com"}`},
 			invalid: []string{`{}`, `{"api_key":"k","region":"eu"}`},
+		},
+		{
+			typ: "ssh", secrets: []string{"passphrase", "password", "private_key"},
+			valid: []string{`{"allowed_hosts":["web-*"],"private_key":"k","known_hosts":"/etc/ssh/ssh_known_hosts"}`,
+				`{"allowed_hosts":["10.0.0.*"],"password":"p","host_keys":["ssh-ed25519 AAAA"],"port":2222,"jump_host":"bastion","max_sessions_per_host":2,"kill_grace_seconds":1}`},
+			invalid: []string{`{}`, `{"allowed_hosts":[]}`, `{"allowed_hosts":["web-*"],"forward_agent":true}`, `{"allowed_hosts":["web-*"],"port":0}`,
+				`{"allowed_hosts":["web-*"],"connect_timeout_seconds":0}`, `{"allowed_hosts":["web-*"],"host_keys":"ssh-ed25519 AAAA"}`},
 		},
 		{
 			typ: "webhook", secrets: []string{"secret"},

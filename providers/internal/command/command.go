@@ -254,6 +254,9 @@ type Result struct {
 	DurationMS      int64           `json:"duration_ms"`
 	// Host is where an ssh command ran.
 	Host string `json:"host,omitempty"`
+	// Warning is something about how the command ran that the chain's
+	// owner should know, such as an ssh host key left unchecked.
+	Warning string `json:"warning,omitempty"`
 }
 
 // NewResult shapes what a command printed.

@@ -1,0 +1,691 @@
+package ssh_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	xssh "golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/chaingate/gateway/internal/testutil/sshdtest"
+	"github.com/chaingate/gateway/providers"
+	"github.com/chaingate/gateway/providers/ssh"
+)
+
+// config is a config that logs in to srv, with over set on top.
+func config(srv *sshdtest.Server, over map[string]any) map[string]any {
+	cfg := map[string]any{
+		"user":          srv.User,
+		"private_key":   srv.ClientKey,
+		"known_hosts":   srv.KnownHostsFile,
+		"allowed_hosts": []string{"127.0.0.1"},
+	}
+	for k, v := range over {
+		if v == nil {
+			delete(cfg, k)
+		} else {
+			cfg[k] = v
+		}
+	}
+	return cfg
+}
+
+func execute(t *testing.T, ctx context.Context, p providers.Provider, payload, cfg any) (map[string]any, error) {
+	t.Helper()
+	pl, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := p.Execute(ctx, providers.Request{Payload: pl, Config: c, DedupKey: "run1/step1", RunID: "run1", Step: "step1", Attempt: 2})
+	if err != nil {
+		return nil, err
+	}
+	var body map[string]any
+	if err := json.Unmarshal(resp.Body, &body); err != nil {
+		t.Fatalf("result %s: %v", resp.Body, err)
+	}
+	return body, nil
+}
+
+// code is err's code, and whether it is retryable; "" for no *providers.Error.
+func code(err error) (string, bool) {
+	var pe *providers.Error
+	if !errors.As(err, &pe) {
+		return "", false
+	}
+	return pe.Code, pe.Retryable
+}
+
+func TestResults(t *testing.T) {
+	srv := sshdtest.Start(t)
+	p := ssh.New()
+	cfg := config(srv, nil)
+	for _, tc := range []struct {
+		name    string
+		payload map[string]any
+		config  map[string]any
+		check   func(t *testing.T, body map[string]any, err error)
+	}{
+		{"stdout, stderr and exit code", map[string]any{"shell": true, "script": "echo out; echo err >&2"}, nil, func(t *testing.T, body map[string]any, err error) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if body["stdout"] != "out\n" || body["stderr"] != "err\n" || body["exit_code"] != 0.0 || body["host"] != srv.Addr || body["stderr_bytes"] != 4.0 || body["warning"] != nil {
+				t.Errorf("body %v", body)
+			}
+		}},
+		{"json stdout is parsed", map[string]any{"command": []string{"printf", `{"used": 93, "mount": "/var"}`}}, nil, func(t *testing.T, body map[string]any, err error) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, _ := body["stdout"].(map[string]any); out["used"] != 93.0 {
+				t.Errorf("body %v", body)
+			}
+		}},
+		{"stdin", map[string]any{"command": []string{"tr", "a-z", "A-Z"}, "stdin": "disk full\n"}, nil, func(t *testing.T, body map[string]any, err error) {
+			if err != nil || body["stdout"] != "DISK FULL\n" {
+				t.Errorf("body %v, err %v", body, err)
+			}
+		}},
+		{"stdin the command does not read", map[string]any{"command": []string{"true"}, "stdin": strings.Repeat("x", 8<<20)}, nil, func(t *testing.T, body map[string]any, err error) {
+			if err != nil || body["exit_code"] != 0.0 {
+				t.Errorf("body %v, err %v", body, err)
+			}
+		}},
+		{"the gateway's environment", map[string]any{"command": []string{"env"}, "env": map[string]string{"FROM_STEP": "s"}}, nil, func(t *testing.T, body map[string]any, err error) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(body["stdout"].(string), "\n")
+			for _, want := range []string{"CHAINGATE_DEDUP_KEY=run1/step1", "CHAINGATE_RUN_ID=run1", "CHAINGATE_STEP=step1", "CHAINGATE_ATTEMPT=2", "FROM_STEP=s"} {
+				if !contains(lines, want) {
+					t.Errorf("no %s in\n%s", want, body["stdout"])
+				}
+			}
+		}},
+		{"a failing exit is permanent", map[string]any{"shell": true, "script": "echo disk full >&2; exit 3"}, nil, func(t *testing.T, _ map[string]any, err error) {
+			if c, retry := code(err); c != "exit_3" || retry || !strings.Contains(err.Error(), "the command exited with 3 on "+srv.Addr+": disk full") {
+				t.Errorf("err %v", err)
+			}
+		}},
+		{"EX_TEMPFAIL is retryable", map[string]any{"shell": true, "script": "exit 75"}, nil, func(t *testing.T, _ map[string]any, err error) {
+			if c, retry := code(err); c != "exit_75" || !retry {
+				t.Errorf("err %v", err)
+			}
+		}},
+		{"exit codes as configured", map[string]any{"command": []string{"false"}}, map[string]any{"ok_exit_codes": []int{0, 1}}, func(t *testing.T, body map[string]any, err error) {
+			if err != nil || body["exit_code"] != 1.0 {
+				t.Errorf("body %v, err %v", body, err)
+			}
+		}},
+		{"a signal is 128 and its number", map[string]any{"shell": true, "script": "kill -9 $$"}, map[string]any{"retryable_exit_codes": []int{137}}, func(t *testing.T, _ map[string]any, err error) {
+			if c, retry := code(err); c != "exit_137" || !retry {
+				t.Errorf("err %v", err)
+			}
+		}},
+		{"an unknown program", map[string]any{"command": []string{"no-such-program-here"}}, nil, func(t *testing.T, _ map[string]any, err error) {
+			if c, retry := code(err); c != "exit_127" || retry || !strings.Contains(err.Error(), "no-such-program-here") {
+				t.Errorf("err %v", err)
+			}
+		}},
+		{"output past the cap is cut and flagged", map[string]any{"shell": true, "script": "head -c 5000000 /dev/zero | tr '\\0' a; echo err >&2"}, map[string]any{"max_output_bytes": 1000}, func(t *testing.T, body map[string]any, err error) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := body["stdout"].(string); len(s) != 1000 || strings.Trim(s, "a") != "" || body["stdout_truncated"] != true || body["stdout_bytes"] != 5000000.0 || body["stderr"] != "err\n" || body["stderr_truncated"] != nil {
+				t.Errorf("stdout %d bytes, body without stdout: %v", len(s), without(body, "stdout"))
+			}
+		}},
+		{"the payload's user", map[string]any{"command": []string{"id", "-un"}, "user": srv.User}, map[string]any{"user": nil}, func(t *testing.T, body map[string]any, err error) {
+			if err != nil || body["stdout"] != srv.User+"\n" {
+				t.Errorf("body %v, err %v", body, err)
+			}
+		}},
+		{"no user at all", map[string]any{"command": []string{"true"}}, map[string]any{"user": nil}, func(t *testing.T, _ map[string]any, err error) {
+			if c, retry := code(err); c != "bad_payload" || retry {
+				t.Errorf("err %v", err)
+			}
+		}},
+		{"bad payload", map[string]any{"command": []string{"true"}, "script": "x"}, nil, func(t *testing.T, _ map[string]any, err error) {
+			if c, retry := code(err); c != "bad_payload" || retry || !strings.Contains(err.Error(), "a script runs only with shell = true") {
+				t.Errorf("err %v", err)
+			}
+		}},
+		{"unknown payload field", map[string]any{"command": []string{"true"}, "hostname": "x"}, nil, func(t *testing.T, _ map[string]any, err error) {
+			if c, retry := code(err); c != "bad_payload" || retry {
+				t.Errorf("err %v", err)
+			}
+		}},
+		{"bad config", map[string]any{"command": []string{"true"}}, map[string]any{"allowed_hosts": []string{}}, func(t *testing.T, _ map[string]any, err error) {
+			if c, retry := code(err); c != "bad_config" || retry {
+				t.Errorf("err %v", err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			payload := map[string]any{"host": srv.Addr}
+			for k, v := range tc.payload {
+				payload[k] = v
+			}
+			c := cfg
+			if tc.config != nil {
+				c = config(srv, tc.config)
+			}
+			body, err := execute(t, context.Background(), p, payload, c)
+			tc.check(t, body, err)
+		})
+	}
+}
+
+func contains(lines []string, s string) bool {
+	for _, l := range lines {
+		if l == s {
+			return true
+		}
+	}
+	return false
+}
+
+func without(m map[string]any, k string) map[string]any {
+	out := map[string]any{}
+	for kk, v := range m {
+		if kk != k {
+			out[kk] = v
+		}
+	}
+	return out
+}
+
+func TestHostileValuesStayLiteral(t *testing.T) {
+	srv := sshdtest.Start(t)
+	p := ssh.New()
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	// The sshd is this machine's, so what a hostile value made it run
+	// would show here.
+	pwned := "/tmp/pwned-" + hex.EncodeToString(r[:])
+	t.Cleanup(func() { _ = os.Remove(pwned) })
+	hostile := []string{`"; touch ` + pwned + ` #`, `$(touch ` + pwned + `)`, "`touch " + pwned + "`", "a\ntouch " + pwned, "*", `'; touch ` + pwned + `; '`, `${IFS}touch${IFS}` + pwned, `\'`}
+	env := map[string]string{}
+	var names []string
+	for i, v := range hostile {
+		name := fmt.Sprintf("V%d", i)
+		env[name] = v
+		names = append(names, `"$`+name+`"`)
+	}
+	for _, tc := range []struct {
+		name    string
+		payload map[string]any
+	}{
+		{"argv", map[string]any{"command": append([]string{"printf", `%s\n`}, hostile...)}},
+		{"env read by a script", map[string]any{"shell": true, "script": "for v in " + strings.Join(names, " ") + `; do printf '%s\n' "$v"; done`, "env": env}},
+		{"stdin", map[string]any{"command": []string{"cat"}, "stdin": strings.Join(hostile, "\n") + "\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.payload["host"] = srv.Addr
+			body, err := execute(t, context.Background(), p, tc.payload, config(srv, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := body["stdout"], strings.Join(hostile, "\n")+"\n"; got != want {
+				t.Errorf("stdout %q, want %q", got, want)
+			}
+			if _, err := os.Stat(pwned); err == nil {
+				t.Fatal("a hostile value ran a command")
+			}
+		})
+	}
+}
+
+func TestHostKeysAndLogins(t *testing.T) {
+	srv := sshdtest.Start(t)
+	hostKey, _, _, _, err := xssh.ParseAuthorizedKey([]byte(srv.HostKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fingerprint := xssh.FingerprintSHA256(hostKey)
+	other := sshdtest.NewKey(t)
+	otherKey, _, _, _, _ := xssh.ParseAuthorizedKey([]byte(other.Public))
+	writeFile := func(name, content string) string {
+		path := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	otherHost := writeFile("known_hosts", "other.example.com "+srv.HostKey+"\n")
+	otherKeyHere := writeFile("known_hosts", strings.Fields(srv.KnownHosts)[0]+" "+other.Public+"\n")
+
+	for _, tc := range []struct {
+		name  string
+		over  map[string]any
+		code  string // "" for success
+		retry bool
+		says  []string
+	}{
+		{name: "known_hosts", over: nil},
+		{name: "pinned key", over: map[string]any{"known_hosts": nil, "host_keys": []string{other.Public, srv.HostKey}}},
+		{name: "pinned key and known_hosts", over: map[string]any{"known_hosts": otherHost, "host_keys": []string{srv.HostKey}}},
+		{name: "a different pinned key", over: map[string]any{"known_hosts": nil, "host_keys": []string{other.Public}},
+			code: "host_key_mismatch", says: []string{srv.Addr, "ssh-ed25519", fingerprint, "it is not the key pinned in host_keys"}},
+		{name: "unknown host", over: map[string]any{"known_hosts": otherHost},
+			code: "host_key_unknown", says: []string{srv.Addr, "ssh-ed25519", fingerprint, "known_hosts " + otherHost + " has no entry for it"}},
+		{name: "another key on record", over: map[string]any{"known_hosts": otherKeyHere},
+			code: "host_key_mismatch", says: []string{srv.Addr, fingerprint, "known_hosts " + otherKeyHere + " holds ssh-ed25519 " + xssh.FingerprintSHA256(otherKey) + " (line 1)"}},
+		{name: "insecure", over: map[string]any{"known_hosts": nil, "insecure_ignore_host_key": true}},
+		{name: "a key the host does not take", over: map[string]any{"private_key": other.Private},
+			code: "auth_failed", says: []string{"logging in to " + srv.Addr + " as " + srv.User, "unable to authenticate"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}}, config(srv, tc.over))
+			if tc.code == "" {
+				if err != nil || body["stdout"] != "hi\n" {
+					t.Fatalf("body %v, err %v", body, err)
+				}
+				insecure := tc.over["insecure_ignore_host_key"] == true
+				if w, _ := body["warning"].(string); insecure != strings.Contains(w, "insecure_ignore_host_key is set") {
+					t.Errorf("warning %q", w)
+				}
+				return
+			}
+			if c, retry := code(err); c != tc.code || retry != tc.retry {
+				t.Fatalf("err %v, want code %s retryable %v", err, tc.code, tc.retry)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not say %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+// TestHostCertificates runs against a host that offers a certificate
+// before its plain key, as hosts under an SSH CA do.
+func TestHostCertificates(t *testing.T) {
+	srv := sshdtest.StartWith(t, sshdtest.Options{HostCertificate: true})
+	dir := t.TempDir()
+	caLine := filepath.Join(dir, "ca_known_hosts")
+	if err := os.WriteFile(caLine, []byte("@cert-authority "+knownhosts.Normalize(srv.Addr)+" "+srv.HostCA+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := sshdtest.NewKey(t)
+	otherCA := filepath.Join(dir, "other_ca_known_hosts")
+	if err := os.WriteFile(otherCA, []byte("@cert-authority "+knownhosts.Normalize(srv.Addr)+" "+other.Public+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		over map[string]any
+		code string
+	}{
+		{name: "the CA on record", over: map[string]any{"known_hosts": caLine}},
+		{name: "the plain key on record", over: nil},
+		{name: "the plain key pinned", over: map[string]any{"known_hosts": nil, "host_keys": []string{srv.HostKey}}},
+		// x/crypto's known_hosts counts a CA's line as a key on record.
+		{name: "another CA on record", over: map[string]any{"known_hosts": otherCA}, code: "host_key_mismatch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}}, config(srv, tc.over))
+			if tc.code == "" && (err != nil || body["stdout"] != "hi\n") {
+				t.Fatalf("body %v, err %v", body, err)
+			}
+			if c, retry := code(err); c != tc.code || retry {
+				t.Fatalf("err %v, want code %q", err, tc.code)
+			}
+		})
+	}
+}
+
+// TestHostKeyTypes runs against a host with keys of two types, only one
+// of them on record: the one Go's client prefers is not.
+func TestHostKeyTypes(t *testing.T) {
+	srv := sshdtest.StartWith(t, sshdtest.Options{ECDSAHostKey: true})
+	for _, over := range []map[string]any{nil, {"known_hosts": nil, "host_keys": []string{srv.HostKey}}} {
+		body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}}, config(srv, over))
+		if err != nil || body["stdout"] != "hi\n" {
+			t.Errorf("config %v: body %v, err %v", over, body, err)
+		}
+	}
+}
+
+func TestUnreachableHosts(t *testing.T) {
+	srv := sshdtest.Start(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := closed.Addr().String()
+	_ = closed.Close()
+
+	t.Run("not allowed: refused before connecting", func(t *testing.T) {
+		_, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": l.Addr().String(), "command": []string{"true"}},
+			config(srv, map[string]any{"allowed_hosts": []string{"10.0.0.*", "web-*.prod.example.com"}}))
+		if c, retry := code(err); c != "host_not_allowed" || retry || !strings.Contains(err.Error(), "10.0.0.*, web-*.prod.example.com") {
+			t.Fatalf("err %v", err)
+		}
+		// A connection made would be queued by now: connect returns once
+		// the kernel has it.
+		_ = l.(*net.TCPListener).SetDeadline(time.Now())
+		if c, err := l.Accept(); err == nil {
+			c.Close()
+			t.Fatal("the provider connected to a host allowed_hosts does not allow")
+		}
+	})
+	t.Run("refused connection is retryable", func(t *testing.T) {
+		_, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": closedAddr, "command": []string{"true"}}, config(srv, nil))
+		if c, retry := code(err); c != "connect_failed" || !retry || !strings.Contains(err.Error(), closedAddr) {
+			t.Fatalf("err %v", err)
+		}
+	})
+}
+
+// alive says whether pid is a process that has not exited: a zombie has.
+// start, when not empty, is the process's start time as first seen, which
+// tells it from a later process given the same PID.
+func alive(pid int, start string) bool {
+	got, state := procStat(pid)
+	return state != "" && state != "Z" && state != "X" && (start == "" || got == start)
+}
+
+// procStat reads a process's start time and state from /proc; "" when
+// there is no such process.
+func procStat(pid int) (start, state string) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", ""
+	}
+	// The command name, in parentheses, may hold spaces.
+	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(fields) < 20 {
+		return "", ""
+	}
+	return fields[19], fields[0]
+}
+
+// waitGone waits up to 30 s for processes to exit, and fails t for each
+// that did not.
+func waitGone(t *testing.T, pids []int, starts map[int]string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, pid := range pids {
+		for alive(pid, starts[pid]) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if alive(pid, starts[pid]) {
+			t.Errorf("process %d is still running after the call ended", pid)
+		}
+	}
+}
+
+// readPIDs reads the PIDs a script wrote, one a line.
+func readPIDs(path string) []int {
+	data, _ := os.ReadFile(path)
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	return pids
+}
+
+func TestStoppingACommand(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc to see the remote processes")
+	}
+	srv := sshdtest.Start(t)
+	// A shell, a child in the background and one in the foreground, each
+	// writing its PID first.
+	const script = `sleep 300 & echo $! >> "$PIDS"; echo $$ >> "$PIDS"; sh -c 'echo $$ >> "$PIDS"; exec sleep 301'`
+	for _, tc := range []struct {
+		name    string
+		trap    string
+		timeout float64 // timeout_seconds; 0 to cancel the call's ctx instead
+	}{
+		{name: "cancelled"},
+		{name: "cancelled, TERM ignored", trap: `trap "" TERM; `},
+		{name: "timed out", timeout: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := ssh.New()
+			cfg := config(srv, map[string]any{"kill_grace_seconds": 1})
+			// A connection in the pool first, so that the timeout goes to
+			// the command rather than to logging in.
+			if _, err := execute(t, context.Background(), p, map[string]any{"host": srv.Addr, "command": []string{"true"}}, cfg); err != nil {
+				t.Fatal(err)
+			}
+			pidFile := filepath.Join(t.TempDir(), "pids")
+			payload := map[string]any{"host": srv.Addr, "shell": true, "script": tc.trap + script, "env": map[string]string{"PIDS": pidFile}}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			starts := map[int]string{}
+			watched := make(chan struct{})
+			if tc.timeout > 0 {
+				payload["timeout_seconds"] = tc.timeout
+				close(watched)
+			} else {
+				go func() {
+					defer close(watched)
+					// Cancelled whatever happens, so that a script that never
+					// writes them fails the test rather than hangs it.
+					for deadline := time.Now().Add(60 * time.Second); len(readPIDs(pidFile)) < 3 && time.Now().Before(deadline); {
+						time.Sleep(20 * time.Millisecond)
+					}
+					for _, pid := range readPIDs(pidFile) {
+						starts[pid], _ = procStat(pid)
+					}
+					cancel()
+				}()
+			}
+			_, err := execute(t, ctx, p, payload, cfg)
+			cancel()
+			<-watched
+			want := "cancelled"
+			if tc.timeout > 0 {
+				want = "timeout"
+			}
+			pids := readPIDs(pidFile)
+			if err == nil {
+				t.Fatal("the call succeeded")
+			}
+			c, retry := code(err)
+			stopped := strings.Contains(err.Error(), "its process group there was stopped")
+			// A loaded machine may not have started the command before the
+			// timeout.
+			unstarted := tc.timeout > 0 && len(pids) == 0 && strings.Contains(err.Error(), "before the command started")
+			if c != want || !retry || !stopped && !unstarted {
+				t.Fatalf("err %v, want a retryable %s saying the process group was stopped", err, want)
+			}
+			if len(pids) < 3 {
+				if tc.timeout == 0 {
+					t.Fatalf("the script wrote %d PIDs", len(pids))
+				}
+				// A loaded machine may not have started them all in time;
+				// those that did start must be gone all the same.
+				t.Logf("only %d of 3 processes started before the timeout", len(pids))
+			}
+			t.Cleanup(func() {
+				for _, pid := range pids {
+					if alive(pid, starts[pid]) {
+						_ = killProcess(pid)
+					}
+				}
+			})
+			waitGone(t, pids, starts)
+		})
+	}
+}
+
+func killProcess(pid int) error {
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return proc.Kill()
+}
+
+func TestMaxSessionsPerHost(t *testing.T) {
+	srv := sshdtest.Start(t)
+	p := ssh.New()
+	dir := t.TempDir()
+	const limit, calls = 2, 6
+	cfg := config(srv, map[string]any{"max_sessions_per_host": limit})
+	// Each command marks itself running, counts the commands running with
+	// it, and holds on until the test lets go.
+	const script = `mkdir "$D/running.$N"; ls -d "$D"/running.* | wc -l > "$D/seen.$N"; while [ ! -e "$D/release" ]; do sleep 0.05; done; rmdir "$D/running.$N"`
+	running := func() int {
+		m, _ := filepath.Glob(filepath.Join(dir, "running.*"))
+		return len(m)
+	}
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			payload := map[string]any{"host": srv.Addr, "shell": true, "script": script, "env": map[string]string{"D": dir, "N": strconv.Itoa(i)}}
+			if _, err := execute(t, context.Background(), p, payload, cfg); err != nil {
+				t.Errorf("call %d: %v", i, err)
+				failed.Add(1)
+			}
+		}()
+	}
+	for deadline := time.Now().Add(60 * time.Second); running() < limit && failed.Load() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d commands running after 60 s, want %d", running(), limit)
+		}
+	}
+	// Time for a call past the limit to start, were it let in; a slow
+	// machine makes this test weaker, never wrong.
+	time.Sleep(300 * time.Millisecond)
+	if n := running(); n > limit {
+		t.Errorf("%d commands running at once, want at most %d", n, limit)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "release"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i := range calls {
+		data, err := os.ReadFile(filepath.Join(dir, "seen."+strconv.Itoa(i)))
+		if n, _ := strconv.Atoi(strings.TrimSpace(string(data))); err != nil || n < 1 || n > limit {
+			t.Errorf("command %d saw %q commands running (%v), want 1 to %d", i, data, err, limit)
+		}
+	}
+}
+
+func TestConnectionsAreReused(t *testing.T) {
+	srv := sshdtest.Start(t)
+	p := ssh.New()
+	cfg := config(srv, nil)
+	// SSH_CONNECTION holds the client's port: one port, one connection.
+	clientPort := func() string {
+		t.Helper()
+		body, err := execute(t, context.Background(), p, map[string]any{"host": srv.Addr, "shell": true, "script": `printf '%s' "$SSH_CONNECTION"`}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Fields(body["stdout"].(string))[1]
+	}
+	first := clientPort()
+	if again := clientPort(); again != first {
+		t.Errorf("the second call came from port %s, the first from %s: the connection was not reused", again, first)
+	}
+	// The connection's own sshd process is the login shell's parent;
+	// killing it breaks the connection under the pool.
+	_, err := execute(t, context.Background(), p, map[string]any{"host": srv.Addr, "shell": true, "script": "kill -9 $PPID; sleep 5"}, cfg)
+	if c, retry := code(err); !retry {
+		t.Fatalf("err %v (%s), want a retryable error", err, c)
+	}
+	if after := clientPort(); after == first {
+		t.Errorf("a call after the connection broke came from its port %s", after)
+	}
+}
+
+// forwarder passes TCP connections on to addr and counts them.
+type forwarder struct {
+	net.Listener
+	accepted atomic.Int32
+}
+
+func forward(t *testing.T, addr string) *forwarder {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &forwarder{Listener: l}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			f.accepted.Add(1)
+			out, err := net.Dial("tcp", addr)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
+			go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
+		}
+	}()
+	return f
+}
+
+func TestJumpHost(t *testing.T) {
+	srv := sshdtest.Start(t)
+	t.Run("the host is its own jump host", func(t *testing.T) {
+		body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}},
+			config(srv, map[string]any{"jump_host": srv.Addr, "jump_user": srv.User}))
+		if err != nil || body["stdout"] != "hi\n" || body["host"] != srv.Addr {
+			t.Fatalf("body %v, err %v", body, err)
+		}
+	})
+	t.Run("through a jump host only", func(t *testing.T) {
+		// The jump host is the same sshd behind a forwarder that counts
+		// connections; the target is reached from the jump host.
+		jump := forward(t, srv.Addr)
+		body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}},
+			config(srv, map[string]any{"known_hosts": nil, "host_keys": []string{srv.HostKey}, "jump_host": jump.Addr().String()}))
+		if err != nil || body["stdout"] != "hi\n" {
+			t.Fatalf("body %v, err %v", body, err)
+		}
+		if n := jump.accepted.Load(); n != 1 {
+			t.Errorf("%d connections to the jump host, want 1", n)
+		}
+	})
+	t.Run("an unknown jump host is refused", func(t *testing.T) {
+		jump := forward(t, srv.Addr)
+		_, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"true"}},
+			config(srv, map[string]any{"jump_host": jump.Addr().String()}))
+		if c, retry := code(err); c != "host_key_unknown" || retry || !strings.Contains(err.Error(), jump.Addr().String()) {
+			t.Fatalf("err %v", err)
+		}
+	})
+}
