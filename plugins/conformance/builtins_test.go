@@ -107,7 +107,7 @@ var builtinRows = []struct {
 	}},
 	{"ssh", func(t *testing.T) conformance.Options {
 		srv := sshdtest.Start(t)
-		cfg, err := json.Marshal(map[string]any{"user": srv.User, "private_key": srv.ClientKey, "known_hosts": srv.KnownHostsFile, "allowed_hosts": []string{"127.0.0.1"}})
+		cfg, err := json.Marshal(map[string]any{"user": srv.User, "private_key": srv.ClientKey, "known_hosts": srv.KnownHostsFile, "allowed_hosts": []string{"127.0.0.1"}, "port": srv.Port()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -217,6 +217,11 @@ func (s *settings) target(host, user string) (target, error) {
 	if err != nil {
 		return target{}, providers.Permanent("bad_payload", "%v", err)
 	}
+	if !s.cfg.PayloadPort {
+		// An alert's instance label names the exporter's port
+		// (db-1:9100), not the SSH server's.
+		port = s.cfg.Port
+	}
 	if !s.allowed(h) {
 		return target{}, providers.Permanent("host_not_allowed", "host %q matches no allowed_hosts pattern (%s); the gateway did not connect to it", h, strings.Join(s.patterns, ", "))
 	}

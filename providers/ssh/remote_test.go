@@ -178,6 +178,7 @@ func TestTargets(t *testing.T) {
 	s := &settings{patterns: []string{"web-*.prod.example.com", "10.0.0.*", "db-[12]", "fd00::*"}}
 	s.cfg.Port = 22
 	s.cfg.User = "ops"
+	s.cfg.PayloadPort = true
 	for _, tc := range []struct {
 		host, addr, err string
 	}{
@@ -209,6 +210,12 @@ func TestTargets(t *testing.T) {
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%q: %v, want an error with %q", tc.host, err, tc.err)
 		}
+	}
+	// By default the port is the config's: an instance label's is the
+	// exporter's.
+	s.cfg.PayloadPort = false
+	if got, err := s.target("web-1.prod.example.com:9100", ""); err != nil || got.addr != "web-1.prod.example.com:22" {
+		t.Errorf("without payload_port: %+v, %v", got, err)
 	}
 	if all := (&settings{patterns: []string{"*"}}); !all.allowed("anything.example.com") {
 		t.Error(`"*" does not allow every host`)

@@ -15,7 +15,8 @@
 // "web-*.prod.example.com" or "10.0.0.*", a "*" standing for any run of
 // characters within one dot-separated label, and "*" alone for any host;
 // a host that matches none is refused before any connection); user; port
-// (default 22); private_key, passphrase and password (credentials, read
+// (default 22), the one dialled whatever port the payload's host names
+// (an instance label's is the exporter's) unless payload_port = true; private_key, passphrase and password (credentials, read
 // from secrets); known_hosts (the path of an OpenSSH known_hosts file)
 // and/or host_keys (pinned host keys, authorized_keys lines), or
 // insecure_ignore_host_key = true, which checks nothing and says so on
@@ -72,6 +73,7 @@ const configSchema = `{
       "description": "glob patterns a payload's host must match: web-*.prod.example.com, 10.0.0.*"},
     "user": {"type": "string", "minLength": 1, "description": "the user to log in as, unless the payload names one"},
     "port": {"type": "integer", "minimum": 1, "maximum": 65535, "default": 22},
+    "payload_port": {"type": "boolean", "description": "use the port a payload's host names (host:port); by default the port is always the config's"},
     "private_key": {"type": "string", "minLength": 1, "x-secret": true,
       "description": "a private key in OpenSSH or PEM form"},
     "passphrase": {"type": "string", "minLength": 1, "x-secret": true,
@@ -103,6 +105,7 @@ type config struct {
 	AllowedHosts          []string `json:"allowed_hosts"`
 	User                  string   `json:"user"`
 	Port                  int      `json:"port"`
+	PayloadPort           bool     `json:"payload_port"`
 	PrivateKey            string   `json:"private_key"`
 	Passphrase            string   `json:"passphrase"`
 	Password              string   `json:"password"`

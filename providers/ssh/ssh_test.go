@@ -34,6 +34,7 @@ func config(srv *sshdtest.Server, over map[string]any) map[string]any {
 		"private_key":   srv.ClientKey,
 		"known_hosts":   srv.KnownHostsFile,
 		"allowed_hosts": []string{"127.0.0.1"},
+		"port":          srv.Port(),
 	}
 	for k, v := range over {
 		if v == nil {
@@ -397,7 +398,7 @@ func TestUnreachableHosts(t *testing.T) {
 		}
 	})
 	t.Run("refused connection is retryable", func(t *testing.T) {
-		_, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": closedAddr, "command": []string{"true"}}, config(srv, nil))
+		_, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": closedAddr, "command": []string{"true"}}, config(srv, map[string]any{"payload_port": true}))
 		if c, retry := code(err); c != "connect_failed" || !retry || !strings.Contains(err.Error(), closedAddr) {
 			t.Fatalf("err %v", err)
 		}
@@ -688,4 +689,19 @@ func TestJumpHost(t *testing.T) {
 			t.Fatalf("err %v", err)
 		}
 	})
+}
+
+// TestPayloadPort: the port in a payload's host, such as the exporter's
+// port an alert's instance label carries, is dialled only when the config
+// says payload_port = true; otherwise the config's port is.
+func TestPayloadPort(t *testing.T) {
+	srv := sshdtest.Start(t)
+	body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": "127.0.0.1:9100", "command": []string{"echo", "hi"}}, config(srv, nil))
+	if err != nil || body["host"] != srv.Addr {
+		t.Fatalf("the config's port: body %v, err %v", body, err)
+	}
+	body, err = execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}}, config(srv, map[string]any{"port": 1, "payload_port": true}))
+	if err != nil || body["host"] != srv.Addr {
+		t.Fatalf("the payload's port: body %v, err %v", body, err)
+	}
 }

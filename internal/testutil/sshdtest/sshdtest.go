@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -246,4 +247,11 @@ func unavailable(tb testing.TB, format string, args ...any) {
 func (s *Server) Log() string {
 	data, _ := os.ReadFile(s.logFile)
 	return string(data)
+}
+
+// Port is the port it listens on.
+func (s *Server) Port() int {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	n, _ := strconv.Atoi(port)
+	return n
 }
