@@ -96,6 +96,11 @@ func TestExampleConfigsValidate(t *testing.T) {
 			t.Errorf("validate %s: exit %d, %q", dir, code, out)
 		}
 	}
+	// The runbook reaches hosts of its own: its key is a secret, and
+	// gateway/runbook_test.go runs it against a real sshd.
+	if code, out, _ := runCLI(t, "validate", "--skip-secrets", "../../configs/runbook"); code != exitOK || !strings.HasPrefix(out, "ok: ") {
+		t.Errorf("validate configs/runbook: exit %d, %q", code, out)
+	}
 }
 
 func TestValidateReportsEveryError(t *testing.T) {
