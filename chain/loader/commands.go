@@ -17,12 +17,19 @@ var commandTypes = map[string]bool{"exec": true, "ssh": true}
 var shells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true, "busybox": true}
 
 // checkCommandPayload refuses a command step's payload that lets a
-// template choose what runs: the program, the shell switch, or the text of
-// a script, whether given as script or as a shell's -c argument.
+// template choose what runs: the whole payload, the program, the shell
+// switch, the names in env, or the text of a script, whether given as
+// script or as a shell's -c argument.
 func checkCommandPayload(d *fileDecoder, p chain.KeyPath, v any) {
 	payload, ok := v.(map[string]any)
 	if !ok {
+		d.errorf(p, "must be a table written in the config, { command = [...] } or { shell = true, script = ... }; a template cannot make the whole of what runs")
 		return
+	}
+	if env, ok := payload["env"]; ok {
+		if _, isTable := env.(map[string]any); !isTable {
+			d.errorf(p.Key("env"), "must be a table written in the config, { NAME = \"<<...>>\" }: a template may fill values, not choose the names (PATH, LD_PRELOAD, BASH_ENV)")
+		}
 	}
 	if s, ok := payload["shell"]; ok {
 		if _, isBool := s.(bool); !isBool {
