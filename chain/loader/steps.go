@@ -124,10 +124,10 @@ func (b *chainBuild) step(t *table, parent *chain.Step, sc *scope) *chain.Step {
 				switch {
 				case !ok:
 					t.d.errorf(t.path.Key("provider"), "unknown provider %q%s", s.Provider, b.l.providerHint(s.Provider))
-				case commandTypes[p.Type] && !hasPayload:
+				case commandKeys[p.Type] != nil && !hasPayload:
 					t.d.errorf(t.path, "a step of the %s provider %q runs a command: give it in payload_template = { command = [...] }", p.Type, s.Provider)
-				case commandTypes[p.Type]:
-					checkCommandPayload(t.d, t.path.Key("payload_template"), payload)
+				case commandKeys[p.Type] != nil:
+					checkCommandPayload(t.d, t.path.Key("payload_template"), p.Type, payload)
 				}
 			})
 		}

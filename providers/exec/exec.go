@@ -130,7 +130,7 @@ func (Provider) Execute(ctx context.Context, req providers.Request) (providers.R
 		return providers.Response{}, providers.Permanent("bad_config", "%v", err)
 	}
 	var spec command.Spec
-	if err := apicall.DecodeStrict(req.Payload, &spec); err != nil {
+	if err := command.DecodePayload(req.Payload, command.SpecKeys, &spec); err != nil {
 		return providers.Response{}, providers.Permanent("bad_payload", "decoding the exec payload: %v", err)
 	}
 	if err := spec.Check(); err != nil {

@@ -182,6 +182,11 @@ func TestResults(t *testing.T) {
 				t.Errorf("err %v", err)
 			}
 		}},
+		{"keys are exact", map[string]any{"Command": []string{"sh", "-c", "touch pwned"}}, nil, func(t *testing.T, _ map[string]any, err error) {
+			if err == nil || providers.IsRetryable(err) || !strings.Contains(err.Error(), `unknown payload key "Command"`) {
+				t.Errorf("err %v", err)
+			}
+		}},
 		{"reserved env", map[string]any{"command": []string{"true"}, "env": map[string]string{"CHAINGATE_DEDUP_KEY": "x"}}, nil, func(t *testing.T, _ map[string]any, err error) {
 			if err == nil || !strings.Contains(err.Error(), "CHAINGATE_ prefix") {
 				t.Errorf("err %v", err)

@@ -52,13 +52,13 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/providers"
-	"github.com/chaingate/gateway/providers/internal/apicall"
 	"github.com/chaingate/gateway/providers/internal/command"
 )
 
@@ -117,6 +117,9 @@ type config struct {
 	ConnectTimeoutSeconds float64  `json:"connect_timeout_seconds"`
 	MaxSessionsPerHost    int      `json:"max_sessions_per_host"`
 }
+
+// payloadKeys are exec's and the host's.
+var payloadKeys = append(slices.Clone(command.SpecKeys), "host", "user")
 
 type payload struct {
 	command.Spec
@@ -191,7 +194,7 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 		return providers.Response{}, providers.Permanent("bad_config", "%v", err)
 	}
 	var pl payload
-	if err := apicall.DecodeStrict(req.Payload, &pl); err != nil {
+	if err := command.DecodePayload(req.Payload, payloadKeys, &pl); err != nil {
 		return providers.Response{}, providers.Permanent("bad_payload", "decoding the ssh payload: %v", err)
 	}
 	if err := pl.Spec.Check(); err != nil {

@@ -56,6 +56,27 @@ type Spec struct {
 	TimeoutSeconds float64 `json:"timeout_seconds"`
 }
 
+// SpecKeys are the payload keys of a Spec.
+var SpecKeys = []string{"command", "shell", "script", "env", "stdin", "timeout_seconds"}
+
+// DecodePayload decodes a payload into v, refusing any key that is not
+// exactly one of keys. encoding/json alone would take "Command" for
+// "command", a key the gateway's load-time checks do not read.
+func DecodePayload(raw json.RawMessage, keys []string, v any) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return fmt.Errorf("the payload must be a JSON object: %w", err)
+	}
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if !slices.Contains(keys, k) {
+			return fmt.Errorf("unknown payload key %q; the keys are %s", k, strings.Join(keys, ", "))
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Env is a table of environment variables. A template that is a whole
