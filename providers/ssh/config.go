@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -191,11 +192,23 @@ func checkPattern(p string) (string, error) {
 
 func labels(s string) string { return strings.ReplaceAll(s, ".", "/") }
 
-// allowed says whether host matches one of the patterns.
+// addressPattern matches patterns written as addresses, "10.0.0.*" or
+// "fd00::*": digits, wildcards and the separators alone.
+var addressPattern = regexp.MustCompile(`^[0-9*?\[\]!^.-]+$|:`)
+
+// allowed says whether host matches one of the patterns. A pattern written
+// as an address matches addresses only: "10.0.0.*" must not let in
+// "10.0.0.evil.example.com", which whoever sends the alert can point
+// anywhere.
 func (s *settings) allowed(host string) bool {
+	_, err := netip.ParseAddr(host)
+	isAddr := err == nil
 	for _, p := range s.patterns {
 		if p == "*" {
 			return true
+		}
+		if addressPattern.MatchString(p) && !isAddr {
+			continue
 		}
 		if ok, _ := path.Match(labels(p), labels(host)); ok {
 			return true

@@ -194,6 +194,10 @@ func TestTargets(t *testing.T) {
 		{host: "10.0.0.7.evil.example.net", err: "host_not_allowed"},
 		{host: "web-.prod.example.com.evil.net", err: "host_not_allowed"},
 		{host: "db-3", err: "host_not_allowed"},
+		// An address pattern lets in addresses, not names that look alike.
+		{host: "10.0.0.evil.example.com", err: "host_not_allowed"},
+		{host: "10.0.0.xyz", err: "host_not_allowed"},
+		{host: "fd00::evil", err: "host_not_allowed"},
 		{host: "", err: "host is empty"},
 		{host: "web-1.prod.example.com:0", err: "not a TCP port"},
 		{host: "web-1.prod.example.com:ssh", err: "not a TCP port"},
