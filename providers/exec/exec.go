@@ -141,7 +141,12 @@ func (Provider) Execute(ctx context.Context, req providers.Request) (providers.R
 		// $0 names the step in ps and in the shell's own messages.
 		argv = []string{cfg.Shell, "-c", spec.Script, "chaingate:" + req.Step}
 	}
-	program, err := osexec.LookPath(argv[0])
+	name := argv[0]
+	if strings.Contains(name, "/") && !filepath.IsAbs(name) {
+		// As the command will run: from dir, not from the gateway's.
+		name = filepath.Join(cfg.Dir, name)
+	}
+	program, err := osexec.LookPath(name)
 	if err != nil {
 		return providers.Response{}, providers.Permanent("not_found", "finding the program %q: %v", argv[0], err)
 	}
@@ -156,7 +161,7 @@ func (Provider) Execute(ctx context.Context, req providers.Request) (providers.R
 	}
 	stdout, stderr := command.NewOutput(cfg.MaxOutputBytes), command.NewOutput(cfg.MaxOutputBytes)
 	started := time.Now()
-	exit, err := run(ctx, job{
+	exit, warning, err := run(ctx, job{
 		program: program, args: argv[1:], dir: cfg.Dir, env: environ(cfg, spec, req),
 		stdin: strings.NewReader(spec.Stdin), stdout: stdout, stderr: stderr, grace: cfg.KillGrace(),
 	})
@@ -168,7 +173,9 @@ func (Provider) Execute(ctx context.Context, req providers.Request) (providers.R
 	case err != nil:
 		return providers.Response{}, providers.Retryable("start_failed", "running %s: %v", argv[0], err)
 	}
-	return command.Judge(command.NewResult(exit, stdout, stderr, time.Since(started)), cfg.Limits)
+	res := command.NewResult(exit, stdout, stderr, time.Since(started))
+	res.Warning = warning
+	return command.Judge(res, cfg.Limits)
 }
 
 // ended is the failure of a command stopped because its time ran out or

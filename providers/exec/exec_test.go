@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -294,5 +295,42 @@ func waitGone(t *testing.T, pid int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d is still there: %s", pid, stat)
 		}
+	}
+}
+
+// TestDaemonHoldingOutput: a command that exits while a process it
+// started in a session of its own still holds its output keeps its exit
+// code, with a warning, rather than failing retryably and running again.
+func TestDaemonHoldingOutput(t *testing.T) {
+	dir := t.TempDir()
+	body, err := execute(t, context.Background(), call{
+		// The command exits only once the daemon is in a session of its own.
+		map[string]any{"shell": true, "script": "setsid sh -c 'echo $$ > daemon.tmp; mv daemon.tmp daemon; exec sleep 300' & while [ ! -e daemon ]; do sleep 0.01; done; echo done"},
+		map[string]any{"dir": dir, "kill_grace_seconds": 0.1},
+	})
+	for _, pid := range readPids(t, filepath.Join(dir, "daemon")) {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body["exit_code"] != 0.0 || body["stdout"] != "done\n" || !strings.Contains(fmt.Sprint(body["warning"]), "held its output open") {
+		t.Errorf("body %v", body)
+	}
+}
+
+// TestRelativeProgram runs a program named relative to dir, as the
+// command will run, whatever the gateway's own working directory.
+func TestRelativeProgram(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin", "tool"), []byte("#!/bin/sh\necho from dir\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	body, err := execute(t, context.Background(), call{map[string]any{"command": []string{"./bin/tool"}}, map[string]any{"dir": dir}})
+	if err != nil || body["stdout"] != "from dir\n" {
+		t.Errorf("body %v, err %v", body, err)
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	osexec "os/exec"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -26,33 +28,43 @@ func init() {
 	}
 }
 
-// run runs a job under a supervisor and returns its exit code. When ctx
+// run runs a job under a supervisor and returns its exit code, and a
+// warning when the command's output was not read to its end. When ctx
 // ends, the supervisor is told to stop the command's process group.
-func run(ctx context.Context, j job) (int, error) {
+func run(ctx context.Context, j job) (int, string, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return 0, fmt.Errorf("finding the gateway's binary to supervise the command: %w", err)
+		return 0, "", fmt.Errorf("finding the gateway's binary to supervise the command: %w", err)
 	}
 	cmd := osexec.CommandContext(ctx, self, append([]string{j.program}, j.args...)...)
 	cmd.Dir = j.dir
 	cmd.Env = append(j.env, fmt.Sprintf("%s=%d", superviseEnv, j.grace.Milliseconds()))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = j.stdin, j.stdout, j.stderr
 	cmd.SysProcAttr = supervisorAttr()
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	// A command that ends as its step's time runs out keeps its result:
+	// only one the supervisor was told to stop is reported stopped.
+	var stopped atomic.Bool
+	cmd.Cancel = func() error {
+		stopped.Store(true)
+		return cmd.Process.Signal(syscall.SIGTERM)
+	}
 	// The supervisor kills the group after the grace; past that, something
-	// is wrong with it, and it goes too.
+	// is wrong with it, and it goes too. A process that left the group (a
+	// daemon, setsid) holding the output open is not waited for longer.
 	cmd.WaitDelay = j.grace + 5*time.Second
 	err = cmd.Run()
 	var exit *osexec.ExitError
 	switch {
-	case ctx.Err() != nil:
-		return 0, ctx.Err()
+	case stopped.Load():
+		return 0, "", ctx.Err()
 	case errors.As(err, &exit):
-		return exitCode(exit.ProcessState), nil
+		return exitCode(exit.ProcessState), "", nil
+	case errors.Is(err, osexec.ErrWaitDelay) && cmd.ProcessState != nil:
+		return exitCode(cmd.ProcessState), fmt.Sprintf("the command exited, but a process it started in a group of its own (a daemon, setsid) held its output open; output written after %s was not read", cmd.WaitDelay), nil
 	case err != nil:
-		return 0, err
+		return 0, "", err
 	}
-	return 0, nil
+	return 0, "", nil
 }
 
 // exitCode is a process's exit code, or 128 plus the signal that killed
@@ -84,7 +96,15 @@ func supervise(graceMS string, argv []string) int {
 	cmd.SysProcAttr = commandAttr()
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "chaingate exec supervisor: starting %s: %v\n", argv[0], err)
-		return 127
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return 127
+		case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC):
+			return 126
+		}
+		// Out of processes or memory, a script being rewritten: worth
+		// trying again (EX_TEMPFAIL, retryable by default).
+		return 75
 	}
 	group := -cmd.Process.Pid
 	done := make(chan struct{})
