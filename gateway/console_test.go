@@ -765,3 +765,55 @@ func TestConsoleBulkReplayFailingAgain(t *testing.T) {
 		t.Errorf("the entries the filter selects now: %q, want breaks' 2", byID(doc, "matched"))
 	}
 }
+
+// TestRunChangesStreamWaiting follows GET /v1/events while a run comes to
+// wait on a person and is answered: run_waiting, naming the approval step,
+// comes between its start and its end.
+func TestRunChangesStreamWaiting(t *testing.T) {
+	t.Parallel()
+	env := newAPI(t, `
+[[chains]]
+name = "asks"
+[[chains.steps]]
+name = "first"
+provider = "faulty"
+payload_template = { sleep_ms = 100 }
+[[chains.steps]]
+name = "ask"
+approval = { message = "go on?" }
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.url+"/v1/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Scan()
+	var run gateway.StartResponse
+	if code, _, body := env.call("POST", "/v1/chains/asks/runs", `{}`, nil, &run); code != http.StatusAccepted && code != http.StatusOK {
+		t.Fatalf("start: %d %s", code, body)
+	}
+	var seen []string
+	for sc.Scan() && len(seen) < 3 {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev gateway.Event
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, ev.Type+" "+ev.Step)
+		if ev.Type == "run_waiting" {
+			if code, _, body := env.call("POST", "/v1/runs/"+run.ID+"/signals/ask", `{"decision": "approve"}`, nil, nil); code != http.StatusAccepted {
+				t.Fatalf("approve: %d %s", code, body)
+			}
+		}
+	}
+	if got := strings.Join(seen, ","); got != "run_started ,run_waiting ask,run_succeeded " {
+		t.Errorf("the stream carried %q", got)
+	}
+}

@@ -281,8 +281,11 @@ func (r *runner) asking(key string) {
 		r.waitingApproval.Store(true)
 	}
 	if r.run.Status == store.RunRunning {
-		// Written with the step's record, in the same batch.
+		// Written with the step's record, in the same batch; the event
+		// tells those following every run (the console's Approvals page)
+		// that a question is pending.
 		r.run.Status = store.RunWaiting
+		r.event(store.EventRunWaiting, key, 0, "")
 	}
 }
 

@@ -393,6 +393,9 @@ const (
 	EventRunFailed     EventType = "run_failed"
 	EventRunCancelled  EventType = "run_cancelled"
 	EventRunTimedOut   EventType = "run_timed_out"
+	// EventRunWaiting is a run starting to wait on a person: its approval
+	// step asks. Its step is the approval step.
+	EventRunWaiting EventType = "run_waiting"
 	EventStepStarted   EventType = "step_started"
 	EventStepSucceeded EventType = "step_succeeded"
 	EventStepFailed    EventType = "step_failed"

@@ -249,7 +249,7 @@
   // stream of every run's status says, at most once in data-pace ms; every
   // few seconds while that stream is broken; and every 30 s in case a
   // change was lost without a resync, or came from no run (a delivery
-  // parked, a question asked by a run going on).
+  // parked).
   function followList(el) {
     let pending = false, source = null;
     const pace = +el.dataset.pace || 500;
@@ -263,7 +263,7 @@
     if (el.dataset.stream) {
       source = new EventSource(el.dataset.stream);
       source.onmessage = refresh;
-      for (const t of ["resync"].concat(runEnds, ["run_started", "run_resumed", "run_replayed"])) source.addEventListener(t, refresh);
+      for (const t of ["resync"].concat(runEnds, ["run_started", "run_resumed", "run_replayed", "run_waiting"])) source.addEventListener(t, refresh);
     }
   }
 
