@@ -386,16 +386,16 @@ type SplitState struct {
 type EventType string
 
 const (
-	EventRunStarted    EventType = "run_started"
-	EventRunResumed    EventType = "run_resumed"
-	EventRunReplayed   EventType = "run_replayed"
-	EventRunSucceeded  EventType = "run_succeeded"
-	EventRunFailed     EventType = "run_failed"
-	EventRunCancelled  EventType = "run_cancelled"
-	EventRunTimedOut   EventType = "run_timed_out"
+	EventRunStarted   EventType = "run_started"
+	EventRunResumed   EventType = "run_resumed"
+	EventRunReplayed  EventType = "run_replayed"
+	EventRunSucceeded EventType = "run_succeeded"
+	EventRunFailed    EventType = "run_failed"
+	EventRunCancelled EventType = "run_cancelled"
+	EventRunTimedOut  EventType = "run_timed_out"
 	// EventRunWaiting is a run starting to wait on a person: its approval
 	// step asks. Its step is the approval step.
-	EventRunWaiting EventType = "run_waiting"
+	EventRunWaiting    EventType = "run_waiting"
 	EventStepStarted   EventType = "step_started"
 	EventStepSucceeded EventType = "step_succeeded"
 	EventStepFailed    EventType = "step_failed"
