@@ -17,6 +17,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/backup"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/testutil/proctest"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -106,7 +107,7 @@ func TestBackupUnderLoadResumes(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, _ = gw.cmd.Process.Wait()
-			waitGone(t, children, 5*time.Second)
+			proctest.WaitGone(t, 5*time.Second, proctest.Seen(children...))
 
 			if code, stdout, stderr := runCLI(t, "restore", out, "--state", fresh); code != exitOK || !strings.Contains(stdout, fmt.Sprintf("restored %d runs", runs)) {
 				t.Fatalf("restore: exit %d\n%s%s", code, stdout, stderr)

@@ -17,6 +17,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/chain/store/crashpoint"
+	"github.com/chaingate/gateway/internal/testutil/proctest"
 )
 
 // These tests run the gateway as a real process, kill it with SIGKILL at a
@@ -78,7 +79,7 @@ func (env *crashEnv) kill(cmd *exec.Cmd) {
 		env.t.Fatal(err)
 	}
 	_, _ = cmd.Process.Wait()
-	waitGone(env.t, children, 3*time.Second)
+	proctest.WaitGone(env.t, 3*time.Second, proctest.Seen(children...))
 }
 
 // resume runs "gateway resume" to completion.

@@ -23,6 +23,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/crashpoint"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/testutil/proctest"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -397,7 +398,7 @@ func processesIn(dir string) []int {
 		if err != nil {
 			continue
 		}
-		if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil && cwd == dir && alive(pid) {
+		if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil && cwd == dir && proctest.Seen(pid)[0].Alive() {
 			out = append(out, pid)
 		}
 	}

@@ -2,12 +2,12 @@ package main
 
 import (
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/testutil/proctest"
 )
 
 // execConfig is a chain of two exec steps. Each command appends its dedup
@@ -47,9 +47,9 @@ func TestExecAcrossKill(t *testing.T) {
 	t.Parallel()
 	env := newCrashEnv(t, execConfig)
 	cmd, _ := env.start("run", "remediate")
-	env.waitFor("the second command to start", func() bool { return len(readPIDs(t, env.path("clean.pids"))) == 2 })
+	env.waitFor("the second command to start", func() bool { return len(proctest.ReadPIDs(env.path("clean.pids"))) == 2 })
 	env.kill(cmd)
-	waitGone(t, readPIDs(t, env.path("clean.pids")), 30*time.Second)
+	proctest.WaitGone(t, 30*time.Second, proctest.Seen(proctest.ReadPIDs(env.path("clean.pids"))...))
 	run, persisted := env.snapshot()
 	if !persisted["collect"] || persisted["clean"] {
 		t.Fatalf("recorded before the kill: %v", persisted)
@@ -69,7 +69,7 @@ func TestExecAcrossKill(t *testing.T) {
 	if calls := lines(t, env.path("clean.calls")); len(calls) != 2 || calls[0] != run.ID+"/clean" || calls[1] != calls[0] {
 		t.Errorf("clean, in flight at the kill, ran with %q; want twice, the same dedup key", calls)
 	}
-	waitGone(t, readPIDs(t, env.path("clean.pids")), 30*time.Second)
+	proctest.WaitGone(t, 30*time.Second, proctest.Seen(proctest.ReadPIDs(env.path("clean.pids"))...))
 }
 
 // TestExecCancelled cancels a run while its command waits: the command and
@@ -78,7 +78,7 @@ func TestExecCancelled(t *testing.T) {
 	t.Parallel()
 	env := newCrashEnv(t, execConfig)
 	cmd, out := env.start("run", "remediate")
-	env.waitFor("the second command to start", func() bool { return len(readPIDs(t, env.path("clean.pids"))) == 2 })
+	env.waitFor("the second command to start", func() bool { return len(proctest.ReadPIDs(env.path("clean.pids"))) == 2 })
 	id, _, _ := strings.Cut(lines(t, env.path("collect.calls"))[0], "/")
 	if code, stdout, stderr := runCLI(t, "cancel", id, "--state", env.state); code != exitOK {
 		t.Fatalf("cancel: exit %d %s %s", code, stdout, stderr)
@@ -93,7 +93,7 @@ func TestExecCancelled(t *testing.T) {
 	if !strings.Contains(out.String(), `"status": "cancelled"`) {
 		t.Errorf("output:\n%s", out)
 	}
-	waitGone(t, readPIDs(t, env.path("clean.pids")), 30*time.Second)
+	proctest.WaitGone(t, 30*time.Second, proctest.Seen(proctest.ReadPIDs(env.path("clean.pids"))...))
 }
 
 func lines(t *testing.T, path string) []string {
@@ -103,18 +103,4 @@ func lines(t *testing.T, path string) []string {
 		t.Fatal(err)
 	}
 	return strings.Fields(string(data))
-}
-
-func readPIDs(t *testing.T, path string) []int {
-	t.Helper()
-	var pids []int
-	for _, f := range lines(t, path) {
-		pid, err := strconv.Atoi(f)
-		if err != nil {
-			// A line still being written.
-			return pids
-		}
-		pids = append(pids, pid)
-	}
-	return pids
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/testutil"
+	"github.com/chaingate/gateway/internal/testutil/proctest"
 	"github.com/chaingate/gateway/plugins/conformance"
 	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers/builtin"
@@ -358,39 +359,6 @@ func parentPID(pid int) (int, bool) {
 	return ppid, err == nil
 }
 
-func alive(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(fields) > 0 && fields[0] != "Z"
-}
-
-func waitGone(t *testing.T, pids []int, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		left := 0
-		for _, p := range pids {
-			if alive(p) {
-				left++
-			}
-		}
-		if left == 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	for _, p := range pids {
-		if alive(p) {
-			t.Errorf("plugin process %d still running %v after the gateway went", p, within)
-			_ = syscall.Kill(p, syscall.SIGKILL)
-		}
-	}
-}
-
 func TestSIGTERMStopsPlugins(t *testing.T) {
 	t.Parallel()
 	cmd, plugins := startGateway(t)
@@ -407,7 +375,7 @@ func TestSIGTERMStopsPlugins(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("gateway did not exit on SIGTERM")
 	}
-	waitGone(t, plugins, 15*time.Second)
+	proctest.WaitGone(t, 15*time.Second, proctest.Seen(plugins...))
 }
 
 func TestKill9StopsPlugins(t *testing.T) {
@@ -417,7 +385,7 @@ func TestKill9StopsPlugins(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = cmd.Process.Wait()
-	waitGone(t, plugins, 15*time.Second)
+	proctest.WaitGone(t, 15*time.Second, proctest.Seen(plugins...))
 }
 
 // TestProgressLines checks the one-line-per-event stderr format.

@@ -17,6 +17,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/testutil/proctest"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -72,7 +73,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	if err != nil || state2.ExitCode() != 0 {
 		t.Fatalf("gateway exit: %v %v\n%s", state2, err, gw.logs)
 	}
-	waitGone(t, children, 15*time.Second)
+	proctest.WaitGone(t, 15*time.Second, proctest.Seen(children...))
 	if _, err := os.Lstat(state + ".sock"); !os.IsNotExist(err) {
 		t.Errorf("the control socket is left behind (%v)", err)
 	}

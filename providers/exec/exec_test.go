@@ -5,14 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/chaingate/gateway/internal/testutil/proctest"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/exec"
 )
@@ -150,7 +151,9 @@ func TestResults(t *testing.T) {
 				t.Fatal(err)
 			}
 			if s := body["stdout"].(string); len(s) != 1000 || body["stdout_truncated"] != true || body["stdout_bytes"] != 3000000.0 || body["stderr"] != "err\n" || body["stderr_truncated"] != nil {
-				t.Errorf("stdout %d bytes, body without stdout: %v", len(s), without(body, "stdout"))
+				rest := maps.Clone(body)
+				delete(rest, "stdout")
+				t.Errorf("stdout %d bytes, the rest: %v", len(s), rest)
 			}
 		}},
 		{"a failing exit is permanent", map[string]any{"shell": true, "script": "echo disk full >&2; exit 3"}, nil, func(t *testing.T, _ map[string]any, err error) {
@@ -201,16 +204,6 @@ func TestResults(t *testing.T) {
 	}
 }
 
-func without(m map[string]any, k string) map[string]any {
-	out := map[string]any{}
-	for kk, v := range m {
-		if kk != k {
-			out[kk] = v
-		}
-	}
-	return out
-}
-
 // TestStoppedCommandLeavesNothing stops a command that started another in
 // the background, by its timeout and by its step's cancellation, and
 // after it exited on its own: no process of it is left.
@@ -253,48 +246,12 @@ func TestStoppedCommandLeavesNothing(t *testing.T) {
 			case tc.want != "" && (!errors.As(err, &pe) || pe.Code != tc.want || !pe.Retryable):
 				t.Fatalf("err %v, want %s", err, tc.want)
 			}
-			pids := readPids(t, filepath.Join(dir, "pids"))
+			pids := proctest.ReadPIDs(filepath.Join(dir, "pids"))
 			if len(pids) != 2 {
 				t.Fatalf("pids %v", pids)
 			}
-			for _, pid := range pids {
-				waitGone(t, pid)
-			}
+			proctest.WaitGone(t, 30*time.Second, proctest.Seen(pids...))
 		})
-	}
-}
-
-func readPids(t *testing.T, path string) []int {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(data)) {
-		pid, err := strconv.Atoi(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pids = append(pids, pid)
-	}
-	return pids
-}
-
-// waitGone waits for a process to be gone (or a zombie nobody reaps).
-func waitGone(t *testing.T, pid int) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return
-		}
-		if f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); len(f) > 0 && f[0] == "Z" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d is still there: %s", pid, stat)
-		}
 	}
 }
 
@@ -308,7 +265,7 @@ func TestDaemonHoldingOutput(t *testing.T) {
 		map[string]any{"shell": true, "script": "setsid sh -c 'echo $$ > daemon.tmp; mv daemon.tmp daemon; exec sleep 300' & while [ ! -e daemon ]; do sleep 0.01; done; echo done"},
 		map[string]any{"dir": dir, "kill_grace_seconds": 0.1},
 	})
-	for _, pid := range readPids(t, filepath.Join(dir, "daemon")) {
+	for _, pid := range proctest.ReadPIDs(filepath.Join(dir, "daemon")) {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	if err != nil {

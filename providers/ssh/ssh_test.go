@@ -1,7 +1,6 @@
 package ssh_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -22,6 +22,7 @@ import (
 	xssh "golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/chaingate/gateway/internal/testutil/proctest"
 	"github.com/chaingate/gateway/internal/testutil/sshdtest"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/ssh"
@@ -153,7 +154,9 @@ func TestResults(t *testing.T) {
 				t.Fatal(err)
 			}
 			if s := body["stdout"].(string); len(s) != 1000 || strings.Trim(s, "a") != "" || body["stdout_truncated"] != true || body["stdout_bytes"] != 5000000.0 || body["stderr"] != "err\n" || body["stderr_truncated"] != nil {
-				t.Errorf("stdout %d bytes, body without stdout: %v", len(s), without(body, "stdout"))
+				rest := maps.Clone(body)
+				delete(rest, "stdout")
+				t.Errorf("stdout %d bytes, the rest: %v", len(s), rest)
 			}
 		}},
 		{"the payload's user", map[string]any{"command": []string{"id", "-un"}, "user": srv.User}, map[string]any{"user": nil}, func(t *testing.T, body map[string]any, err error) {
@@ -204,16 +207,6 @@ func contains(lines []string, s string) bool {
 		}
 	}
 	return false
-}
-
-func without(m map[string]any, k string) map[string]any {
-	out := map[string]any{}
-	for kk, v := range m {
-		if kk != k {
-			out[kk] = v
-		}
-	}
-	return out
 }
 
 func TestHostileValuesStayLiteral(t *testing.T) {
@@ -405,56 +398,6 @@ func TestUnreachableHosts(t *testing.T) {
 	})
 }
 
-// alive says whether pid is a process that has not exited: a zombie has.
-// start, when not empty, is the process's start time as first seen, which
-// tells it from a later process given the same PID.
-func alive(pid int, start string) bool {
-	got, state := procStat(pid)
-	return state != "" && state != "Z" && state != "X" && (start == "" || got == start)
-}
-
-// procStat reads a process's start time and state from /proc; "" when
-// there is no such process.
-func procStat(pid int) (start, state string) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", ""
-	}
-	// The command name, in parentheses, may hold spaces.
-	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
-	if len(fields) < 20 {
-		return "", ""
-	}
-	return fields[19], fields[0]
-}
-
-// waitGone waits up to 30 s for processes to exit, and fails t for each
-// that did not.
-func waitGone(t *testing.T, pids []int, starts map[int]string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for _, pid := range pids {
-		for alive(pid, starts[pid]) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if alive(pid, starts[pid]) {
-			t.Errorf("process %d is still running after the call ended", pid)
-		}
-	}
-}
-
-// readPIDs reads the PIDs a script wrote, one a line.
-func readPIDs(path string) []int {
-	data, _ := os.ReadFile(path)
-	var pids []int
-	for _, f := range strings.Fields(string(data)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, n)
-		}
-	}
-	return pids
-}
-
 func TestStoppingACommand(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("needs /proc to see the remote processes")
@@ -484,7 +427,6 @@ func TestStoppingACommand(t *testing.T) {
 			payload := map[string]any{"host": srv.Addr, "shell": true, "script": tc.trap + script, "env": map[string]string{"PIDS": pidFile}}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			starts := map[int]string{}
 			watched := make(chan struct{})
 			if tc.timeout > 0 {
 				payload["timeout_seconds"] = tc.timeout
@@ -494,11 +436,8 @@ func TestStoppingACommand(t *testing.T) {
 					defer close(watched)
 					// Cancelled whatever happens, so that a script that never
 					// writes them fails the test rather than hangs it.
-					for deadline := time.Now().Add(60 * time.Second); len(readPIDs(pidFile)) < 3 && time.Now().Before(deadline); {
+					for deadline := time.Now().Add(60 * time.Second); len(proctest.ReadPIDs(pidFile)) < 3 && time.Now().Before(deadline); {
 						time.Sleep(20 * time.Millisecond)
-					}
-					for _, pid := range readPIDs(pidFile) {
-						starts[pid], _ = procStat(pid)
 					}
 					cancel()
 				}()
@@ -510,7 +449,7 @@ func TestStoppingACommand(t *testing.T) {
 			if tc.timeout > 0 {
 				want = "timeout"
 			}
-			pids := readPIDs(pidFile)
+			pids := proctest.ReadPIDs(pidFile)
 			if err == nil {
 				t.Fatal("the call succeeded")
 			}
@@ -530,24 +469,9 @@ func TestStoppingACommand(t *testing.T) {
 				// those that did start must be gone all the same.
 				t.Logf("only %d of 3 processes started before the timeout", len(pids))
 			}
-			t.Cleanup(func() {
-				for _, pid := range pids {
-					if alive(pid, starts[pid]) {
-						_ = killProcess(pid)
-					}
-				}
-			})
-			waitGone(t, pids, starts)
+			proctest.WaitGone(t, 30*time.Second, proctest.Seen(pids...))
 		})
 	}
-}
-
-func killProcess(pid int) error {
-	proc, err := os.FindProcess(pid)
-	if err != nil {
-		return err
-	}
-	return proc.Kill()
 }
 
 func TestMaxSessionsPerHost(t *testing.T) {
