@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	osexec "os/exec"
@@ -48,6 +49,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chaingate/gateway/plugins"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/internal/apicall"
 	"github.com/chaingate/gateway/providers/internal/command"
@@ -77,10 +79,14 @@ type config struct {
 }
 
 // Provider is the exec provider.
-type Provider struct{}
+type Provider struct {
+	// log reaches the gateway's log: what a result's warning says is said
+	// there too, where the on-call engineer looks.
+	log *slog.Logger
+}
 
 // New returns the exec provider.
-func New() providers.Provider { return Provider{} }
+func New() providers.Provider { return Provider{log: plugins.NewLogger(slog.LevelWarn)} }
 
 func (Provider) Describe(context.Context) (providers.Info, error) {
 	return providers.Info{Name: "exec", Version: "1", ConfigSchema: json.RawMessage(configSchema)}, nil
@@ -124,7 +130,7 @@ func decodeConfig(raw json.RawMessage) (config, error) {
 	return cfg, nil
 }
 
-func (Provider) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
+func (p Provider) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
 	cfg, err := decodeConfig(req.Config)
 	if err != nil {
 		return providers.Response{}, providers.Permanent("bad_config", "%v", err)
@@ -174,7 +180,9 @@ func (Provider) Execute(ctx context.Context, req providers.Request) (providers.R
 		return providers.Response{}, providers.Retryable("start_failed", "running %s: %v", argv[0], err)
 	}
 	res := command.NewResult(exit, stdout, stderr, time.Since(started))
-	res.Warning = warning
+	if res.Warning = warning; warning != "" {
+		p.log.Warn("exec: "+warning, "run", req.RunID, "step", req.Step, "program", argv[0])
+	}
 	return command.Judge(res, cfg.Limits)
 }
 
