@@ -538,19 +538,7 @@ func TestRunChangesAcrossGateways(t *testing.T) {
 // ends on starter.
 func followRunChanges(t *testing.T, env, starter *apiEnv) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.url+"/v1/events", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		t.Fatalf("GET /v1/events: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Scan() // the opening comment: the stream is following
+	sc := openRunChanges(t, env)
 	id := startWait(t, starter, "hello", `{}`)
 	var seen []string
 	for sc.Scan() && len(seen) < 2 {
@@ -568,6 +556,26 @@ func followRunChanges(t *testing.T, env, starter *apiEnv) {
 	if strings.Join(seen, ",") != "run_started,run_succeeded" {
 		t.Errorf("the stream carried %v, want the run's start and end and no step's", seen)
 	}
+}
+
+// openRunChanges follows GET /v1/events on env for up to 30 s, past the
+// stream's opening comment.
+func openRunChanges(t *testing.T, env *apiEnv) *bufio.Scanner {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.url+"/v1/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("GET /v1/events: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Scan() // the opening comment: the stream is following
+	return sc
 }
 
 // TestEventsAfterNow follows a finished run's events from now: nothing
@@ -782,16 +790,7 @@ payload_template = { sleep_ms = 100 }
 name = "ask"
 approval = { message = "go on?" }
 `)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.url+"/v1/events", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Scan()
+	sc := openRunChanges(t, env)
 	var run gateway.StartResponse
 	if code, _, body := env.call("POST", "/v1/chains/asks/runs", `{}`, nil, &run); code != http.StatusAccepted && code != http.StatusOK {
 		t.Fatalf("start: %d %s", code, body)
