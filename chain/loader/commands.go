@@ -20,6 +20,10 @@ var commandKeys = map[string][]string{
 	"ssh":  {"command", "shell", "script", "env", "stdin", "timeout_seconds", "host", "user"},
 }
 
+// CommandPayloadKeys are the payload keys validate allows a step of the
+// built-in provider type typ that runs a command; nil for other types.
+func CommandPayloadKeys(typ string) []string { return slices.Clone(commandKeys[typ]) }
+
 // shellName matches the names of shells, which read a script from -c, a
 // file operand or their standard input.
 var shellName = regexp.MustCompile(`^((ba|da|z|k|mk|a|r|po|y|lk|pdk|c|tc)?sh|fish)[0-9.]*$`)
@@ -82,6 +86,10 @@ func checkCommandPayload(d *fileDecoder, p chain.KeyPath, typ string, v any) {
 	args, isArray := cmd.([]any)
 	if !isArray {
 		d.errorf(p.Key("command"), "must be an array of strings written in the config, [program, args...]; a template cannot choose the command")
+		return
+	}
+	if len(args) == 0 {
+		d.errorf(p.Key("command"), "is empty; give the program and its arguments, [program, args...]")
 		return
 	}
 	stdin, hasStdin := payload["stdin"]

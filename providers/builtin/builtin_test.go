@@ -15,13 +15,16 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/chaingate/gateway/chain/loader"
 	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
+	execprovider "github.com/chaingate/gateway/providers/exec"
 	"github.com/chaingate/gateway/providers/opsgenie/opsgenietest"
 	"github.com/chaingate/gateway/providers/pagerduty/pagerdutytest"
 	"github.com/chaingate/gateway/providers/slack/slacktest"
+	sshprovider "github.com/chaingate/gateway/providers/ssh"
 	"github.com/chaingate/gateway/providers/webhook/webhooktest"
 )
 
@@ -278,6 +281,17 @@ func TestDocsListEveryBuiltin(t *testing.T) {
 		}
 		if _, err := os.Stat("../../docs/providers/" + typ + ".md"); err == nil && !strings.Contains(config, "(providers/"+typ+".md)") {
 			t.Errorf("docs/configuration.md does not link docs/providers/%s.md", typ)
+		}
+	}
+}
+
+// TestCommandPayloadKeys keeps what gateway validate allows in a command
+// step's payload the keys the provider takes, so that neither refuses what
+// the other lets through.
+func TestCommandPayloadKeys(t *testing.T) {
+	for typ, keys := range map[string][]string{"exec": execprovider.PayloadKeys, "ssh": sshprovider.PayloadKeys} {
+		if got := loader.CommandPayloadKeys(typ); !slices.Equal(got, keys) {
+			t.Errorf("%s: validate allows %v, the provider takes %v", typ, got, keys)
 		}
 	}
 }

@@ -78,6 +78,10 @@ type config struct {
 	Shell    string            `json:"shell"`
 }
 
+// PayloadKeys are the keys a payload takes, exactly as written; gateway
+// validate checks the same keys.
+var PayloadKeys = command.SpecKeys
+
 // Provider is the exec provider.
 type Provider struct {
 	// log reaches the gateway's log: what a result's warning says is said
@@ -136,7 +140,7 @@ func (p Provider) Execute(ctx context.Context, req providers.Request) (providers
 		return providers.Response{}, providers.Permanent("bad_config", "%v", err)
 	}
 	var spec command.Spec
-	if err := command.DecodePayload(req.Payload, command.SpecKeys, &spec); err != nil {
+	if err := command.DecodePayload(req.Payload, PayloadKeys, &spec); err != nil {
 		return providers.Response{}, providers.Permanent("bad_payload", "decoding the exec payload: %v", err)
 	}
 	if err := spec.Check(); err != nil {

@@ -118,8 +118,9 @@ type config struct {
 	MaxSessionsPerHost    int      `json:"max_sessions_per_host"`
 }
 
-// payloadKeys are exec's and the host's.
-var payloadKeys = append(slices.Clone(command.SpecKeys), "host", "user")
+// PayloadKeys are the keys a payload takes, exactly as written: exec's,
+// and where and as whom. gateway validate checks the same keys.
+var PayloadKeys = append(slices.Clone(command.SpecKeys), "host", "user")
 
 type payload struct {
 	command.Spec
@@ -194,7 +195,7 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 		return providers.Response{}, providers.Permanent("bad_config", "%v", err)
 	}
 	var pl payload
-	if err := command.DecodePayload(req.Payload, payloadKeys, &pl); err != nil {
+	if err := command.DecodePayload(req.Payload, PayloadKeys, &pl); err != nil {
 		return providers.Response{}, providers.Permanent("bad_payload", "decoding the ssh payload: %v", err)
 	}
 	if err := pl.Spec.Check(); err != nil {
