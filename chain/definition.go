@@ -55,8 +55,8 @@ func (c *Config) closure(name string) ([]*Chain, map[string]bool) {
 		seen[ch.Name] = true
 		chains = append(chains, ch)
 		WalkSteps(ch.Steps, func(s *Step) {
-			if s.Provider != "" {
-				provs[s.Provider] = true
+			for _, call := range s.Calls() {
+				provs[call.Provider] = true
 			}
 			if sub := c.Chains[s.SubChain]; sub != nil {
 				visit(sub)

@@ -34,6 +34,39 @@ type ConfigChecker interface {
 	CheckConfig(ctx context.Context, config json.RawMessage) error
 }
 
+// CallChecker is implemented by providers whose config declares what a
+// call may ask of them, such as exec and ssh, whose configs declare the
+// commands a step may run and the arguments each takes. The gateway calls
+// it when it loads a config, for every call the config makes of the
+// provider (a step at any depth, an approval's notify and escalate), so
+// that a call that cannot pass stops the config from loading rather than
+// failing a step after earlier ones have acted; and "gateway test" calls
+// it with each mocked call's rendered payload. The rules it checks must be
+// those Execute enforces on every call, which stays the one place they
+// are enforced: CheckCall only tells sooner.
+type CallChecker interface {
+	CheckCall(ctx context.Context, config json.RawMessage, call Call) error
+}
+
+// Call is a call of a provider as a config writes it, or as a test renders
+// it.
+type Call struct {
+	// Name says who makes the call, for messages: a step's name, or
+	// "NAME.notify" for an approval step's notification.
+	Name string
+	// ActionType is the call's action_type.
+	ActionType string
+	// Payload is the call's payload. When Written is true, it is the
+	// payload as the config writes it: a value a template fills at run
+	// time is null there (a config cannot write null), and the whole
+	// payload is null when one template fills all of it.
+	Payload json.RawMessage
+	Written bool
+	// Templates holds the text of each templated value of a written
+	// payload, by its JSON Pointer ("/args/host"), for messages.
+	Templates map[string]string
+}
+
 // Info describes a provider.
 type Info struct {
 	// Name is the provider's own name, such as "http".

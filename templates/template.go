@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -512,4 +513,50 @@ func (b *progBuilder) add(n *node) error {
 		b.lit = nil
 	}
 	return nil
+}
+
+// Written returns the value as the config writes it, for a check made
+// before anything is rendered: every value a placeholder fills is nil
+// (which TOML cannot write, so a nil here always means "filled at run
+// time"), and holes maps the JSON Pointer of each such value ("/args/0",
+// "" for the whole) to its text as written.
+func (t *Template) Written() (v any, holes map[string]string) {
+	holes = map[string]string{}
+	return t.root.written("", holes), holes
+}
+
+func (n *node) written(ptr string, holes map[string]string) any {
+	switch n.kind {
+	case kObject:
+		m := make(map[string]any, len(n.keys))
+		for i, k := range n.keys {
+			m[k] = n.elems[i].written(ptr+"/"+pointerToken(k), holes)
+		}
+		return m
+	case kArray:
+		a := make([]any, len(n.elems))
+		for i, e := range n.elems {
+			a[i] = e.written(ptr+"/"+strconv.Itoa(i), holes)
+		}
+		return a
+	case kExpr:
+		holes[ptr] = "<<" + n.expr.text + ">>"
+		return nil
+	case kText:
+		var b strings.Builder
+		for _, p := range n.parts {
+			b.WriteString(p.lit)
+			if p.e != nil {
+				b.WriteString("<<" + p.e.text + ">>")
+			}
+		}
+		holes[ptr] = b.String()
+		return nil
+	}
+	return n.val
+}
+
+// pointerToken escapes a key for a JSON Pointer (RFC 6901).
+func pointerToken(k string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
 }

@@ -648,3 +648,33 @@ func TestLazyObjectFields(t *testing.T) {
 		}
 	}
 }
+
+func TestWritten(t *testing.T) {
+	tpl, err := Compile(map[string]any{
+		"host": "<<origin.payload.host>>",
+		"args": map[string]any{"dir": "/var/log/<<origin.payload.app>>", "n": int64(3), "a/b": "<<item>>"},
+		"list": []any{"x", "<<prev.body ?? 1>>"},
+		"lit":  `<<"<<">>`,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, holes := tpl.Written()
+	want := map[string]any{
+		"host": nil,
+		"args": map[string]any{"dir": nil, "n": int64(3), "a/b": nil},
+		"list": []any{"x", nil},
+		"lit":  "<<",
+	}
+	if !reflect.DeepEqual(v, want) {
+		t.Errorf("value %#v, want %#v", v, want)
+	}
+	wantHoles := map[string]string{"/host": "<<origin.payload.host>>", "/args/dir": "/var/log/<<origin.payload.app>>", "/args/a~1b": "<<item>>", "/list/1": "<<prev.body ?? 1>>"}
+	if !reflect.DeepEqual(holes, wantHoles) {
+		t.Errorf("holes %v, want %v", holes, wantHoles)
+	}
+	whole, _ := Compile("<<origin.payload>>")
+	if v, holes := whole.Written(); v != nil || holes[""] != "<<origin.payload>>" {
+		t.Errorf("whole: %v %v", v, holes)
+	}
+}
