@@ -12,6 +12,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/tomlx"
 )
 
 // Export writes a test case of a run that ended, read through ops (a
@@ -44,8 +45,8 @@ func Export(ctx context.Context, ops gateway.Ops, id string) ([]byte, error) {
 		b.WriteString("# " + note + "\n")
 	}
 	b.WriteString("\n[[tests]]\n")
-	fmt.Fprintf(&b, "name = %s\n", tomlString(fmt.Sprintf("run %s (%s)", rv.ID, rv.Status)))
-	fmt.Fprintf(&b, "chain = %s\n", tomlString(rv.Chain))
+	fmt.Fprintf(&b, "name = %s\n", tomlx.String(fmt.Sprintf("run %s (%s)", rv.ID, rv.Status)))
+	fmt.Fprintf(&b, "chain = %s\n", tomlx.String(rv.Chain))
 	if len(rv.Origin.Payload) > 0 {
 		fmt.Fprintf(&b, "payload = %s\n", tomlJSON(rv.Origin.Payload))
 	}
@@ -56,11 +57,11 @@ func Export(ctx context.Context, ops gateway.Ops, id string) ([]byte, error) {
 		fmt.Fprintf(&b, "\n[tests.approvals.%s]\n%s", tomlKey(name), x.approvals[name])
 	}
 	b.WriteString("\n[tests.expect]\n")
-	fmt.Fprintf(&b, "status = %s\n", tomlString(rv.Status))
-	fmt.Fprintf(&b, "path = %s\n", tomlStrings(rv.Path))
+	fmt.Fprintf(&b, "status = %s\n", tomlx.String(rv.Status))
+	fmt.Fprintf(&b, "path = %s\n", tomlx.Strings(rv.Path))
 	if rv.Error != nil {
 		// The entry's id is the run's own: another run's differs.
-		fmt.Fprintf(&b, "error = %s\n", tomlString(deadLetterID.ReplaceAllString(rv.Error.Message, "")))
+		fmt.Fprintf(&b, "error = %s\n", tomlx.String(deadLetterID.ReplaceAllString(rv.Error.Message, "")))
 	}
 	for _, line := range expect {
 		b.WriteString(line + "\n")
@@ -73,7 +74,7 @@ func Export(ctx context.Context, ops gateway.Ops, id string) ([]byte, error) {
 		if e.RunID != rv.ID {
 			continue
 		}
-		fmt.Fprintf(&b, "\n[[tests.expect.dead_letters]]\nstep = %s\nerror = %s\n", tomlString(e.Step), tomlString(e.Error.Message))
+		fmt.Fprintf(&b, "\n[[tests.expect.dead_letters]]\nstep = %s\nerror = %s\n", tomlx.String(e.Step), tomlx.String(e.Error.Message))
 	}
 	return []byte(b.String()), nil
 }
@@ -109,7 +110,7 @@ func (x *exporter) nodes(ctx context.Context, rv *gateway.RunView, nodes []*gate
 			x.notes = append(x.notes, fmt.Sprintf("step %s of run %s has the name of another step: its answers are not in this case", key, rv.ID))
 			continue
 		}
-		*expect = append(*expect, fmt.Sprintf("steps.%s = { status = %s, attempts = %d }", tomlKey(n.Name), tomlString(rec.Status), rec.Attempts))
+		*expect = append(*expect, fmt.Sprintf("steps.%s = { status = %s, attempts = %d }", tomlKey(n.Name), tomlx.String(rec.Status), rec.Attempts))
 		switch n.Kind {
 		case "parallel":
 			x.nodes(ctx, rv, n.Children, key+"/", expect)
@@ -152,19 +153,19 @@ func mockLines(status string, attempts int, body json.RawMessage, info *gateway.
 		var b strings.Builder
 		b.WriteString("attempts = [\n")
 		for i := 1; i < attempts; i++ {
-			fmt.Fprintf(&b, "  { error = %s, retryable = true },\n", tomlString(fmt.Sprintf("attempt %d failed (its error is not recorded)", i)))
+			fmt.Fprintf(&b, "  { error = %s, retryable = true },\n", tomlx.String(fmt.Sprintf("attempt %d failed (its error is not recorded)", i)))
 		}
 		fmt.Fprintf(&b, "  { body = %s },\n]\n", tomlJSON(body))
 		return b.String()
 	case store.StepFailed:
-		return fmt.Sprintf("error = %s\nretryable = %t\n", tomlString(msg), attempts > 1)
+		return fmt.Sprintf("error = %s\nretryable = %t\n", tomlx.String(msg), attempts > 1)
 	case store.StepTimedOut, store.StepCancelled:
 		// Still in flight when its timeout, or the cancel, came.
 		return "delay = \"24h\"\nbody = {}\n"
 	case store.StepSkipped:
 		if attempts > 0 {
 			// A failure on_failure = "skip" passed over.
-			return fmt.Sprintf("error = %s\n", tomlString(orUnknown(msg)))
+			return fmt.Sprintf("error = %s\n", tomlx.String(orUnknown(msg)))
 		}
 	}
 	return ""
@@ -184,9 +185,9 @@ func (x *exporter) approval(name string, rec *gateway.Step) {
 	case d.Decision != "":
 		after := ""
 		if !rec.StartedAt.IsZero() && !rec.FinishedAt.IsZero() {
-			after = fmt.Sprintf("after = %s\n", tomlString(rec.FinishedAt.Sub(rec.StartedAt).Round(time.Second).String()))
+			after = fmt.Sprintf("after = %s\n", tomlx.String(rec.FinishedAt.Sub(rec.StartedAt).Round(time.Second).String()))
 		}
-		x.approvals[name] = fmt.Sprintf("decision = %s\nby = %s\ncomment = %s\n%s", tomlString(d.Decision), tomlString(d.By), tomlString(d.Comment), after)
+		x.approvals[name] = fmt.Sprintf("decision = %s\nby = %s\ncomment = %s\n%s", tomlx.String(d.Decision), tomlx.String(d.By), tomlx.String(d.Comment), after)
 	}
 }
 
@@ -239,7 +240,7 @@ func tomlJSON(raw json.RawMessage) string {
 	}
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return tomlString(string(raw))
+		return tomlx.String(string(raw))
 	}
 	if v == nil {
 		return "{}"
@@ -273,7 +274,7 @@ func tomlValue(v any) string {
 		}
 		return "[" + strings.Join(parts, ", ") + "]"
 	case string:
-		return tomlString(v)
+		return tomlx.String(v)
 	case float64:
 		if v == float64(int64(v)) && v < 1e15 && v > -1e15 {
 			return strconv.FormatInt(int64(v), 10)
@@ -282,40 +283,7 @@ func tomlValue(v any) string {
 	case bool:
 		return strconv.FormatBool(v)
 	}
-	return tomlString(fmt.Sprint(v))
-}
-
-// tomlString is a TOML basic string.
-func tomlString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\u%04X`, r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
-func tomlStrings(list []string) string {
-	parts := make([]string, len(list))
-	for i, s := range list {
-		parts[i] = tomlString(s)
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
+	return tomlx.String(fmt.Sprint(v))
 }
 
 // tomlKey is a key as TOML writes it: bare when it can be.
@@ -325,5 +293,5 @@ func tomlKey(k string) string {
 	}) {
 		return k
 	}
-	return tomlString(k)
+	return tomlx.String(k)
 }
