@@ -3,6 +3,7 @@ package gateway
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/secrets"
+	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
@@ -51,6 +53,9 @@ func checkBuiltinProviders(cfg *chain.Config) []chain.Diagnostic {
 			if err := c.CheckConfig(context.Background(), p.Config); err != nil {
 				found = append(found, p.Source.Key("config").Errorf("the %s provider cannot use this config: %v", info.Name, err))
 			}
+		}
+		if c, ok := impl.(providers.CallChecker); ok && len(found) == 0 {
+			found = append(found, checkCalls(cfg, p, c)...)
 		}
 		diags = append(diags, found...)
 	}
@@ -113,15 +118,15 @@ func checkProvider(cfg *chain.Config, p *chain.Provider, info providers.Info) []
 	var diags []chain.Diagnostic
 	if len(info.ActionTypes) > 0 {
 		accepted := quoted(info.ActionTypes)
-		forEachStep(cfg, func(s *chain.Step) {
+		for _, c := range cfg.Calls() {
 			switch {
-			case s.Kind != chain.KindProvider || s.Provider != p.Name:
-			case s.ActionType == "":
-				diags = append(diags, s.Source.Key("action_type").Errorf("provider %q needs an action_type: one of %s", p.Name, accepted))
-			case !slices.Contains(info.ActionTypes, s.ActionType):
-				diags = append(diags, s.Source.Key("action_type").Errorf("provider %q does not accept action type %q; it accepts %s", p.Name, s.ActionType, accepted))
+			case c.Provider != p.Name:
+			case c.ActionType == "":
+				diags = append(diags, c.Source.Key("action_type").Errorf("provider %q needs an action_type: one of %s", p.Name, accepted))
+			case !slices.Contains(info.ActionTypes, c.ActionType):
+				diags = append(diags, c.Source.Key("action_type").Errorf("provider %q does not accept action type %q; it accepts %s", p.Name, c.ActionType, accepted))
 			}
-		})
+		}
 	}
 	if len(info.ConfigSchema) == 0 {
 		return diags
@@ -163,23 +168,45 @@ func configKey(path string) string {
 	return "config." + path
 }
 
-// forEachStep calls f for every step of every chain, sub-steps included.
-func forEachStep(cfg *chain.Config, f func(*chain.Step)) {
-	var walk func([]*chain.Step)
-	walk = func(list []*chain.Step) {
-		for _, s := range list {
-			f(s)
-			if s.Parallel != nil {
-				walk(s.Parallel.Steps)
-			}
-			if s.Split != nil {
-				walk(s.Split.Steps)
-			}
+// checkCalls has a provider whose config declares what its calls may ask
+// check every call the config makes of it, as written: what the calls'
+// templates fill is checked by the provider when each call is made.
+func checkCalls(cfg *chain.Config, p *chain.Provider, checker providers.CallChecker) []chain.Diagnostic {
+	var diags []chain.Diagnostic
+	for _, c := range cfg.Calls() {
+		if c.Provider != p.Name {
+			continue
 		}
+		call, err := writtenCall(c)
+		if err == nil {
+			err = checker.CheckCall(context.Background(), p.Config, call)
+		}
+		if err == nil {
+			continue
+		}
+		key := "payload_template"
+		var pe *providers.Error
+		if errors.As(err, &pe) && pe.Code == "unknown_command" {
+			key = "action_type"
+		}
+		diags = append(diags, c.Source.Key(key).Errorf("provider %q refuses this call: %v", p.Name, err))
 	}
-	for _, name := range cfg.ChainNames {
-		walk(cfg.Chains[name].Steps)
+	return diags
+}
+
+// writtenCall is a call as its config writes it, for a CallChecker.
+func writtenCall(c chain.Call) (providers.Call, error) {
+	call := providers.Call{Name: c.Name, ActionType: c.ActionType, Written: true}
+	if c.Payload == nil {
+		return call, nil
 	}
+	v, holes := c.Payload.Written()
+	payload, err := jsonx.Marshal(v)
+	if err != nil {
+		return call, fmt.Errorf("encoding the payload as written: %w", err)
+	}
+	call.Payload, call.Templates = payload, holes
+	return call, nil
 }
 
 func quoted(list []string) string {

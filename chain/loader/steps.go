@@ -120,14 +120,8 @@ func (b *chainBuild) step(t *table, parent *chain.Step, sc *scope) *chain.Step {
 		payload, hasPayload := t.value("payload_template")
 		if s.Provider != "" {
 			b.l.later = append(b.l.later, func() {
-				p, ok := b.l.cfg.Providers[s.Provider]
-				switch {
-				case !ok:
+				if _, ok := b.l.cfg.Providers[s.Provider]; !ok {
 					t.d.errorf(t.path.Key("provider"), "unknown provider %q%s", s.Provider, b.l.providerHint(s.Provider))
-				case commandKeys[p.Type] != nil && !hasPayload:
-					t.d.errorf(t.path, "a step of the %s provider %q runs a command: give it in payload_template = { command = [...] }", p.Type, s.Provider)
-				case commandKeys[p.Type] != nil:
-					checkCommandPayload(t.d, t.path.Key("payload_template"), p.Type, payload)
 				}
 			})
 		}

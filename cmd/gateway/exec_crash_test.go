@@ -18,25 +18,30 @@ const execConfig = `
 [[providers]]
 name = "local"
 type = "exec"
-config = { dir = "DIR" }
-
-[[chains]]
-name = "remediate"
-[[chains.steps]]
-name = "collect"
-provider = "local"
-payload_template = { shell = true, script = 'echo "$CHAINGATE_DEDUP_KEY" >> collect.calls' }
-[[chains.steps]]
-name = "clean"
-provider = "local"
-payload_template = { shell = true, script = '''
+[providers.config]
+dir = "DIR"
+[providers.config.commands.collect]
+script = 'echo "$CHAINGATE_DEDUP_KEY" >> collect.calls'
+[providers.config.commands.clean]
+script = '''
 echo "$CHAINGATE_DEDUP_KEY" >> clean.calls
 [ -e clean.again ] && exit 0
 touch clean.again
 sleep 300 & echo $! >> clean.pids
 echo $$ >> clean.pids
 wait
-''' }
+'''
+
+[[chains]]
+name = "remediate"
+[[chains.steps]]
+name = "collect"
+provider = "local"
+action_type = "collect"
+[[chains.steps]]
+name = "clean"
+provider = "local"
+action_type = "clean"
 `
 
 // TestExecAcrossKill kills the gateway while a command runs: the command
@@ -55,7 +60,16 @@ func TestExecAcrossKill(t *testing.T) {
 		t.Fatalf("recorded before the kill: %v", persisted)
 	}
 	env.resume()
-	final, steps, evs := env.finalState(run.ID)
+	checkCleanRanAgain(t, env, run.ID)
+	proctest.WaitGone(t, 30*time.Second, proctest.Seen(proctest.ReadPIDs(env.path("clean.pids"))...))
+}
+
+// checkCleanRanAgain checks a run of the remediate chain resumed after a
+// kill during clean: it succeeded, collect ran once, clean twice with the
+// same dedup key, and no event was logged twice.
+func checkCleanRanAgain(t *testing.T, env *crashEnv, id string) {
+	t.Helper()
+	final, steps, evs := env.finalState(id)
 	if final.Status != store.RunSucceeded {
 		t.Fatalf("run %s: %+v", final.Status, final.Error)
 	}
@@ -63,13 +77,12 @@ func TestExecAcrossKill(t *testing.T) {
 		t.Errorf("clean: %s", steps["clean"].Status)
 	}
 	checkNoDuplicateEvents(t, evs)
-	if calls := lines(t, env.path("collect.calls")); len(calls) != 1 || calls[0] != run.ID+"/collect" {
+	if calls := lines(t, env.path("collect.calls")); len(calls) != 1 || calls[0] != id+"/collect" {
 		t.Errorf("collect, recorded before the kill, ran with %q", calls)
 	}
-	if calls := lines(t, env.path("clean.calls")); len(calls) != 2 || calls[0] != run.ID+"/clean" || calls[1] != calls[0] {
+	if calls := lines(t, env.path("clean.calls")); len(calls) != 2 || calls[0] != id+"/clean" || calls[1] != calls[0] {
 		t.Errorf("clean, in flight at the kill, ran with %q; want twice, the same dedup key", calls)
 	}
-	proctest.WaitGone(t, 30*time.Second, proctest.Seen(proctest.ReadPIDs(env.path("clean.pids"))...))
 }
 
 // TestExecCancelled cancels a run while its command waits: the command and

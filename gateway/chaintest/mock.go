@@ -12,6 +12,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/providers"
+	"github.com/chaingate/gateway/providers/builtin"
 )
 
 // Call is one call a step made, as its provider received it.
@@ -55,7 +56,11 @@ func (m *mocks) Resolve(p *chain.Provider) (providers.Provider, error) {
 		}
 		return recording{m: m, provider: p.Name, next: real}, nil
 	}
-	return &mockProvider{m: m, provider: p.Name}, nil
+	mp := &mockProvider{m: m, provider: p.Name, config: p.Config}
+	if impl, ok := builtin.New(p.Type); ok {
+		mp.checker, _ = impl.(providers.CallChecker)
+	}
+	return mp, nil
 }
 
 // CheckProvider checks only the providers that run for real.
@@ -90,6 +95,11 @@ func (r recording) Describe(ctx context.Context) (providers.Info, error) { retur
 type mockProvider struct {
 	m        *mocks
 	provider string
+	// checker, for a provider whose config declares what its calls may
+	// ask (exec, ssh), refuses a mocked call the provider would refuse:
+	// a mock stands in for what the command does, not for its checks.
+	checker providers.CallChecker
+	config  json.RawMessage
 }
 
 func (p *mockProvider) Describe(context.Context) (providers.Info, error) {
@@ -99,6 +109,11 @@ func (p *mockProvider) Describe(context.Context) (providers.Info, error) {
 func (p *mockProvider) Execute(ctx context.Context, req providers.Request) (providers.Response, error) {
 	p.m.record(p.provider, true, req)
 	name, index := stepName(req.Step)
+	if p.checker != nil {
+		if err := p.checker.CheckCall(ctx, p.config, providers.Call{Name: name, ActionType: req.ActionType, Payload: req.Payload}); err != nil {
+			return providers.Response{}, err
+		}
+	}
 	mock := p.m.c.Mocks[name]
 	if mock == nil {
 		if p.m.empty {

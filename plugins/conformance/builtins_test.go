@@ -38,7 +38,8 @@ var builtinRows = []struct {
 	}},
 	{"exec", func(*testing.T) conformance.Options {
 		return conformance.Options{
-			Payloads: map[string]json.RawMessage{"run": json.RawMessage(`{"command": ["printf", "{\"free_pct\": 7}"]}`)},
+			Config:   json.RawMessage(`{"commands": {"run": {"script": "printf '{\"free_pct\": %d}' \"$CHAINGATE_ARG_PCT\"", "args": {"pct": {"type": "integer", "max": 100}}}}}`),
+			Payloads: map[string]json.RawMessage{"run": json.RawMessage(`{"args": {"pct": 7}}`)},
 		}
 	}},
 	{"faulty", func(*testing.T) conformance.Options {
@@ -107,13 +108,14 @@ var builtinRows = []struct {
 	}},
 	{"ssh", func(t *testing.T) conformance.Options {
 		srv := sshdtest.Start(t)
-		cfg, err := json.Marshal(map[string]any{"user": srv.User, "private_key": srv.ClientKey, "known_hosts": srv.KnownHostsFile, "allowed_hosts": []string{"127.0.0.1"}, "port": srv.Port()})
+		cfg, err := json.Marshal(map[string]any{"user": srv.User, "private_key": srv.ClientKey, "known_hosts": srv.KnownHostsFile, "allowed_hosts": []string{"127.0.0.1"}, "port": srv.Port(),
+			"commands": map[string]any{"run": map[string]any{"script": `echo "disk-full on $CHAINGATE_ARG_HOST"`, "args": map[string]any{"host": map[string]any{"type": "hostname"}}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return conformance.Options{
 			Config:   cfg,
-			Payloads: map[string]json.RawMessage{"run": json.RawMessage(`{"host": "` + srv.Addr + `", "command": ["echo", "disk-full on db-1"]}`)},
+			Payloads: map[string]json.RawMessage{"run": json.RawMessage(`{"host": "` + srv.Addr + `", "args": {"host": "db-1"}}`)},
 		}
 	}},
 	{"email", func(t *testing.T) conformance.Options {

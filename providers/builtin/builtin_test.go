@@ -15,16 +15,13 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/chaingate/gateway/chain/loader"
 	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/builtin"
-	execprovider "github.com/chaingate/gateway/providers/exec"
 	"github.com/chaingate/gateway/providers/opsgenie/opsgenietest"
 	"github.com/chaingate/gateway/providers/pagerduty/pagerdutytest"
 	"github.com/chaingate/gateway/providers/slack/slacktest"
-	sshprovider "github.com/chaingate/gateway/providers/ssh"
 	"github.com/chaingate/gateway/providers/webhook/webhooktest"
 )
 
@@ -285,13 +282,27 @@ func TestDocsListEveryBuiltin(t *testing.T) {
 	}
 }
 
-// TestCommandPayloadKeys keeps what gateway validate allows in a command
-// step's payload the keys the provider takes, so that neither refuses what
-// the other lets through.
-func TestCommandPayloadKeys(t *testing.T) {
-	for typ, keys := range map[string][]string{"exec": execprovider.PayloadKeys, "ssh": sshprovider.PayloadKeys} {
-		if got := loader.CommandPayloadKeys(typ); !slices.Equal(got, keys) {
-			t.Errorf("%s: validate allows %v, the provider takes %v", typ, got, keys)
+// TestCommandProvidersCheckCalls: a built-in whose config declares
+// commands checks the calls a config makes of it, so that validate and
+// gateway test refuse what its Execute would.
+func TestCommandProvidersCheckCalls(t *testing.T) {
+	for _, typ := range builtin.Types() {
+		p, _ := builtin.New(typ)
+		info, err := p.Describe(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var schema struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+		}
+		_ = json.Unmarshal(info.ConfigSchema, &schema)
+		_, declares := schema.Properties["commands"]
+		_, checks := p.(providers.CallChecker)
+		if declares != checks {
+			t.Errorf("%s: its config declares commands: %v; it checks calls: %v", typ, declares, checks)
+		}
+		if declares != (typ == "exec" || typ == "ssh") {
+			t.Errorf("%s: declares commands: %v", typ, declares)
 		}
 	}
 }

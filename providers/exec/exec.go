@@ -1,21 +1,24 @@
-// Package exec is the exec provider: each call runs one command on the
-// machine of the gateway (or of the worker) that makes the call.
+// Package exec is the exec provider: each call runs one of the commands
+// its config declares, on the machine of the gateway (or of the worker)
+// that makes the call.
 //
-// Payload fields: command (the argument vector, its first element the
-// program, looked up in the gateway's PATH when it has no slash), or shell
-// = true with a script run by the config's shell; env (variables set for
-// the command); stdin; timeout_seconds. Templates fill whole arguments and
-// values: an alert's label holding "; rm -rf /" or "$(…)" reaches the
-// program as that literal text. A script is literal too — the gateway
-// refuses a template in its text — and reads the step's values from env.
+// Config fields: commands (the commands a step may run, by the name its
+// action_type gives: argv, or a script run by shell; dir; env; stdin;
+// timeout_seconds; and args, the arguments a call may fill, each with a
+// type — string, integer, boolean, hostname, path — and a rule), dir (the
+// default working directory, /), env (variables for every command,
+// secrets included), env_allow (names of the gateway's own variables
+// passed through; none by default, and PATH is a fixed system path unless
+// allowed), shell (default /bin/sh), max_output_bytes (each of stdout and
+// stderr, default 1 MiB), kill_grace_seconds (default 5), ok_exit_codes
+// (default [0]) and retryable_exit_codes (default [75], EX_TEMPFAIL); any
+// other exit code is a permanent failure.
 //
-// Config fields: dir (the working directory, default /), env (variables
-// for every call, secrets included), env_allow (names of the gateway's
-// own variables passed through; none by default, and PATH is a fixed
-// system path unless allowed), shell (default /bin/sh), max_output_bytes
-// (each of stdout and stderr, default 1 MiB), kill_grace_seconds (default
-// 5), ok_exit_codes (default [0]) and retryable_exit_codes (default [75],
-// EX_TEMPFAIL); any other exit code is a permanent failure.
+// Payload: args, the values of the command's arguments. Each is checked
+// against its declaration here, in the provider, on every call, and
+// reaches the command only as CHAINGATE_ARG_NAME in its environment, so
+// an alert's label holding "; rm -rf /", "$(…)" or "-delete" is at worst
+// a refused argument, and at best a value a script quotes.
 //
 // Every command gets CHAINGATE_DEDUP_KEY, the step's dedup key, the same
 // on every attempt and after a restart, and CHAINGATE_RUN_ID,
@@ -40,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -59,14 +63,14 @@ import (
 // gateway's own.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-const configSchema = `{
+var configSchema = `{
   "type": "object",
   "additionalProperties": false,
   "properties": {
     "dir": {"type": "string", "minLength": 1},
     "env": {"type": "object", "additionalProperties": {"type": "string"}},
     "env_allow": {"type": "array", "items": {"type": "string", "minLength": 1}},
-    "shell": {"type": "string", "minLength": 1},` + command.LimitsSchema + `
+    "shell": {"type": "string", "minLength": 1},` + command.CommandsSchema(command.Local) + command.LimitsSchema + `
   }
 }`
 
@@ -76,11 +80,11 @@ type config struct {
 	Env      map[string]string `json:"env"`
 	EnvAllow []string          `json:"env_allow"`
 	Shell    string            `json:"shell"`
-}
+	// Commands are decoded by command.DecodeCommands.
+	Commands json.RawMessage `json:"commands"`
 
-// PayloadKeys are the keys a payload takes, exactly as written; gateway
-// validate checks the same keys.
-var PayloadKeys = command.SpecKeys
+	commands command.Commands
+}
 
 // Provider is the exec provider.
 type Provider struct {
@@ -102,9 +106,22 @@ func (Provider) CheckConfig(_ context.Context, raw json.RawMessage) error {
 	return err
 }
 
+// CheckCall implements providers.CallChecker: the call's command and
+// arguments as Execute checks them, paths by their text alone, since the
+// machine that checks may not be the one that runs.
+func (Provider) CheckCall(_ context.Context, raw json.RawMessage, call providers.Call) error {
+	cmds, err := command.DecodeCommands(raw, command.Local)
+	if err != nil {
+		return err
+	}
+	_, _, err = cmds.Resolve(call, command.LocalPayloadKeys, nil)
+	return err
+}
+
 func decodeConfig(raw json.RawMessage) (config, error) {
 	var cfg config
-	if err := apicall.DecodeStrict(raw, &cfg); err != nil {
+	err := apicall.DecodeStrict(raw, &cfg)
+	if err != nil {
 		return cfg, fmt.Errorf("decoding exec config: %w", err)
 	}
 	if err := cfg.Limits.Check(); err != nil {
@@ -124,6 +141,9 @@ func decodeConfig(raw json.RawMessage) (config, error) {
 	if cfg.Shell != "" && !filepath.IsAbs(cfg.Shell) {
 		return cfg, fmt.Errorf("shell %q must be an absolute path", cfg.Shell)
 	}
+	if cfg.commands, err = command.DecodeCommands(raw, command.Local); err != nil {
+		return cfg, err
+	}
 	cfg.Limits = cfg.Limits.Defaulted()
 	if cfg.Dir == "" {
 		cfg.Dir = "/"
@@ -139,32 +159,29 @@ func (p Provider) Execute(ctx context.Context, req providers.Request) (providers
 	if err != nil {
 		return providers.Response{}, providers.Permanent("bad_config", "%v", err)
 	}
-	var spec command.Spec
-	if err := command.DecodePayload(req.Payload, PayloadKeys, &spec); err != nil {
-		return providers.Response{}, providers.Permanent("bad_payload", "decoding the exec payload: %v", err)
+	inv, _, err := cfg.commands.Resolve(providers.Call{Name: req.Step, ActionType: req.ActionType, Payload: req.Payload}, command.LocalPayloadKeys, confine)
+	if err != nil {
+		return providers.Response{}, err
 	}
-	if err := spec.Check(); err != nil {
-		return providers.Response{}, providers.Permanent("bad_payload", "%v", err)
-	}
-	argv := spec.Command
-	if spec.Shell {
-		// $0 names the step in ps and in the shell's own messages.
-		argv = []string{cfg.Shell, "-c", spec.Script, "chaingate:" + req.Step}
+	argv := inv.Program(cfg.Shell, req.Step)
+	dir := cfg.Dir
+	if inv.Dir != "" {
+		dir = inv.Dir
 	}
 	name := argv[0]
 	if strings.Contains(name, "/") && !filepath.IsAbs(name) {
 		// As the command will run: from dir, not from the gateway's.
-		name = filepath.Join(cfg.Dir, name)
+		name = filepath.Join(dir, name)
 	}
 	program, err := osexec.LookPath(name)
 	if err != nil {
 		return providers.Response{}, providers.Permanent("not_found", "finding the program %q: %v", argv[0], err)
 	}
-	if info, err := os.Stat(cfg.Dir); err != nil || !info.IsDir() {
-		return providers.Response{}, providers.Permanent("bad_config", "the working directory %s is not a directory on this machine", cfg.Dir)
+	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
+		return providers.Response{}, providers.Permanent("bad_config", "the working directory %s is not a directory on this machine", dir)
 	}
 
-	if t := spec.Timeout(); t > 0 {
+	if t := inv.Timeout(); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
@@ -172,12 +189,12 @@ func (p Provider) Execute(ctx context.Context, req providers.Request) (providers
 	stdout, stderr := command.NewOutput(cfg.MaxOutputBytes), command.NewOutput(cfg.MaxOutputBytes)
 	started := time.Now()
 	exit, warning, err := run(ctx, job{
-		program: program, args: argv[1:], dir: cfg.Dir, env: environ(cfg, spec, req),
-		stdin: strings.NewReader(spec.Stdin), stdout: stdout, stderr: stderr, grace: cfg.KillGrace(),
+		program: program, args: argv[1:], dir: dir, env: environ(cfg, inv, req),
+		stdin: strings.NewReader(inv.Stdin), stdout: stdout, stderr: stderr, grace: cfg.KillGrace(), lock: req.DedupKey,
 	})
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return providers.Response{}, ended(ctx, spec)
+		return providers.Response{}, ended(ctx, inv)
 	case errors.As(err, new(*providers.Error)):
 		return providers.Response{}, err
 	case err != nil:
@@ -192,11 +209,11 @@ func (p Provider) Execute(ctx context.Context, req providers.Request) (providers
 
 // ended is the failure of a command stopped because its time ran out or
 // its step was cancelled.
-func ended(ctx context.Context, spec command.Spec) error {
+func ended(ctx context.Context, inv *command.Invocation) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		took := "the step's timeout"
-		if spec.TimeoutSeconds > 0 {
-			took = fmt.Sprintf("timeout_seconds = %g", spec.TimeoutSeconds)
+		if inv.TimeoutSeconds > 0 {
+			took = fmt.Sprintf("the command's timeout_seconds = %g", inv.TimeoutSeconds)
 		}
 		return &providers.Error{Retryable: true, Code: "timeout", Message: "the command ran past " + took + "; its process group was stopped", Err: ctx.Err()}
 	}
@@ -204,23 +221,68 @@ func ended(ctx context.Context, spec command.Spec) error {
 }
 
 // environ is the command's environment: nothing of the gateway's but what
-// env_allow names, then the config's, the step's and the gateway's own
-// variables, each over the one before.
-func environ(cfg config, spec command.Spec, req providers.Request) []string {
-	env := map[string]string{"PATH": DefaultPath}
+// env_allow names, then the config's, the command's, its arguments' and
+// the gateway's own variables, each over the one before.
+func environ(cfg config, inv *command.Invocation, req providers.Request) []string {
+	base := map[string]string{"PATH": DefaultPath}
 	for _, name := range cfg.EnvAllow {
 		if v, ok := os.LookupEnv(name); ok {
-			env[name] = v
+			base[name] = v
 		}
 	}
-	maps.Copy(env, cfg.Env)
-	maps.Copy(env, spec.Env)
-	maps.Copy(env, command.GatewayEnv(req))
+	maps.Copy(base, cfg.Env)
+	env := inv.Environ(base, req)
 	out := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		out = append(out, k+"="+env[k])
 	}
 	return out
+}
+
+// confine checks that a path argument lies in one of its roots as this
+// machine resolves both, symbolic links followed: a link under /var/log
+// that leads to /etc is refused.
+func confine(p string, roots []string) error {
+	real, err := resolve(p)
+	if err != nil {
+		return err
+	}
+	var realRoots []string
+	for _, r := range roots {
+		rr, err := resolve(r)
+		if err != nil {
+			return err
+		}
+		realRoots = append(realRoots, rr)
+	}
+	if !command.Within(real, realRoots) {
+		return fmt.Errorf("resolves to %s through a symbolic link, which is not under %s", real, strings.Join(roots, " or "))
+	}
+	return nil
+}
+
+// resolve is p with the symbolic links of its longest existing prefix
+// followed; what does not exist yet is kept as written.
+func resolve(p string) (string, error) {
+	rest := ""
+	for cur := p; ; {
+		real, err := filepath.EvalSymlinks(cur)
+		if err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("resolving %s: %w", cur, err)
+		}
+		if fi, lerr := os.Lstat(cur); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return "", fmt.Errorf("%s is a symbolic link that leads nowhere", cur)
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return p, nil
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
 }
 
 // job is one command to run.
@@ -233,4 +295,8 @@ type job struct {
 	stdout  io.Writer
 	stderr  io.Writer
 	grace   time.Duration
+	// lock is the step's dedup key: the supervisor holds a lock named
+	// after it for as long as the command's group lives, so that a step
+	// run again never runs beside what is left of an earlier attempt.
+	lock string
 }

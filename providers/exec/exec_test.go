@@ -19,22 +19,38 @@ import (
 )
 
 // hostile are values an alert's labels may carry, meant to make a shell
-// run something.
-var hostile = []string{`"; touch pwned #`, `$(touch pwned)`, "`touch pwned`", "a\ntouch pwned", "*", `'; touch pwned; '`, `${IFS}touch${IFS}pwned`}
+// or a program run something.
+var hostile = []string{`"; touch pwned #`, `$(touch pwned)`, "`touch pwned`", "*", `'; touch pwned; '`, `${IFS}touch${IFS}pwned`, `|| touch pwned`, `> pwned`}
 
+// call runs the command "c" that cmd declares, on a config of cfg with it,
+// giving args.
 type call struct {
-	payload any
-	config  any
+	cmd  map[string]any
+	args map[string]any
+	cfg  map[string]any
 }
 
 func execute(t *testing.T, ctx context.Context, c call) (map[string]any, error) {
 	t.Helper()
-	payload, _ := json.Marshal(c.payload)
-	cfg, _ := json.Marshal(c.config)
-	if c.config == nil {
-		cfg = nil
+	cfg := maps.Clone(c.cfg)
+	if cfg == nil {
+		cfg = map[string]any{}
 	}
-	resp, err := exec.New().Execute(ctx, providers.Request{Payload: payload, Config: cfg, DedupKey: "run1/step1", RunID: "run1", Step: "step1", Attempt: 2})
+	cfg["commands"] = map[string]any{"c": c.cmd}
+	return executeWith(t, ctx, cfg, "c", map[string]any{"args": c.args})
+}
+
+func executeWith(t *testing.T, ctx context.Context, cfg map[string]any, action string, payload any) (map[string]any, error) {
+	t.Helper()
+	pl, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := exec.New().Execute(ctx, providers.Request{ActionType: action, Payload: pl, Config: raw, DedupKey: "run1/step1", RunID: "run1", Step: "step1", Attempt: 2})
 	if err != nil {
 		return nil, err
 	}
@@ -45,50 +61,94 @@ func execute(t *testing.T, ctx context.Context, c call) (map[string]any, error) 
 	return body, nil
 }
 
+// TestHostileValuesStayLiteral gives hostile values to a script that reads
+// its arguments as the docs say, quoted: each is printed as the text it is.
 func TestHostileValuesStayLiteral(t *testing.T) {
 	dir := t.TempDir()
-	cfg := map[string]any{"dir": dir}
-	for _, tc := range []struct {
-		name    string
-		payload map[string]any
-	}{
-		{"argv", map[string]any{"command": append([]string{"printf", `%s\n`}, hostile...)}},
-		{"shell reads env", map[string]any{"shell": true, "script": `for v in "$A" "$B" "$C" "$D" "$E" "$F" "$G"; do printf '%s\n' "$v"; done`,
-			"env": map[string]string{"A": hostile[0], "B": hostile[1], "C": hostile[2], "D": hostile[3], "E": hostile[4], "F": hostile[5], "G": hostile[6]}}},
-		{"stdin", map[string]any{"command": []string{"cat"}, "stdin": strings.Join(hostile, "\n") + "\n"}},
+	cmd := map[string]any{
+		"script": `printf '%s\n' "$CHAINGATE_ARG_V"`,
+		"args":   map[string]any{"v": map[string]any{"type": "string"}},
+	}
+	for _, v := range hostile {
+		body, err := execute(t, context.Background(), call{cmd, map[string]any{"v": v}, map[string]any{"dir": dir}})
+		if err != nil {
+			t.Fatalf("%q: %v", v, err)
+		}
+		if got := body["stdout"]; got != v+"\n" {
+			t.Errorf("stdout %q, want %q", got, v+"\n")
+		}
+	}
+	// What the rule refuses never reaches the command.
+	for _, v := range []string{"-delete", "--help", "a\ntouch pwned", strings.Repeat("x", 100<<10)} {
+		_, err := execute(t, context.Background(), call{cmd, map[string]any{"v": v}, map[string]any{"dir": dir}})
+		var pe *providers.Error
+		if !errors.As(err, &pe) || pe.Code != "bad_argument" || pe.Retryable {
+			t.Errorf("%.20q: err %v, want a permanent bad_argument", v, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pwned")); err == nil {
+		t.Fatal("a hostile value ran a command")
+	}
+}
+
+// TestPathArguments confines a path to its roots as this machine resolves
+// it: a symbolic link under a root that leads out of it is refused.
+func TestPathArguments(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	logs := filepath.Join(root, "log")
+	for _, d := range []string{filepath.Join(logs, "app"), filepath.Join(outside, "etc")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, to := range map[string]string{"escape": filepath.Join(outside, "etc"), "inside": filepath.Join(logs, "app"), "dangling": filepath.Join(outside, "gone")} {
+		if err := os.Symlink(to, filepath.Join(logs, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := map[string]any{
+		"script": `printf '%s' "$CHAINGATE_ARG_DIR"`,
+		"args":   map[string]any{"dir": map[string]any{"type": "path", "roots": []string{logs}}},
+	}
+	for _, tc := range []struct{ value, want, err string }{
+		{filepath.Join(logs, "app"), filepath.Join(logs, "app"), ""},
+		{filepath.Join(logs, "new", "file"), filepath.Join(logs, "new", "file"), ""},
+		{filepath.Join(logs, "inside", "x"), filepath.Join(logs, "inside", "x"), ""},
+		{filepath.Join(logs, "escape"), "", "through a symbolic link"},
+		{filepath.Join(logs, "escape", "passwd"), "", "through a symbolic link"},
+		{filepath.Join(logs, "dangling"), "", "leads nowhere"},
+		{logs + "/../../etc", "", "holds '..'"},
+		{"-delete", "", "not an absolute path"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			body, err := execute(t, context.Background(), call{tc.payload, cfg})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, want := body["stdout"], strings.Join(hostile, "\n")+"\n"; got != want {
-				t.Errorf("stdout %q, want %q", got, want)
-			}
-			if _, err := os.Stat(filepath.Join(dir, "pwned")); err == nil {
-				t.Fatal("a hostile value ran a command")
-			}
-		})
+		body, err := execute(t, context.Background(), call{cmd, map[string]any{"dir": tc.value}, nil})
+		switch {
+		case tc.err == "" && (err != nil || body["stdout"] != tc.want):
+			t.Errorf("%s: body %v, err %v", tc.value, body, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: err %v, want %q", tc.value, err, tc.err)
+		}
 	}
 }
 
 func TestEnvironment(t *testing.T) {
 	t.Setenv("GATEWAY_ONLY", "do-not-leak")
 	t.Setenv("LANG", "C.UTF-8")
+	cmd := map[string]any{"argv": []string{"env"}, "env": map[string]string{"FROM_COMMAND": "c", "FROM_CONFIG": "overridden"}, "args": map[string]any{"unit": map[string]any{"type": "string"}}}
 	for _, tc := range []struct {
 		name      string
 		config    map[string]any
 		has, hasn []string
 	}{
 		{"nothing leaks by default", nil,
-			[]string{"PATH=" + exec.DefaultPath, "CHAINGATE_DEDUP_KEY=run1/step1", "CHAINGATE_RUN_ID=run1", "CHAINGATE_STEP=step1", "CHAINGATE_ATTEMPT=2", "FROM_STEP=s"},
+			[]string{"PATH=" + exec.DefaultPath, "CHAINGATE_DEDUP_KEY=run1/step1", "CHAINGATE_RUN_ID=run1", "CHAINGATE_STEP=step1", "CHAINGATE_ATTEMPT=2", "FROM_COMMAND=c", "CHAINGATE_ARG_UNIT=nginx"},
 			[]string{"GATEWAY_ONLY", "LANG"}},
-		{"allowed names pass", map[string]any{"env_allow": []string{"LANG", "NOT_SET"}, "env": map[string]string{"FROM_CONFIG": "c", "FROM_STEP": "overridden"}},
-			[]string{"LANG=C.UTF-8", "FROM_CONFIG=c", "FROM_STEP=s"},
+		{"allowed names pass", map[string]any{"env_allow": []string{"LANG", "NOT_SET"}, "env": map[string]string{"FROM_CONFIG": "p", "ONLY_CONFIG": "p"}},
+			[]string{"LANG=C.UTF-8", "ONLY_CONFIG=p", "FROM_CONFIG=overridden"},
 			[]string{"GATEWAY_ONLY", "NOT_SET"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			body, err := execute(t, context.Background(), call{map[string]any{"command": []string{"env"}, "env": map[string]string{"FROM_STEP": "s"}}, tc.config})
+			body, err := execute(t, context.Background(), call{cmd, map[string]any{"unit": "nginx"}, tc.config})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -117,13 +177,16 @@ func contains(lines []string, s string) bool {
 }
 
 func TestResults(t *testing.T) {
+	script := func(s string) map[string]any { return map[string]any{"script": s} }
+	argv := func(a ...string) map[string]any { return map[string]any{"argv": a} }
 	for _, tc := range []struct {
-		name    string
-		payload map[string]any
-		config  map[string]any
-		check   func(t *testing.T, body map[string]any, err error)
+		name   string
+		cmd    map[string]any
+		args   map[string]any
+		config map[string]any
+		check  func(t *testing.T, body map[string]any, err error)
 	}{
-		{"json stdout is parsed", map[string]any{"command": []string{"printf", `{"used": 93, "mount": "/var"}`}}, nil, func(t *testing.T, body map[string]any, err error) {
+		{"json stdout is parsed", argv("printf", `{"used": 93, "mount": "/var"}`), nil, nil, func(t *testing.T, body map[string]any, err error) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,22 +194,39 @@ func TestResults(t *testing.T) {
 				t.Errorf("body %v", body)
 			}
 		}},
-		{"text stays text", map[string]any{"command": []string{"printf", "93"}}, nil, func(t *testing.T, body map[string]any, err error) {
+		{"text stays text", argv("printf", "93"), nil, nil, func(t *testing.T, body map[string]any, err error) {
 			if err != nil || body["stdout"] != "93" {
 				t.Errorf("body %v, err %v", body, err)
 			}
 		}},
-		{"env values of any type", map[string]any{"shell": true, "script": `printf '%s|%s|%s|%s' "$N" "$B" "$O" "$Z"`, "env": map[string]any{"N": 90, "B": true, "O": map[string]any{"a": 1}, "Z": nil}}, nil, func(t *testing.T, body map[string]any, err error) {
-			if err != nil || body["stdout"] != `90|true|{"a":1}|` {
+		{"arguments of each type", map[string]any{"script": `printf '%s|%s|%s' "$CHAINGATE_ARG_N" "$CHAINGATE_ARG_B" "${CHAINGATE_ARG_O-unset}"`, "args": map[string]any{
+			"n": map[string]any{"type": "integer"}, "b": map[string]any{"type": "boolean"}, "o": map[string]any{"type": "string", "required": false}}},
+			map[string]any{"n": 90, "b": true}, nil, func(t *testing.T, body map[string]any, err error) {
+				if err != nil || body["stdout"] != `90|true|unset` {
+					t.Errorf("body %v, err %v", body, err)
+				}
+			}},
+		{"literal stdin", map[string]any{"argv": []string{"cat"}, "stdin": "from the config\n"}, nil, nil, func(t *testing.T, body map[string]any, err error) {
+			if err != nil || body["stdout"] != "from the config\n" {
 				t.Errorf("body %v, err %v", body, err)
 			}
 		}},
-		{"binary output is readable", map[string]any{"command": []string{"printf", `\377\376ok`}}, nil, func(t *testing.T, body map[string]any, err error) {
+		{"the command's dir", map[string]any{"argv": []string{"pwd"}, "dir": "/usr"}, nil, nil, func(t *testing.T, body map[string]any, err error) {
+			if err != nil || body["stdout"] != "/usr\n" {
+				t.Errorf("body %v, err %v", body, err)
+			}
+		}},
+		{"the command's shell", map[string]any{"script": `echo "$0" "${BASH_VERSION:+bash}"`, "shell": "/bin/bash"}, nil, nil, func(t *testing.T, body map[string]any, err error) {
+			if err != nil || body["stdout"] != "chaingate:step1 bash\n" {
+				t.Errorf("body %v, err %v", body, err)
+			}
+		}},
+		{"binary output is readable", argv("printf", `\377\376ok`), nil, nil, func(t *testing.T, body map[string]any, err error) {
 			if err != nil || body["stdout"] != "\uFFFDok" {
 				t.Errorf("body %v, err %v", body, err)
 			}
 		}},
-		{"output past the cap is cut and flagged", map[string]any{"shell": true, "script": "head -c 3000000 /dev/zero | tr '\\0' a; echo err >&2"}, map[string]any{"max_output_bytes": 1000}, func(t *testing.T, body map[string]any, err error) {
+		{"output past the cap is cut and flagged", script("head -c 3000000 /dev/zero | tr '\\0' a; echo err >&2"), nil, map[string]any{"max_output_bytes": 1000}, func(t *testing.T, body map[string]any, err error) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,51 +236,74 @@ func TestResults(t *testing.T) {
 				t.Errorf("stdout %d bytes, the rest: %v", len(s), rest)
 			}
 		}},
-		{"a failing exit is permanent", map[string]any{"shell": true, "script": "echo disk full >&2; exit 3"}, nil, func(t *testing.T, _ map[string]any, err error) {
+		{"a failing exit is permanent", script("echo disk full >&2; exit 3"), nil, nil, func(t *testing.T, _ map[string]any, err error) {
 			if err == nil || providers.IsRetryable(err) || !strings.Contains(err.Error(), "exit_3: the command exited with 3: disk full") {
 				t.Errorf("err %v", err)
 			}
 		}},
-		{"EX_TEMPFAIL is retryable", map[string]any{"shell": true, "script": "exit 75"}, nil, func(t *testing.T, _ map[string]any, err error) {
+		{"EX_TEMPFAIL is retryable", script("exit 75"), nil, nil, func(t *testing.T, _ map[string]any, err error) {
 			if !providers.IsRetryable(err) {
 				t.Errorf("err %v", err)
 			}
 		}},
-		{"exit codes as configured", map[string]any{"shell": true, "script": "exit 1"}, map[string]any{"ok_exit_codes": []int{0, 1}}, func(t *testing.T, body map[string]any, err error) {
+		{"exit codes as configured", script("exit 1"), nil, map[string]any{"ok_exit_codes": []int{0, 1}}, func(t *testing.T, body map[string]any, err error) {
 			if err != nil || body["exit_code"] != 1.0 {
 				t.Errorf("body %v, err %v", body, err)
 			}
 		}},
-		{"a signal is 128 and its number", map[string]any{"shell": true, "script": "kill -9 $$"}, map[string]any{"retryable_exit_codes": []int{137}}, func(t *testing.T, _ map[string]any, err error) {
+		{"a signal is 128 and its number", script("kill -9 $$"), nil, map[string]any{"retryable_exit_codes": []int{137}}, func(t *testing.T, _ map[string]any, err error) {
 			if !providers.IsRetryable(err) || !strings.Contains(err.Error(), "exit_137") {
 				t.Errorf("err %v", err)
 			}
 		}},
-		{"unknown program", map[string]any{"command": []string{"no-such-program-here"}}, nil, func(t *testing.T, _ map[string]any, err error) {
+		{"unknown program", argv("no-such-program-here"), nil, nil, func(t *testing.T, _ map[string]any, err error) {
 			if err == nil || providers.IsRetryable(err) || !strings.Contains(err.Error(), `finding the program "no-such-program-here"`) {
 				t.Errorf("err %v", err)
 			}
 		}},
-		{"bad payload", map[string]any{"command": []string{"true"}, "script": "x"}, nil, func(t *testing.T, _ map[string]any, err error) {
-			if err == nil || providers.IsRetryable(err) || !strings.Contains(err.Error(), "a script runs only with shell = true") {
+		{"undeclared argument", argv("true"), map[string]any{"x": "y"}, nil, func(t *testing.T, _ map[string]any, err error) {
+			if err == nil || providers.IsRetryable(err) || !strings.Contains(err.Error(), `argument "x" is not one command "c" declares`) {
 				t.Errorf("err %v", err)
 			}
 		}},
-		{"keys are exact", map[string]any{"Command": []string{"sh", "-c", "touch pwned"}}, nil, func(t *testing.T, _ map[string]any, err error) {
-			if err == nil || providers.IsRetryable(err) || !strings.Contains(err.Error(), `unknown payload key "Command"`) {
-				t.Errorf("err %v", err)
-			}
-		}},
-		{"reserved env", map[string]any{"command": []string{"true"}, "env": map[string]string{"CHAINGATE_DEDUP_KEY": "x"}}, nil, func(t *testing.T, _ map[string]any, err error) {
+		{"bad config", argv("true"), nil, map[string]any{"env": map[string]string{"CHAINGATE_DEDUP_KEY": "x"}}, func(t *testing.T, _ map[string]any, err error) {
 			if err == nil || !strings.Contains(err.Error(), "CHAINGATE_ prefix") {
 				t.Errorf("err %v", err)
 			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			body, err := execute(t, context.Background(), call{tc.payload, tc.config})
+			body, err := execute(t, context.Background(), call{tc.cmd, tc.args, tc.config})
 			tc.check(t, body, err)
 		})
+	}
+}
+
+// TestPayloads: a call names a declared command and gives its arguments;
+// the forms that once gave a command whole are refused with the new one.
+func TestPayloads(t *testing.T) {
+	cfg := map[string]any{"commands": map[string]any{"df": map[string]any{"argv": []string{"df", "-h"}}}}
+	for _, tc := range []struct {
+		name, action string
+		payload      any
+		err          string
+	}{
+		{"undeclared command", "rm", map[string]any{}, `the config declares no command "rm"; it declares "df"`},
+		{"no action type", "", map[string]any{}, `no action_type`},
+		{"the command given whole", "df", map[string]any{"command": []string{"sh", "-c", "touch pwned"}}, "the payload gives command, which a step no longer may"},
+		{"a script given whole", "df", map[string]any{"shell": true, "script": "touch pwned"}, "the payload gives script, shell"},
+		{"keys are exact", "df", map[string]any{"Args": map[string]any{}}, `unknown payload key "Args"`},
+		{"not a table", "df", "touch pwned", "the payload must be a table"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := executeWith(t, context.Background(), cfg, tc.action, tc.payload)
+			if err == nil || providers.IsRetryable(err) || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("err %v, want %q", err, tc.err)
+			}
+		})
+	}
+	if _, err := executeWith(t, context.Background(), cfg, "df", nil); err != nil {
+		t.Errorf("no payload: %v", err)
 	}
 }
 
@@ -234,11 +337,11 @@ func TestStoppedCommandLeavesNothing(t *testing.T) {
 				ctx, cancel = tc.stop(ctx)
 				defer cancel()
 			}
-			payload := map[string]any{"shell": true, "script": tc.script}
+			cmd := map[string]any{"script": tc.script}
 			if tc.want == "timeout" {
-				payload["timeout_seconds"] = 0.5
+				cmd["timeout_seconds"] = 0.5
 			}
-			_, err := execute(t, ctx, call{payload, map[string]any{"dir": dir, "kill_grace_seconds": 0.5}})
+			_, err := execute(t, ctx, call{cmd, nil, map[string]any{"dir": dir, "kill_grace_seconds": 0.5}})
 			var pe *providers.Error
 			switch {
 			case tc.want == "" && err != nil:
@@ -262,8 +365,8 @@ func TestDaemonHoldingOutput(t *testing.T) {
 	dir := t.TempDir()
 	body, err := execute(t, context.Background(), call{
 		// The command exits only once the daemon is in a session of its own.
-		map[string]any{"shell": true, "script": "setsid sh -c 'echo $$ > daemon.tmp; mv daemon.tmp daemon; exec sleep 300' & while [ ! -e daemon ]; do sleep 0.01; done; echo done"},
-		map[string]any{"dir": dir, "kill_grace_seconds": 0.1},
+		map[string]any{"script": "setsid sh -c 'echo $$ > daemon.tmp; mv daemon.tmp daemon; exec sleep 300' & while [ ! -e daemon ]; do sleep 0.01; done; echo done"},
+		nil, map[string]any{"dir": dir, "kill_grace_seconds": 0.1},
 	})
 	for _, pid := range proctest.ReadPIDs(filepath.Join(dir, "daemon")) {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
@@ -286,7 +389,7 @@ func TestRelativeProgram(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "bin", "tool"), []byte("#!/bin/sh\necho from dir\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	body, err := execute(t, context.Background(), call{map[string]any{"command": []string{"./bin/tool"}}, map[string]any{"dir": dir}})
+	body, err := execute(t, context.Background(), call{map[string]any{"argv": []string{"./bin/tool"}}, nil, map[string]any{"dir": dir}})
 	if err != nil || body["stdout"] != "from dir\n" {
 		t.Errorf("body %v, err %v", body, err)
 	}

@@ -3,6 +3,8 @@ package ssh_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/chaingate/gateway/internal/testutil/sshdtest"
@@ -10,16 +12,24 @@ import (
 	"github.com/chaingate/gateway/providers/ssh"
 )
 
-// BenchmarkExecute runs `true` on a real sshd, one call at a time and
+// BenchmarkExecute runs a declared `true` with one checked argument on a
+// real sshd, one call at a time and
 // several at once, over the provider's kept connection: what a step pays
 // for its session, its command line and its result.
 func BenchmarkExecute(b *testing.B) {
 	srv := sshdtest.Start(b)
-	cfg, _ := json.Marshal(config(srv, map[string]any{"max_sessions_per_host": 8}))
-	payload := json.RawMessage(`{"host": "127.0.0.1", "command": ["true"]}`)
+	// Half of sshd's MaxSessions, as the docs advise: sshd frees a closed
+	// session's slot only after it has read the packets that came with the
+	// close, so a burst of closes and opens can find every slot taken.
+	cfg, _ := json.Marshal(config(srv, map[string]any{"max_sessions_per_host": 5,
+		"commands": map[string]any{"noop": map[string]any{"argv": []string{"true"}, "args": map[string]any{"unit": map[string]any{"type": "string", "pattern": "[a-z0-9@._-]+"}}}}}))
+	payload := json.RawMessage(`{"host": "127.0.0.1", "args": {"unit": "nginx.service"}}`)
 	p := ssh.New()
+	// A step of its own for each call: calls of one step run one at a time.
+	var steps atomic.Int64
 	call := func(b *testing.B) {
-		if _, err := p.Execute(context.Background(), providers.Request{Payload: payload, Config: cfg, DedupKey: "run1/step1", RunID: "run1", Step: "step1", Attempt: 1}); err != nil {
+		step := "step" + strconv.FormatInt(steps.Add(1), 10)
+		if _, err := p.Execute(context.Background(), providers.Request{ActionType: "noop", Payload: payload, Config: cfg, DedupKey: "run1/" + step, RunID: "run1", Step: step, Attempt: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}

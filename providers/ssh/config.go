@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/providers/internal/apicall"
+	"github.com/chaingate/gateway/providers/internal/command"
 )
 
 // settings is a config decoded, checked and made ready to connect with.
@@ -33,17 +36,27 @@ type settings struct {
 	jumpAddr       string
 	connectTimeout time.Duration
 	maxSessions    int
+	commands       command.Commands
 }
 
 func decodeConfig(raw json.RawMessage) (*settings, error) {
 	var cfg config
-	if err := apicall.DecodeStrict(raw, &cfg); err != nil {
+	err := apicall.DecodeStrict(raw, &cfg)
+	if err != nil {
 		return nil, fmt.Errorf("decoding ssh config: %w", err)
 	}
 	if err := cfg.Limits.Check(); err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(raw)
+	// Connections are told apart by what they connect with: a config that
+	// differs in its commands alone shares them.
+	conn := cfg
+	conn.Commands = nil
+	connJSON, err := json.Marshal(conn)
+	if err != nil {
+		return nil, fmt.Errorf("encoding ssh config: %w", err)
+	}
+	sum := sha256.Sum256(connJSON)
 	s := &settings{fingerprint: hex.EncodeToString(sum[:8])}
 
 	if cfg.PrivateKey != "" {
@@ -88,24 +101,25 @@ func decodeConfig(raw json.RawMessage) (*settings, error) {
 		s.pins = append(s.pins, key)
 	}
 
-	if len(cfg.AllowedHosts) == 0 {
-		return nil, errors.New("allowed_hosts is required: the patterns of the hosts a payload may name, such as \"web-*.prod.example.com\"")
+	if s.patterns, err = patterns(cfg.AllowedHosts); err != nil {
+		return nil, err
 	}
-	for i, p := range cfg.AllowedHosts {
-		p, err := checkPattern(p)
-		if err != nil {
-			return nil, fmt.Errorf("allowed_hosts[%d]: %w", i, err)
+	if s.commands, err = command.DecodeCommands(raw, command.Remote); err != nil {
+		return nil, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.commands)) {
+		if s.commands[name].User == "" && cfg.User == "" {
+			return nil, fmt.Errorf("commands.%s: no user to log in as: set user in the config, or in the command", name)
 		}
-		s.patterns = append(s.patterns, p)
 	}
 
 	if cfg.User != "" {
-		if err := validUser(cfg.User); err != nil {
+		if err := command.ValidUser(cfg.User); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.JumpUser != "" {
-		if err := validUser(cfg.JumpUser); err != nil {
+		if err := command.ValidUser(cfg.JumpUser); err != nil {
 			return nil, fmt.Errorf("jump_user: %w", err)
 		}
 	}
@@ -144,6 +158,45 @@ func decodeConfig(raw json.RawMessage) (*settings, error) {
 	cfg.Limits = cfg.Limits.Defaulted()
 	s.cfg = cfg
 	return s, nil
+}
+
+// patterns checks allowed_hosts and returns the patterns as matched.
+func patterns(allowed []string) ([]string, error) {
+	if len(allowed) == 0 {
+		return nil, errors.New("allowed_hosts is required: the patterns of the hosts a payload may name, such as \"web-*.prod.example.com\"")
+	}
+	var out []string
+	for i, p := range allowed {
+		p, err := checkPattern(p)
+		if err != nil {
+			return nil, fmt.Errorf("allowed_hosts[%d]: %w", i, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// hostSettings are the settings target reads (which hosts, which port,
+// which user), decoded from a config whose other keys may still be
+// placeholders for secrets.
+func hostSettings(raw json.RawMessage) (*settings, error) {
+	var cfg struct {
+		AllowedHosts []string `json:"allowed_hosts"`
+		User         string   `json:"user"`
+		Port         int      `json:"port"`
+		PayloadPort  bool     `json:"payload_port"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, fmt.Errorf("decoding ssh config: %w", err)
+	}
+	pats, err := patterns(cfg.AllowedHosts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Port == 0 {
+		cfg.Port = DefaultPort
+	}
+	return &settings{cfg: config{AllowedHosts: cfg.AllowedHosts, User: cfg.User, Port: cfg.Port, PayloadPort: cfg.PayloadPort}, patterns: pats}, nil
 }
 
 // parseKey reads a private key, decrypting it with passphrase when it is
@@ -242,9 +295,9 @@ func (s *settings) target(host, user string) (target, error) {
 		user = s.cfg.User
 	}
 	if user == "" {
-		return target{}, providers.Permanent("bad_payload", "no user to log in to %s as: set user in the config or the payload", h)
+		return target{}, providers.Permanent("bad_payload", "no user to log in to %s as: set user in the config or the command", h)
 	}
-	if err := validUser(user); err != nil {
+	if err := command.ValidUser(user); err != nil {
 		return target{}, providers.Permanent("bad_payload", "%v", err)
 	}
 	return target{host: h, addr: net.JoinHostPort(h, strconv.Itoa(port)), user: user}, nil

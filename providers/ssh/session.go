@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	xssh "golang.org/x/crypto/ssh"
@@ -14,7 +13,8 @@ import (
 	"github.com/chaingate/gateway/providers/internal/command"
 )
 
-// job is one command to run.
+// job is one command to run: its remote line, and the standard input the
+// line's wrapper reads from the channel before the command starts.
 type job struct {
 	line   string
 	stdin  string
@@ -22,24 +22,37 @@ type job struct {
 	stderr *command.Output
 }
 
-// run runs a job on t and returns its exit code. A job stopped because
-// ctx ended fails with a *stoppedError.
-func (p *Provider) run(ctx context.Context, s *settings, t target, j job) (int, error) {
+// run runs a job on t and returns its exit code, and a warning when the
+// command had to wait for an earlier attempt of its step. A job stopped
+// because ctx ended fails with a *stoppedError, or a *lockWaitError if it
+// had not started yet.
+func (p *Provider) run(ctx context.Context, s *settings, t target, j job) (int, string, error) {
 	c, sess, err := p.open(ctx, s, t)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer p.pool.put(c)
 	pids := newPIDWriter(j.stderr)
-	sess.Stdin, sess.Stdout, sess.Stderr = strings.NewReader(j.stdin), j.stdout, pids
+	sess.Stdout, sess.Stderr = j.stdout, pids
+	// The wrapper's watchdog takes the end of the channel's input for the
+	// end of the connection: the input is written, and never closed while
+	// the command runs.
+	stdin, err := sess.StdinPipe()
+	if err != nil {
+		_ = sess.Close()
+		return 0, "", providers.Retryable("session_failed", "opening the command's input on %s: %v", t.addr, err)
+	}
 	if err := ctx.Err(); err != nil {
 		_ = sess.Close()
-		return 0, err
+		return 0, "", err
 	}
 	if err := sess.Start(j.line); err != nil {
 		_ = sess.Close()
-		return 0, providers.Retryable("session_failed", "starting the command on %s: %v", t.addr, err)
+		return 0, "", providers.Retryable("session_failed", "starting the command on %s: %v", t.addr, err)
 	}
+	// The write ends when the wrapper has read it all, or when the session
+	// closes.
+	go func() { _, _ = io.WriteString(stdin, j.stdin) }()
 	finished := make(chan struct{})
 	var waitErr error
 	go func() {
@@ -52,23 +65,48 @@ func (p *Provider) run(ctx context.Context, s *settings, t target, j job) (int, 
 		select {
 		case <-finished: // it ended as its step did: its result stands
 		default:
-			return 0, &stoppedError{addr: t.addr, err: stop(ctx, c.client, sess, pids, finished, s)}
+			err := stop(ctx, c.client, sess, pids, finished, s)
+			if pids.holder != 0 && !pids.ran {
+				return 0, "", &lockWaitError{addr: t.addr, holder: pids.holder, err: err}
+			}
+			return 0, "", &stoppedError{addr: t.addr, err: err}
 		}
 	}
 	_ = sess.Close()
 	pids.flush()
+	warning := ""
+	if pids.holder != 0 && pids.ran {
+		warning = fmt.Sprintf("the command waited %s on %s for the processes of an earlier attempt of the step (process group %d), which were still being stopped, to end before it started", pids.waited.Round(time.Second), t.addr, pids.holder)
+		p.log.Warn("ssh: "+warning, "host", t.addr)
+	}
 	var exit *xssh.ExitError
 	switch {
-	// Unread stdin meets the closed channel: the command exited 0
-	// without reading all of it.
-	case waitErr == nil || errors.Is(waitErr, io.EOF):
-		return 0, nil
+	case waitErr == nil:
+		return 0, warning, nil
 	case errors.As(waitErr, &exit):
-		return exit.ExitStatus(), nil
+		return exit.ExitStatus(), warning, nil
 	case errors.As(waitErr, new(*xssh.ExitMissingError)):
-		return 0, providers.Retryable("no_exit_status", "the command on %s ended without an exit status, as when the connection drops: it may or may not have done its work", t.addr)
+		return 0, "", providers.Retryable("no_exit_status", "the command on %s ended without an exit status, as when the connection drops: it may or may not have done its work", t.addr)
 	}
-	return 0, providers.Retryable("session_failed", "running the command on %s: %v", t.addr, waitErr)
+	return 0, "", providers.Retryable("session_failed", "running the command on %s: %v", t.addr, waitErr)
+}
+
+// lockWaitError is a command stopped because its step ended while it
+// waited for an earlier attempt's processes to end.
+type lockWaitError struct {
+	addr   string
+	holder int
+	// err says why the command may still start, if it may; nil when its
+	// wrapper was stopped.
+	err error
+}
+
+func (e *lockWaitError) Error() string {
+	what := fmt.Sprintf("while the command waited on %s for the processes of an earlier attempt of the step (process group %d) to end, before it started", e.addr, e.holder)
+	if e.err != nil {
+		return what + "; it may still start there, until sshd sees the connection end: " + e.err.Error()
+	}
+	return what + "; it was stopped there"
 }
 
 // open returns a session on a connection to t, from the pool or newly
@@ -157,14 +195,16 @@ func stop(ctx context.Context, client *xssh.Client, sess *xssh.Session, pids *pi
 	var err error
 	select {
 	case <-pids.known:
-		group := fmt.Sprintf("-- -%d", pids.pid)
-		err = remote(ctx, client, "kill -s TERM "+group)
+		// kill -s SIG -- -PID is POSIX, but dash's and busybox's kill take
+		// neither -s before a negative PID nor --.
+		group := fmt.Sprintf("-%d", pids.pid)
+		err = remote(ctx, client, "kill -TERM "+group)
 		select {
 		case <-finished:
 		case <-grace:
 		case <-ctx.Done():
 		}
-		if killErr := remote(ctx, client, "kill -s KILL "+group); err == nil {
+		if killErr := remote(ctx, client, "kill -KILL "+group); err == nil {
 			err = killErr
 		}
 	default:

@@ -1,41 +1,46 @@
-// Package ssh is the ssh provider: each call runs one command on a remote
-// host over SSH, as the exec provider runs one on the gateway's machine.
+// Package ssh is the ssh provider: each call runs one of the commands its
+// config declares on a remote host over SSH, as the exec provider runs
+// one on the gateway's machine.
 //
 // Payload fields: host (required; "name", "name:port", an IP address or
-// "[v6]:port", usually filled from the alert, such as its instance label),
-// user (over the config's), and the exec provider's: command (the argument
-// vector) or shell = true with a script, env, stdin, timeout_seconds.
-// Each argument and each env value reaches the remote program as the
-// literal text it is: the remote login shell, which must be a POSIX one
-// (sh, bash, dash, zsh, ksh), gets every one single-quoted, so an alert
-// holding "; rm -rf /" or "$(…)" runs nothing. A script runs as
-// sh -c SCRIPT and reads the step's values from env.
+// "[v6]:port", usually filled from the alert, such as its instance label)
+// and args, the values of the command's arguments. The command, its
+// arguments' types and rules, its user, directory, environment and
+// standard input are the config's (commands, as the exec provider's,
+// plus user); each argument's value is checked here, on every call,
+// before any connection, and reaches the remote command only as the
+// variable CHAINGATE_ARG_NAME, single-quoted for the remote login shell,
+// which must be a POSIX one (sh, bash, dash, zsh, ksh).
 //
-// Config fields: allowed_hosts (required: glob patterns such as
+// Config fields: commands; allowed_hosts (required: glob patterns such as
 // "web-*.prod.example.com" or "10.0.0.*", a "*" standing for any run of
 // characters within one dot-separated label, and "*" alone for any host;
 // a host that matches none is refused before any connection); user; port
 // (default 22), the one dialled whatever port the payload's host names
-// (an instance label's is the exporter's) unless payload_port = true; private_key, passphrase and password (credentials, read
-// from secrets); known_hosts (the path of an OpenSSH known_hosts file)
-// and/or host_keys (pinned host keys, authorized_keys lines), or
-// insecure_ignore_host_key = true, which checks nothing and says so on
-// every call; jump_host and jump_user (connect through a bastion);
-// connect_timeout_seconds (default 10); max_sessions_per_host (default 4);
-// and the exec provider's max_output_bytes, kill_grace_seconds,
-// ok_exit_codes and retryable_exit_codes. Agents are never forwarded.
+// (an instance label's is the exporter's) unless payload_port = true;
+// private_key, passphrase and password (credentials, read from secrets);
+// known_hosts (the path of an OpenSSH known_hosts file) and/or host_keys
+// (pinned host keys, authorized_keys lines), or insecure_ignore_host_key
+// = true, which checks nothing and says so on every call; jump_host and
+// jump_user (connect through a bastion); connect_timeout_seconds
+// (default 10); max_sessions_per_host (default 4); and the exec
+// provider's max_output_bytes, kill_grace_seconds, ok_exit_codes and
+// retryable_exit_codes. Agents are never forwarded.
 //
 // A host key that is unknown or differs from the one on record is a
 // permanent error naming the host, the key it offered and what was
 // checked; so is a refused login. A host that cannot be reached is
 // retryable.
 //
-// Every command gets CHAINGATE_DEDUP_KEY, the step's dedup key, the same
-// on every attempt and after a restart, and CHAINGATE_RUN_ID,
-// CHAINGATE_STEP and CHAINGATE_ATTEMPT, set by env(1) on the command line
-// (sshd refuses most variables a client asks to set). A timeout or a
-// cancelled step stops the command's whole process group on the remote
-// host: TERM, then KILL after the grace.
+// Every command runs under a small POSIX sh wrapper (remote.go) that
+// reports its process group, takes a lock named after the step's dedup
+// key so that no two attempts of one step run at once on a host, and
+// watches the session's input: when the connection ends for any reason,
+// the command's whole process group is stopped, TERM then KILL. A timeout
+// or a cancelled step stops the group the same way. Every command gets
+// CHAINGATE_DEDUP_KEY, the step's dedup key, the same on every attempt and
+// after a restart, and CHAINGATE_RUN_ID, CHAINGATE_STEP and
+// CHAINGATE_ATTEMPT.
 //
 // Connections are kept and reused across calls, per config, user and
 // host, and closed after a spell of idleness. The result body is the exec
@@ -51,8 +56,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -62,7 +65,7 @@ import (
 	"github.com/chaingate/gateway/providers/internal/command"
 )
 
-const configSchema = `{
+var configSchema = `{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "title": "ssh provider config",
   "type": "object",
@@ -86,7 +89,7 @@ const configSchema = `{
     "jump_host": {"type": "string", "minLength": 1, "description": "a bastion to connect through, host or host:port"},
     "jump_user": {"type": "string", "minLength": 1},
     "connect_timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 10},
-    "max_sessions_per_host": {"type": "integer", "minimum": 1, "default": 4},` + command.LimitsSchema + `
+    "max_sessions_per_host": {"type": "integer", "minimum": 1, "default": 4},` + command.CommandsSchema(command.Remote) + command.LimitsSchema + `
   }
 }`
 
@@ -116,16 +119,8 @@ type config struct {
 	JumpUser              string   `json:"jump_user"`
 	ConnectTimeoutSeconds float64  `json:"connect_timeout_seconds"`
 	MaxSessionsPerHost    int      `json:"max_sessions_per_host"`
-}
-
-// PayloadKeys are the keys a payload takes, exactly as written: exec's,
-// and where and as whom. gateway validate checks the same keys.
-var PayloadKeys = append(slices.Clone(command.SpecKeys), "host", "user")
-
-type payload struct {
-	command.Spec
-	Host string `json:"host"`
-	User string `json:"user"`
+	// Commands are decoded by command.DecodeCommands.
+	Commands json.RawMessage `json:"commands"`
 }
 
 // Provider is the ssh provider. It keeps its connections for as long as
@@ -163,6 +158,27 @@ func (p *Provider) CheckConfig(_ context.Context, raw json.RawMessage) error {
 	return err
 }
 
+// CheckCall implements providers.CallChecker: the call's command and
+// arguments as Execute checks them, and a host written in the config
+// against allowed_hosts. The rest of the config (its keys, which read
+// secrets) is not needed to tell, and is checked by CheckConfig.
+func (p *Provider) CheckCall(_ context.Context, raw json.RawMessage, call providers.Call) error {
+	cmds, err := command.DecodeCommands(raw, command.Remote)
+	if err != nil {
+		return err
+	}
+	inv, pl, err := cmds.Resolve(call, command.RemotePayloadKeys, nil)
+	if err != nil || pl.Host == "" {
+		return err
+	}
+	s, err := hostSettings(raw)
+	if err != nil {
+		return err
+	}
+	_, err = s.target(pl.Host, inv.User)
+	return err
+}
+
 // maxParsed bounds the decoded configs kept; a provider sees one config,
 // or a few across reloads.
 const maxParsed = 16
@@ -194,54 +210,53 @@ func (p *Provider) Execute(ctx context.Context, req providers.Request) (provider
 	if err != nil {
 		return providers.Response{}, providers.Permanent("bad_config", "%v", err)
 	}
-	var pl payload
-	if err := command.DecodePayload(req.Payload, PayloadKeys, &pl); err != nil {
-		return providers.Response{}, providers.Permanent("bad_payload", "decoding the ssh payload: %v", err)
-	}
-	if err := pl.Spec.Check(); err != nil {
-		return providers.Response{}, providers.Permanent("bad_payload", "%v", err)
-	}
-	t, err := s.target(pl.Host, pl.User)
+	inv, pl, err := s.commands.Resolve(providers.Call{Name: req.Step, ActionType: req.ActionType, Payload: req.Payload}, command.RemotePayloadKeys, nil)
 	if err != nil {
 		return providers.Response{}, err
 	}
-	env := maps.Clone(pl.Env)
-	if env == nil {
-		env = map[string]string{}
+	if pl.Host == "" {
+		return providers.Response{}, providers.Permanent("bad_payload", "no host: the payload names the host to run %q on, host = \"<<...>>\"", inv.Name)
 	}
-	maps.Copy(env, command.GatewayEnv(req))
-	line, err := remoteLine(pl.Spec, env, req.Step)
+	t, err := s.target(pl.Host, inv.User)
 	if err != nil {
-		return providers.Response{}, providers.Permanent("bad_payload", "%v", err)
+		return providers.Response{}, err
+	}
+	rc := remoteCommand{argv: inv.Program("sh", req.Step), dir: inv.Dir, env: inv.Environ(nil, req), stdin: inv.Stdin, lock: req.DedupKey, grace: s.cfg.KillGrace()}
+	line, err := remoteLine(rc)
+	if err != nil {
+		return providers.Response{}, providers.Permanent("bad_config", "%v", err)
 	}
 
-	if d := pl.Timeout(); d > 0 {
+	if d := inv.Timeout(); d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
 	release, err := p.slots.acquire(ctx, s.fingerprint+" "+t.addr, s.maxSessions)
 	if err != nil {
-		return providers.Response{}, ended(ctx, pl.Spec, fmt.Sprintf("while waiting for one of the %d sessions max_sessions_per_host allows on %s", s.maxSessions, t.addr))
+		return providers.Response{}, ended(ctx, inv, fmt.Sprintf("while waiting for one of the %d sessions max_sessions_per_host allows on %s", s.maxSessions, t.addr))
 	}
 	defer release()
 
 	started := time.Now()
 	stdout, stderr := command.NewOutput(s.cfg.MaxOutputBytes), command.NewOutput(s.cfg.MaxOutputBytes)
-	exit, err := p.run(ctx, s, t, job{line: line, stdin: pl.Stdin, stdout: stdout, stderr: stderr})
+	exit, warning, err := p.run(ctx, s, t, job{line: line, stdin: rc.stdin, stdout: stdout, stderr: stderr})
 	var stopped *stoppedError
+	var waiting *lockWaitError
 	switch {
 	case errors.As(err, &stopped):
-		return providers.Response{}, ended(ctx, pl.Spec, stopped.Error())
+		return providers.Response{}, ended(ctx, inv, stopped.Error())
+	case errors.As(err, &waiting):
+		return providers.Response{}, ended(ctx, inv, waiting.Error())
 	case err != nil && ctx.Err() != nil:
-		return providers.Response{}, ended(ctx, pl.Spec, "before the command started on "+t.addr)
+		return providers.Response{}, ended(ctx, inv, "before the command started on "+t.addr)
 	case err != nil:
 		return providers.Response{}, err
 	}
 	r := command.NewResult(exit, stdout, stderr, time.Since(started))
-	r.Host = t.addr
+	r.Host, r.Warning = t.addr, warning
 	if s.cfg.InsecureIgnoreHostKey {
-		r.Warning = insecureWarning(t.addr)
+		r.Warning = strings.TrimPrefix(r.Warning+"; "+insecureWarning(t.addr), "; ")
 	}
 	return command.Judge(r, s.cfg.Limits)
 }
@@ -253,11 +268,11 @@ func insecureWarning(addr string) string {
 
 // ended is the failure of a call whose time ran out or whose step was
 // cancelled; what says at which point, and what became of the command.
-func ended(ctx context.Context, spec command.Spec, what string) error {
+func ended(ctx context.Context, inv *command.Invocation, what string) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		took := "the step's timeout"
-		if spec.TimeoutSeconds > 0 {
-			took = fmt.Sprintf("timeout_seconds = %g", spec.TimeoutSeconds)
+		if inv.TimeoutSeconds > 0 {
+			took = fmt.Sprintf("the command's timeout_seconds = %g", inv.TimeoutSeconds)
 		}
 		return &providers.Error{Retryable: true, Code: "timeout", Message: "the call ran past " + took + " " + what, Err: ctx.Err()}
 	}
@@ -277,13 +292,4 @@ func (e *stoppedError) Error() string {
 		return "while the command ran on " + e.addr + "; it may still be running there: " + e.err.Error()
 	}
 	return "while the command ran on " + e.addr + "; its process group there was stopped"
-}
-
-// validUser says what is wrong with a user name, if anything: it goes to
-// the server as it is, so it must at least be a plausible name.
-func validUser(u string) error {
-	if u == "" || strings.HasPrefix(u, "-") || strings.ContainsFunc(u, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-		return fmt.Errorf("user %q is not a user name", u)
-	}
-	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -47,17 +46,47 @@ func config(srv *sshdtest.Server, over map[string]any) map[string]any {
 	return cfg
 }
 
-func execute(t *testing.T, ctx context.Context, p providers.Provider, payload, cfg any) (map[string]any, error) {
+// call is a call of the command cmd, which the test config declares as
+// "c", on host with args.
+type call struct {
+	host string
+	cmd  map[string]any
+	args map[string]any
+}
+
+func argv(a ...string) map[string]any { return map[string]any{"argv": a} }
+
+// script declares a script taking the string arguments named.
+func script(text string, args ...string) map[string]any {
+	cmd := map[string]any{"script": text}
+	if len(args) > 0 {
+		decl := map[string]any{}
+		for _, a := range args {
+			decl[a] = map[string]any{"type": "string"}
+		}
+		cmd["args"] = decl
+	}
+	return cmd
+}
+
+func execute(t *testing.T, ctx context.Context, p providers.Provider, c call, cfg map[string]any) (map[string]any, error) {
 	t.Helper()
-	pl, err := json.Marshal(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := p.Execute(ctx, providers.Request{Payload: pl, Config: c, DedupKey: "run1/step1", RunID: "run1", Step: "step1", Attempt: 2})
+	return executeStep(t, ctx, p, c, cfg, "step1")
+}
+
+// executeStep is execute for a step of another name: calls of one step
+// run one at a time on a host, each waiting for the last one's processes.
+func executeStep(t *testing.T, ctx context.Context, p providers.Provider, c call, cfg map[string]any, step string) (map[string]any, error) {
+	t.Helper()
+	withCmd := maps.Clone(cfg)
+	withCmd["commands"] = map[string]any{"c": c.cmd}
+	return request(t, ctx, p, providers.Request{ActionType: "c", Payload: mustJSON(t, map[string]any{"host": c.host, "args": c.args}), Config: mustJSON(t, withCmd),
+		DedupKey: "run1/" + step, RunID: "run1", Step: step, Attempt: 2})
+}
+
+func request(t *testing.T, ctx context.Context, p providers.Provider, req providers.Request) (map[string]any, error) {
+	t.Helper()
+	resp, err := p.Execute(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -66,6 +95,15 @@ func execute(t *testing.T, ctx context.Context, p providers.Provider, payload, c
 		t.Fatalf("result %s: %v", resp.Body, err)
 	}
 	return body, nil
+}
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // code is err's code, and whether it is retryable; "" for no *providers.Error.
@@ -82,12 +120,13 @@ func TestResults(t *testing.T) {
 	p := ssh.New()
 	cfg := config(srv, nil)
 	for _, tc := range []struct {
-		name    string
-		payload map[string]any
-		config  map[string]any
-		check   func(t *testing.T, body map[string]any, err error)
+		name   string
+		cmd    map[string]any
+		args   map[string]any
+		config map[string]any
+		check  func(t *testing.T, body map[string]any, err error)
 	}{
-		{"stdout, stderr and exit code", map[string]any{"shell": true, "script": "echo out; echo err >&2"}, nil, func(t *testing.T, body map[string]any, err error) {
+		{"stdout, stderr and exit code", script("echo out; echo err >&2"), nil, nil, func(t *testing.T, body map[string]any, err error) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +134,7 @@ func TestResults(t *testing.T) {
 				t.Errorf("body %v", body)
 			}
 		}},
-		{"json stdout is parsed", map[string]any{"command": []string{"printf", `{"used": 93, "mount": "/var"}`}}, nil, func(t *testing.T, body map[string]any, err error) {
+		{"json stdout is parsed", argv("printf", `{"used": 93, "mount": "/var"}`), nil, nil, func(t *testing.T, body map[string]any, err error) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,53 +142,76 @@ func TestResults(t *testing.T) {
 				t.Errorf("body %v", body)
 			}
 		}},
-		{"stdin", map[string]any{"command": []string{"tr", "a-z", "A-Z"}, "stdin": "disk full\n"}, nil, func(t *testing.T, body map[string]any, err error) {
+		{"arguments", map[string]any{"script": `printf '%s|%s|%s' "$CHAINGATE_ARG_UNIT" "$CHAINGATE_ARG_N" "$CHAINGATE_ARG_DIR"`, "args": map[string]any{
+			"unit": map[string]any{"type": "string", "enum": []string{"nginx", "php-fpm"}}, "n": map[string]any{"type": "integer", "default": 3}, "dir": map[string]any{"type": "path", "roots": []string{"/var/log"}}}},
+			map[string]any{"unit": "nginx", "dir": "/var/log//nginx/"}, nil, func(t *testing.T, body map[string]any, err error) {
+				if err != nil || body["stdout"] != "nginx|3|/var/log/nginx" {
+					t.Errorf("body %v, err %v", body, err)
+				}
+			}},
+		{"a refused argument connects nowhere", map[string]any{"script": "true", "args": map[string]any{"dir": map[string]any{"type": "path", "roots": []string{"/var/log"}}}},
+			map[string]any{"dir": "-delete"}, map[string]any{"port": 1}, func(t *testing.T, _ map[string]any, err error) {
+				if c, retry := code(err); c != "bad_argument" || retry || !strings.Contains(err.Error(), `argument "dir": "-delete" is not an absolute path`) {
+					t.Errorf("err %v", err)
+				}
+			}},
+		{"stdin", map[string]any{"argv": []string{"tr", "a-z", "A-Z"}, "stdin": "disk full\n"}, nil, nil, func(t *testing.T, body map[string]any, err error) {
 			if err != nil || body["stdout"] != "DISK FULL\n" {
 				t.Errorf("body %v, err %v", body, err)
 			}
 		}},
-		{"stdin the command does not read", map[string]any{"command": []string{"true"}, "stdin": strings.Repeat("x", 8<<20)}, nil, func(t *testing.T, body map[string]any, err error) {
+		{"stdin the command does not read", map[string]any{"argv": []string{"true"}, "stdin": strings.Repeat("x", 8<<20)}, nil, nil, func(t *testing.T, body map[string]any, err error) {
 			if err != nil || body["exit_code"] != 0.0 {
 				t.Errorf("body %v, err %v", body, err)
 			}
 		}},
-		{"the gateway's environment", map[string]any{"command": []string{"env"}, "env": map[string]string{"FROM_STEP": "s"}}, nil, func(t *testing.T, body map[string]any, err error) {
+		{"the command's dir", map[string]any{"argv": []string{"pwd"}, "dir": "/usr"}, nil, nil, func(t *testing.T, body map[string]any, err error) {
+			if err != nil || body["stdout"] != "/usr\n" {
+				t.Errorf("body %v, err %v", body, err)
+			}
+		}},
+		{"the command's shell", map[string]any{"script": `echo "$0" "${BASH_VERSION:+bash}"`, "shell": "bash"}, nil, nil, func(t *testing.T, body map[string]any, err error) {
+			if err != nil || body["stdout"] != "chaingate:step1 bash\n" {
+				t.Errorf("body %v, err %v", body, err)
+			}
+		}},
+		{"the environment", map[string]any{"argv": []string{"env"}, "env": map[string]string{"FROM_COMMAND": "c"}}, nil, nil, func(t *testing.T, body map[string]any, err error) {
 			if err != nil {
 				t.Fatal(err)
 			}
 			lines := strings.Split(body["stdout"].(string), "\n")
-			for _, want := range []string{"CHAINGATE_DEDUP_KEY=run1/step1", "CHAINGATE_RUN_ID=run1", "CHAINGATE_STEP=step1", "CHAINGATE_ATTEMPT=2", "FROM_STEP=s"} {
+			for _, want := range []string{"CHAINGATE_DEDUP_KEY=run1/step1", "CHAINGATE_RUN_ID=run1", "CHAINGATE_STEP=step1", "CHAINGATE_ATTEMPT=2", "FROM_COMMAND=c"} {
 				if !contains(lines, want) {
 					t.Errorf("no %s in\n%s", want, body["stdout"])
 				}
 			}
 		}},
-		{"a failing exit is permanent", map[string]any{"shell": true, "script": "echo disk full >&2; exit 3"}, nil, func(t *testing.T, _ map[string]any, err error) {
+		{"a failing exit is permanent", script("echo disk full >&2; exit 3"), nil, nil, func(t *testing.T, _ map[string]any, err error) {
 			if c, retry := code(err); c != "exit_3" || retry || !strings.Contains(err.Error(), "the command exited with 3 on "+srv.Addr+": disk full") {
 				t.Errorf("err %v", err)
 			}
 		}},
-		{"EX_TEMPFAIL is retryable", map[string]any{"shell": true, "script": "exit 75"}, nil, func(t *testing.T, _ map[string]any, err error) {
+		{"EX_TEMPFAIL is retryable", script("exit 75"), nil, nil, func(t *testing.T, _ map[string]any, err error) {
 			if c, retry := code(err); c != "exit_75" || !retry {
 				t.Errorf("err %v", err)
 			}
 		}},
-		{"exit codes as configured", map[string]any{"command": []string{"false"}}, map[string]any{"ok_exit_codes": []int{0, 1}}, func(t *testing.T, body map[string]any, err error) {
+		{"exit codes as configured", argv("false"), nil, map[string]any{"ok_exit_codes": []int{0, 1}}, func(t *testing.T, body map[string]any, err error) {
 			if err != nil || body["exit_code"] != 1.0 {
 				t.Errorf("body %v, err %v", body, err)
 			}
 		}},
-		{"a signal is 128 and its number", map[string]any{"shell": true, "script": "kill -9 $$"}, map[string]any{"retryable_exit_codes": []int{137}}, func(t *testing.T, _ map[string]any, err error) {
+		{"a signal is 128 and its number", script("kill -9 $$"), nil, map[string]any{"retryable_exit_codes": []int{137}}, func(t *testing.T, _ map[string]any, err error) {
 			if c, retry := code(err); c != "exit_137" || !retry {
 				t.Errorf("err %v", err)
 			}
 		}},
-		{"an unknown program", map[string]any{"command": []string{"no-such-program-here"}}, nil, func(t *testing.T, _ map[string]any, err error) {
+		{"an unknown program", argv("no-such-program-here"), nil, nil, func(t *testing.T, _ map[string]any, err error) {
 			if c, retry := code(err); c != "exit_127" || retry || !strings.Contains(err.Error(), "no-such-program-here") {
 				t.Errorf("err %v", err)
 			}
 		}},
-		{"output past the cap is cut and flagged", map[string]any{"shell": true, "script": "head -c 5000000 /dev/zero | tr '\\0' a; echo err >&2"}, map[string]any{"max_output_bytes": 1000}, func(t *testing.T, body map[string]any, err error) {
+		{"output past the cap is cut and flagged", script("head -c 5000000 /dev/zero | tr '\\0' a; echo err >&2"), nil, map[string]any{"max_output_bytes": 1000}, func(t *testing.T, body map[string]any, err error) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,43 +221,65 @@ func TestResults(t *testing.T) {
 				t.Errorf("stdout %d bytes, the rest: %v", len(s), rest)
 			}
 		}},
-		{"the payload's user", map[string]any{"command": []string{"id", "-un"}, "user": srv.User}, map[string]any{"user": nil}, func(t *testing.T, body map[string]any, err error) {
+		{"the command's user", map[string]any{"argv": []string{"id", "-un"}, "user": srv.User}, nil, map[string]any{"user": nil}, func(t *testing.T, body map[string]any, err error) {
 			if err != nil || body["stdout"] != srv.User+"\n" {
 				t.Errorf("body %v, err %v", body, err)
 			}
 		}},
-		{"no user at all", map[string]any{"command": []string{"true"}}, map[string]any{"user": nil}, func(t *testing.T, _ map[string]any, err error) {
-			if c, retry := code(err); c != "bad_payload" || retry {
+		{"no user at all", argv("true"), nil, map[string]any{"user": nil}, func(t *testing.T, _ map[string]any, err error) {
+			if c, retry := code(err); c != "bad_config" || retry || !strings.Contains(err.Error(), "no user to log in as") {
 				t.Errorf("err %v", err)
 			}
 		}},
-		{"bad payload", map[string]any{"command": []string{"true"}, "script": "x"}, nil, func(t *testing.T, _ map[string]any, err error) {
-			if c, retry := code(err); c != "bad_payload" || retry || !strings.Contains(err.Error(), "a script runs only with shell = true") {
+		{"undeclared argument", argv("true"), map[string]any{"cmd": "id"}, nil, func(t *testing.T, _ map[string]any, err error) {
+			if c, retry := code(err); c != "bad_argument" || retry {
 				t.Errorf("err %v", err)
 			}
 		}},
-		{"unknown payload field", map[string]any{"command": []string{"true"}, "hostname": "x"}, nil, func(t *testing.T, _ map[string]any, err error) {
-			if c, retry := code(err); c != "bad_payload" || retry {
-				t.Errorf("err %v", err)
-			}
-		}},
-		{"bad config", map[string]any{"command": []string{"true"}}, map[string]any{"allowed_hosts": []string{}}, func(t *testing.T, _ map[string]any, err error) {
+		{"bad config", argv("true"), nil, map[string]any{"allowed_hosts": []string{}}, func(t *testing.T, _ map[string]any, err error) {
 			if c, retry := code(err); c != "bad_config" || retry {
 				t.Errorf("err %v", err)
 			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			payload := map[string]any{"host": srv.Addr}
-			for k, v := range tc.payload {
-				payload[k] = v
-			}
 			c := cfg
 			if tc.config != nil {
 				c = config(srv, tc.config)
 			}
-			body, err := execute(t, context.Background(), p, payload, c)
+			body, err := execute(t, context.Background(), p, call{srv.Addr, tc.cmd, tc.args}, c)
 			tc.check(t, body, err)
+		})
+	}
+}
+
+// TestPayloads: a call names a declared command and gives its host and
+// arguments; the forms that once gave a command whole are refused with
+// the new one, before any connection.
+func TestPayloads(t *testing.T) {
+	cfg := map[string]any{"user": "ops", "password": "x", "insecure_ignore_host_key": true, "allowed_hosts": []string{"*.example.com"}, "port": 1,
+		"commands": map[string]any{"df": map[string]any{"argv": []string{"df", "-h"}}}}
+	for _, tc := range []struct {
+		name, action string
+		payload      any
+		err          string
+	}{
+		{"undeclared command", "rm", map[string]any{"host": "a.example.com"}, `the config declares no command "rm"; it declares "df"`},
+		{"the command given whole", "df", map[string]any{"host": "a.example.com", "command": []string{"sh", "-c", "id"}}, "the payload gives command, which a step no longer may"},
+		{"the user given by a call", "df", map[string]any{"host": "a.example.com", "user": "root"}, "the payload gives user"},
+		{"no host", "df", map[string]any{}, "no host"},
+		{"a host not allowed", "df", map[string]any{"host": "evil.example.net"}, "matches no allowed_hosts pattern"},
+		{"keys are exact", "df", map[string]any{"host": "a.example.com", "Args": map[string]any{}}, `unknown payload key "Args"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := request(t, context.Background(), ssh.New(), providers.Request{ActionType: tc.action, Payload: mustJSON(t, tc.payload), Config: mustJSON(t, cfg), DedupKey: "r/s", RunID: "r", Step: "s", Attempt: 1})
+			if c, retry := code(err); c == "" || retry || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("err %v, want %q", err, tc.err)
+			}
+			call := providers.Call{Name: "s", ActionType: tc.action, Payload: mustJSON(t, tc.payload)}
+			if cerr := ssh.New().(providers.CallChecker).CheckCall(context.Background(), mustJSON(t, cfg), call); tc.err != "no host" && (cerr == nil || cerr.Error() != err.Error()) {
+				t.Errorf("CheckCall says %v, Execute %v", cerr, err)
+			}
 		})
 	}
 }
@@ -209,6 +293,9 @@ func contains(lines []string, s string) bool {
 	return false
 }
 
+// TestHostileValuesStayLiteral gives hostile values to a script that reads
+// its arguments as the docs say, quoted: each is printed as the text it
+// is, on the host.
 func TestHostileValuesStayLiteral(t *testing.T) {
 	srv := sshdtest.Start(t)
 	p := ssh.New()
@@ -218,35 +305,25 @@ func TestHostileValuesStayLiteral(t *testing.T) {
 	// would show here.
 	pwned := "/tmp/pwned-" + hex.EncodeToString(r[:])
 	t.Cleanup(func() { _ = os.Remove(pwned) })
-	hostile := []string{`"; touch ` + pwned + ` #`, `$(touch ` + pwned + `)`, "`touch " + pwned + "`", "a\ntouch " + pwned, "*", `'; touch ` + pwned + `; '`, `${IFS}touch${IFS}` + pwned, `\'`}
-	env := map[string]string{}
-	var names []string
-	for i, v := range hostile {
-		name := fmt.Sprintf("V%d", i)
-		env[name] = v
-		names = append(names, `"$`+name+`"`)
+	hostile := []string{`"; touch ` + pwned + ` #`, `$(touch ` + pwned + `)`, "`touch " + pwned + "`", "*", `'; touch ` + pwned + `; '`, `${IFS}touch${IFS}` + pwned, `\'`, "a'b\"c\\d", "$HOME"}
+	cmd := map[string]any{"script": `printf '%s\n' "$CHAINGATE_ARG_V"`, "args": map[string]any{"v": map[string]any{"type": "string"}}}
+	for _, v := range hostile {
+		body, err := execute(t, context.Background(), p, call{srv.Addr, cmd, map[string]any{"v": v}}, config(srv, nil))
+		if err != nil {
+			t.Fatalf("%q: %v", v, err)
+		}
+		if got := body["stdout"]; got != v+"\n" {
+			t.Errorf("stdout %q, want %q", got, v+"\n")
+		}
 	}
-	for _, tc := range []struct {
-		name    string
-		payload map[string]any
-	}{
-		{"argv", map[string]any{"command": append([]string{"printf", `%s\n`}, hostile...)}},
-		{"env read by a script", map[string]any{"shell": true, "script": "for v in " + strings.Join(names, " ") + `; do printf '%s\n' "$v"; done`, "env": env}},
-		{"stdin", map[string]any{"command": []string{"cat"}, "stdin": strings.Join(hostile, "\n") + "\n"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.payload["host"] = srv.Addr
-			body, err := execute(t, context.Background(), p, tc.payload, config(srv, nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, want := body["stdout"], strings.Join(hostile, "\n")+"\n"; got != want {
-				t.Errorf("stdout %q, want %q", got, want)
-			}
-			if _, err := os.Stat(pwned); err == nil {
-				t.Fatal("a hostile value ran a command")
-			}
-		})
+	for _, v := range []string{"-delete", "--help", "a\ntouch " + pwned, strings.Repeat("x", 100<<10)} {
+		_, err := execute(t, context.Background(), p, call{srv.Addr, cmd, map[string]any{"v": v}}, config(srv, nil))
+		if c, retry := code(err); c != "bad_argument" || retry {
+			t.Errorf("%.20q: err %v, want a permanent bad_argument", v, err)
+		}
+	}
+	if _, err := os.Stat(pwned); err == nil {
+		t.Fatal("a hostile value ran a command")
 	}
 }
 
@@ -290,7 +367,7 @@ func TestHostKeysAndLogins(t *testing.T) {
 			code: "auth_failed", says: []string{"logging in to " + srv.Addr + " as " + srv.User, "unable to authenticate"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}}, config(srv, tc.over))
+			body, err := execute(t, context.Background(), ssh.New(), call{host: srv.Addr, cmd: argv("echo", "hi")}, config(srv, tc.over))
 			if tc.code == "" {
 				if err != nil || body["stdout"] != "hi\n" {
 					t.Fatalf("body %v, err %v", body, err)
@@ -339,7 +416,7 @@ func TestHostCertificates(t *testing.T) {
 		{name: "another CA on record", over: map[string]any{"known_hosts": otherCA}, code: "host_key_mismatch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}}, config(srv, tc.over))
+			body, err := execute(t, context.Background(), ssh.New(), call{host: srv.Addr, cmd: argv("echo", "hi")}, config(srv, tc.over))
 			if tc.code == "" && (err != nil || body["stdout"] != "hi\n") {
 				t.Fatalf("body %v, err %v", body, err)
 			}
@@ -355,7 +432,7 @@ func TestHostCertificates(t *testing.T) {
 func TestHostKeyTypes(t *testing.T) {
 	srv := sshdtest.StartWith(t, sshdtest.Options{ECDSAHostKey: true})
 	for _, over := range []map[string]any{nil, {"known_hosts": nil, "host_keys": []string{srv.HostKey}}} {
-		body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}}, config(srv, over))
+		body, err := execute(t, context.Background(), ssh.New(), call{host: srv.Addr, cmd: argv("echo", "hi")}, config(srv, over))
 		if err != nil || body["stdout"] != "hi\n" {
 			t.Errorf("config %v: body %v, err %v", over, body, err)
 		}
@@ -377,7 +454,7 @@ func TestUnreachableHosts(t *testing.T) {
 	_ = closed.Close()
 
 	t.Run("not allowed: refused before connecting", func(t *testing.T) {
-		_, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": l.Addr().String(), "command": []string{"true"}},
+		_, err := execute(t, context.Background(), ssh.New(), call{host: l.Addr().String(), cmd: argv("true")},
 			config(srv, map[string]any{"allowed_hosts": []string{"10.0.0.*", "web-*.prod.example.com"}}))
 		if c, retry := code(err); c != "host_not_allowed" || retry || !strings.Contains(err.Error(), "10.0.0.*, web-*.prod.example.com") {
 			t.Fatalf("err %v", err)
@@ -391,7 +468,7 @@ func TestUnreachableHosts(t *testing.T) {
 		}
 	})
 	t.Run("refused connection is retryable", func(t *testing.T) {
-		_, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": closedAddr, "command": []string{"true"}}, config(srv, map[string]any{"payload_port": true}))
+		_, err := execute(t, context.Background(), ssh.New(), call{host: closedAddr, cmd: argv("true")}, config(srv, map[string]any{"payload_port": true}))
 		if c, retry := code(err); c != "connect_failed" || !retry || !strings.Contains(err.Error(), closedAddr) {
 			t.Fatalf("err %v", err)
 		}
@@ -405,7 +482,7 @@ func TestStoppingACommand(t *testing.T) {
 	srv := sshdtest.Start(t)
 	// A shell, a child in the background and one in the foreground, each
 	// writing its PID first.
-	const script = `sleep 300 & echo $! >> "$PIDS"; echo $$ >> "$PIDS"; sh -c 'echo $$ >> "$PIDS"; exec sleep 301'`
+	const text = `sleep 300 & echo $! >> "$CHAINGATE_ARG_PIDS"; echo $$ >> "$CHAINGATE_ARG_PIDS"; sh -c 'echo $$ >> "$CHAINGATE_ARG_PIDS"; exec sleep 301'`
 	for _, tc := range []struct {
 		name    string
 		trap    string
@@ -420,16 +497,16 @@ func TestStoppingACommand(t *testing.T) {
 			cfg := config(srv, map[string]any{"kill_grace_seconds": 1})
 			// A connection in the pool first, so that the timeout goes to
 			// the command rather than to logging in.
-			if _, err := execute(t, context.Background(), p, map[string]any{"host": srv.Addr, "command": []string{"true"}}, cfg); err != nil {
+			if _, err := execute(t, context.Background(), p, call{host: srv.Addr, cmd: argv("true")}, cfg); err != nil {
 				t.Fatal(err)
 			}
 			pidFile := filepath.Join(t.TempDir(), "pids")
-			payload := map[string]any{"host": srv.Addr, "shell": true, "script": tc.trap + script, "env": map[string]string{"PIDS": pidFile}}
+			cmd := script(tc.trap+text, "pids")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			watched := make(chan struct{})
 			if tc.timeout > 0 {
-				payload["timeout_seconds"] = tc.timeout
+				cmd["timeout_seconds"] = tc.timeout
 				close(watched)
 			} else {
 				go func() {
@@ -442,7 +519,7 @@ func TestStoppingACommand(t *testing.T) {
 					cancel()
 				}()
 			}
-			_, err := execute(t, ctx, p, payload, cfg)
+			_, err := execute(t, ctx, p, call{srv.Addr, cmd, map[string]any{"pids": pidFile}}, cfg)
 			cancel()
 			<-watched
 			want := "cancelled"
@@ -482,7 +559,7 @@ func TestMaxSessionsPerHost(t *testing.T) {
 	cfg := config(srv, map[string]any{"max_sessions_per_host": limit})
 	// Each command marks itself running, counts the commands running with
 	// it, and holds on until the test lets go.
-	const script = `mkdir "$D/running.$N"; ls -d "$D"/running.* | wc -l > "$D/seen.$N"; while [ ! -e "$D/release" ]; do sleep 0.05; done; rmdir "$D/running.$N"`
+	const text = `D=$CHAINGATE_ARG_D N=$CHAINGATE_ARG_N; mkdir "$D/running.$N"; ls -d "$D"/running.* | wc -l > "$D/seen.$N"; while [ ! -e "$D/release" ]; do sleep 0.05; done; rmdir "$D/running.$N"`
 	running := func() int {
 		m, _ := filepath.Glob(filepath.Join(dir, "running.*"))
 		return len(m)
@@ -493,8 +570,8 @@ func TestMaxSessionsPerHost(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			payload := map[string]any{"host": srv.Addr, "shell": true, "script": script, "env": map[string]string{"D": dir, "N": strconv.Itoa(i)}}
-			if _, err := execute(t, context.Background(), p, payload, cfg); err != nil {
+			c := call{srv.Addr, script(text, "d", "n"), map[string]any{"d": dir, "n": strconv.Itoa(i)}}
+			if _, err := executeStep(t, context.Background(), p, c, cfg, "step"+strconv.Itoa(i)); err != nil {
 				t.Errorf("call %d: %v", i, err)
 				failed.Add(1)
 			}
@@ -530,7 +607,7 @@ func TestConnectionsAreReused(t *testing.T) {
 	// SSH_CONNECTION holds the client's port: one port, one connection.
 	clientPort := func() string {
 		t.Helper()
-		body, err := execute(t, context.Background(), p, map[string]any{"host": srv.Addr, "shell": true, "script": `printf '%s' "$SSH_CONNECTION"`}, cfg)
+		body, err := execute(t, context.Background(), p, call{host: srv.Addr, cmd: script(`printf '%s' "$SSH_CONNECTION"`)}, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -540,9 +617,10 @@ func TestConnectionsAreReused(t *testing.T) {
 	if again := clientPort(); again != first {
 		t.Errorf("the second call came from port %s, the first from %s: the connection was not reused", again, first)
 	}
-	// The connection's own sshd process is the login shell's parent;
-	// killing it breaks the connection under the pool.
-	_, err := execute(t, context.Background(), p, map[string]any{"host": srv.Addr, "shell": true, "script": "kill -9 $PPID; sleep 5"}, cfg)
+	// The connection's own sshd process is the login shell's parent, and
+	// the login shell became the wrapper, the command's parent; killing
+	// it breaks the connection under the pool.
+	_, err := execute(t, context.Background(), p, call{host: srv.Addr, cmd: script("kill -9 $(ps -o ppid= -p $PPID); sleep 5")}, cfg)
 	if c, retry := code(err); !retry {
 		t.Fatalf("err %v (%s), want a retryable error", err, c)
 	}
@@ -586,7 +664,7 @@ func forward(t *testing.T, addr string) *forwarder {
 func TestJumpHost(t *testing.T) {
 	srv := sshdtest.Start(t)
 	t.Run("the host is its own jump host", func(t *testing.T) {
-		body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}},
+		body, err := execute(t, context.Background(), ssh.New(), call{host: srv.Addr, cmd: argv("echo", "hi")},
 			config(srv, map[string]any{"jump_host": srv.Addr, "jump_user": srv.User}))
 		if err != nil || body["stdout"] != "hi\n" || body["host"] != srv.Addr {
 			t.Fatalf("body %v, err %v", body, err)
@@ -596,7 +674,7 @@ func TestJumpHost(t *testing.T) {
 		// The jump host is the same sshd behind a forwarder that counts
 		// connections; the target is reached from the jump host.
 		jump := forward(t, srv.Addr)
-		body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}},
+		body, err := execute(t, context.Background(), ssh.New(), call{host: srv.Addr, cmd: argv("echo", "hi")},
 			config(srv, map[string]any{"known_hosts": nil, "host_keys": []string{srv.HostKey}, "jump_host": jump.Addr().String()}))
 		if err != nil || body["stdout"] != "hi\n" {
 			t.Fatalf("body %v, err %v", body, err)
@@ -607,7 +685,7 @@ func TestJumpHost(t *testing.T) {
 	})
 	t.Run("an unknown jump host is refused", func(t *testing.T) {
 		jump := forward(t, srv.Addr)
-		_, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"true"}},
+		_, err := execute(t, context.Background(), ssh.New(), call{host: srv.Addr, cmd: argv("true")},
 			config(srv, map[string]any{"jump_host": jump.Addr().String()}))
 		if c, retry := code(err); c != "host_key_unknown" || retry || !strings.Contains(err.Error(), jump.Addr().String()) {
 			t.Fatalf("err %v", err)
@@ -620,11 +698,11 @@ func TestJumpHost(t *testing.T) {
 // says payload_port = true; otherwise the config's port is.
 func TestPayloadPort(t *testing.T) {
 	srv := sshdtest.Start(t)
-	body, err := execute(t, context.Background(), ssh.New(), map[string]any{"host": "127.0.0.1:9100", "command": []string{"echo", "hi"}}, config(srv, nil))
+	body, err := execute(t, context.Background(), ssh.New(), call{host: "127.0.0.1:9100", cmd: argv("echo", "hi")}, config(srv, nil))
 	if err != nil || body["host"] != srv.Addr {
 		t.Fatalf("the config's port: body %v, err %v", body, err)
 	}
-	body, err = execute(t, context.Background(), ssh.New(), map[string]any{"host": srv.Addr, "command": []string{"echo", "hi"}}, config(srv, map[string]any{"port": 1, "payload_port": true}))
+	body, err = execute(t, context.Background(), ssh.New(), call{host: srv.Addr, cmd: argv("echo", "hi")}, config(srv, map[string]any{"port": 1, "payload_port": true}))
 	if err != nil || body["host"] != srv.Addr {
 		t.Fatalf("the payload's port: body %v, err %v", body, err)
 	}

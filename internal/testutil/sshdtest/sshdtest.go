@@ -10,6 +10,8 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/pem"
+	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -46,6 +48,10 @@ type Server struct {
 	// holding that line alone.
 	KnownHosts     string
 	KnownHostsFile string
+	// Home is HOME in the sessions' environment: a directory of the
+	// test's own, so that what a command keeps under ~ stays out of the
+	// real user's home. The login directory is still the user's own.
+	Home string
 
 	logFile string
 }
@@ -94,6 +100,13 @@ type Options struct {
 	// ECDSAHostKey gives sshd an ECDSA host key besides the ed25519 one,
 	// which Server's fields describe. Go's client asks for ECDSA first.
 	ECDSAHostKey bool
+	// ClientAliveInterval and ClientAliveCountMax are sshd's options of
+	// those names: how often sshd asks a client it has heard nothing from
+	// whether it is still there, and how many questions left unanswered
+	// end the connection. The interval is rounded up to whole seconds;
+	// zero leaves sshd's defaults, which never ask.
+	ClientAliveInterval time.Duration
+	ClientAliveCountMax int
 }
 
 // Start starts an sshd and kills it when tb ends. Without sshd it skips
@@ -161,6 +174,16 @@ func StartWith(tb testing.TB, o Options) *Server {
 		}
 		extra = append(extra, "HostKey "+write("host_ecdsa", string(pem.EncodeToMemory(block))))
 	}
+	if o.ClientAliveInterval > 0 {
+		extra = append(extra, fmt.Sprintf("ClientAliveInterval %d", int(math.Ceil(o.ClientAliveInterval.Seconds()))))
+	}
+	if o.ClientAliveCountMax > 0 {
+		extra = append(extra, fmt.Sprintf("ClientAliveCountMax %d", o.ClientAliveCountMax))
+	}
+	home := filepath.Join(dir, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		tb.Fatal(err)
+	}
 	config := write("sshd_config", strings.Join(append([]string{
 		"Port " + port,
 		"ListenAddress 127.0.0.1",
@@ -177,6 +200,7 @@ func StartWith(tb testing.TB, o Options) *Server {
 		"PrintMotd no",
 		"UseDNS no",
 		"LogLevel VERBOSE",
+		`SetEnv "HOME=` + home + `"`,
 	}, extra...), "\n")+"\n")
 	// Privilege separation needs its directory, which a container that
 	// never ran sshd lacks.
@@ -187,7 +211,7 @@ func StartWith(tb testing.TB, o Options) *Server {
 	known := knownhosts.Line([]string{knownhosts.Normalize(addr)}, hostSigner.PublicKey())
 	s := &Server{
 		Addr: addr, User: me.Username, ClientKey: client.Private, HostKey: host.Public, HostCA: hostCA,
-		KnownHosts: known, KnownHostsFile: write("known_hosts", known+"\n"),
+		KnownHosts: known, KnownHostsFile: write("known_hosts", known+"\n"), Home: home,
 		logFile: filepath.Join(dir, "sshd.log"),
 	}
 	cmd := exec.Command(Path, "-D", "-e", "-f", config)

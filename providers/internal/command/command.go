@@ -1,20 +1,22 @@
-// Package command is what the exec and ssh providers share: the step's
-// payload, the limits and exit-code rules of their configs, output capped
-// as it is read, and the shape of a result.
+// Package command is what the exec and ssh providers share: the commands
+// their configs declare and the arguments each takes, the one function
+// that decides what a call runs (Commands.Resolve), the limits and
+// exit-code rules of their configs, output capped as it is read, and the
+// shape of a result.
 //
-// A command is an argument vector. Templates fill whole arguments and
-// environment values, never a shell line; a shell runs only when the step
-// says shell = true, and then its script is literal text that reads the
-// step's values from the environment.
+// What runs is the config's: a call names a declared command and gives
+// values for its declared arguments, each checked against the type and
+// rule its declaration gives, and each reaching the command only as the
+// value of a variable of the gateway's own prefix (CHAINGATE_ARG_NAME).
+// No value a call gives becomes a program, an argument vector, a script,
+// a variable's name, a directory or a shell.
 package command
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -41,120 +43,6 @@ const (
 	DefaultRetryableExit = 75
 )
 
-// Spec is what a step asks to run: a payload's fields common to exec and
-// ssh.
-type Spec struct {
-	// Command is the argument vector; its first element names the program.
-	Command []string `json:"command"`
-	// Shell runs Script with the shell instead of Command.
-	Shell  bool   `json:"shell"`
-	Script string `json:"script"`
-	// Env is set in the command's environment, over the config's.
-	Env Env `json:"env"`
-	// Stdin is written to the command's standard input.
-	Stdin          string  `json:"stdin"`
-	TimeoutSeconds float64 `json:"timeout_seconds"`
-}
-
-// SpecKeys are the payload keys of a Spec.
-var SpecKeys = []string{"command", "shell", "script", "env", "stdin", "timeout_seconds"}
-
-// DecodePayload decodes a payload into v, refusing any key that is not
-// exactly one of keys. encoding/json alone would take "Command" for
-// "command", a key the gateway's load-time checks do not read.
-func DecodePayload(raw json.RawMessage, keys []string, v any) error {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return fmt.Errorf("the payload must be a JSON object: %w", err)
-	}
-	for _, k := range slices.Sorted(maps.Keys(fields)) {
-		if !slices.Contains(keys, k) {
-			return fmt.Errorf("unknown payload key %q; the keys are %s", k, strings.Join(keys, ", "))
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	return dec.Decode(v)
-}
-
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// Env is a table of environment variables. A template that is a whole
-// value keeps the value's type, so a number or a boolean from a payload is
-// taken as its JSON text, and an object or array as its JSON.
-type Env map[string]string
-
-func (e *Env) UnmarshalJSON(b []byte) error {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return fmt.Errorf("env must be a table of NAME = value: %w", err)
-	}
-	*e = make(Env, len(raw))
-	for k, v := range raw {
-		var s string
-		switch {
-		case json.Unmarshal(v, &s) == nil:
-			(*e)[k] = s
-		case string(v) == "null":
-			(*e)[k] = ""
-		default:
-			var buf bytes.Buffer
-			if err := json.Compact(&buf, v); err != nil {
-				return fmt.Errorf("env %s: %w", k, err)
-			}
-			(*e)[k] = buf.String()
-		}
-	}
-	return nil
-}
-
-// Check says what is wrong with a spec, if anything.
-func (s *Spec) Check() error {
-	switch {
-	case s.Shell && len(s.Command) > 0:
-		return errors.New("give command or shell = true with script, not both")
-	case s.Shell && strings.TrimSpace(s.Script) == "":
-		return errors.New("shell = true needs a script")
-	case !s.Shell && s.Script != "":
-		return errors.New("a script runs only with shell = true; or give the program and its arguments as command = [...]")
-	case !s.Shell && len(s.Command) == 0:
-		return errors.New("give command = [program, args...], or shell = true with a script")
-	case !s.Shell && s.Command[0] == "":
-		return errors.New("command[0], the program, is empty")
-	case s.TimeoutSeconds < 0:
-		return errors.New("timeout_seconds must not be negative")
-	}
-	for i, a := range s.Command {
-		if strings.ContainsRune(a, 0) {
-			return fmt.Errorf("command[%d] holds a NUL byte, which no argument can carry", i)
-		}
-	}
-	if strings.ContainsRune(s.Script, 0) {
-		return errors.New("the script holds a NUL byte")
-	}
-	return CheckEnv(s.Env)
-}
-
-// CheckEnv checks the names and values of an environment table.
-func CheckEnv(env map[string]string) error {
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		switch {
-		case !envName.MatchString(k):
-			return fmt.Errorf("env name %q is not a valid variable name (letters, digits and _, not starting with a digit)", k)
-		case strings.HasPrefix(k, "CHAINGATE_"):
-			return fmt.Errorf("env name %q: the CHAINGATE_ prefix is the gateway's own (%s and the like)", k, EnvDedupKey)
-		case strings.ContainsRune(env[k], 0):
-			return fmt.Errorf("env %s holds a NUL byte, which no variable can carry", k)
-		}
-	}
-	return nil
-}
-
-// Timeout is the spec's own timeout; zero when it sets none.
-func (s *Spec) Timeout() time.Duration {
-	return time.Duration(s.TimeoutSeconds * float64(time.Second))
-}
-
 // Limits are the keys of a config that bound and judge a command.
 type Limits struct {
 	// MaxOutputBytes caps each of stdout and stderr as kept.
@@ -174,15 +62,6 @@ const LimitsSchema = `
     "kill_grace_seconds": {"type": "number", "minimum": 0},
     "ok_exit_codes": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 255}},
     "retryable_exit_codes": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 255}}`
-
-// SpecSchema are the JSON Schema properties of a Spec.
-const SpecSchema = `
-    "command": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-    "shell": {"type": "boolean"},
-    "script": {"type": "string"},
-    "env": {"type": "object"},
-    "stdin": {"type": "string"},
-    "timeout_seconds": {"type": "number", "minimum": 0}`
 
 // Defaulted returns the limits with defaults in place of what is unset.
 func (l Limits) Defaulted() Limits {
@@ -234,6 +113,32 @@ func GatewayEnv(req providers.Request) map[string]string {
 		EnvStep:     req.Step,
 		EnvAttempt:  fmt.Sprint(req.Attempt),
 	}
+}
+
+// Environ is the variables an invocation sets over base: the command's
+// env, its arguments' and the gateway's own, each over the one before.
+func (inv *Invocation) Environ(base map[string]string, req providers.Request) map[string]string {
+	env := maps.Clone(base)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, inv.Env)
+	maps.Copy(env, inv.ArgEnv)
+	maps.Copy(env, GatewayEnv(req))
+	return env
+}
+
+// Program is what an invocation runs: its argv, or its script run by shell
+// (the command's own, else the one given), with $0 naming the step in ps
+// and in the shell's own messages.
+func (inv *Invocation) Program(shell, step string) []string {
+	if inv.Script == "" {
+		return slices.Clone(inv.Argv)
+	}
+	if inv.Shell != "" {
+		shell = inv.Shell
+	}
+	return []string{shell, "-c", inv.Script, "chaingate:" + step}
 }
 
 // Output keeps the first max bytes written to it and counts the rest.
