@@ -128,9 +128,16 @@ type Slack struct {
 	// Users maps Slack user IDs to who they are in the gateway's records;
 	// a user it does not name may not answer.
 	Users map[string]string
+	// ResponseURLHosts are the hosts an interaction's response_url may
+	// name for the gateway to post to (lower case); nil is Slack's own,
+	// DefaultSlackResponseURLHosts.
+	ResponseURLHosts []string
 	// Source is where the table was written.
 	Source Source
 }
+
+// DefaultSlackResponseURLHosts are the hosts of Slack's own response URLs.
+var DefaultSlackResponseURLHosts = []string{"hooks.slack.com"}
 
 // Fanout is the [gateway.fanout] table: where distributed splits hand their
 // items to workers (RabbitMQ) and collect their results (Redis).

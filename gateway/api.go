@@ -12,6 +12,7 @@ import (
 	"math"
 	"net/http"
 	"path"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -76,6 +77,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("/", s.noRoute(mux))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer s.recoverRequest(r)
 		if r.Body != nil && r.Body != http.NoBody {
 			r.Body = &bodyWatch{ReadCloser: r.Body}
 		}
@@ -103,6 +105,21 @@ func (s *Server) Handler() http.Handler {
 		mux.ServeHTTP(w, r)
 		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "took", time.Since(start))
 	})
+}
+
+// recoverRequest logs a bug met serving a request, with its stack, in
+// the gateway's log, and cuts the answer short: net/http keeps the
+// gateway up too, but logs outside that log. The answer may have begun,
+// so none is written over it.
+func (s *Server) recoverRequest(r *http.Request) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if p != http.ErrAbortHandler {
+		s.log.Error("serving a request hit a bug; its connection is cut", "method", r.Method, "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+	}
+	panic(http.ErrAbortHandler)
 }
 
 // canonicalPath reports whether p is a path the mux serves as it is,
@@ -934,13 +951,22 @@ func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	run, err := s.ops.Replay(r.Context(), r.PathValue("id"), opts)
+	run, results, err := s.ops.replay(r.Context(), r.PathValue("id"), opts)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"entry": r.PathValue("id"), "mode": opts.Mode, "definition": opts.Definition, "run": run.ID,
-		"chain_hash": run.ChainHash, "links": map[string]string{"run": "/v1/runs/" + run.ID}})
+	out := map[string]any{"entry": r.PathValue("id"), "mode": opts.Mode, "definition": opts.Definition}
+	if results != nil {
+		out["results"] = results
+	}
+	if run.ID == "" {
+		// A delivery whose every alert was skipped: nothing runs.
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	out["run"], out["chain_hash"], out["links"] = run.ID, run.ChainHash, map[string]string{"run": "/v1/runs/" + run.ID}
+	writeJSON(w, http.StatusAccepted, out)
 }
 
 // bulkBody selects the entries a bulk replay or purge acts on: a filter

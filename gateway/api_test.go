@@ -124,6 +124,7 @@ type apiEnv struct {
 	url    string
 	srv    *gateway.Server
 	gw     *gateway.Gateway
+	hub    *gateway.Hub
 	logs   *testutil.Buffer
 	client *http.Client
 	token  string
@@ -137,8 +138,8 @@ func newAPI(t *testing.T, extra string) *apiEnv {
 }
 
 // newAPIOn serves the API over the store at state: a redis:// URL, or a
-// fresh bbolt file when empty.
-func newAPIOn(t testing.TB, extra, state string) *apiEnv {
+// fresh bbolt file when empty; with changes the gateway's options.
+func newAPIOn(t testing.TB, extra, state string, with ...func(*gateway.Options)) *apiEnv {
 	t.Helper()
 	dir := t.TempDir()
 	if state == "" {
@@ -158,14 +159,18 @@ secrets_file = "secrets.env"
 	exe, _ := os.Executable()
 	hub, metrics := gateway.NewHub(), gateway.NewMetrics()
 	logger := slog.New(slog.NewJSONHandler(env.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	gw, err := gateway.Open(context.Background(), gateway.Options{
+	opts := gateway.Options{
 		Config: cfg, State: state, Logger: logger, Executable: exe, Observer: metrics,
 		OnEvent: func(ev store.Event) { hub.Publish(ev); metrics.Event(ev) },
-	})
+	}
+	for _, change := range with {
+		change(&opts)
+	}
+	gw, err := gateway.Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.gw = gw
+	env.gw, env.hub = gw, hub
 	env.srv = gateway.NewServer(gw, hub, metrics, []string{env.cfg})
 	env.srv.MountConsole(func(base string) http.Handler { return console.New(env.srv, base, logger.With("component", "console")) })
 	ts := httptest.NewServer(env.srv.Handler())

@@ -5,11 +5,18 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // The HTTP API's answers are these types, not the store's records: a field
 // added to a stored record reaches the API only when it is added here too,
-// and the golden files in testdata/api pin what the API says.
+// and the golden files in testdata/api pin what the API says. The JSON
+// values a record holds as they came (payloads, bodies) pass through
+// validJSON here, so that every answer parses with a strict parser,
+// whatever an older gateway or a provider stored.
+
+// validJSON is a JSON value as strict parsers read it (jsonx.ValidUTF8).
+func validJSON(raw json.RawMessage) json.RawMessage { return jsonx.ValidUTF8(raw) }
 
 // Run is a run as the API shows it.
 type Run struct {
@@ -153,9 +160,9 @@ func apiRun(r *store.Run) *Run {
 	}
 	return &Run{
 		ID: r.ID, Chain: r.Chain, ChainHash: r.ChainHash, Status: string(r.Status),
-		Origin: Origin{ID: r.Origin.ID, Payload: r.Origin.Payload, Metadata: r.Origin.Metadata, ReceivedAt: r.Origin.ReceivedAt},
+		Origin: Origin{ID: r.Origin.ID, Payload: validJSON(r.Origin.Payload), Metadata: validJSON(r.Origin.Metadata), ReceivedAt: r.Origin.ReceivedAt},
 		Path:   r.Path, Cursor: r.Cursor, Deadline: r.Deadline, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
-		Error: apiErrorInfo(r.Error), ParentRun: r.ParentRun, ParentStep: r.ParentStep, Body: r.Body, BodyStep: r.BodyStep, Seq: r.Seq,
+		Error: apiErrorInfo(r.Error), ParentRun: r.ParentRun, ParentStep: r.ParentStep, Body: validJSON(r.Body), BodyStep: r.BodyStep, Seq: r.Seq,
 		StartedBy: r.StartedBy, KeyUntil: r.KeyUntil, Labels: r.Labels,
 	}
 }
@@ -170,7 +177,7 @@ func apiErrorInfo(e *store.ErrorInfo) *ErrorInfo {
 func apiStep(rec *store.StepRecord) *Step {
 	return &Step{
 		Key: rec.Key, Name: rec.Name, Status: string(rec.Status), DedupKey: rec.DedupKey, Attempts: rec.Attempts,
-		Body: rec.Body, Error: apiErrorInfo(rec.Error), StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
+		Body: validJSON(rec.Body), Error: apiErrorInfo(rec.Error), StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
 		NotBefore: rec.NotBefore, Deadline: rec.Deadline, Split: apiSplit(rec.Split), Child: rec.Child,
 	}
 }
@@ -186,7 +193,7 @@ func apiSplit(s *store.SplitState) *Split {
 // EventOf is a stored event as the API shows it.
 func EventOf(ev store.Event) Event {
 	return Event{RunID: ev.RunID, Chain: ev.Chain, Seq: ev.Seq, Time: ev.Time, Type: string(ev.Type), Step: ev.Step,
-		Attempt: ev.Attempt, Message: ev.Message, Data: ev.Data}
+		Attempt: ev.Attempt, Message: ev.Message, Data: validJSON(ev.Data)}
 }
 
 func apiDLQEntry(e *store.DLQEntry) *DLQEntry {
@@ -195,7 +202,7 @@ func apiDLQEntry(e *store.DLQEntry) *DLQEntry {
 		kind = "step"
 	}
 	return &DLQEntry{ID: e.ID, Kind: kind, RunID: e.RunID, Chain: e.Chain, Step: e.Step, Error: *apiErrorInfo(&e.Error),
-		Attempts: e.Attempts, Payload: e.Payload, CreatedAt: e.CreatedAt, Trigger: e.Trigger, Headers: e.Headers, Metadata: e.Metadata}
+		Attempts: e.Attempts, Payload: validJSON(e.Payload), CreatedAt: e.CreatedAt, Trigger: e.Trigger, Headers: e.Headers, Metadata: validJSON(e.Metadata)}
 }
 
 func apiRunPage(p store.RunPage) RunPage {

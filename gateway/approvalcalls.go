@@ -6,9 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/templates"
@@ -21,88 +25,495 @@ import (
 // the store make it once between them: a call is made at most once, and a
 // gateway dying between the claim and the call loses that one call (a
 // reminder follows). The run's events say what was sent, or why not.
+//
+// The approval loop follows the waits it hears of, as they happen: this
+// gateway's runs through their events, other gateways' through the
+// store's feed of status changes. Each wait's next call is timed on the
+// engine's clock for when it is due, so the notification goes out as the
+// step starts waiting and a reminder on the second it is due. A look at
+// every waiting run when the loop starts, and every approvalResync, finds
+// what it did not hear. When a wait ends, or its run does, the loop has
+// the Slack messages that asked it settled (slackquestions.go).
 
-// approvalCallPoll is how often waiting approval steps are looked at.
-const approvalCallPoll = 5 * time.Second
+// approvalResync is how often the loop reads every waiting run again.
+const approvalResync = time.Minute
+
+// approvalNewsBuffer is how many runs to look at the loop may be behind
+// on; past it, it looks at everything again at its next resync.
+const approvalNewsBuffer = 1024
+
+// approvalFeed carries what the gateway hears of approval steps to its
+// approval loop, while one runs: the runs to look at again.
+type approvalFeed struct {
+	c chan string
+	// on is set while a loop takes news; news is dropped otherwise.
+	on atomic.Bool
+	// missed says news was dropped: the loop looks at everything again
+	// at its next resync.
+	missed atomic.Bool
+	// config is the config the engine runs.
+	config func() *chain.Config
+}
+
+func newApprovalFeed() *approvalFeed {
+	return &approvalFeed{c: make(chan string, approvalNewsBuffer)}
+}
+
+// look asks the loop to look at run id again.
+func (f *approvalFeed) look(id string) {
+	if !f.on.Load() {
+		return
+	}
+	select {
+	case f.c <- id:
+	default:
+		f.missed.Store(true)
+	}
+}
+
+// heard takes a run event: one that may start or end a wait, or end a
+// question, has the loop look at its run.
+func (f *approvalFeed) heard(ev store.Event) {
+	if f.on.Load() && f.concerns(ev) {
+		f.look(ev.RunID)
+	}
+}
+
+func (f *approvalFeed) concerns(ev store.Event) bool {
+	var c *chain.Chain
+	if ev.Chain != "" {
+		c = f.config().Chains[ev.Chain]
+	}
+	switch ev.Type {
+	case store.EventRunWaiting:
+		return true
+	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut:
+		// A chain the config no longer has may still have asked.
+		return c == nil || hasApprovalStep(c)
+	case store.EventStepSucceeded, store.EventStepFailed, store.EventStepTimedOut, store.EventStepCancelled, store.EventStepSkipped:
+		if c == nil {
+			return !strings.ContainsAny(ev.Step, "/[")
+		}
+		s := c.Step(ev.Step)
+		return s != nil && s.Kind == chain.KindApproval
+	}
+	return false
+}
+
+func hasApprovalStep(c *chain.Chain) bool {
+	for _, s := range c.Steps {
+		if s.Kind == chain.KindApproval {
+			return true
+		}
+	}
+	return false
+}
 
 // RunApprovalCalls makes the calls of waiting approval steps as they come
-// due, until ctx ends.
-func (gw *Gateway) RunApprovalCalls(ctx context.Context) {
-	t := time.NewTicker(approvalCallPoll)
-	defer t.Stop()
+// due, and settles the Slack messages of questions that no longer stand,
+// until ctx ends. hub, when the store is shared, brings other gateways'
+// runs; it may be nil.
+func (gw *Gateway) RunApprovalCalls(ctx context.Context, hub *Hub) {
+	l := &approvalLoop{gw: gw, ctx: ctx, clock: gw.Engine.Clock(), waits: map[string]*approvalWait{},
+		resolving: map[string]bool{}, retry: map[string]*questionRetry{}, done: make(chan questionResolved), swept: make(chan []string, 1),
+		settlers: make(chan struct{}, questionSettlers)}
+	feed := gw.approvals
+	feed.on.Store(true)
+	defer feed.on.Store(false)
+	defer l.busy.Wait()
+
+	var runs <-chan store.Event
+	if _, shared := gw.Store.(store.RunFeed); shared && hub != nil {
+		w := hub.WatchRuns()
+		defer w.Close()
+		runs, l.watch = w.C, w
+	}
+	timer := l.clock.NewTimer()
+	defer timer.Stop()
+	// A clock that moves on when nothing is under way counts the unit a
+	// fired timer begins until the loop has handled it.
+	act, _ := l.clock.(engine.Activity)
+	resync := time.NewTicker(approvalResync)
+	defer resync.Stop()
+
+	l.resync()
+	l.sweep()
 	for {
+		if at, ok := l.next(); ok {
+			timer.Set(at)
+		} else {
+			timer.Stop()
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-		}
-		if err := gw.ApprovalCalls(ctx, time.Now()); err != nil && ctx.Err() == nil {
-			gw.Log.Warn("making the calls of waiting approval steps", "err", err)
+		case id := <-feed.c:
+			l.look(id)
+		case ev := <-runs:
+			if ev.RunID != "" && feed.concerns(ev) {
+				l.look(ev.RunID)
+			}
+			if l.watch.Lost() {
+				feed.missed.Store(true)
+			}
+		case <-timer.C():
+			l.fire()
+			if act != nil {
+				act.End()
+			}
+		case r := <-l.done:
+			l.resolved(r)
+		case ids := <-l.swept:
+			for _, id := range ids {
+				l.resolve(id)
+			}
+		case <-resync.C:
+			l.resync()
+			// What was missed is looked for at this pace, so that a
+			// gateway behind on its news does not fall further behind.
+			if feed.missed.Swap(false) {
+				l.sweep()
+			}
 		}
 	}
 }
 
-// ApprovalCalls makes, once, every notification, reminder and escalation
-// of a waiting approval step due by now. Of the reminders missed while no
-// gateway looked, only the latest is sent.
-func (gw *Gateway) ApprovalCalls(ctx context.Context, now time.Time) error {
+// approvalLoop is RunApprovalCalls's state; only its goroutine touches
+// it.
+type approvalLoop struct {
+	gw    *Gateway
+	ctx   context.Context
+	clock engine.Clock
+	watch *RunWatch
+	// waits are the approval steps waiting, by run/step.
+	waits map[string]*approvalWait
+	// resolving are the questions being settled, by run/step; true has
+	// the loop settle one again when done, for news heard meanwhile.
+	resolving map[string]bool
+	retry     map[string]*questionRetry
+	done      chan questionResolved
+	swept     chan []string
+	// settlers holds a place for each settlement under way.
+	settlers chan struct{}
+	// busy counts the calls and settlements under way.
+	busy sync.WaitGroup
+}
+
+// approvalWait is one wait of an approval step.
+type approvalWait struct {
+	run, step string
+	asked     time.Time
+	a         *chain.Approval
+	// reminded is the latest notification made or claimed: 0 is the one
+	// at ask, -1 none yet.
+	reminded  int
+	escalated bool
+	// due is when its next call is; zero when none is left.
+	due time.Time
+}
+
+// schedule sets when the wait's next call is due.
+func (w *approvalWait) schedule() {
+	w.due = time.Time{}
+	if n := w.a.Notify; n != nil {
+		switch {
+		case w.reminded < 0:
+			w.due = w.asked
+		case n.Every > 0:
+			w.due = w.asked.Add(time.Duration(w.reminded+1) * n.Every)
+		}
+	}
+	if e := w.a.Escalate; e != nil && !w.escalated {
+		if at := w.asked.Add(e.After); w.due.IsZero() || at.Before(w.due) {
+			w.due = at
+		}
+	}
+}
+
+// questionRetry is when to try settling a question's messages again
+// (zero while a try is under way), and how long the last wait was.
+type questionRetry struct {
+	at   time.Time
+	wait time.Duration
+}
+
+// Settling a question's messages again after a failure waits from
+// questionRetryMin, doubling up to questionRetryMax.
+const (
+	questionRetryMin = 15 * time.Second
+	questionRetryMax = 10 * time.Minute
+)
+
+// questionSettlers bounds how many questions are settled at once: a
+// gateway that starts may find many.
+const questionSettlers = 8
+
+type questionResolved struct {
+	id  string
+	err error
+}
+
+// next is the earliest time the loop has something to do.
+func (l *approvalLoop) next() (time.Time, bool) {
+	var at time.Time
+	for _, w := range l.waits {
+		if !w.due.IsZero() && (at.IsZero() || w.due.Before(at)) {
+			at = w.due
+		}
+	}
+	for _, r := range l.retry {
+		if !r.at.IsZero() && (at.IsZero() || r.at.Before(at)) {
+			at = r.at
+		}
+	}
+	return at, !at.IsZero()
+}
+
+// resync looks at every waiting run, and again at the runs of the waits
+// it knew that no longer wait.
+func (l *approvalLoop) resync() {
+	waiting := map[string]bool{}
 	f := store.RunFilter{Status: store.RunWaiting, Limit: 200, NoOrigins: true}
 	for {
-		page, err := gw.Store.ListRuns(ctx, f)
+		page, err := l.gw.Store.ListRuns(l.ctx, f)
 		if err != nil {
-			return fmt.Errorf("listing waiting runs: %w", err)
+			if l.ctx.Err() == nil {
+				l.gw.Log.Warn("listing waiting runs for their approval steps' calls", "err", err)
+			}
+			return
 		}
 		for _, run := range page.Runs {
-			gw.runApprovalCalls(ctx, run, now)
+			waiting[run.ID] = true
+			l.lookRun(run)
 		}
 		if page.Next == "" {
-			return nil
+			break
 		}
 		f.Cursor = page.Next
 	}
+	gone := map[string]bool{}
+	for _, w := range l.waits {
+		if !waiting[w.run] {
+			gone[w.run] = true
+		}
+	}
+	for id := range gone {
+		l.look(id)
+	}
 }
 
-func (gw *Gateway) runApprovalCalls(ctx context.Context, run *store.Run, now time.Time) {
-	def, err := gw.Engine.Definition(ctx, run.Chain, run.ChainHash)
-	if err != nil {
-		gw.Log.Warn("reading a waiting run's definition; its approval calls wait", "run", run.ID, "err", err)
-		return
-	}
-	var recs []*store.StepRecord
-	err = gw.Store.ForEachStep(ctx, run.ID, store.StepScan{SkipItems: true}, func(rec *store.StepRecord) error {
-		if s := def.Step(rec.Name); rec.Status == store.StepRunning && s != nil && s.Kind == chain.KindApproval &&
-			(s.Approval.Notify != nil || s.Approval.Escalate != nil) {
-			recs = append(recs, rec)
-		}
-		return nil
-	})
-	if err != nil {
-		gw.Log.Warn("reading a waiting run's steps; its approval calls wait", "run", run.ID, "err", err)
-		return
-	}
-	for _, rec := range recs {
-		a := def.Step(rec.Name).Approval
-		asked := rec.StartedAt
-		if n := a.Notify; n != nil {
-			// The notification at ask, then the latest reminder due.
-			k := 0
-			if n.Every > 0 && now.After(asked) {
-				k = int(now.Sub(asked) / n.Every)
+// look reads a run's approval steps again.
+func (l *approvalLoop) look(id string) {
+	run, err := l.gw.Store.RunHeader(l.ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// Removed: its waits are over, and what asked them says so.
+		for key, w := range l.waits {
+			if w.run == id {
+				delete(l.waits, key)
+				l.resolve(key)
 			}
-			gw.approvalCall(ctx, run, rec, n, "notify", k)
 		}
-		if e := a.Escalate; e != nil && !now.Before(asked.Add(e.After)) {
-			gw.approvalCall(ctx, run, rec, e, "escalate", 0)
+	case err != nil:
+		if l.ctx.Err() == nil {
+			l.gw.Log.Warn("reading a run for its approval steps; the next look finds it", "run", id, "err", err)
+		}
+	default:
+		l.lookRun(run)
+	}
+}
+
+// lookRun follows the waits of run's approval steps, forgets those that
+// ended, and has the questions of those that ended settled.
+func (l *approvalLoop) lookRun(run *store.Run) {
+	def, err := l.gw.Engine.Definition(l.ctx, run.Chain, run.ChainHash)
+	if err != nil {
+		l.gw.Log.Warn("reading a run's definition for its approval steps; the next look finds it", "run", run.ID, "err", err)
+		return
+	}
+	recs := map[string]*store.StepRecord{}
+	if !run.Status.Final() {
+		err = l.gw.Store.ForEachStep(l.ctx, run.ID, store.StepScan{SkipItems: true}, func(rec *store.StepRecord) error {
+			if s := def.Step(rec.Name); s != nil && s.Kind == chain.KindApproval && rec.Key == rec.Name {
+				recs[rec.Key] = rec
+			}
+			return nil
+		})
+		if err != nil {
+			l.gw.Log.Warn("reading a run's steps for its approval steps; the next look finds them", "run", run.ID, "err", err)
+			return
 		}
 	}
+	for _, s := range def.Steps {
+		if s.Kind != chain.KindApproval {
+			continue
+		}
+		key := run.ID + "/" + s.Name
+		rec := recs[s.Name]
+		if rec != nil && rec.Status == store.StepRunning {
+			l.follow(key, run.ID, rec, s.Approval)
+			continue
+		}
+		delete(l.waits, key)
+		if run.Status.Final() || (rec != nil && rec.Status.Final()) {
+			l.resolve(key)
+		}
+	}
+}
+
+// follow notes the wait rec, a new one or the one known already.
+func (l *approvalLoop) follow(key, runID string, rec *store.StepRecord, a *chain.Approval) {
+	if w := l.waits[key]; w != nil && w.asked.Equal(rec.StartedAt) {
+		return
+	}
+	w := &approvalWait{run: runID, step: rec.Key, asked: rec.StartedAt, a: a, reminded: -1}
+	w.schedule()
+	l.waits[key] = w
+}
+
+// fire makes the calls that are due: the notification however late, and
+// of the reminders due, only the latest.
+func (l *approvalLoop) fire() {
+	now := l.clock.Now()
+	for _, w := range l.waits {
+		if w.due.IsZero() || w.due.After(now) {
+			continue
+		}
+		if n := w.a.Notify; n != nil {
+			if w.reminded < 0 {
+				w.reminded = 0
+				l.call(w, n, "notify", 0)
+			}
+			if n.Every > 0 && now.After(w.asked) {
+				if k := int(now.Sub(w.asked) / n.Every); k > w.reminded {
+					w.reminded = k
+					l.call(w, n, "notify", k)
+				}
+			}
+		}
+		if e := w.a.Escalate; e != nil && !w.escalated && !now.Before(w.asked.Add(e.After)) {
+			w.escalated = true
+			l.call(w, e, "escalate", 0)
+		}
+		w.schedule()
+	}
+	for id, r := range l.retry {
+		if !r.at.IsZero() && !r.at.After(now) {
+			r.at = time.Time{} // until this try ends
+			l.resolve(id)
+		}
+	}
+}
+
+// call makes one call of a wait, if the step still waits as it did.
+func (l *approvalLoop) call(w *approvalWait, c *chain.ApprovalCall, what string, n int) {
+	ctx, gw := l.ctx, l.gw
+	l.busy.Go(func() {
+		run, err := gw.Store.RunHeader(ctx, w.run)
+		if err != nil {
+			gw.Log.Warn("reading a waiting run for its approval step's call", "run", w.run, "step", w.step, "err", err)
+			return
+		}
+		var rec *store.StepRecord
+		err = gw.Store.ForEachStep(ctx, w.run, store.StepScan{Prefix: w.step, Exact: true}, func(r *store.StepRecord) error {
+			rec = r
+			return nil
+		})
+		if err != nil {
+			gw.Log.Warn("reading a waiting approval step for its call", "run", w.run, "step", w.step, "err", err)
+			return
+		}
+		if run.Status.Final() || rec == nil || rec.Status != store.StepRunning || !rec.StartedAt.Equal(w.asked) {
+			return // answered meanwhile: the loop hears of it
+		}
+		gw.approvalCall(ctx, run, rec, c, what, n)
+	})
+}
+
+// resolve has the messages that asked question id (run/step) settled,
+// unless that is under way already.
+func (l *approvalLoop) resolve(id string) {
+	if _, busy := l.resolving[id]; busy {
+		l.resolving[id] = true
+		return
+	}
+	l.resolving[id] = false
+	ctx, gw := l.ctx, l.gw
+	l.busy.Go(func() {
+		select {
+		case l.settlers <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		err := gw.settleQuestion(ctx, id)
+		<-l.settlers
+		select {
+		case l.done <- questionResolved{id, err}:
+		case <-ctx.Done():
+		}
+	})
+}
+
+// resolved takes the end of a settlement.
+func (l *approvalLoop) resolved(r questionResolved) {
+	again := l.resolving[r.id]
+	delete(l.resolving, r.id)
+	switch {
+	case again || errors.Is(r.err, errQuestionChanged):
+		l.resolve(r.id)
+	case r.err != nil:
+		prev := l.retry[r.id]
+		wait := questionRetryMin
+		if prev != nil {
+			wait = min(2*prev.wait, questionRetryMax)
+		}
+		l.retry[r.id] = &questionRetry{at: l.clock.Now().Add(wait), wait: wait}
+		if l.ctx.Err() == nil {
+			l.gw.Log.Warn("settling the Slack messages of an approval step's question; trying again later", "question", r.id, "in", wait, "err", r.err)
+		}
+	default:
+		delete(l.retry, r.id)
+	}
+}
+
+// sweep finds the questions whose messages are kept in the store, for
+// those that ended while no loop looked: the loop settles each that no
+// longer stands. The listing may take a while, so it is made aside.
+func (l *approvalLoop) sweep() {
+	ctx, gw := l.ctx, l.gw
+	l.busy.Go(func() {
+		var ids []string
+		err := gw.Store.ForEachKey(ctx, questionPrefix, func(key, _ string) error {
+			ids = append(ids, strings.TrimPrefix(key, questionPrefix))
+			return nil
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				gw.Log.Warn("listing the Slack messages of approval steps' questions", "err", err)
+			}
+			return
+		}
+		select {
+		case l.swept <- ids:
+		case <-ctx.Done():
+		}
+	})
 }
 
 // approvalCall makes one call of an approval step's wait, unless a gateway
 // has claimed it already.
 func (gw *Gateway) approvalCall(ctx context.Context, run *store.Run, rec *store.StepRecord, c *chain.ApprovalCall, what string, n int) {
 	key := "approval-call/" + run.ID + "/" + rec.Key + "/" + strconv.FormatInt(rec.StartedAt.UnixNano(), 10) + "/" + what + "/" + strconv.Itoa(n)
+	// The notification and the escalation are claimed for as long as a
+	// wait may last; a reminder only until well past the next one, after
+	// which no gateway makes it, so that a wait reminding every second
+	// does not leave a key a second in the store.
+	ttl := 400 * 24 * time.Hour
+	if what == "notify" && n > 0 {
+		ttl = 2*c.Every + time.Hour
+	}
 	// A value of its own: a claim with the value bound already succeeds.
-	bound, err := gw.Store.ClaimKey(ctx, key, gw.Engine.Owner()+"/"+store.NewID(), 400*24*time.Hour)
+	bound, err := gw.Store.ClaimKey(ctx, key, gw.Engine.Owner()+"/"+store.NewID(), ttl)
 	if err != nil || bound != "" {
 		if err != nil {
 			gw.Log.Warn("claiming an approval step's call", "run", run.ID, "step", rec.Key, "call", what, "err", err)
@@ -171,8 +582,16 @@ func (gw *Gateway) callApproval(ctx context.Context, run *store.Run, rec *store.
 			return fmt.Errorf("rendering the payload: %w", err)
 		}
 	}
+	return gw.callProvider(ctx, p, providers.Request{ActionType: c.ActionType, Payload: body, DedupKey: key, Attempt: 1, RunID: run.ID, Step: rec.Key})
+}
+
+// callProvider makes a call of p outside any step, as the approval loop
+// does: with p's config filled in, bounded like a step's call by default,
+// and a provider's error redacted.
+func (gw *Gateway) callProvider(ctx context.Context, p *chain.Provider, req providers.Request) error {
 	config := p.Config
 	if p.ConfigTemplate != nil {
+		var err error
 		if config, err = p.ConfigTemplate.AppendJSON(nil, templates.MapScope{"secrets": gw.secretScope()}); err != nil {
 			return fmt.Errorf("rendering the provider's config: %w", err)
 		}
@@ -181,13 +600,14 @@ func (gw *Gateway) callApproval(ctx context.Context, run *store.Run, rec *store.
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, chain.DefaultProviderTimeoutSeconds*time.Second)
 	defer cancel()
-	deadline, _ := cctx.Deadline()
-	_, err = prov.Execute(cctx, providers.Request{ActionType: c.ActionType, Payload: body, Config: config, DedupKey: key, Attempt: 1, Deadline: deadline, RunID: run.ID, Step: rec.Key})
+	req.Config = config
+	req.Deadline, _ = cctx.Deadline()
+	_, err = prov.Execute(cctx, req)
 	var pe *providers.Error
 	if errors.As(err, &pe) {
-		return errors.New(gw.Redactor.String(pe.Error()))
+		return &providers.Error{Message: gw.Redactor.String(pe.Error()), Retryable: pe.Retryable, RetryAfter: pe.RetryAfter}
 	}
 	return err
 }

@@ -108,7 +108,9 @@ func TestHostileValuesThroughEveryCall(t *testing.T) {
 	marker := filepath.Join(dir, "pwned")
 	t.Setenv("CHAINGATE_SECRET_FLEET_KEY", srv.ClientKey)
 	cfg := strings.NewReplacer("DIR", dir, "USER", srv.User, "PORT", fmt.Sprint(srv.Port()), "KNOWN_HOSTS", srv.KnownHostsFile).Replace(commandRunConfig)
-	env := newAPIOn(t, cfg, "")
+	clock := newFakeClock()
+	env := newAPIOn(t, cfg, "", func(o *gateway.Options) { o.Clock = clock })
+	runApprovalLoop(t, env)
 	for i, v := range []string{"$(touch " + marker + ")", "; touch " + marker + " #", "`touch " + marker + "`", "-delete", "--help", "../..", "a\ntouch " + marker} {
 		t.Run(fmt.Sprintf("value %d", i), func(t *testing.T) {
 			for _, f := range []string{"here", "there", "path", "item-here", "item-there", "notify", "escalate"} {
@@ -121,11 +123,10 @@ func TestHostileValuesThroughEveryCall(t *testing.T) {
 			}
 			waitStatus(t, env, run.ID, "waiting")
 			refused := strings.Contains(v, "\n")
-			// What serve's loop does: the question's notification, and its
-			// escalation, due a second after.
-			if err := env.gw.ApprovalCalls(t.Context(), time.Now().Add(time.Minute)); err != nil {
-				t.Fatal(err)
-			}
+			// The question's notification, and its escalation, due a
+			// second after.
+			clock.set(clock.Now().Add(time.Minute))
+			waitNotes(t, env, run.ID, `approval step "ask": `, 2)
 			if code, _, body := env.call("POST", "/v1/runs/"+run.ID+"/signals/ask", `{"decision": "approve"}`, nil, nil); code != http.StatusAccepted {
 				t.Fatalf("approve: %d %s", code, body)
 			}

@@ -139,26 +139,54 @@ func checkProvider(cfg *chain.Config, p *chain.Provider, info providers.Info) []
 	for _, prob := range schema.Validate(p.Config) {
 		diags = append(diags, p.Source.Key(configKey(prob.Path)).Errorf("%s", prob.Message))
 	}
+	return append(diags, checkCredentials(p, schema)...)
+}
+
+// checkCredentials checks the values of p's config that its schema marks
+// as credentials: each must read a secret, with no ?? default, which would
+// be the credential written into the config.
+func checkCredentials(p *chain.Provider, schema *configschema.Schema) []chain.Diagnostic {
+	var diags []chain.Diagnostic
 	for _, v := range schema.Secrets(p.Config) {
-		if !readsSecret(v.Value) {
+		s, _ := v.Value.(string)
+		tpl, err := templates.CompileString(s)
+		switch {
+		case err != nil || !slices.ContainsFunc(tpl.Refs(), func(r templates.Ref) bool { return r.Root == "secrets" }):
 			diags = append(diags, p.Source.Key(configKey(v.Path)).Errorf(
 				"is a credential, so it must come from a secret, never be written into the config: write \"<<secrets.NAME>>\" and set %sNAME in the environment or NAME=VALUE in [gateway].secrets_file", secrets.EnvPrefix))
+		case tpl.Defaulted():
+			// The default is not shown: it would be the credential itself.
+			diags = append(diags, p.Source.Key(configKey(v.Path)).Errorf(
+				"is a credential, so it takes no ?? default, which would be one written into the config: read it as \"<<secrets.NAME>>\" alone"))
 		}
 	}
 	return diags
 }
 
-// readsSecret reports whether v is a string that reads <<secrets.NAME>>.
-func readsSecret(v any) bool {
-	s, ok := v.(string)
-	if !ok {
-		return false
+// credentialKeys lists where in a built-in provider's config its schema
+// marks credentials, as template keys write them; known is false for a
+// provider whose schema cannot be read here (an external plugin's).
+func credentialKeys(p *chain.Provider) (keys []string, known bool) {
+	impl, ok := builtin.New(p.Type)
+	if p.Type == "" || !ok {
+		return nil, false
 	}
-	tpl, err := templates.CompileString(s)
+	// A built-in's Describe does no I/O.
+	info, err := impl.Describe(context.Background())
 	if err != nil {
-		return false
+		return nil, false
 	}
-	return slices.ContainsFunc(tpl.Refs(), func(r templates.Ref) bool { return r.Root == "secrets" })
+	if len(info.ConfigSchema) == 0 {
+		return nil, true
+	}
+	schema, err := configschema.Compile(info.ConfigSchema)
+	if err != nil {
+		return nil, false
+	}
+	for _, v := range schema.Secrets(p.Config) {
+		keys = append(keys, v.Path)
+	}
+	return keys, true
 }
 
 func configKey(path string) string {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -32,10 +33,13 @@ const (
 	OutcomeStarted      = "started"
 	OutcomeDeduplicated = "deduplicated"
 	OutcomeSkipped      = "skipped"
-	OutcomeParked       = "parked"
-	OutcomeQueued       = "queued"
-	OutcomeFailed       = "failed"
-	OutcomeRefused      = "refused"
+	// OutcomeResolved is a resolution that started no run but applied
+	// on_resolve to the run its firing started.
+	OutcomeResolved = "resolved"
+	OutcomeParked   = "parked"
+	OutcomeQueued   = "queued"
+	OutcomeFailed   = "failed"
+	OutcomeRefused  = "refused"
 	// OutcomePaused is a schedule's tick skipped while the schedule is
 	// paused (a paused trigger's deliveries are parked).
 	OutcomePaused = "paused"
@@ -70,10 +74,17 @@ const (
 	deliveryWorkers = 8
 	// inboxRecheck is how often kept deliveries are looked for, so that
 	// those a gateway kept and died before starting are started elsewhere.
-	inboxRecheck = 10 * time.Second
-	// inboxClaimTTL bounds how long one gateway works a kept delivery
-	// before another may take it up; doing it twice starts nothing twice.
-	inboxClaimTTL = 2 * time.Minute
+	inboxRecheck = 5 * time.Second
+	// inboxClaimTTL is how long a gateway's claim on a kept delivery
+	// outlives the gateway: the claim is renewed every third of it while
+	// the delivery is worked, and released once it is, or when the gateway
+	// stops. Working one twice starts nothing twice; the claim only keeps
+	// gateways from doing the same work at once.
+	inboxClaimTTL = 15 * time.Second
+	// keepGrace is how long a dead-letter entry bound to a key may take to
+	// be written: a key bound to an entry that is not there after it holds
+	// nothing, the entry was replayed or deleted.
+	keepGrace = time.Minute
 )
 
 // TriggerResponse is the answer to POST /v1/triggers/{name}: what each
@@ -89,9 +100,11 @@ type TriggerResponse struct {
 // TriggerResult is what one alert, group or body did.
 type TriggerResult struct {
 	// Action is started, replayed (a run it started before, or the open
-	// run of its group, which notes it), skipped, parked (kept in the
-	// dead-letter queue: no run could be started), queued (kept, and
-	// started after the answer) or failed (nothing kept: send it again).
+	// run of its group, which notes it), skipped, resolved (a resolution
+	// that started no run, but applied on_resolve to the run its firing
+	// started), parked (kept in the dead-letter queue: no run could be
+	// started), queued (kept, and started after the answer) or failed
+	// (nothing kept: send it again).
 	Action string `json:"action"`
 	Run    string `json:"run,omitempty"`
 	Chain  string `json:"chain,omitempty"`
@@ -104,9 +117,25 @@ type TriggerResult struct {
 	AlertStatus string `json:"alert_status,omitempty"`
 	// FiringRun is the run a resolved alert's firing started.
 	FiringRun string `json:"firing_run,omitempty"`
+	// OnResolve is what a resolution did to the approval steps the run its
+	// firing started waits at.
+	OnResolve []ResolvedStep `json:"on_resolve,omitempty"`
 	// DeadLetter is the dead-letter entry a parked delivery is kept in.
 	DeadLetter string `json:"dead_letter,omitempty"`
 	Reason     string `json:"reason,omitempty"`
+}
+
+// ResolvedStep is what a resolution did to one waiting approval step.
+type ResolvedStep struct {
+	Run  string `json:"run"`
+	Step string `json:"step"`
+	// OnResolve is the step's on_resolve: cancel, approve or reject.
+	OnResolve string `json:"on_resolve"`
+	// Outcome is cancelled (the run's cancel is recorded: it ends at once,
+	// or, advanced by another gateway, within seconds there), approved,
+	// rejected, or failed, with Reason.
+	Outcome string `json:"outcome"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // inbound is one delivery as the door works it.
@@ -123,6 +152,9 @@ type inbound struct {
 	// replay is the dead-letter entry this delivery is a replay of: it is
 	// neither capped nor parked again.
 	replay string
+	// paused is the trigger's pause, when the delivery came while it was
+	// paused: what it brings is kept for a replay, not started.
+	paused *Pause
 }
 
 // deliver turns a delivery into runs. Alerts not started by until (zero:
@@ -134,37 +166,24 @@ func (gw *Gateway) deliver(ctx context.Context, in *inbound, until time.Time) Tr
 			gw.observe(in.tr, res)
 		}
 	}()
-	p, err := gw.Paused(ctx, PauseTrigger, in.tr.Name)
-	if err != nil {
-		// A pause that cannot be read holds nothing back.
-		gw.Log.Warn("reading whether the trigger is paused; taking the delivery", "trigger", in.tr.Name, "err", err)
-	}
-	if p != nil {
-		cause := fmt.Errorf("trigger %q is paused (by %s at %s%s): the delivery is kept here; resume the trigger and replay it", in.tr.Name, p.By, p.At.Format(time.RFC3339), reasonText(p.Reason))
-		key := ""
-		if in.key != "" {
-			// The same delivery sent again is kept once.
-			key = "trigger/" + in.tr.Name + "/paused/" + keyPart(in.key)
-		}
-		resp.Results = append(resp.Results, gw.park(ctx, in, TriggerResult{Chain: in.tr.Chain}, in.doc, key, cause, "trigger_paused"))
-		return resp
-	}
+	in.paused = gw.pause(ctx, in.tr.Name)
 	if !in.tr.Type.Alerts() {
-		resp.Results = append(resp.Results, gw.fireWebhook(ctx, in))
+		resp.Results = append(resp.Results, gw.guard(in.tr, TriggerResult{Chain: in.tr.Chain}, func() TriggerResult { return gw.fireWebhook(ctx, in) }))
 		return resp
 	}
 	group := in.doc.(map[string]any)
 	alerts := group["alerts"].([]any)
-	if n, _ := group["truncatedAlerts"].(float64); n > 0 {
+	if n, _ := group["truncatedAlerts"].(float64); n > 0 && in.replay == "" {
 		gw.Log.Warn("the sender truncated this notification: alerts it holds were never delivered; raise the sender's max_alerts", "trigger", in.tr.Name, "truncated", int(n))
 	}
 	if in.tr.Per == chain.PerGroup {
-		resp.Results = append(resp.Results, gw.fireGroup(ctx, in, group, alerts))
+		resp.Results = append(resp.Results, gw.guard(in.tr, TriggerResult{Chain: in.tr.Chain}, func() TriggerResult { return gw.fireGroup(ctx, in, group, alerts) }))
 		return resp
 	}
-	if limit := in.tr.MaxAlerts; in.replay == "" && len(alerts) > limit {
+	if limit := in.tr.MaxAlerts; in.replay == "" && in.paused == nil && len(alerts) > limit {
 		// The alerts beyond the cap are parked in entries of at most the cap
-		// each, so that replaying one starts a bounded number of runs.
+		// each, so that replaying one starts a bounded number of runs (as a
+		// paused trigger keeps its alerts).
 		resp.TruncatedAlerts = len(alerts) - limit
 		cause := fmt.Errorf("the delivery holds %d alerts, and trigger %q turns at most max_alerts = %d of one delivery into runs", len(alerts), in.tr.Name, limit)
 		for rest := alerts[limit:]; len(rest) > 0; rest = rest[min(limit, len(rest)):] {
@@ -173,7 +192,7 @@ func (gw *Gateway) deliver(ctx context.Context, in *inbound, until time.Time) Tr
 		}
 		alerts = alerts[:limit]
 	}
-	results, rest := gw.fireAlerts(ctx, in, group, alerts, until)
+	results, rest := gw.takeAlerts(ctx, in, group, alerts, until)
 	resp.Results = append(results, resp.Results...)
 	if len(rest) > 0 {
 		resp.Results = append(resp.Results, gw.queue(ctx, in, group, rest)...)
@@ -181,29 +200,70 @@ func (gw *Gateway) deliver(ctx context.Context, in *inbound, until time.Time) Tr
 	return resp
 }
 
-// fireAlerts starts the runs of alerts, several at once, until until; it
-// returns what each alert it took did, and the alerts it did not take.
+// pause is the trigger's pause now, or nil.
+func (gw *Gateway) pause(ctx context.Context, trigger string) *Pause {
+	p, err := gw.Paused(ctx, PauseTrigger, trigger)
+	if err != nil {
+		// A pause that cannot be read holds nothing back.
+		gw.Log.Warn("reading whether the trigger is paused; taking the delivery", "trigger", trigger, "err", err)
+	}
+	return p
+}
+
+// guard does one unit of the door's work, an alert, a group or a body, so
+// that a bug met on it fails that unit, logged with its stack and counted
+// as a failed delivery, rather than take the gateway down: the sender
+// sends it again, or the inbox tries it again.
+func (gw *Gateway) guard(tr *chain.Trigger, res TriggerResult, fn func() TriggerResult) (out TriggerResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			gw.Log.Error("the door hit a bug taking a delivery; it failed, to be sent or tried again", "trigger", tr.Name, "alert", res.Alert, "group", res.Group, "panic", p, "stack", string(debug.Stack()))
+			res.Action, res.Reason = "failed", fmt.Sprintf("the gateway hit a bug taking it (%v); its log has the details", p)
+			out = res
+		}
+	}()
+	return fn()
+}
+
+// takeAlerts starts the runs of a notification's alerts until until, or
+// keeps them while the trigger is paused; it returns what each alert it
+// took did, and the alerts it did not take.
+func (gw *Gateway) takeAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, until time.Time) ([]TriggerResult, []any) {
+	if in.paused != nil {
+		return gw.keepPaused(ctx, in, group, alerts), nil
+	}
+	return gw.fireAlerts(ctx, in, group, alerts, until)
+}
+
+// fireAlerts starts the runs of alerts, several at once, until until or
+// ctx ends; it returns what each alert it took did, and the alerts it did
+// not take.
 func (gw *Gateway) fireAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, until time.Time) ([]TriggerResult, []any) {
 	results := make([]TriggerResult, len(alerts))
+	taken := atOnce(ctx, len(alerts), until, func(i int) {
+		results[i] = gw.guard(in.tr, alertResult(in.tr, alerts[i]), func() TriggerResult { return gw.fireAlert(ctx, in, group, alerts[i]) })
+	})
+	return results[:taken], alerts[taken:]
+}
+
+// atOnce calls fn for 0 to n-1, deliveryWorkers at a time, in order, until
+// until (zero: no bound) or ctx ends; it returns how many it called.
+func atOnce(ctx context.Context, n int, until time.Time, fn func(i int)) int {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(len(alerts), deliveryWorkers) {
+	for range min(n, deliveryWorkers) {
 		wg.Go(func() {
-			for {
-				if !until.IsZero() && time.Now().After(until) {
-					return
-				}
+			for ctx.Err() == nil && (until.IsZero() || !time.Now().After(until)) {
 				i := int(next.Add(1) - 1)
-				if i >= len(alerts) {
+				if i >= n {
 					return
 				}
-				results[i] = gw.fireAlert(ctx, in, group, alerts[i])
+				fn(i)
 			}
 		})
 	}
 	wg.Wait()
-	taken := min(int(next.Load()), len(alerts))
-	return results[:taken], alerts[taken:]
+	return min(int(next.Load()), n)
 }
 
 // queue keeps the alerts of a delivery not started before its answer, and
@@ -211,10 +271,8 @@ func (gw *Gateway) fireAlerts(ctx context.Context, in *inbound, group map[string
 func (gw *Gateway) queue(ctx context.Context, in *inbound, group map[string]any, rest []any) []TriggerResult {
 	results := make([]TriggerResult, len(rest))
 	for i, a := range rest {
-		alert, _ := a.(map[string]any)
-		fp, _ := alert["fingerprint"].(string)
-		status, _ := alert["status"].(string)
-		results[i] = TriggerResult{Action: "queued", Alert: fp, AlertStatus: status, Chain: in.tr.Chain}
+		results[i] = alertResult(in.tr, a)
+		results[i].Action = "queued"
 	}
 	body, err := jsonx.Marshal(withAlerts(group, rest))
 	var meta []byte
@@ -247,15 +305,7 @@ func (gw *Gateway) fireAlert(ctx context.Context, in *inbound, group map[string]
 		res := TriggerResult{Chain: tr.Chain}
 		return gw.park(ctx, in, res, withAlerts(group, []any{a}), "", errors.New("an alert must be a JSON object"), "invalid_alert")
 	}
-	status, _ := alert["status"].(string)
-	fp, _ := alert["fingerprint"].(string)
-	if fp == "" {
-		// Alertmanager before 0.20 sent none: the labels identify the alert.
-		labels, _ := jsonx.Marshal(alert["labels"])
-		sum := sha256.Sum256(labels)
-		fp = hex.EncodeToString(sum[:8])
-	}
-	startsAt, _ := alert["startsAt"].(string)
+	fp, status, startsAt := alertIdentity(alert)
 	res := TriggerResult{Alert: fp, AlertStatus: status}
 	key := "trigger/" + tr.Name + "/alert/" + keyPart(fp) + "/" + keyPart(startsAt)
 	st := start{
@@ -277,10 +327,9 @@ func (gw *Gateway) fireAlert(ctx context.Context, in *inbound, group map[string]
 		return res
 	}
 	res.FiringRun = firing
-	gw.resolveApprovals(ctx, firing, tr.Name)
+	res.OnResolve = gw.resolveApprovals(ctx, firing, tr.Name)
 	if tr.ResolveChain == "" {
-		res.Action, res.Reason = "skipped", "resolved, and the trigger has no resolve_chain"
-		return res
+		return resolvedOnly(res)
 	}
 	fr := gw.firingRun(ctx, firing)
 	st.scope["firing_run"] = fr
@@ -288,6 +337,51 @@ func (gw *Gateway) fireAlert(ctx context.Context, in *inbound, group map[string]
 	st.chain, st.tpl, st.key = tr.ResolveChain, tr.ResolvePayload, key+"/resolved"
 	st.whole = map[string]any{"alert": alert, "firing_run": fr}
 	return gw.start(ctx, in, res, st)
+}
+
+// alertIdentity is what tells an alert from others: its fingerprint (or,
+// from an Alertmanager that sends none, its labels'), status and startsAt.
+func alertIdentity(alert map[string]any) (fp, status, startsAt string) {
+	status, _ = alert["status"].(string)
+	fp, _ = alert["fingerprint"].(string)
+	if fp == "" {
+		// Alertmanager before 0.20 sent none: the labels identify the alert.
+		labels, _ := jsonx.Marshal(alert["labels"])
+		sum := sha256.Sum256(labels)
+		fp = hex.EncodeToString(sum[:8])
+	}
+	startsAt, _ = alert["startsAt"].(string)
+	return fp, status, startsAt
+}
+
+// alertResult is a result naming an alert, and the chain it starts.
+func alertResult(tr *chain.Trigger, a any) TriggerResult {
+	res := TriggerResult{Chain: tr.Chain}
+	if alert, ok := a.(map[string]any); ok {
+		res.Alert, res.AlertStatus, _ = alertIdentity(alert)
+	}
+	return res
+}
+
+// resolvedOnly is the result of a resolution that starts no run: resolved
+// when on_resolve acted on the run its firing started, else skipped.
+func resolvedOnly(res TriggerResult) TriggerResult {
+	if len(res.OnResolve) == 0 {
+		res.Action, res.Reason = "skipped", "resolved, and the trigger has no resolve_chain"
+		return res
+	}
+	did := make([]string, len(res.OnResolve))
+	res.Action, res.Run = "resolved", res.FiringRun
+	for i, st := range res.OnResolve {
+		did[i] = fmt.Sprintf("step %q of run %s: %s", st.Step, st.Run, st.Outcome)
+		if st.Outcome == "failed" {
+			// Sent again, the resolution applies it again.
+			res.Action = "failed"
+			did[i] += " (" + st.Reason + ")"
+		}
+	}
+	res.Reason = "resolved: on_resolve applied to " + strings.Join(did, ", ")
+	return res
 }
 
 // fireGroup starts one run for an alert group. The group's run lives from
@@ -305,6 +399,11 @@ func (gw *Gateway) fireGroup(ctx context.Context, in *inbound, group map[string]
 		groupKey = "members:" + members
 	}
 	res := TriggerResult{Group: groupKey, AlertStatus: status}
+	if in.paused != nil {
+		// The same notification sent again is kept once.
+		res.Chain = tr.Chain
+		return gw.park(ctx, in, res, group, "trigger/"+tr.Name+"/paused/group/"+keyPart(groupKey)+"/"+members, pausedCause(in), "trigger_paused")
+	}
 	key := "trigger/" + tr.Name + "/group/" + keyPart(groupKey)
 	st := start{
 		scope: map[string]any{"group": group},
@@ -337,7 +436,7 @@ func (gw *Gateway) fireGroup(ctx context.Context, in *inbound, group map[string]
 	res.FiringRun = open
 	if open != "" {
 		gw.noteGroup(ctx, open, seen, group, alerts)
-		gw.resolveApprovals(ctx, open, tr.Name)
+		res.OnResolve = gw.resolveApprovals(ctx, open, tr.Name)
 	}
 	release := func() {
 		if open == "" {
@@ -349,8 +448,7 @@ func (gw *Gateway) fireGroup(ctx context.Context, in *inbound, group map[string]
 	}
 	if tr.ResolveChain == "" {
 		release()
-		res.Action, res.Reason = "skipped", "resolved, and the trigger has no resolve_chain"
-		return res
+		return resolvedOnly(res)
 	}
 	fr := gw.firingRun(ctx, open)
 	st.scope["firing_run"] = fr
@@ -419,11 +517,111 @@ func (gw *Gateway) fireWebhook(ctx context.Context, in *inbound) TriggerResult {
 			key = fmt.Sprint(v)
 		}
 	}
+	if in.paused != nil {
+		// The same delivery sent again, by its key, is kept once.
+		pauseKey := ""
+		if key != "" {
+			pauseKey = "trigger/" + tr.Name + "/paused/" + keyPart(key)
+		}
+		res.Chain = tr.Chain
+		return gw.park(ctx, in, res, in.doc, pauseKey, pausedCause(in), "trigger_paused")
+	}
 	if key != "" {
 		st.key = "trigger/" + tr.Name + "/key/" + keyPart(key)
 		st.meta = withMeta(st.meta, "idempotency_key", key)
 	}
 	return gw.start(ctx, in, res, st)
+}
+
+// pausedCause says why a paused trigger's delivery is kept.
+func pausedCause(in *inbound) error {
+	p := in.paused
+	return fmt.Errorf("trigger %q is paused (by %s at %s%s): the delivery is kept here; unpause the trigger and replay the entry", in.tr.Name, p.By, p.At.Format(time.RFC3339), reasonText(p.Reason))
+}
+
+// keepPaused keeps the alerts of a notification to a paused trigger in
+// the dead-letter queue, each alert once: one that an earlier
+// notification brought is found in the entry keeping it, the others go
+// in new entries of at most max_alerts alerts. A replay parks nothing
+// anew: its entry stays.
+func (gw *Gateway) keepPaused(ctx context.Context, in *inbound, group map[string]any, alerts []any) []TriggerResult {
+	cause := pausedCause(in)
+	results := make([]TriggerResult, len(alerts))
+	for i, a := range alerts {
+		results[i] = alertResult(in.tr, a)
+		results[i].Action, results[i].Reason, results[i].DeadLetter = "parked", cause.Error(), in.replay
+	}
+	if in.replay != "" {
+		return results
+	}
+	limit := max(in.tr.MaxAlerts, 1)
+	for from := 0; from < len(alerts); from += limit {
+		to := min(from+limit, len(alerts))
+		gw.keepPausedAlerts(ctx, in, group, alerts[from:to], results[from:to], cause)
+	}
+	return results
+}
+
+// keepPausedAlerts keeps, in one new entry, the alerts no entry keeps
+// yet, and says in results where each alert is kept. The notification is
+// claimed whole first, so that the same one sent at once to several
+// gateways is kept in one entry, not spread over several.
+func (gw *Gateway) keepPausedAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, results []TriggerResult, cause error) {
+	id := store.NewID()
+	groupKey, _ := group["groupKey"].(string)
+	status, _ := group["status"].(string)
+	whole := "trigger/" + in.tr.Name + "/paused/notification/" + keyPart(groupKey) + "/" + membersHash(status, alerts)
+	bound, err := gw.claimEntry(ctx, whole, id)
+	if err != nil || bound != "" {
+		for i := range results {
+			results[i].DeadLetter = bound
+			if err != nil {
+				results[i].Action, results[i].Reason = "failed", fmt.Sprintf("%s; keeping it: %v", cause, err)
+			}
+		}
+		return
+	}
+	keys := make([]string, len(alerts))
+	atOnce(context.WithoutCancel(ctx), len(alerts), time.Time{}, func(i int) {
+		results[i] = gw.guard(in.tr, results[i], func() TriggerResult {
+			res := results[i]
+			alert, _ := alerts[i].(map[string]any)
+			fp, status, startsAt := alertIdentity(alert)
+			key := "trigger/" + in.tr.Name + "/paused/alert/" + keyPart(fp) + "/" + keyPart(startsAt) + "/" + keyPart(status)
+			bound, err := gw.claimEntry(ctx, key, id)
+			switch {
+			case err != nil:
+				res.Action, res.Reason = "failed", fmt.Sprintf("%s; keeping it: %v", cause, err)
+			case bound != "":
+				res.DeadLetter = bound
+			default:
+				keys[i], res.DeadLetter = key, id
+			}
+			return res
+		})
+	})
+	var kept []any
+	var claimed []string
+	for i, key := range keys {
+		if key != "" && results[i].Action == "parked" {
+			kept, claimed = append(kept, alerts[i]), append(claimed, key)
+		}
+	}
+	if len(kept) == 0 {
+		// Each alert is kept already: the notification binds no entry.
+		_ = gw.Store.ReleaseKey(context.WithoutCancel(ctx), whole, id)
+		return
+	}
+	if err := gw.addEntry(ctx, in, id, in.tr.Chain, withAlerts(group, kept), cause, "trigger_paused", "", ""); err != nil {
+		for _, key := range append(claimed, whole) {
+			_ = gw.Store.ReleaseKey(context.WithoutCancel(ctx), key, id)
+		}
+		for i := range results {
+			if results[i].DeadLetter == id {
+				results[i].Action, results[i].Reason, results[i].DeadLetter = "failed", fmt.Sprintf("%s; keeping it: %v", cause, err), ""
+			}
+		}
+	}
 }
 
 // start is what one alert, group or body starts, and how.
@@ -478,10 +676,13 @@ func (gw *Gateway) start(ctx context.Context, in *inbound, res TriggerResult, st
 	input := engine.Input{Payload: payload, Metadata: mb, StartedBy: store.StartedByTrigger + ":" + in.tr.Name, Labels: labels}
 	id, status, replayed, err := gw.startKeyed(ctx, st.chain, "", st.key, triggerTTL, input)
 	switch {
-	case errors.Is(err, engine.ErrClosed) || ctx.Err() != nil:
-		res.Action, res.Reason = "failed", err.Error()
+	case err == nil:
+	case errors.Is(err, engine.ErrClosed), errors.Is(err, store.ErrClosed), ctx.Err() != nil:
+		// The gateway is stopping: the sender sends it again, or the inbox
+		// of the gateway that carries on takes it up.
+		res.Action, res.Reason = "failed", fmt.Sprintf("starting the run: %v", err)
 		return res
-	case err != nil:
+	default:
 		return gw.park(ctx, in, res, st.kept, parkKey, fmt.Errorf("starting the run: %w", err), "trigger_start")
 	}
 	res.Run, res.Status, res.Action = id, status, "started"
@@ -494,19 +695,21 @@ func (gw *Gateway) start(ctx context.Context, in *inbound, res TriggerResult, st
 // resolveApprovals applies on_resolve to the approval steps the run an
 // alert's firing started waits at, now that the alert is resolved: the
 // question may no longer stand (a restart asked for a database that has
-// recovered). A repeat finds the run no longer waiting, and does nothing.
-func (gw *Gateway) resolveApprovals(ctx context.Context, runID, trigger string) {
+// recovered). It returns what it did to each. A repeat finds the run no
+// longer waiting, or the step answered by the resolution already, and
+// does nothing.
+func (gw *Gateway) resolveApprovals(ctx context.Context, runID, trigger string) []ResolvedStep {
 	if runID == "" {
-		return
+		return nil
 	}
 	run, err := gw.Store.RunHeader(ctx, runID)
 	if err != nil || run.Status != store.RunWaiting {
-		return
+		return nil
 	}
 	def, err := gw.Engine.Definition(ctx, run.Chain, run.ChainHash)
 	if err != nil {
 		gw.Log.Warn("reading the definition of a resolved alert's run; its approval steps wait on", "run", runID, "err", err)
-		return
+		return nil
 	}
 	var waiting []*store.StepRecord
 	err = gw.Store.ForEachStep(ctx, runID, store.StepScan{SkipItems: true}, func(rec *store.StepRecord) error {
@@ -517,22 +720,39 @@ func (gw *Gateway) resolveApprovals(ctx context.Context, runID, trigger string) 
 	})
 	if err != nil {
 		gw.Log.Warn("reading the steps of a resolved alert's run; its approval steps wait on", "run", runID, "err", err)
-		return
+		return nil
 	}
 	actor := engine.WithActor(ctx, "alert resolved ("+trigger+")")
+	var did []ResolvedStep
 	for _, rec := range waiting {
-		switch onResolve := def.Step(rec.Name).Approval.OnResolve; onResolve {
+		st := ResolvedStep{Run: runID, Step: rec.Key, OnResolve: def.Step(rec.Name).Approval.OnResolve}
+		switch st.OnResolve {
 		case "cancel":
+			// Through another gateway too: the one advancing the run ends it.
 			err = gw.Engine.Cancel(actor, runID)
+			st.Outcome = "cancelled"
 		default:
-			_, err = gw.Engine.Signal(actor, runID, rec.Key, onResolve, "the alert resolved")
+			_, err = gw.Engine.Signal(actor, runID, rec.Key, st.OnResolve, "the alert resolved")
+			st.Outcome = map[string]string{chain.DecisionApprove: "approved", chain.DecisionReject: "rejected"}[st.OnResolve]
 		}
-		if err != nil {
-			gw.Log.Warn("applying on_resolve to an approval step", "run", runID, "step", rec.Key, "err", err)
+		switch {
+		case errors.As(err, new(*engine.AnsweredError)), errors.As(err, new(*engine.LateError)), errors.Is(err, engine.ErrNotWaiting), errors.Is(err, engine.ErrFinished):
+			// Answered (by this resolution too, when it came before), timed
+			// out or ended meanwhile: the question no longer stands.
 			continue
+		case err != nil:
+			gw.Log.Warn("applying on_resolve to an approval step", "run", runID, "step", rec.Key, "err", err)
+			st.Outcome, st.Reason = "failed", err.Error()
+		default:
+			gw.Log.Info("the alert resolved: on_resolve applied to an approval step", "run", runID, "step", rec.Key, "on_resolve", st.OnResolve)
 		}
-		gw.Log.Info("the alert resolved: on_resolve applied to an approval step", "run", runID, "step", rec.Key, "on_resolve", def.Step(rec.Name).Approval.OnResolve)
+		did = append(did, st)
+		if st.Outcome == "cancelled" {
+			// The run ends: what its other steps wait for no longer matters.
+			break
+		}
 	}
+	return did
 }
 
 // triggerLabels are the labels of a run a trigger starts: its labels
@@ -598,7 +818,7 @@ func (gw *Gateway) park(ctx context.Context, in *inbound, res TriggerResult, kep
 	}
 	id := store.NewID()
 	if key != "" {
-		bound, err := gw.Store.ClaimKey(ctx, key, id, triggerTTL)
+		bound, err := gw.claimEntry(ctx, key, id)
 		if err != nil {
 			res.Action, res.Reason = "failed", fmt.Sprintf("%s; parking it: %v", cause, err)
 			return res
@@ -608,6 +828,41 @@ func (gw *Gateway) park(ctx context.Context, in *inbound, res TriggerResult, kep
 			return res
 		}
 	}
+	if err := gw.addEntry(ctx, in, id, res.Chain, kept, cause, code, res.Alert, res.Group); err != nil {
+		if key != "" {
+			_ = gw.Store.ReleaseKey(context.WithoutCancel(ctx), key, id)
+		}
+		res.Action, res.Reason = "failed", fmt.Sprintf("%s; parking it: %v", cause, err)
+		return res
+	}
+	res.DeadLetter = id
+	return res
+}
+
+// claimEntry binds key to the dead-letter entry id unless an entry that
+// is there binds it, whose id it returns. A key bound to an entry since
+// replayed or deleted is bound anew, so that what comes again is kept
+// again; one bound to an entry still being written is left to it.
+func (gw *Gateway) claimEntry(ctx context.Context, key, id string) (string, error) {
+	for {
+		bound, err := gw.Store.ClaimKey(ctx, key, id, triggerTTL)
+		if err != nil || bound == "" {
+			return bound, err
+		}
+		if at, ok := store.IDTime(bound); ok && time.Since(at) < keepGrace {
+			return bound, nil
+		}
+		if _, err := gw.Store.DLQ(ctx, bound); !errors.Is(err, store.ErrNotFound) {
+			return bound, nil
+		}
+		if err := gw.Store.ReleaseKey(ctx, key, bound); err != nil {
+			return "", err
+		}
+	}
+}
+
+// addEntry writes what a delivery brought as the dead-letter entry id.
+func (gw *Gateway) addEntry(ctx context.Context, in *inbound, id, chainName string, kept any, cause error, code, alert, group string) error {
 	body, err := jsonx.Marshal(kept)
 	var meta []byte
 	if err == nil {
@@ -622,22 +877,17 @@ func (gw *Gateway) park(ctx context.Context, in *inbound, res TriggerResult, kep
 	}
 	if err == nil {
 		err = gw.Store.AddDLQ(ctx, &store.DLQEntry{
-			ID: id, Kind: store.DLQDelivery, Chain: res.Chain, Trigger: in.tr.Name,
+			ID: id, Kind: store.DLQDelivery, Chain: chainName, Trigger: in.tr.Name,
 			Error:   store.ErrorInfo{Message: gw.Redactor.String(cause.Error()), Code: code},
 			Payload: gw.Redactor.JSON(body), Headers: headers, Metadata: meta, CreatedAt: time.Now().UTC(),
 		})
 	}
 	if err != nil {
-		if key != "" {
-			_ = gw.Store.ReleaseKey(context.WithoutCancel(ctx), key, id)
-		}
-		res.Action, res.Reason = "failed", fmt.Sprintf("%s; parking it: %v", cause, err)
-		return res
+		return err
 	}
-	res.DeadLetter = id
 	gw.Log.Error("a trigger delivery was parked in the dead-letter queue: no run started for it; fix the config and replay the entry",
-		"trigger", in.tr.Name, "chain", res.Chain, "entry", id, "alert", res.Alert, "group", res.Group, "code", code, "err", cause)
-	return res
+		"trigger", in.tr.Name, "chain", chainName, "entry", id, "alert", alert, "group", group, "code", code, "err", cause)
+	return nil
 }
 
 // observe logs and counts what one result did.
@@ -747,7 +997,9 @@ func (gw *Gateway) runStatus(ctx context.Context, id string) string {
 
 // RunInbox starts the runs of kept deliveries until ctx ends: this
 // gateway's as soon as it keeps them, and every inboxRecheck those any
-// gateway kept and did not get to.
+// gateway kept and did not get to. It returns once it has let go of the
+// deliveries it was working, so that another gateway, or this one
+// started again, takes them up at once.
 func (gw *Gateway) RunInbox(ctx context.Context) {
 	t := time.NewTicker(inboxRecheck)
 	defer t.Stop()
@@ -766,25 +1018,27 @@ func (gw *Gateway) RunInbox(ctx context.Context) {
 // working, and lets go of each once every alert in it is started, parked
 // or skipped.
 func (gw *Gateway) drainInbox(ctx context.Context) {
+	defer gw.survive("going through the kept deliveries")
 	for ctx.Err() == nil {
 		ds, err := gw.Store.Deliveries(ctx, 16)
 		if err != nil {
-			gw.Log.Error("reading kept deliveries", "err", err)
+			if ctx.Err() == nil {
+				gw.Log.Error("reading kept deliveries", "err", err)
+			}
 			return
 		}
 		worked := 0
 		for _, d := range ds {
+			if ctx.Err() != nil {
+				return
+			}
 			claim := "inbox/" + d.ID
 			if bound, err := gw.Store.ClaimKey(ctx, claim, gw.Engine.Owner(), inboxClaimTTL); err != nil || bound != "" {
 				continue
 			}
-			if gw.workDelivery(ctx, d) {
+			if gw.workClaimed(ctx, claim, d) {
 				worked++
-				if err := gw.Store.DeleteDelivery(ctx, d.ID); err != nil {
-					gw.Log.Error("deleting a kept delivery whose runs started", "delivery", d.ID, "err", err)
-				}
 			}
-			_ = gw.Store.ReleaseKey(context.WithoutCancel(ctx), claim, gw.Engine.Owner())
 		}
 		if worked == 0 {
 			return
@@ -792,10 +1046,67 @@ func (gw *Gateway) drainInbox(ctx context.Context) {
 	}
 }
 
-// workDelivery starts the runs of one kept delivery; it reports whether
-// the delivery is done with.
-func (gw *Gateway) workDelivery(ctx context.Context, d *store.Delivery) bool {
+// survive keeps a bug met in the door's background work from ending the
+// process: it is logged with its stack, and what it was doing is done at
+// the next pass over the kept deliveries (a claim no longer kept lapses).
+func (gw *Gateway) survive(doing string) {
+	if p := recover(); p != nil {
+		gw.Log.Error("the door hit a bug taking a delivery; it failed, to be sent or tried again", "doing", doing, "in", inboxRecheck, "panic", p, "stack", string(debug.Stack()))
+	}
+}
+
+// workClaimed works a kept delivery this gateway has claimed, keeping the
+// claim while it does, and lets go of it after; it reports whether the
+// delivery is done with, and gone.
+func (gw *Gateway) workClaimed(ctx context.Context, claim string, d *store.Delivery) bool {
+	owner := gw.Engine.Owner()
+	stop := make(chan struct{})
+	var renewing sync.WaitGroup
+	renewing.Go(func() {
+		defer gw.survive("keeping the claim on a kept delivery")
+		t := time.NewTicker(inboxClaimTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			if bound, err := gw.Store.ClaimKey(ctx, claim, owner, inboxClaimTTL); (err != nil && ctx.Err() == nil) || bound != "" {
+				gw.Log.Warn("keeping the claim on a kept delivery; another gateway may work it too, which starts nothing twice", "delivery", d.ID, "bound", bound, "err", err)
+			}
+		}
+	})
+	done := gw.workDelivery(ctx, d)
+	close(stop)
+	renewing.Wait()
+	// What was done is recorded, and the claim let go of at once, by a
+	// stopping gateway too.
+	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if done {
+		if err := gw.Store.DeleteDelivery(after, d.ID); err != nil {
+			gw.Log.Error("deleting a kept delivery whose runs started", "delivery", d.ID, "err", err)
+		}
+	}
+	if err := gw.Store.ReleaseKey(after, claim, owner); err != nil {
+		gw.Log.Warn("letting go of a kept delivery; another gateway takes it up once the claim lapses", "delivery", d.ID, "in", inboxClaimTTL, "err", err)
+	}
+	return done
+}
+
+// workDelivery starts the runs of one kept delivery, or keeps its alerts
+// while the trigger is paused; it reports whether the delivery is done
+// with. A bug met on it leaves it to be tried again.
+func (gw *Gateway) workDelivery(ctx context.Context, d *store.Delivery) (done bool) {
 	log := gw.Log.With("delivery", d.ID, "trigger", d.Trigger)
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("the door hit a bug taking a delivery; it failed, to be sent or tried again", "in", inboxRecheck, "panic", p, "stack", string(debug.Stack()))
+			gw.door.Delivered(d.Trigger, OutcomeFailed)
+			done = false
+		}
+	}()
 	tr := gw.Engine.Config().Triggers[d.Trigger]
 	doc, err := engine.DecodeJSON(d.Body)
 	group, _ := doc.(map[string]any)
@@ -816,44 +1127,46 @@ func (gw *Gateway) workDelivery(ctx context.Context, d *store.Delivery) bool {
 		gw.observe(tr, res)
 		return res.Action == "parked"
 	}
-	in := &inbound{tr: tr, doc: doc, meta: meta}
-	results, _ := gw.fireAlerts(ctx, in, group, alerts, time.Time{})
-	done := true
+	in := &inbound{tr: tr, doc: doc, meta: meta, paused: gw.pause(ctx, tr.Name)}
+	results, rest := gw.takeAlerts(ctx, in, group, alerts, time.Time{})
+	done = len(rest) == 0
 	for _, res := range results {
 		gw.observe(tr, res)
 		if res.Action == "failed" {
 			done = false
 		}
 	}
-	if !done {
+	if !done && ctx.Err() == nil {
 		log.Warn("some alerts of a kept delivery could not be taken; they are tried again", "in", inboxRecheck)
 	}
 	return done
 }
 
 // redeliver delivers a parked delivery again, through its trigger as
-// configured now, and returns the run its first alert started or found.
-// The entry goes once every alert in it started a run.
-func (gw *Gateway) redeliver(ctx context.Context, e *store.DLQEntry) (string, error) {
+// configured now, and returns what each alert (or the group, or the body)
+// did, and the run the first of them started or found. The entry goes
+// once each alert in it is started, or found started, or skipped; else it
+// is kept, with a *APIError saying why.
+func (gw *Gateway) redeliver(ctx context.Context, e *store.DLQEntry) (string, []TriggerResult, error) {
 	what := fmt.Sprintf("replaying delivery %s", e.ID)
 	tr := gw.Engine.Config().Triggers[e.Trigger]
 	if tr == nil {
-		return "", &APIError{Status: 409, Code: "trigger_removed", Message: fmt.Sprintf("%s: trigger %q is not configured", what, e.Trigger)}
+		return "", nil, &APIError{Status: 409, Code: "trigger_removed", Message: fmt.Sprintf("%s: trigger %q is not configured", what, e.Trigger)}
 	}
 	doc, err := engine.DecodeJSON(e.Payload)
 	if err != nil {
-		return "", fmt.Errorf("%s: reading what it kept: %w", what, err)
+		return "", nil, fmt.Errorf("%s: reading what it kept: %w", what, err)
 	}
 	in := &inbound{tr: tr, doc: doc, replay: e.ID, meta: map[string]string{}}
 	if len(e.Metadata) > 0 {
 		if err := jsonx.Unmarshal(e.Metadata, &in.meta); err != nil {
-			return "", fmt.Errorf("%s: reading its metadata: %w", what, err)
+			return "", nil, fmt.Errorf("%s: reading its metadata: %w", what, err)
 		}
 	}
 	in.key = in.meta["idempotency_key"]
 	if tr.Type.Alerts() {
 		if err := checkAlertGroup(tr, doc); err != nil {
-			return "", fmt.Errorf("%s: %w", what, err)
+			return "", nil, fmt.Errorf("%s: %w", what, err)
 		}
 	} else {
 		in.headers = map[string]any{}
@@ -863,23 +1176,33 @@ func (gw *Gateway) redeliver(ctx context.Context, e *store.DLQEntry) (string, er
 	}
 	resp := gw.deliver(ctx, in, time.Time{})
 	run := ""
+	counts := map[string]int{}
+	var kept []string
 	for _, res := range resp.Results {
+		counts[res.Action]++
 		switch res.Action {
-		case "started", "replayed":
+		case "started", "replayed", "resolved":
 			if run == "" {
 				run = res.Run
 			}
+		case "skipped":
 		default:
-			return "", &APIError{Status: 409, Code: "not_replayed", Message: fmt.Sprintf("%s: %s: %s; the entry is kept", what, res.Action, res.Reason)}
+			kept = append(kept, res.Action+": "+res.Reason)
 		}
 	}
-	if run == "" {
-		return "", &APIError{Status: 409, Code: "not_replayed", Message: what + ": it holds nothing to start; the entry is kept"}
+	if len(kept) > 0 {
+		var did []string
+		for _, action := range []string{"started", "replayed", "resolved", "skipped", "parked", "failed"} {
+			if counts[action] > 0 {
+				did = append(did, fmt.Sprintf("%d %s", counts[action], action))
+			}
+		}
+		return run, resp.Results, &APIError{Status: 409, Code: "not_replayed", Message: fmt.Sprintf("%s (%s): %s; the entry is kept", what, strings.Join(did, ", "), kept[0])}
 	}
 	if err := gw.Store.DeleteDLQ(ctx, e.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return run, fmt.Errorf("%s: deleting the entry: %w", what, err)
+		return run, resp.Results, fmt.Errorf("%s: deleting the entry: %w", what, err)
 	}
-	return run, nil
+	return run, resp.Results, nil
 }
 
 // checkAlertGroup checks that an alert trigger's body is an alert group.

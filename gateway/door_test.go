@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
@@ -626,5 +628,89 @@ func TestTriggerGuessesAreSlowed(t *testing.T) {
 	}
 	if code, _, _ := env.call("POST", "/v1/triggers/nope", `{}`, map[string]string{"Authorization": "Bearer x"}, nil); code != http.StatusTooManyRequests {
 		t.Errorf("a token to an unknown trigger from the same address: %d", code)
+	}
+}
+
+// panicky panics when a run of a chain calling provider "boom" starts: a
+// bug met in the door's work.
+type panicky struct{ engine.ProviderResolver }
+
+func (panicky) CheckProvider(_ context.Context, p *chain.Provider) error {
+	if p.Name == "boom" {
+		panic("a bug met starting a run")
+	}
+	return nil
+}
+
+// TestDoorBugFailsTheDelivery: a bug met while the door takes an alert,
+// an alert group or a body fails that delivery, answered 503 so that its
+// sender sends it again, logged with its stack and counted as failed;
+// the gateway goes on serving.
+func TestDoorBugFailsTheDelivery(t *testing.T) {
+	t.Parallel()
+	cfg := `
+[gateway.auth]
+tokens = ["full-tok"]
+
+[[providers]]
+name = "boom"
+type = "echo"
+
+[[triggers]]
+name = "boom-alerts"
+type = "alertmanager"
+chain = "boom"
+
+[[triggers]]
+name = "boom-groups"
+type = "alertmanager"
+chain = "boom"
+per = "group"
+
+[[triggers]]
+name = "boom-hook"
+type = "webhook"
+chain = "boom"
+
+[[chains]]
+name = "boom"
+[[chains.steps]]
+name = "call"
+provider = "boom"
+`
+	env := newAPIOn(t, cfg, "", func(o *gateway.Options) {
+		o.Providers = func(r engine.ProviderResolver) engine.ProviderResolver { return panicky{r} }
+	})
+	env.token = "full-tok"
+	two := alertGroup("g", "firing", "f1 T1 firing", "f2 T1 firing")
+	for _, tc := range []struct{ trigger, body string }{
+		{"boom-alerts", two}, {"boom-groups", two}, {"boom-hook", `{"x": 1}`},
+	} {
+		code, res, raw := deliver(t, env, tc.trigger, tc.body)
+		if code != http.StatusServiceUnavailable || len(res.Results) == 0 {
+			t.Fatalf("%s: %d %s", tc.trigger, code, raw)
+		}
+		for _, r := range res.Results {
+			if r.Action != "failed" || !strings.Contains(r.Reason, "hit a bug") {
+				t.Errorf("%s: %+v", tc.trigger, r)
+			}
+		}
+	}
+	if code, _, raw := env.call("POST", "/v1/chains/hello/runs", `{}`, nil, nil); code != http.StatusAccepted {
+		t.Errorf("the gateway after the bugs: %d %s", code, raw)
+	}
+	logs := env.logs.String()
+	if !strings.Contains(logs, "the door hit a bug taking a delivery") || !strings.Contains(logs, "a bug met starting a run") || !strings.Contains(logs, "door.go") {
+		t.Errorf("the bug's log, with its stack:\n%s", grepLines(logs, "bug"))
+	}
+	_, _, metrics := env.call("GET", "/metrics", "", nil, nil)
+	for _, want := range []string{
+		`chaingate_trigger_deliveries_total{outcome="failed",trigger="boom-alerts"} 2`,
+		`chaingate_trigger_deliveries_total{outcome="failed",trigger="boom-groups"} 1`,
+		`chaingate_trigger_deliveries_total{outcome="failed",trigger="boom-hook"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s:\n%s", want, grepLines(metrics, "chaingate_trigger_deliveries_total"))
+		}
 	}
 }

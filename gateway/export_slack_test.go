@@ -8,12 +8,22 @@ import (
 // RespondToSlackAt has s post what came of Slack interactions with client
 // to response URLs on host, a test server's, in place of hooks.slack.com.
 func RespondToSlackAt(s *Server, client *http.Client, host string) {
-	s.slackOut.Store(&slackResponder{client: client, allowed: func(u *url.URL) bool { return u.Host == host }})
+	s.slackOut.Store(&slackResponder{client: client, allowed: func(u *url.URL, _ []string) bool { return u.Host == host }})
 }
 
-// SlackResponseURLAllowed reports whether a gateway posts a Slack reply to
-// the response URL raw.
-func SlackResponseURLAllowed(raw string) bool {
+// RespondToSlackWith has s post what came of Slack interactions with
+// client, to the response URLs the config allows.
+func RespondToSlackWith(s *Server, client *http.Client) {
+	s.slackOut.Store(&slackResponder{client: client, allowed: defaultSlackResponder.allowed})
+}
+
+// SlackResponseURLAllowed reports whether a gateway whose [gateway.slack]
+// response_url_hosts is hosts (nil: unset) posts a Slack reply to the
+// response URL raw.
+func SlackResponseURLAllowed(raw string, hosts []string) bool {
 	u, err := url.Parse(raw)
-	return err == nil && defaultSlackResponder.allowed(u)
+	if hosts == nil {
+		hosts = responseURLHosts(nil)
+	}
+	return err == nil && defaultSlackResponder.allowed(u, hosts)
 }

@@ -129,6 +129,12 @@ type Gateway struct {
 	// providers are what steps call providers through, for the calls
 	// approval steps make while they wait.
 	providers engine.ProviderResolver
+	// approvals brings what the gateway hears of approval steps to its
+	// approval loop (RunApprovalCalls).
+	approvals *approvalFeed
+	// questions keeps the Slack messages that ask approval steps'
+	// questions.
+	questions *slackQuestions
 }
 
 // Open opens the store and prepares the engine. Plugin processes start when
@@ -198,9 +204,17 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	pm := host.NewManager(host.Options{Executable: opts.Executable, Logger: log.With("component", "plugins")})
 	lim := limits.New(log.With("component", "limits"))
 	lim.Configure(limitPolicies(cfg))
-	var res engine.ProviderResolver = &resolver{m: pm, limits: lim, first: map[string]host.Spec{}, secrets: secretVals, redactor: red}
+	approvals := newApprovalFeed()
+	questions := &slackQuestions{store: st, redactor: red, log: log.With("component", "slack"), look: approvals.look}
+	var res engine.ProviderResolver = &resolver{m: pm, limits: lim, first: map[string]host.Spec{}, secrets: secretVals, redactor: red, questions: questions}
 	if opts.Providers != nil {
 		res = opts.Providers(res)
+	}
+	onEvent := func(ev store.Event) {
+		approvals.heard(ev)
+		if opts.OnEvent != nil {
+			opts.OnEvent(ev)
+		}
 	}
 	eopts := engine.Options{
 		Store:       st,
@@ -214,7 +228,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		Secrets:     secretVals,
 		Logger:      log.With("component", "engine"),
 		LogOutcomes: opts.LogOutcomes,
-		OnEvent:     opts.OnEvent,
+		OnEvent:     onEvent,
 		Observer:    opts.Observer,
 	}
 	if fo != nil {
@@ -224,8 +238,9 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, errors.Join(err, pm.Close(), closeFanout(), st.Close())
 	}
+	approvals.config = eng.Config
 	g := &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, ItemStore: itemStore, secrets: secretVals, limits: lim,
-		door: noDoorObserver{}, prunes: noPruneObserver{}, inboxWake: make(chan struct{}, 1), providers: res}
+		door: noDoorObserver{}, prunes: noPruneObserver{}, inboxWake: make(chan struct{}, 1), providers: res, approvals: approvals, questions: questions}
 	switch {
 	case fo == nil:
 	case opts.ItemsOnly:
@@ -416,10 +431,17 @@ type resolver struct {
 	secrets  map[string]string
 	redactor *secrets.Redactor
 	checks   pluginChecks
+	// questions records the Slack messages that ask approval steps'
+	// questions, which Slack providers' calls post.
+	questions *slackQuestions
 }
 
 func (r *resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
-	return r.limits.Wrap(p.Name, r.m.Provider(r.spec(p))), nil
+	prov := r.limits.Wrap(p.Name, r.m.Provider(r.spec(p)))
+	if p.Type == "slack" {
+		return &questionAsker{Provider: prov, name: p.Name, q: r.questions}, nil
+	}
+	return prov, nil
 }
 
 // limitPolicies are the limits cfg's providers declare, by name.

@@ -111,7 +111,7 @@ func NewMetrics() *Metrics {
 		}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chaingate_trigger_deliveries_total",
-			Help: "What triggers did with each alert, alert group or body they took, by trigger and outcome (started, deduplicated, skipped, parked, queued, failed), and each request they refused (refused).",
+			Help: "What triggers did with each alert, alert group or body they took, by trigger and outcome (started, deduplicated, skipped, resolved, parked, queued, failed), and each request they refused (refused).",
 		}, []string{"trigger", "outcome"}),
 		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chaingate_schedule_ticks_total",

@@ -38,6 +38,8 @@ type Ops interface {
 	// too, without reading the others; store.ErrNotFound when the run has
 	// none under key (it has not started, or there is no such step).
 	Step(ctx context.Context, id, key string) (*Step, error)
+	// CancelRun cancels a run, whichever gateway sharing the store
+	// advances it: that gateway ends it.
 	CancelRun(ctx context.Context, id string) error
 	// DeleteRun removes a run that has ended, and its dead-letter entries.
 	DeleteRun(ctx context.Context, id string) (*DeleteResult, error)
@@ -74,6 +76,9 @@ type Ops interface {
 	Resume(ctx context.Context, kind, name string) (*Pause, error)
 	Pauses(ctx context.Context) ([]*Pause, error)
 	DLQEntry(ctx context.Context, id string) (*DLQEntry, error)
+	// Replay runs a dead-letter entry again, and returns the run carrying
+	// on: for a delivery, the run its first alert started or found, one
+	// without an ID when each of its alerts was skipped.
 	Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error)
 	ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.ReplayOptions, concurrency int) (*BulkReplay, error)
 	DeleteDLQ(ctx context.Context, id string) error
@@ -489,7 +494,7 @@ func (l *Local) SplitItems(ctx context.Context, id, split, status string, offset
 			return nil
 		}
 		if page.Matched >= offset && len(page.Items) < limit {
-			page.Items = append(page.Items, &Item{Index: i, Key: r.Key, Status: string(r.Status), Body: r.Body, Error: apiErrorInfo(r.Error)})
+			page.Items = append(page.Items, &Item{Index: i, Key: r.Key, Status: string(r.Status), Body: validJSON(r.Body), Error: apiErrorInfo(r.Error)})
 		}
 		page.Matched++
 		return nil
@@ -514,7 +519,7 @@ func (l *Local) SplitItems(ctx context.Context, id, split, status string, offset
 	if inputs, err := l.GW.Engine.SplitItemValues(ctx, id, split, indexes); err == nil {
 		for _, it := range page.Items {
 			if in, ok := inputs[it.Index]; ok {
-				it.Input = l.GW.Redactor.JSON(in)
+				it.Input = validJSON(l.GW.Redactor.JSON(in))
 			}
 		}
 	}
@@ -544,32 +549,42 @@ func (l *Local) DLQEntry(ctx context.Context, id string) (*DLQEntry, error) {
 }
 
 // Replay implements Ops. A parked delivery is delivered again, through
-// its trigger as configured now; the run is that of its first alert.
+// its trigger as configured now; the run is that of its first alert, or
+// has no id when no alert of it asked for one (each was skipped).
 func (l *Local) Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error) {
+	run, _, err := l.replay(ctx, id, opts)
+	return run, err
+}
+
+// replay is Replay, and for a delivery what each of its alerts did.
+func (l *Local) replay(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, []TriggerResult, error) {
 	e, err := l.GW.Store.DLQ(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return l.replayEntry(ctx, e, opts)
 }
 
-func (l *Local) replayEntry(ctx context.Context, e *store.DLQEntry, opts engine.ReplayOptions) (*Run, error) {
+func (l *Local) replayEntry(ctx context.Context, e *store.DLQEntry, opts engine.ReplayOptions) (*Run, []TriggerResult, error) {
 	if e.Kind != store.DLQDelivery {
 		run, err := l.GW.Engine.Replay(ctx, e.ID, opts)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return apiRun(run), nil
+		return apiRun(run), nil, nil
 	}
-	id, err := l.GW.redeliver(ctx, e)
+	id, results, err := l.GW.redeliver(ctx, e)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if id == "" {
+		return &Run{}, results, nil
 	}
 	run, err := l.GW.Store.RunHeader(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return apiRun(run), nil
+	return apiRun(run), results, nil
 }
 
 // Signal implements Ops.
@@ -622,7 +637,7 @@ func (l *Local) ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.R
 		wg.Add(1)
 		go func(e *store.DLQEntry) {
 			defer func() { <-sem; wg.Done() }()
-			run, err := l.replayEntry(ctx, e, opts)
+			run, _, err := l.replayEntry(ctx, e, opts)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -17,8 +17,9 @@ import (
 // A trigger or schedule is paused by a key in the store, so that every
 // gateway sharing it sees the pause, and it outlives restarts. A paused
 // trigger's deliveries are answered and kept in the dead-letter queue
-// (code trigger_paused), to be replayed once it is resumed; a paused
-// schedule's ticks start nothing.
+// (code trigger_paused), each alert (or group notification, or body with
+// a key) once, to be replayed once it is unpaused (the door, keepPaused);
+// a paused schedule's ticks start nothing.
 
 // What can be paused.
 const (
@@ -100,9 +101,9 @@ func (gw *Gateway) Pause(ctx context.Context, kind, name, reason string) (*Pause
 	return &p, nil
 }
 
-// Resume lifts a pause; it reports the pause lifted, nil when there was
-// none. A resumed trigger's kept deliveries wait in the dead-letter queue
-// for a replay.
+// Resume lifts a pause (unpause); it reports the pause lifted, nil when
+// there was none. An unpaused trigger's kept deliveries wait in the
+// dead-letter queue for a replay.
 func (gw *Gateway) Resume(ctx context.Context, kind, name string) (*Pause, error) {
 	if err := gw.checkPausable(kind, name); err != nil {
 		return nil, err

@@ -91,8 +91,9 @@ type pluginChecks struct {
 
 // CheckProvider implements engine.ProviderChecker: before a run starts,
 // each external plugin it may call has its filled-in config checked once
-// against the schema the plugin declares. A plugin that cannot be started
-// to say is let through: its step fails, and is retried, as it always has.
+// against the schema the plugin declares, and the credentials it marks as
+// written. A plugin that cannot be started to say is let through: its step
+// fails, and is retried, as it always has.
 func (r *resolver) CheckProvider(ctx context.Context, p *chain.Provider) error {
 	if p.Plugin == "" {
 		return nil // built-ins were checked when the config was loaded
@@ -107,7 +108,12 @@ func (r *resolver) CheckProvider(ctx context.Context, p *chain.Provider) error {
 	if derr != nil {
 		return nil
 	}
-	if diags := checkResolved(ctx, p, info, nil, r.secrets, r.redactor); len(diags) > 0 {
+	diags := checkResolved(ctx, p, info, nil, r.secrets, r.redactor)
+	// Only validate --plugins checks the config as written otherwise.
+	if schema, cerr := configschema.Compile(info.ConfigSchema); len(info.ConfigSchema) > 0 && cerr == nil {
+		diags = append(checkCredentials(p, schema), diags...)
+	}
+	if len(diags) > 0 {
 		err = fmt.Errorf("%w: %w", engine.ErrProviderConfig, &chain.ConfigError{Diagnostics: diags})
 	}
 	r.checks.mu.Lock()

@@ -23,10 +23,7 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 		return nil, &chain.ConfigError{Diagnostics: []chain.Diagnostic{cfg.Gateway.Source.Key("secrets_file").Errorf("%v", err)}}
 	}
 	var diags []chain.Diagnostic
-	check := func(src chain.Source, key string, tpl *templates.Template) {
-		if tpl == nil {
-			return
-		}
+	secretTemplates(cfg, func(src chain.Source, key string, tpl *templates.Template, credential func(string) bool) {
 		for _, r := range tpl.Refs() {
 			if r.Root != "secrets" || r.HasDefault || len(r.Path) == 0 {
 				continue
@@ -34,10 +31,13 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 			if _, ok := vals[r.Path[0]]; ok {
 				continue
 			}
-			diags = append(diags, src.Key(joinKey(key, r.Key)).Errorf("<<%s>>: no secret %s: %s, or give a default with ??", r.Text, r.Path[0], secretFix(cfg, r.Path[0])))
+			fix := secretFix(cfg, r.Path[0])
+			if !credential(r.Key) {
+				fix += ", or give a default with ??"
+			}
+			diags = append(diags, src.Key(joinKey(key, r.Key)).Errorf("<<%s>>: no secret %s: %s", r.Text, r.Path[0], fix))
 		}
-	}
-	secretTemplates(cfg, check)
+	})
 	auth := cfg.Gateway.Auth
 	for _, t := range append(slices.Clone(auth.Tokens), auth.ReadTokens...) {
 		if t.Secret == "" {
@@ -85,30 +85,48 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 
 // secretTemplates calls fn with every template of cfg that may read a
 // secret: providers' configs, steps' payloads, inputs, approval messages
-// and split items, and triggers' tokens and secrets.
-func secretTemplates(cfg *chain.Config, fn func(src chain.Source, key string, tpl *templates.Template)) {
-	check := func(src chain.Source, key string, tpl *templates.Template) {
+// and split items, and triggers' tokens and secrets. credential says
+// whether the string at a key of the template (Ref.Key) is a credential,
+// where a ?? default is refused: a trigger's token or secret, a value a
+// built-in provider's schema marks, and any value of an external plugin's
+// config, whose schema is not known here.
+func secretTemplates(cfg *chain.Config, fn func(src chain.Source, key string, tpl *templates.Template, credential func(string) bool)) {
+	never := func(string) bool { return false }
+	always := func(string) bool { return true }
+	check := func(src chain.Source, key string, tpl *templates.Template, credential func(string) bool) {
 		if tpl != nil {
-			fn(src, key, tpl)
+			fn(src, key, tpl, credential)
 		}
 	}
 	for _, name := range cfg.ProviderNames {
 		p := cfg.Providers[name]
-		check(p.Source, "config", p.ConfigTemplate)
+		if p.ConfigTemplate == nil {
+			continue
+		}
+		credential := always
+		if keys, known := credentialKeys(p); known {
+			credential = func(k string) bool {
+				return slices.ContainsFunc(keys, func(c string) bool {
+					rest, under := strings.CutPrefix(k, c)
+					return under && (c == "" || rest == "" || rest[0] == '.' || rest[0] == '[')
+				})
+			}
+		}
+		check(p.Source, "config", p.ConfigTemplate, credential)
 	}
 	var steps func([]*chain.Step)
 	steps = func(list []*chain.Step) {
 		for _, s := range list {
-			check(s.Source, "payload_template", s.Payload)
-			check(s.Source, "input", s.Input)
+			check(s.Source, "payload_template", s.Payload, never)
+			check(s.Source, "input", s.Input, never)
 			if s.Approval != nil {
-				check(s.Source, "approval.message", s.Approval.Message)
+				check(s.Source, "approval.message", s.Approval.Message, never)
 			}
 			if s.Parallel != nil {
 				steps(s.Parallel.Steps)
 			}
 			if s.Split != nil {
-				check(s.Source, "split.items", s.Split.Items)
+				check(s.Source, "split.items", s.Split.Items, never)
 				steps(s.Split.Steps)
 			}
 		}
@@ -118,15 +136,15 @@ func secretTemplates(cfg *chain.Config, fn func(src chain.Source, key string, tp
 	}
 	for _, name := range cfg.TriggerNames {
 		tr := cfg.Triggers[name]
-		check(tr.Source, "token", tr.Token)
-		check(tr.Source, "secret", tr.Secret)
+		check(tr.Source, "token", tr.Token, always)
+		check(tr.Source, "secret", tr.Secret, always)
 	}
 }
 
 // SecretNames lists the secrets cfg's templates read, in order.
 func SecretNames(cfg *chain.Config) []string {
 	seen := map[string]bool{}
-	secretTemplates(cfg, func(_ chain.Source, _ string, tpl *templates.Template) {
+	secretTemplates(cfg, func(_ chain.Source, _ string, tpl *templates.Template, _ func(string) bool) {
 		for _, r := range tpl.Refs() {
 			if r.Root == "secrets" && len(r.Path) > 0 {
 				seen[r.Path[0]] = true

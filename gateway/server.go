@@ -295,9 +295,13 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	go func() { errc <- srv.Serve(limitConns(l, lim, s.metrics.Refused)) }()
 	go s.adopt(ctx)
 	go s.sched.Run(s.stopping)
-	go s.gw.RunInbox(s.stopping)
+	inboxDone := make(chan struct{})
+	go func() {
+		defer close(inboxDone)
+		s.gw.RunInbox(s.stopping)
+	}()
 	go s.gw.RunRetention(s.stopping)
-	go s.gw.RunApprovalCalls(s.stopping)
+	go s.gw.RunApprovalCalls(s.stopping, s.hub)
 	workerCtx, stopWorker := context.WithCancel(context.Background())
 	defer stopWorker()
 	workerDone := make(chan struct{})
@@ -324,6 +328,12 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	deadline := time.Now().Add(grace)
 	engCtx, cancel := context.WithDeadline(s.aborting, deadline)
 	defer cancel()
+	// The kept deliveries this gateway works are let go of before it
+	// stops, so that the gateway that carries on takes them up at once.
+	select {
+	case <-inboxDone:
+	case <-engCtx.Done():
+	}
 	// The API keeps answering while the engine drains: /readyz says 503 so
 	// load balancers move on, new runs get 503, reads still work.
 	s.gw.Engine.Shutdown(engCtx)

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -256,16 +257,33 @@ func (s *Server) slackAnswer(ctx context.Context, sl *chain.Slack, in *slackInte
 // answeredMessage is the clicked message as it reads once answered: its
 // answer buttons for the step gone, and who answered said below it.
 func answeredMessage(in *slackInteraction, a slackAction, d *engine.Decision) slackReply {
-	said := fmt.Sprintf(":white_check_mark: Approved by %s at %s", d.By, d.At.UTC().Format("2006-01-02 15:04 UTC"))
-	if d.Decision == chain.DecisionReject {
-		said = fmt.Sprintf(":x: Rejected by %s at %s", d.By, d.At.UTC().Format("2006-01-02 15:04 UTC"))
-	}
+	said := decisionLine(d)
 	if in.Message == nil {
 		return slackNote(said)
 	}
-	blocks := withoutAnswerButtons(in.Message.Blocks, a.Value)
+	return slackReply{ReplaceOriginal: true, Text: in.Message.Text, Blocks: settledBlocks(in.Message.Blocks, a.Value, said)}
+}
+
+// slackStamp is how a message says when something happened.
+const slackStamp = "2006-01-02 15:04 UTC"
+
+// decisionLine says under a question's message what its answer was.
+func decisionLine(d *engine.Decision) string {
+	verb, mark := "Approved", ":white_check_mark:"
+	if d.Decision == chain.DecisionReject {
+		verb, mark = "Rejected", ":x:"
+	}
+	if d.TimedOut {
+		return fmt.Sprintf("%s %s at %s: no answer before the step's deadline", mark, verb, d.At.UTC().Format(slackStamp))
+	}
+	return fmt.Sprintf("%s %s by %s at %s", mark, verb, d.By, d.At.UTC().Format(slackStamp))
+}
+
+// settledBlocks are a question's blocks once it no longer stands: without
+// the answer buttons whose value is value, and with said below them.
+func settledBlocks(blocks []json.RawMessage, value, said string) []json.RawMessage {
 	note, _ := jsonx.Marshal(map[string]any{"type": "context", "elements": []any{map[string]any{"type": "plain_text", "text": said, "emoji": true}}})
-	return slackReply{ReplaceOriginal: true, Text: in.Message.Text, Blocks: append(blocks, note)}
+	return append(withoutAnswerButtons(blocks, value), note)
 }
 
 // withoutAnswerButtons is blocks without the answer buttons whose value
@@ -313,18 +331,35 @@ func withoutAnswerButtons(blocks []json.RawMessage, value string) []json.RawMess
 // response_url.
 type slackResponder struct {
 	client *http.Client
-	// allowed says whether a response_url may be posted to.
-	allowed func(*url.URL) bool
+	// allowed says whether a response_url may be posted to, given the
+	// hosts [gateway.slack] response_url_hosts allows.
+	allowed func(u *url.URL, hosts []string) bool
 }
 
-// defaultSlackResponder posts only to Slack's own response URLs: any other
-// would take the reply, and what it says of the run, elsewhere.
+// defaultSlackResponder posts only to the response URLs of the hosts the
+// config allows, Slack's own unless it says otherwise: any other would
+// take the reply, and what it says of the run, elsewhere, and have the
+// gateway make requests for whoever holds the signing secret.
 var defaultSlackResponder = &slackResponder{
 	client: &http.Client{
 		Timeout:       slackReplyTime,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	},
-	allowed: func(u *url.URL) bool { return u.Scheme == "https" && u.Host == "hooks.slack.com" && u.User == nil },
+	allowed: slackResponseURLAllowed,
+}
+
+// slackResponseURLAllowed reports whether u is an https URL on one of
+// hosts, exactly, with no port or user info.
+func slackResponseURLAllowed(u *url.URL, hosts []string) bool {
+	return u.Scheme == "https" && u.User == nil && u.Port() == "" && slices.Contains(hosts, strings.ToLower(u.Hostname()))
+}
+
+// responseURLHosts are the hosts an interaction's response_url may name.
+func responseURLHosts(sl *chain.Slack) []string {
+	if sl == nil || sl.ResponseURLHosts == nil {
+		return chain.DefaultSlackResponseURLHosts
+	}
+	return sl.ResponseURLHosts
 }
 
 func (s *Server) slackResponder() *slackResponder {
@@ -340,12 +375,12 @@ func (s *Server) slackResponder() *slackResponder {
 func (s *Server) slackRespond(ctx context.Context, responseURL string, reply slackReply) {
 	out := s.slackResponder()
 	u, err := url.Parse(responseURL)
-	if err != nil || !out.allowed(u) {
+	if err != nil || !out.allowed(u, responseURLHosts(s.Config().Gateway.Slack)) {
 		host := ""
 		if u != nil {
 			host = u.Host
 		}
-		s.log.Warn("not posting an answer's outcome to Slack: the interaction's response_url is not Slack's", "host", host)
+		s.log.Warn("not posting an answer's outcome to Slack: the interaction's response_url is not on a host [gateway.slack] response_url_hosts allows", "host", host)
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, slackReplyTime)

@@ -341,21 +341,37 @@ func TestSlackInteractionsNotConfigured(t *testing.T) {
 	}
 }
 
-// TestSlackResponseURLs checks that a gateway posts replies only to
-// Slack's own response URLs.
+// TestSlackResponseURLs checks that a gateway posts replies only to the
+// response URLs of the hosts [gateway.slack] response_url_hosts allows,
+// Slack's own when it is unset: https, that host exactly, no port, no
+// user info.
 func TestSlackResponseURLs(t *testing.T) {
 	t.Parallel()
-	for raw, want := range map[string]bool{
-		"https://hooks.slack.com/actions/T0TEAM/1234/abcd":  true,
-		"http://hooks.slack.com/actions/T0TEAM/1234/abcd":   false,
-		"https://hooks.slack.com:8443/actions/T/1/x":        false,
-		"https://hooks.slack.com.example.com/actions/T/1/x": false,
-		"https://user@hooks.slack.com/actions/T/1/x":        false,
-		"https://example.com/hooks.slack.com":               false,
-		"https://127.0.0.1/actions":                         false,
+	gov := []string{"hooks.slack-gov.com"}
+	for _, tc := range []struct {
+		raw   string
+		hosts []string
+		want  bool
+	}{
+		{"https://hooks.slack.com/actions/T0TEAM/1234/abcd", nil, true},
+		{"https://HOOKS.slack.com/actions/T0TEAM/1234/abcd", nil, true},
+		{"http://hooks.slack.com/actions/T0TEAM/1234/abcd", nil, false},
+		{"https://hooks.slack.com:8443/actions/T/1/x", nil, false},
+		{"https://hooks.slack.com.example.com/actions/T/1/x", nil, false},
+		{"https://user@hooks.slack.com/actions/T/1/x", nil, false},
+		{"https://example.com/hooks.slack.com", nil, false},
+		{"https://127.0.0.1/actions", nil, false},
+		{"https://hooks.slack-gov.com/actions/T0/1/x", nil, false},
+		{"https://hooks.slack-gov.com/actions/T0/1/x", gov, true},
+		{"https://hooks.slack.com/actions/T0/1/x", gov, false},
+		{"https://evil.hooks.slack-gov.com/actions/T0/1/x", gov, false},
+		{"https://hooks.slack-gov.com.evil.com/actions/T0/1/x", gov, false},
+		{"https://hooks.slack-gov.com:444/actions/T0/1/x", gov, false},
+		{"http://hooks.slack-gov.com/actions/T0/1/x", gov, false},
+		{"https://hooks.slack.com/actions/T0/1/x", []string{"hooks.slack-gov.com", "hooks.slack.com"}, true},
 	} {
-		if got := gateway.SlackResponseURLAllowed(raw); got != want {
-			t.Errorf("%s: allowed %v, want %v", raw, got, want)
+		if got := gateway.SlackResponseURLAllowed(tc.raw, tc.hosts); got != tc.want {
+			t.Errorf("%s with hosts %q: allowed %v, want %v", tc.raw, tc.hosts, got, tc.want)
 		}
 	}
 }

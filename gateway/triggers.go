@@ -193,8 +193,8 @@ func (s *Server) renderSecret(tpl *templates.Template) ([]byte, error) {
 }
 
 // fire hands the request to the door and answers with what it did: 202
-// when it started or kept something, 200 when everything was a repeat or
-// skipped, 503 when part of it could not be taken and must be sent again
+// when it started or kept something, or a resolution applied on_resolve,
+// 200 when everything was a repeat or skipped, 503 when part of it could not be taken and must be sent again
 // (what was taken is found, not started twice, when it is).
 func (s *Server) fire(w http.ResponseWriter, r *http.Request, tr *chain.Trigger, body []byte, sig string) {
 	if body == nil {
@@ -219,7 +219,7 @@ func (s *Server) fire(w http.ResponseWriter, r *http.Request, tr *chain.Trigger,
 		switch res.Action {
 		case "failed":
 			code = http.StatusServiceUnavailable
-		case "started", "parked", "queued":
+		case "started", "resolved", "parked", "queued":
 			if code == http.StatusOK {
 				code = http.StatusAccepted
 			}

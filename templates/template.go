@@ -92,6 +92,8 @@ type Template struct {
 	// placeholders do work at render time.
 	prog []jsonOp
 	refs []Ref
+	// defaulted is true when a placeholder holds a ?? alternative.
+	defaulted bool
 }
 
 type jsonOp struct {
@@ -146,7 +148,7 @@ func CompileRoots(v any, roots []string) (*Template, error) {
 		return nil, err
 	}
 	b.ops = append(b.ops, jsonOp{lit: b.lit})
-	return &Template{root: root, prog: b.ops, refs: c.refs}, nil
+	return &Template{root: root, prog: b.ops, refs: c.refs, defaulted: c.defaulted}, nil
 }
 
 // CompileString compiles a single string.
@@ -178,6 +180,12 @@ func (t *Template) AppendJSON(buf []byte, s Scope) ([]byte, error) {
 // Refs lists every path the template reads, in order of appearance (object members in
 // sorted key order). Callers must not modify the Path slices.
 func (t *Template) Refs() []Ref { return slices.Clone(t.refs) }
+
+// Defaulted reports whether any placeholder holds a ?? alternative, one
+// that starts with a literal included (`<<"dev" ?? secrets.TOKEN>>`, whose
+// path is never read): a value the config must not hold, a credential, may
+// have none.
+func (t *Template) Defaulted() bool { return t.defaulted }
 
 // SinglePath reports whether the template is exactly one placeholder holding one path
 // with no ?? alternative, and returns that path: a caller that can read the value at a
@@ -298,10 +306,11 @@ func (e *expr) eval(s Scope) (any, error) {
 func (e *expr) wrap(err error) error { return fmt.Errorf("<<%s>>: %w", e.text, err) }
 
 type compiler struct {
-	roots []string
-	refs  []Ref
-	errs  []error // errors in members of objects and arrays
-	depth int
+	roots     []string
+	refs      []Ref
+	defaulted bool
+	errs      []error // errors in members of objects and arrays
+	depth     int
 }
 
 func (c *compiler) value(v any, key string) (*node, error) {
@@ -418,6 +427,7 @@ func (c *compiler) str(s, key string) (*node, error) {
 	for _, pc := range pieces {
 		if pc.e != nil {
 			c.addRefs(pc.e, key)
+			c.defaulted = c.defaulted || len(pc.e.ops) > 1
 		}
 	}
 	if len(pieces) == 2 && pieces[0].lit == "" && pieces[1].lit == "" {

@@ -429,6 +429,32 @@ func TestRefs(t *testing.T) {
 	}
 }
 
+func TestDefaulted(t *testing.T) {
+	tests := []struct {
+		tmpl any
+		want bool
+	}{
+		{"<<secrets.A>>", false},
+		{"plain", false},
+		{"Bearer <<secrets.A>> <<secrets.B>>", false},
+		{`<<secrets.A ?? "dev">>`, true},
+		// A literal first always wins: the path after it is never read.
+		{`<<"dev" ?? secrets.A>>`, true},
+		// Literal-only placeholders fold into the text, and still count.
+		{`Bearer <<"a" ?? "b">>`, true},
+		{map[string]any{"k": []any{"x", `<<secrets.A ?? secrets.B>> and <<secrets.C>>`}}, true},
+	}
+	for _, tc := range tests {
+		tm, err := Compile(tc.tmpl)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.tmpl, err)
+		}
+		if got := tm.Defaulted(); got != tc.want {
+			t.Errorf("%v: Defaulted = %v, want %v", tc.tmpl, got, tc.want)
+		}
+	}
+}
+
 func TestStatic(t *testing.T) {
 	tests := []struct {
 		tmpl   any

@@ -38,14 +38,16 @@ const approvalPoll = 2 * time.Second
 // decisionTTL keeps an answer well past any wait.
 const decisionTTL = 400 * 24 * time.Hour
 
-// Decision is the answer to an approval step, as its body holds it.
+// Decision is the answer to an approval step, as its body holds it. Every
+// field is there whoever answered, so that a template reading one after
+// the step (<<steps.ask.body.timed_out>>) finds it on every path.
 type Decision struct {
 	Decision string    `json:"decision"`
 	By       string    `json:"by"`
-	Comment  string    `json:"comment,omitempty"`
+	Comment  string    `json:"comment"`
 	At       time.Time `json:"at"`
-	TimedOut bool      `json:"timed_out,omitempty"`
-	Message  string    `json:"message,omitempty"`
+	TimedOut bool      `json:"timed_out"`
+	Message  string    `json:"message"`
 }
 
 // decisionTimedOut is the timeout's answer when on_timeout = "fail".
@@ -169,7 +171,18 @@ func (e *Engine) Signal(ctx context.Context, runID, step, decision, comment stri
 	if first != nil {
 		return nil, refuse(first, d.At)
 	}
+	// The answer as the step's body will hold it.
+	d.Message = askedMessage(rec)
 	return &d, nil
+}
+
+// askedMessage is the message an approval step waiting as rec asked.
+func askedMessage(rec *store.StepRecord) string {
+	var asked struct {
+		Message string `json:"message"`
+	}
+	_ = json.Unmarshal(rec.Body, &asked)
+	return asked.Message
 }
 
 // claimAnswer records d as the answer to the approval step s waiting as
@@ -354,9 +367,7 @@ func (r *runner) checkDecision(now time.Time, q *seq, s *chain.Step, rec *store.
 // decide ends an approval step with its answer: approved, it succeeds;
 // rejected, it fails unless on_reject = "continue".
 func (r *runner) decide(q *seq, s *chain.Step, rec *store.StepRecord, d *Decision) {
-	var prior map[string]string
-	_ = json.Unmarshal(rec.Body, &prior)
-	d.Message = prior["message"]
+	d.Message = askedMessage(rec)
 	body, _ := jsonx.Marshal(d)
 	rec.Body = body
 	verb := map[string]string{chain.DecisionApprove: "approved", chain.DecisionReject: "rejected"}[d.Decision]

@@ -167,8 +167,8 @@ type Engine struct {
 var (
 	// ErrUnknownChain is returned by Start for a chain the config lacks.
 	ErrUnknownChain = errors.New("unknown chain")
-	// ErrNotActive is returned by Wait and Cancel for a run this engine is
-	// not advancing.
+	// ErrNotActive is returned by Wait for a run this engine is not
+	// advancing.
 	ErrNotActive = errors.New("run is not active in this gateway")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("engine is closed")
@@ -345,6 +345,9 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 	if err := errors.Join(checkNesting("the payload", payload), checkNesting("the metadata", in.Metadata)); err != nil {
 		return nil, fmt.Errorf("starting run: %w", err)
 	}
+	// Every run starts here, whoever asks: what it keeps is UTF-8 that
+	// strict JSON parsers read, whatever bytes the sender brought.
+	payload, metadata := jsonx.ValidUTF8(payload), jsonx.ValidUTF8(in.Metadata)
 	// A sub-chain's input was checked before its parent recorded the call,
 	// and its providers when the parent started.
 	if parent == nil {
@@ -369,7 +372,7 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 		Chain:     def.Name,
 		ChainHash: def.Hash,
 		Status:    store.RunRunning,
-		Origin:    store.Origin{ID: originID, Payload: payload, Metadata: in.Metadata, ReceivedAt: now},
+		Origin:    store.Origin{ID: originID, Payload: payload, Metadata: metadata, ReceivedAt: now},
 		Path:      []string{},
 		Cursor:    def.Steps[0].Name,
 		CreatedAt: now,
@@ -417,17 +420,20 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 	return &snapshot, nil
 }
 
-// labels are a run's labels as it keeps them: a copy, secrets redacted.
+// labels are a run's labels as it keeps them: a copy, secrets redacted,
+// bytes that are not UTF-8 replaced as the run's JSON record has them.
 func (e *Engine) labels(in map[string]string) map[string]string {
 	if len(in) == 0 {
 		return nil
 	}
 	out := make(map[string]string, len(in))
 	for k, v := range in {
-		out[e.redactor.String(k)] = e.redactor.String(v)
+		out[validUTF8(e.redactor.String(k))] = validUTF8(e.redactor.String(v))
 	}
 	return out
 }
+
+func validUTF8(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // source returns the definition document a run of the chain stores. The
 // current config's documents are kept; an older config's (a sub-chain of a
@@ -846,26 +852,6 @@ func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
 		return run, fmt.Errorf("waiting for run %s: %w", id, ErrNotActive)
 	}
 	return run, nil
-}
-
-// Cancel stops a run: its in-flight provider calls are cancelled and it
-// ends with status cancelled. A run no engine is advancing is cancelled in
-// the store.
-func (e *Engine) Cancel(ctx context.Context, id string) error {
-	r := e.active(id)
-	if r == nil {
-		return e.CancelStored(ctx, id)
-	}
-	e.act.Begin()
-	select {
-	case r.cancelReq <- by(ctx):
-	case <-r.done:
-		e.act.End()
-	case <-ctx.Done():
-		e.act.End()
-		return ctx.Err()
-	}
-	return nil
 }
 
 // Close stops advancing runs. Runs stay as persisted, to be resumed by the

@@ -9,6 +9,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/internal/jsonx"
+	"github.com/chaingate/gateway/internal/textx"
 	"github.com/chaingate/gateway/templates"
 )
 
@@ -195,7 +196,7 @@ func (f *handedItems) progress(r *runner, sp *split, now time.Time) ([]launch, b
 		case !sp.deadline.IsZero() && !now.Before(sp.deadline):
 			f.ending, f.endMessage = store.StepTimedOut, fmt.Sprintf("split timed out after %s", sp.deadline.Sub(sp.rec.StartedAt).Round(time.Second))
 		case sp.rec.Split.Failed > tolerated:
-			f.ending, f.endMessage = store.StepFailed, fmt.Sprintf("%d items failed, more than the %d tolerated", sp.rec.Split.Failed, tolerated)
+			f.ending, f.endMessage = store.StepFailed, fmt.Sprintf("%s failed, more than the %d tolerated", textx.Count(sp.rec.Split.Failed, "item", "items"), tolerated)
 		case f.state == FanoutFailed:
 			f.ending, f.endMessage = store.StepFailed, f.message
 		}

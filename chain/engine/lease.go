@@ -63,23 +63,34 @@ func (e *Engine) renew(r *runner) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.leaseTTL/3)
 	defer cancel()
 	renewed, err := e.store.RenewLease(ctx, l, e.leaseTTL)
+	if !e.renewed(r, l, renewed, err) {
+		return
+	}
+	e.takeCancelRequest(ctx, r, l.RunID)
+}
+
+// renewed records a renewal of lease l; it reports whether the run is
+// still this engine's, under the renewed lease.
+func (e *Engine) renewed(r *runner, l, renewed store.Lease, err error) bool {
 	r.leaseMu.Lock()
 	defer r.leaseMu.Unlock()
 	if r.released || r.lease != l {
 		// The run ended and gave its lease back while the renewal was out
 		// (the keeper lists runs just before they finish), or the lease
 		// moved on meanwhile: either way, nothing was lost.
-		return
+		return false
 	}
 	switch {
 	case errors.Is(err, store.ErrLeaseLost):
 		r.leaseLost = true
 		go r.stop()
+		return false
 	case err != nil:
 		r.log.Warn("renewing the run's lease failed; retrying", "err", err)
-	default:
-		r.lease = renewed
+		return false
 	}
+	r.lease = renewed
+	return true
 }
 
 // leaseFirm reports whether the run's lease has half its TTL left or more,

@@ -12,6 +12,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/internal/jsonx"
+	"github.com/chaingate/gateway/internal/textx"
 )
 
 // ReplayMode says how a dead-lettered failure runs again.
@@ -230,7 +231,7 @@ func (e *Engine) resumeFrom(ctx context.Context, runID string, o reopen) (*store
 		return nil, fmt.Errorf("%w: run %s is running", ErrNotReplayable, runID)
 	}
 	defer e.unreserve(runID)
-	lease, err := e.store.AcquireLease(ctx, runID, e.owner, e.leaseTTL)
+	lease, err := e.leaseEnded(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -253,6 +254,9 @@ func (e *Engine) resumeFrom(ctx context.Context, runID string, o reopen) (*store
 			hint += ", or delete the entry"
 		}
 		return nil, fmt.Errorf("%w: run %s is %s; %s", ErrNotReplayable, run.ID, run.Status, hint)
+	}
+	if err := e.dropCancelRequest(ctx, runID); err != nil {
+		return nil, err
 	}
 	def, _, err := e.definition(ctx, run.Chain, run.ChainHash)
 	if err != nil {
@@ -381,7 +385,11 @@ func (e *Engine) resumeFrom(ctx context.Context, runID string, o reopen) (*store
 	run.Seq++
 	msg := fmt.Sprintf("replaying from step %q", top)
 	if o.redrive {
-		msg = fmt.Sprintf("redriving split %q: %d items run again, the others keep their results", top, rerun)
+		verb := "run"
+		if rerun == 1 {
+			verb = "runs"
+		}
+		msg = fmt.Sprintf("redriving split %q: %s %s again, the others keep their results", top, textx.Count(rerun, "item", "items"), verb)
 	}
 	if entryID != "" {
 		msg += fmt.Sprintf(" (dead-letter entry %s)", entryID)
@@ -402,6 +410,28 @@ func (e *Engine) resumeFrom(ctx context.Context, runID string, o reopen) (*store
 	}
 	snapshot := *run
 	return &snapshot, nil
+}
+
+// leaseEnded takes the lease of a run to reopen it. The gateway that
+// advanced the run gives its lease back a moment after the run's end is
+// durable, so a run that has ended is waited for, up to notePatience,
+// rather than refused as another gateway's.
+func (e *Engine) leaseEnded(ctx context.Context, runID string) (store.Lease, error) {
+	deadline := time.Now().Add(notePatience)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
+		lease, err := e.store.AcquireLease(ctx, runID, e.owner, e.leaseTTL)
+		if !errors.Is(err, store.ErrLeaseHeld) || time.Now().After(deadline) {
+			return lease, err
+		}
+		if run, rerr := e.store.RunHeader(ctx, runID); rerr != nil || !run.Status.Final() {
+			return lease, err
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return store.Lease{}, fmt.Errorf("waiting for the gateway that advanced run %s to let go of it: %w", runID, ctx.Err())
+		}
+	}
 }
 
 // switchDefinition checks that a failed run can carry on with cur, the

@@ -12,6 +12,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/internal/jsonx"
+	"github.com/chaingate/gateway/internal/textx"
 )
 
 // DefaultSplitConcurrency is how many items a split runs at once when it
@@ -242,12 +243,12 @@ func (r *runner) openSplit(now time.Time, q *seq, s *chain.Step, rec *store.Step
 			handed.attachAfter = r.nextBatch
 		}
 		if !q.inItem() {
-			r.event(store.EventStepStarted, rec.Key, 1, fmt.Sprintf("split over %d items", items.Len()))
+			r.event(store.EventStepStarted, rec.Key, 1, "split over "+textx.Count(items.Len(), "item", "items"))
 		}
 		if distributed {
 			// Told with the decision, in its batch: a commit of its own
 			// would be one more write while the items go out.
-			r.event(store.EventSplitFanoutStarted, rec.Key, 0, fmt.Sprintf("handing %d items to workers", items.Len()))
+			r.event(store.EventSplitFanoutStarted, rec.Key, 0, "handing "+textx.Count(items.Len(), "item", "items")+" to workers")
 		}
 	} else {
 		// The items render the same from the same persisted inputs; a
@@ -400,7 +401,7 @@ func (r *runner) tooManyFailures(sp *split) bool {
 	if sp.rec.Split.Failed <= tolerated {
 		return false
 	}
-	r.finishSplit(sp, store.StepFailed, fmt.Sprintf("%d items failed, more than the %d tolerated", sp.rec.Split.Failed, tolerated))
+	r.finishSplit(sp, store.StepFailed, fmt.Sprintf("%s failed, more than the %d tolerated", textx.Count(sp.rec.Split.Failed, "item", "items"), tolerated))
 	return true
 }
 
@@ -491,7 +492,7 @@ func (r *runner) joinSplit(sp *split) {
 		"skipped": int64(st.Skipped), "total": int64(st.Total),
 	})
 	if !sp.owner.inItem() {
-		r.event(store.EventStepSucceeded, sp.key, 1, fmt.Sprintf("%d items: %d succeeded, %d failed, %d skipped", st.Total, st.Succeeded, st.Failed, st.Skipped))
+		r.event(store.EventStepSucceeded, sp.key, 1, fmt.Sprintf("%s: %d succeeded, %d failed, %d skipped", textx.Count(st.Total, "item", "items"), st.Succeeded, st.Failed, st.Skipped))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/providers"
 )
 
@@ -239,7 +240,9 @@ func (r *runner) handle(o outcome) {
 			r.finishStep(q, rec, store.StepFailed, &store.ErrorInfo{Message: fmt.Sprintf("provider returned a body that is not valid JSON: %v", err), Code: "bad_response"})
 			return
 		}
-		// Decoded when a later step reads it: most bodies never are.
+		// Kept as strict JSON parsers read it, whatever bytes the provider
+		// sent; decoded when a later step reads it: most bodies never are.
+		body = jsonx.ValidUTF8(body)
 		value := &lazyJSON{raw: body}
 		rec.Status = store.StepSucceeded
 		rec.Body = body

@@ -317,6 +317,11 @@ func (d *fileDecoder) token(p chain.KeyPath, s string) (chain.Token, bool) {
 		}
 		return tok, false
 	}
+	if tpl.Defaulted() {
+		// <<"..." ?? secrets.NAME>>: the literal always wins.
+		d.errorf(p, "takes no ?? default, which would be a token written in the config: %s", want)
+		return tok, false
+	}
 	if len(tpl.Refs()) > 1 {
 		d.errorf(p, "reads more than one secret: %s", want)
 	} else {
@@ -469,6 +474,11 @@ func (d *fileDecoder) urlSecrets(p chain.KeyPath, s string) (string, bool) {
 			d.errorf(p, "<<%s>>: a URL may read only secrets, each as <<secrets.NAME>> with no ?? default", r.Text)
 			return "", false
 		}
+	}
+	if tpl.Defaulted() {
+		// <<"..." ?? secrets.NAME>>: the literal, a password, always wins.
+		d.errorf(p, "takes no ?? default, which would be a password written in the config: a URL may read only secrets, each as <<secrets.NAME>>")
+		return "", false
 	}
 	if _, ok := tpl.SinglePath(); ok {
 		return "", true

@@ -50,9 +50,25 @@ func decodeSlack(t *table) *chain.Slack {
 			}
 		}
 	}
-	t.finish([]string{"signing_secret", "users"})
+	if v, ok := t.value("response_url_hosts"); ok {
+		if arr, isArr := v.([]any); isArr && len(arr) == 0 {
+			t.d.errorf(t.path.Key("response_url_hosts"), `names no host, so no answer from Slack would be told what came of it: leave it out for Slack's own, "hooks.slack.com"`)
+		}
+	}
+	for i, h := range t.strings("response_url_hosts") {
+		if !hostnameRE.MatchString(h) {
+			t.d.errorf(t.path.Key("response_url_hosts").Elem(i, ""), `%q is not a host name: want the host of the response URLs Slack sends, alone, e.g. "hooks.slack-gov.com"`, h)
+			continue
+		}
+		s.ResponseURLHosts = append(s.ResponseURLHosts, strings.ToLower(h))
+	}
+	t.finish([]string{"signing_secret", "users", "response_url_hosts"})
 	return s
 }
+
+// hostnameRE is a DNS host name of two labels or more: no scheme, port,
+// path or IP address, which a response URL's host must match exactly.
+var hostnameRE = regexp.MustCompile(`(?i)^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // secretName reads a value written "<<secrets.NAME>>" alone, and returns
 // NAME: a credential the config names but does not hold.

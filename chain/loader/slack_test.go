@@ -1,6 +1,7 @@
 package loader_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,6 +24,20 @@ users = { U0ALICE1 = "alice", W0BOB = " bob " }
 	}
 	if sl.Source.File != "gw.toml" || sl.Source.Line != 1 {
 		t.Errorf("source: %+v", sl.Source)
+	}
+	if sl.ResponseURLHosts != nil {
+		t.Errorf("response URL hosts unset: %q, want nil for Slack's own", sl.ResponseURLHosts)
+	}
+	cfg, err = loader.LoadBytes("gw.toml", []byte(`[gateway.slack]
+signing_secret = "<<secrets.SLACK_SIGNING_SECRET>>"
+users = { U0ALICE1 = "alice" }
+response_url_hosts = ["hooks.slack.com", "Hooks.Slack-Gov.com"]
+`), loadOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Gateway.Slack.ResponseURLHosts; !slices.Equal(got, []string{"hooks.slack.com", "hooks.slack-gov.com"}) {
+		t.Errorf("response URL hosts: %q", got)
 	}
 
 	for _, tc := range []struct {
@@ -51,6 +66,16 @@ users = { U0ALICE1 = "alice", W0BOB = " bob " }
 		{"no users", "signing_secret = \"<<secrets.S>>\"\nusers = {}\nchannel = \"#ops\"", []string{
 			`gw.toml:3:1: gateway.slack.users: names no Slack user, so no one could answer from Slack: map user IDs to names, e.g. { U0123ABCD = "alice" }`,
 			`gw.toml:4:1: gateway.slack.channel: unknown key "channel"`,
+		}},
+		{"response URL hosts", "signing_secret = \"<<secrets.S>>\"\nusers = { U0ALICE1 = \"alice\" }\nresponse_url_hosts = [\"hooks.slack-gov.com\", \"https://hooks.slack.com\", \"hooks.slack.com:443\", \"10.0.0.1\", \"localhost\", 3]", []string{
+			`gw.toml:4:46: gateway.slack.response_url_hosts[1]: "https://hooks.slack.com" is not a host name: want the host of the response URLs Slack sends, alone, e.g. "hooks.slack-gov.com"`,
+			`gw.toml:4:73: gateway.slack.response_url_hosts[2]: "hooks.slack.com:443" is not a host name: want the host of the response URLs Slack sends, alone, e.g. "hooks.slack-gov.com"`,
+			`gw.toml:4:96: gateway.slack.response_url_hosts[3]: "10.0.0.1" is not a host name: want the host of the response URLs Slack sends, alone, e.g. "hooks.slack-gov.com"`,
+			`gw.toml:4:108: gateway.slack.response_url_hosts[4]: "localhost" is not a host name: want the host of the response URLs Slack sends, alone, e.g. "hooks.slack-gov.com"`,
+			`gw.toml:4:121: gateway.slack.response_url_hosts[5]: must be a non-empty string, got integer 3`,
+		}},
+		{"no response URL host", "signing_secret = \"<<secrets.S>>\"\nusers = { U0ALICE1 = \"alice\" }\nresponse_url_hosts = []", []string{
+			`gw.toml:4:1: gateway.slack.response_url_hosts: names no host, so no answer from Slack would be told what came of it: leave it out for Slack's own, "hooks.slack.com"`,
 		}},
 		{"users not a table", "signing_secret = \"<<secrets.S>>\"\nusers = [\"U0ALICE1\"]", []string{
 			`gw.toml:3:1: gateway.slack.users: must be a table of Slack user IDs to names, e.g. { U0123ABCD = "alice" }, got an array`,

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/internal/condition"
@@ -491,11 +492,17 @@ func (b *chainBuild) approvalCall(t *table, timing string) *chain.ApprovalCall {
 		c.Payload = compileRoots(t.d, t.path.Key("payload_template"), v, append(slices.Clone(chain.ApprovalCallRoots), "secrets"))
 	}
 	if _, ok := t.value(timing); ok {
-		d, _ := t.duration(timing)
-		if timing == "after" {
-			c.After = d
-		} else {
-			c.Every = d
+		if d, ok := t.duration(timing); ok {
+			// Calls are timed to the second from when the step asked, so
+			// a part of a second could not be honoured.
+			if d%time.Second != 0 {
+				t.d.errorf(t.path.Key(timing), `must be whole seconds, at least 1s ("90s", "15m"): calls are timed to the second; got %s`, d)
+			}
+			if timing == "after" {
+				c.After = d
+			} else {
+				c.Every = d
+			}
 		}
 	}
 	t.finish([]string{"provider", "action_type", "payload_template", timing})

@@ -189,6 +189,11 @@ func secretTemplate(t *table, key string) *templates.Template {
 			return nil
 		}
 	}
+	if tpl.Defaulted() {
+		// The default is not shown: it would be the credential itself.
+		t.d.errorf(t.path.Key(key), `takes no ?? default: a trigger's %s is a credential, and a default would be one written in the config; read it as "<<secrets.NAME>>" alone`, key)
+		return nil
+	}
 	t.d.checkRefs(t.path.Key(key), secretShapes, templateRefs(tpl))
 	return tpl
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"strings"
 	"sync"
 	"time"
 )
@@ -44,4 +45,23 @@ func NewID() string {
 		hi >>= 5
 	}
 	return string(out[:])
+}
+
+// IDTime is when NewID made id, to the millisecond; false for a string
+// NewID does not make.
+func IDTime(id string) (time.Time, bool) {
+	if len(id) != 26 {
+		return time.Time{}, false
+	}
+	// The first ten characters hold 50 bits: two zero bits, then the
+	// milliseconds.
+	var ms uint64
+	for i := range 10 {
+		v := strings.IndexByte(crockford, id[i])
+		if v < 0 {
+			return time.Time{}, false
+		}
+		ms = ms<<5 | uint64(v)
+	}
+	return time.UnixMilli(int64(ms)), true
 }

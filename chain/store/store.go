@@ -104,8 +104,9 @@ type Store interface {
 
 	// ClaimKey binds an idempotency key to a run id for ttl. If the key is
 	// bound to another run, it returns that run's id and binds nothing; a
-	// key bound to runID already counts as claimed, so a retried claim
-	// succeeds.
+	// key bound to runID already counts as claimed, and is bound anew for
+	// ttl from now, so a retried claim succeeds and a holder keeps a claim
+	// for as long as it claims it again.
 	ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error)
 	// KeyRun returns the run id an idempotency key is bound to, or "" when
 	// it is bound to none or its binding has lapsed.
@@ -113,6 +114,12 @@ type Store interface {
 	// ReleaseKey unbinds a key bound to runID, so that the next claim of it
 	// binds anew; a key bound to another run, or to none, is left as it is.
 	ReleaseKey(ctx context.Context, key, runID string) error
+	// ForEachKey calls fn with each key bound now whose name starts with
+	// prefix, and what it is bound to, in no set order; fn returning an
+	// error stops the walk with that error. It is for the few keys a
+	// gateway must find again after a restart, not for the many: on Redis
+	// it walks the whole keyspace.
+	ForEachKey(ctx context.Context, prefix string, fn func(key, bound string) error) error
 
 	// AddDLQ parks an entry that belongs to no run, such as a trigger
 	// delivery no run could be started for.

@@ -13,6 +13,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/backup"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/textx"
 )
 
 const backupHelp = `Usage: gateway backup OUT --server URL [--token T]
@@ -134,7 +135,7 @@ func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if out == "-" {
 		report = stderr
 	}
-	fmt.Fprintf(report, "backed up %d runs from the %s store %s to %s (%s, %s)\n", info.Runs, info.Kind, from, out, byteSize(size), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(report, "backed up %s from the %s store %s to %s (%s, %s)\n", textx.Count(info.Runs, "run", "runs"), info.Kind, from, out, byteSize(size), time.Since(start).Round(time.Millisecond))
 	return exitOK
 }
 
@@ -225,7 +226,7 @@ func byteSize(n int64) string {
 	case n >= 1<<10:
 		return fmt.Sprintf("%.1f KB", float64(n)/(1<<10))
 	}
-	return fmt.Sprintf("%d bytes", n)
+	return textx.Count(int(n), "byte", "bytes")
 }
 
 func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -266,7 +267,7 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return fail(stderr, "restore", err)
 	}
-	fmt.Fprintf(stdout, "restored %d runs (%d unfinished) into %s (%s)\n", info.Runs, info.Unfinished, gateway.StateName(url), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "restored %s (%d unfinished) into %s (%s)\n", textx.Count(info.Runs, "run", "runs"), info.Unfinished, gateway.StateName(url), time.Since(start).Round(time.Millisecond))
 	if info.Unfinished > 0 {
 		fmt.Fprintln(stdout, "gateway resume, or gateway serve, carries the unfinished runs on")
 	}

@@ -301,6 +301,7 @@ provider = "echo"
 	}
 	restored := filepath.Join(dir, "restored.db")
 	cut := filepath.Join(dir, "cut.backup")
+	empty := filepath.Join(dir, "empty.backup")
 	later := filepath.Join(dir, "later.backup")
 	steps := []struct {
 		args    []string
@@ -315,9 +316,23 @@ provider = "echo"
 		{args: []string{"restore", out, "--state", restored}, says: "restored 2 runs (0 unfinished) into " + restored},
 		{args: []string{"runs", "list", "--state", restored}, says: "hello"},
 		{args: []string{"restore", out, "--state", restored}, code: exitFailed, says: "not empty"},
-		{args: []string{"restore", cut, "--state", filepath.Join(dir, "never.db")}, code: exitFailed, says: "truncated", prepare: func() {
+		{args: []string{"restore", cut, "--state", filepath.Join(dir, "never.db")}, code: exitFailed, says: "backup file is truncated: it ends after 20000 bytes, ", prepare: func() {
 			data, _ := os.ReadFile(out)
-			writeFile(t, cut, string(data[:len(data)/2]))
+			if len(data) <= 20000 {
+				t.Fatalf("the backup is %d bytes, too few to cut", len(data))
+			}
+			writeFile(t, cut, string(data[:20000]))
+		}},
+		{args: []string{"restore", empty, "--state", filepath.Join(dir, "never.db")}, code: exitFailed, says: "backup file is damaged: it holds no store file", prepare: func() {
+			var b bytes.Buffer
+			w, err := backup.NewWriter(&b, backup.Header{Kind: "bolt", Format: "3", Created: time.Now().UTC()})
+			if err == nil {
+				err = w.Close(backup.Trailer{})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, empty, b.String())
 		}},
 		{args: []string{"restore", later, "--state", filepath.Join(dir, "never.db")}, code: exitFailed, says: "version 2 of the backup format", prepare: func() {
 			data, _ := os.ReadFile(out)

@@ -24,6 +24,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/textx"
 	"github.com/chaingate/gateway/plugins/conformance"
 	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers/builtin"
@@ -299,9 +300,9 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			for _, w := range cfg.Warnings {
 				fmt.Fprintln(stdout, w.String())
 			}
-			summary := fmt.Sprintf("ok: %d chains, %d steps, %d providers", rep.Chains, rep.Steps, rep.Providers)
+			summary := "ok: " + textx.Count(rep.Chains, "chain", "chains") + ", " + textx.Count(rep.Steps, "step", "steps") + ", " + textx.Count(rep.Providers, "provider", "providers")
 			if rep.Triggers > 0 || rep.Schedules > 0 {
-				summary += fmt.Sprintf(", %d triggers, %d schedules", rep.Triggers, rep.Schedules)
+				summary += ", " + textx.Count(rep.Triggers, "trigger", "triggers") + ", " + textx.Count(rep.Schedules, "schedule", "schedules")
 			}
 			fmt.Fprintln(stdout, summary)
 			for _, n := range rep.Notes {
@@ -403,21 +404,27 @@ type session struct {
 	stopControl func()
 }
 
-// openSession loads the config, opens the store and plugins, and listens on
-// the store's control socket so "gateway cancel" can reach this process.
-func openSession(ctx context.Context, configs []string, state, logLevel string, work bool, stdout, stderr io.Writer) (*session, int) {
+// loadConfig loads the configs of a command that advances runs, printing
+// what is wrong with them, or their warnings; nil when they do not load.
+func loadConfig(configs []string, stderr io.Writer) *chain.Config {
+	cfg, err := gateway.LoadConfig(configs)
+	if err != nil {
+		printConfigError(stderr, err)
+		return nil
+	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintln(stderr, w.String())
+	}
+	return cfg
+}
+
+// openSession opens the store and plugins for cfg, and listens on the
+// store's control socket so "gateway cancel" can reach this process.
+func openSession(ctx context.Context, cfg *chain.Config, state, logLevel string, work bool, stdout, stderr io.Writer) (*session, int) {
 	logger, err := newLogger(stderr, logLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway:", err)
 		return nil, exitUsage
-	}
-	cfg, err := gateway.LoadConfig(configs)
-	if err != nil {
-		printConfigError(stderr, err)
-		return nil, exitUsage
-	}
-	for _, w := range cfg.Warnings {
-		fmt.Fprintln(stderr, w.String())
 	}
 	progress := newProgressPrinter(stderr)
 	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: state, Logger: logger, OnEvent: func(ev store.Event) { progress.print(gateway.EventOf(ev)) }})
@@ -527,17 +534,26 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *dryRun {
 		return dryRunChain(ctx, configs, chainName, payload, *mocks, stdout, stderr)
 	}
-	s, code := openSession(ctx, configs, *state, *logLevel, !*noWorker, stdout, stderr)
+	cfg := loadConfig(configs, stderr)
+	if cfg == nil {
+		return exitUsage
+	}
+	// Refused before the store is opened, which would create its file.
+	if cfg.Chains[chainName] == nil {
+		fmt.Fprintf(stderr, "gateway run: unknown chain %q; the config defines %s\n", chainName, strings.Join(cfg.ChainNames, ", "))
+		return exitUsage
+	}
+	s, code := openSession(ctx, cfg, *state, *logLevel, !*noWorker, stdout, stderr)
 	if s == nil {
 		return code
 	}
 	defer s.close()
-	if s.gw.Config.Chains[chainName] == nil {
-		fmt.Fprintf(stderr, "gateway run: unknown chain %q; the config defines %s\n", chainName, strings.Join(s.gw.Config.ChainNames, ", "))
-		return exitUsage
-	}
 	if ids, err := s.gw.Store.UnfinishedRuns(ctx); err == nil && len(ids) > 0 {
-		fmt.Fprintf(stderr, "note: this store holds %d unfinished runs; \"gateway resume\" continues them\n", len(ids))
+		them := "them"
+		if len(ids) == 1 {
+			them = "it"
+		}
+		fmt.Fprintf(stderr, "note: this store holds %s; \"gateway resume\" continues %s\n", textx.Count(len(ids), "unfinished run", "unfinished runs"), them)
 	}
 	started, err := s.gw.Engine.Start(ctx, chainName, engine.Input{Payload: payload, StartedBy: store.StartedByCLI})
 	var ie *chain.InputError
@@ -586,7 +602,11 @@ func cmdResume(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 func resumeAll(ctx context.Context, configs []string, state, logLevel string, work bool, stdout, stderr io.Writer) int {
-	s, code := openSession(ctx, configs, state, logLevel, work, stdout, stderr)
+	cfg := loadConfig(configs, stderr)
+	if cfg == nil {
+		return exitUsage
+	}
+	s, code := openSession(ctx, cfg, state, logLevel, work, stdout, stderr)
 	if s == nil {
 		return code
 	}
@@ -597,7 +617,7 @@ func resumeAll(ctx context.Context, configs []string, state, logLevel string, wo
 		fmt.Fprintln(stderr, "gateway resume:", err)
 		code = exitFailed
 	}
-	fmt.Fprintf(stderr, "resuming %d runs\n", len(ids))
+	fmt.Fprintf(stderr, "resuming %s\n", textx.Count(len(ids), "run", "runs"))
 	for _, d := range s.gw.Engine.Damaged() {
 		fmt.Fprintf(stderr, "skipped run %s: its record cannot be read back (%s); gateway runs list shows it as damaged\n", d.ID, d.Error)
 	}

@@ -627,7 +627,8 @@ func TestRunRefusesUnstorablePayload(t *testing.T) {
 }
 
 // TestRunLeavesNoControlSocket: the control socket beside the store file
-// goes with the command that opened it, however the command ends.
+// goes with the command that opened it, however the command ends; a run of
+// a chain the config lacks opens nothing, and leaves no store file.
 func TestRunLeavesNoControlSocket(t *testing.T) {
 	const config = `
 [[providers]]
@@ -656,12 +657,15 @@ payload_template = { record = "DIR/calls.jsonl", sleep_ms = 60000 }
 		args      []string
 		interrupt bool // cancel the command once its call is out
 		want      int
+		// noStore: refused before anything is opened, so no store file
+		// is made for a name mistyped.
+		noStore bool
 	}{
-		{"succeeded", []string{"run", "ok"}, false, exitOK},
-		{"failed", []string{"run", "fails"}, false, exitFailed},
-		{"unknown chain", []string{"run", "nope"}, false, exitUsage},
-		{"interrupted", []string{"run", "slow"}, true, exitInterrupt},
-		{"resume", []string{"resume"}, false, exitOK},
+		{name: "succeeded", args: []string{"run", "ok"}, want: exitOK},
+		{name: "failed", args: []string{"run", "fails"}, want: exitFailed},
+		{name: "unknown chain", args: []string{"run", "nope"}, want: exitUsage, noStore: true},
+		{name: "interrupted", args: []string{"run", "slow"}, interrupt: true, want: exitInterrupt},
+		{name: "resume", args: []string{"resume"}, want: exitOK},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -684,8 +688,8 @@ payload_template = { record = "DIR/calls.jsonl", sleep_ms = 60000 }
 			if code != tc.want {
 				t.Fatalf("exit %d, want %d\n%s%s", code, tc.want, stdout.String(), stderr.String())
 			}
-			if _, err := os.Stat(env.state); err != nil {
-				t.Fatalf("the command opened no store: %v", err)
+			if _, err := os.Stat(env.state); tc.noStore != os.IsNotExist(err) {
+				t.Fatalf("the store file, with noStore %v: %v", tc.noStore, err)
 			}
 			if _, err := os.Lstat(gateway.ControlPath(env.state)); !os.IsNotExist(err) {
 				t.Errorf("%s is left behind (%v)", gateway.ControlPath(env.state), err)

@@ -23,6 +23,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/chaintest"
 	"github.com/chaingate/gateway/internal/jsonx"
+	"github.com/chaingate/gateway/internal/textx"
 )
 
 // target is where an operator command acts: a server's API, or a store.
@@ -177,12 +178,12 @@ func showPrune(w io.Writer, res *gateway.PruneResult) {
 	if res.DryRun {
 		verb = "would prune"
 	}
-	line := fmt.Sprintf("%s %d runs", verb, n)
+	line := verb + " " + textx.Count(n, "run", "runs")
 	if len(by) > 0 {
 		line += " (" + strings.Join(by, ", ") + ")"
 	}
 	if !res.DryRun {
-		line += fmt.Sprintf(", %d records freed", res.Freed.Records)
+		line += ", " + textx.Count(res.Freed.Records, "record", "records") + " freed"
 	}
 	fmt.Fprintln(w, line)
 	if k := res.Kept; k.DeadLetter+k.Key+k.Parent > 0 {
@@ -350,7 +351,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				printJSON(stdout, res)
 				continue
 			}
-			fmt.Fprintf(stdout, "deleted run %s (%d records, %d dead-letter entries)\n", id, res.Freed.Records, len(res.DeadLetters))
+			fmt.Fprintf(stdout, "deleted run %s (%s, %s)\n", id, textx.Count(res.Freed.Records, "record", "records"), textx.Count(len(res.DeadLetters), "dead-letter entry", "dead-letter entries"))
 		}
 		return code
 	case "prune":
@@ -564,6 +565,16 @@ waits for the replayed runs.
 
 `
 
+// replayedEntry says what a replay of an entry started: a run, or, for a
+// delivery whose every alert was skipped, nothing.
+func replayedEntry(w io.Writer, entry, run string) {
+	if run == "" {
+		fmt.Fprintf(w, "replayed entry %s: it started no run (each of its alerts was skipped), and is removed\n", entry)
+		return
+	}
+	fmt.Fprintf(w, "replaying entry %s as run %s\n", entry, run)
+}
+
 func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, dlqHelp)
@@ -672,7 +683,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(stderr, "dlq", err)
 		}
-		fmt.Fprintf(stdout, "purged %d entries\n", n)
+		fmt.Fprintf(stdout, "purged %s\n", textx.Count(n, "entry", "entries"))
 	case "replay":
 		if gw != nil && len(gw.Config.Chains) == 0 {
 			fmt.Fprintln(stderr, "gateway dlq replay: working on a store needs --config, to run what is replayed")
@@ -685,8 +696,10 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if err != nil {
 				return fail(stderr, "dlq", err)
 			}
-			fmt.Fprintf(stdout, "replaying entry %s as run %s\n", pos[0], run.ID)
-			runs = append(runs, run.ID)
+			replayedEntry(stdout, pos[0], run.ID)
+			if run.ID != "" {
+				runs = append(runs, run.ID)
+			}
 		} else {
 			res, err := ops.ReplayMany(ctx, filter, replayOpts, *concurrency)
 			if err != nil {
@@ -696,14 +709,16 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				printJSON(stdout, res)
 			} else {
 				for _, r := range res.Replayed {
-					fmt.Fprintf(stdout, "replaying entry %s as run %s\n", r.Entry, r.Run)
+					replayedEntry(stdout, r.Entry, r.Run)
 				}
 				for _, f := range res.Failed {
 					fmt.Fprintf(stdout, "could not replay entry %s: %s\n", f.Entry, f.Error)
 				}
 			}
 			for _, r := range res.Replayed {
-				runs = append(runs, r.Run)
+				if r.Run != "" {
+					runs = append(runs, r.Run)
+				}
 			}
 			if len(res.Failed) > 0 {
 				code = exitFailed

@@ -290,15 +290,15 @@ func TestOperatorCommands(t *testing.T) {
 	// keeps them until they are deleted with their entries.
 	time.Sleep(1100 * time.Millisecond)
 	code, out, errOut = runCLI(t, "runs", "prune", "--older-than", "1s", "--status", "failed", "--dry-run", "--state", state)
-	if code != exitOK || !strings.Contains(out, "would prune 1 runs (1 failed)") || !strings.Contains(out, "kept 2 with a dead-letter entry") {
+	if code != exitOK || !strings.Contains(out, "would prune 1 run (1 failed)") || !strings.Contains(out, "kept 2 with a dead-letter entry") {
 		t.Errorf("runs prune --dry-run: %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = runCLI(t, "runs", "delete", failed[0], failed[1], "--state", state)
-	if code != exitOK || strings.Count(out, "deleted run ") != 2 || !strings.Contains(out, "1 dead-letter entries") {
+	if code != exitOK || strings.Count(out, "deleted run ") != 2 || !strings.Contains(out, "1 dead-letter entry") {
 		t.Errorf("runs delete: %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = runCLI(t, "runs", "prune", "--older-than", "1s", "--state", state)
-	if code != exitOK || !strings.Contains(out, "pruned 1 runs (1 failed)") {
+	if code != exitOK || !strings.Contains(out, "pruned 1 run (1 failed)") {
 		t.Errorf("runs prune: %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = runCLI(t, "runs", "list", "--state", state, "--status", "failed", "--output", "json")

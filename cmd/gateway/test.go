@@ -16,6 +16,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/chaintest"
+	"github.com/chaingate/gateway/internal/textx"
 )
 
 const testHelp = `Usage: gateway test PATH... [--run REGEX] [--output text|json|junit] [--coverage] [--parallel N] [-v]
@@ -140,10 +141,10 @@ func printTestText(w io.Writer, results []*chaintest.Result, cov *chaintest.Cove
 		cov.Print(w)
 	}
 	if failed > 0 {
-		fmt.Fprintf(w, "FAIL  %d of %d cases failed (%s)\n", failed, len(results), took.Round(time.Millisecond))
+		fmt.Fprintf(w, "FAIL  %d of %s failed (%s)\n", failed, textx.Count(len(results), "case", "cases"), took.Round(time.Millisecond))
 		return
 	}
-	fmt.Fprintf(w, "ok    %d cases passed (%s)\n", len(results), took.Round(time.Millisecond))
+	fmt.Fprintf(w, "ok    %s passed (%s)\n", textx.Count(len(results), "case", "cases"), took.Round(time.Millisecond))
 }
 
 type testCaseJSON struct {

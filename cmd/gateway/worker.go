@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/textx"
 )
 
 const workerHelp = `Usage: gateway worker --config PATH... [--listen ADDR]
@@ -84,7 +85,8 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// items call started: say so, for scripts that start workers and wait
 	// for them.
 	gw.WarmItemProviders(ctx)
-	fmt.Fprintf(stdout, "gateway worker: ready, running up to %d items at once and holding up to %d messages of up to %d items (%s)\n", fo.WorkerConcurrency, fo.Prefetch, fo.BatchSize, gw.Engine.Owner())
+	fmt.Fprintf(stdout, "gateway worker: ready, running up to %s at once and holding up to %s of up to %s (%s)\n",
+		textx.Count(fo.WorkerConcurrency, "item", "items"), textx.Count(fo.Prefetch, "message", "messages"), textx.Count(fo.BatchSize, "item", "items"), gw.Engine.Owner())
 	if err := gw.WorkItems(ctx); err != nil {
 		logger.Error("working split items failed", "err", err)
 		return exitFailed

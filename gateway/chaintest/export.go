@@ -12,6 +12,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/textx"
 	"github.com/chaingate/gateway/internal/tomlx"
 )
 
@@ -195,7 +196,7 @@ func (x *exporter) approval(name string, rec *gateway.Step) {
 // step: an item's record holds the result of its last step only.
 func (x *exporter) split(rv *gateway.RunView, n *gateway.DAGNode, rec *gateway.Step, key string) {
 	if len(n.Children) != 1 || n.Children[0].Kind != "provider" {
-		x.notes = append(x.notes, fmt.Sprintf("the items of split %s run %d steps, and only their last step's result is recorded: mock %s by hand", key, len(n.Children), stepList(n.Children)))
+		x.notes = append(x.notes, fmt.Sprintf("the items of split %s run %s, and only their last step's result is recorded: mock %s by hand", key, textx.Count(len(n.Children), "step", "steps"), stepList(n.Children)))
 		return
 	}
 	var items []string

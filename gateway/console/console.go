@@ -193,6 +193,7 @@ var flashes = map[string]string{
 	"replayed-restart": "replayed (restart)",
 	"run-deleted":      "the run is deleted, and its dead letters with it",
 	"entry-deleted":    "the dead letter is deleted",
+	"entry-skipped":    "replayed: each alert it kept was skipped, so no run started, and it is removed",
 	"answered-approve": "answered: approve",
 	"answered-reject":  "answered: reject",
 	"redriven-failed":  "redriven: the split's failed items run again",

@@ -20,6 +20,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/textx"
 	"github.com/chaingate/gateway/providers/limits"
 )
 
@@ -111,21 +112,42 @@ type runLine struct {
 const failureWindow = 15 * time.Minute
 
 var (
-	idLike     = regexp.MustCompile(`\b[0-9a-hjkmnp-tv-z]{26}\b|\b[0-9a-f]{8,}\b`)
-	numberLike = regexp.MustCompile(`\b\d+(\.\d+)?\b`)
-	quotedLike = regexp.MustCompile(`"[^"]*"`)
+	// quotedLike is a quoted value as %q writes it, escaped quotes and all.
+	quotedLike = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+	// wordLike is a run of letters and digits, hyphens joining them, for
+	// isID to tell the ids among (a UUID is hyphenated, db-01m8… holds one).
+	wordLike = regexp.MustCompile(`[0-9A-Za-z]+(?:-[0-9A-Za-z]+)*`)
+	idLike   = regexp.MustCompile(`^(?:[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}|[0-9a-hjkmnp-tv-z]{26}|[0-9a-fA-F]{8,})$`)
+	// numberLike is every number, inside a word too (db-1, 5xx, a time's
+	// 07Z), so that messages differing only in numbers read the same.
+	numberLike = regexp.MustCompile(`\d+(?:\.\d+)?`)
 )
 
 // normaliseError groups messages that differ only in ids, numbers and
 // quoted values.
 func normaliseError(msg string) string {
-	msg = idLike.ReplaceAllString(msg, "…")
 	msg = quotedLike.ReplaceAllString(msg, `"…"`)
-	msg = numberLike.ReplaceAllString(msg, "N")
-	if len(msg) > 200 {
-		msg = msg[:200] + "…"
-	}
-	return msg
+	msg = wordLike.ReplaceAllStringFunc(msg, func(w string) string {
+		if isID(w) {
+			return "…"
+		}
+		parts := strings.Split(w, "-")
+		for i, p := range parts {
+			if isID(p) {
+				parts[i] = "…"
+			}
+		}
+		return strings.Join(parts, "-")
+	})
+	return textx.Short(numberLike.ReplaceAllString(msg, "N"), 200)
+}
+
+// isID reports whether a word is an id (a UUID, a run's ULID, a digest or
+// fingerprint in hex): one idLike matches that holds both digits and
+// letters, which a number or a plain word does not.
+func isID(w string) bool {
+	return idLike.MatchString(w) && strings.ContainsAny(w, "0123456789") &&
+		strings.IndexFunc(w, func(r rune) bool { return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' }) >= 0
 }
 
 func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
@@ -178,7 +200,7 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 			// A delivery no run was started for fails no run: it is a
 			// failure of its own.
 			msg := normaliseError(e.Error.Message)
-			k := "delivery\x00" + e.Trigger + "\x00" + msg
+			k := "delivery\x00" + e.Trigger + "\x00" + e.Chain + "\x00" + msg
 			g := groups[k]
 			if g == nil {
 				g = &failureGroup{Chain: e.Chain, Step: "trigger " + e.Trigger + ": no run started", Error: msg,
@@ -811,6 +833,10 @@ func (c *console) replayEntry(w http.ResponseWriter, r *http.Request, _ *uiSessi
 		c.failErr(w, r, err)
 		return
 	}
+	if run.ID == "" {
+		http.Redirect(w, r, flashed(c.base+"/dlq", "entry-skipped"), http.StatusSeeOther)
+		return
+	}
 	c.replayed(w, r, run.ID, opts)
 }
 
@@ -909,7 +935,7 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 			var err error
 			if action == "replay" {
 				var run *gateway.Run
-				if run, err = c.ops.Replay(ctx, e.ID, opts); err == nil {
+				if run, err = c.ops.Replay(ctx, e.ID, opts); err == nil && run.ID != "" {
 					running[run.ID] = true
 				}
 			} else {

@@ -92,3 +92,25 @@ func BenchmarkUnmarshalStep(b *testing.B) {
 		})
 	}
 }
+
+func TestValidUTF8(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"valid as it is", `{"a":"héllo \u00e9 \ud83d\ude00","b":[1,2]}`, `{"a":"héllo \u00e9 \ud83d\ude00","b":[1,2]}`},
+		{"invalid bytes", "{\"a\":\"x\xff\xfey\",\"k\xc3\":1}", "{\"a\":\"x\uFFFD\uFFFDy\",\"k\uFFFD\":1}"},
+		{"a UTF-8 encoded surrogate", "\"\xed\xa0\x80\"", "\"\uFFFD\uFFFD\uFFFD\""},
+		{"a lone high surrogate", `{"s":"\ud800x"}`, `{"s":"\ufffdx"}`},
+		{"a lone low surrogate", `["\uDC00"]`, `["\ufffd"]`},
+		{"a high surrogate at the end", `"\ud800"`, `"\ufffd"`},
+		{"two high surrogates", `"\ud800\ud800\udc00"`, `"\ufffd\ud800\udc00"`},
+		{"an escaped backslash before u", `"\\ud800"`, `"\\ud800"`},
+		{"an escaped backslash, then an escape", `"\\\ud800"`, `"\\\ufffd"`},
+		{"an escape cut short", `"\ud8`, `"\ud8`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := string(jsonx.ValidUTF8([]byte(tc.in)))
+			if got != tc.want {
+				t.Errorf("ValidUTF8(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}

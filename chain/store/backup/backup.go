@@ -191,7 +191,10 @@ func (w *Writer) Close(t Trailer) error {
 // Reader reads a backup frame by frame, checking it as it goes; only once
 // Next has returned io.EOF is the backup known to be whole.
 type Reader struct {
-	r      *bufio.Reader
+	r *bufio.Reader
+	// in counts what was read of the file, which is all of it once the
+	// file is found to end early.
+	in     *countingReader
 	header Header
 	sum    hash.Hash32
 	frames int64
@@ -203,7 +206,8 @@ type Reader struct {
 
 // NewReader reads a backup's first line and header.
 func NewReader(r io.Reader) (*Reader, error) {
-	br := &Reader{r: bufio.NewReaderSize(r, 64<<10), sum: crc32.New(castagnoli)}
+	in := &countingReader{r: r}
+	br := &Reader{r: bufio.NewReaderSize(in, 64<<10), in: in, sum: crc32.New(castagnoli)}
 	line, err := br.r.ReadSlice('\n')
 	text, want := strings.TrimSuffix(string(line), "\n"), Magic+" "
 	if !strings.HasPrefix(text, want) {
@@ -261,7 +265,11 @@ func (r *Reader) count(b []byte) {
 func (r *Reader) frame() (byte, []byte, error) {
 	tag, err := r.r.ReadByte()
 	if errors.Is(err, io.EOF) {
-		return 0, nil, r.truncated()
+		where := fmt.Sprintf("after frame %d", r.frames)
+		if r.frames == 1 {
+			where += ", its header"
+		}
+		return 0, nil, r.truncated(where)
 	}
 	if err != nil {
 		return 0, nil, fmt.Errorf("reading the backup: %w", err)
@@ -269,7 +277,7 @@ func (r *Reader) frame() (byte, []byte, error) {
 	n, err := binary.ReadUvarint(r.r)
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return 0, nil, r.truncated()
+		return 0, nil, r.truncated(fmt.Sprintf("in the length of frame %d", r.frames+1))
 	case err != nil:
 		return 0, nil, fmt.Errorf("reading the backup: %w: frame %d: %w", ErrDamaged, r.frames+1, err)
 	case n > MaxFrame:
@@ -279,9 +287,9 @@ func (r *Reader) frame() (byte, []byte, error) {
 		r.buf = make([]byte, n)
 	}
 	payload := r.buf[:n]
-	if _, err := io.ReadFull(r.r, payload); err != nil {
+	if got, err := io.ReadFull(r.r, payload); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return 0, nil, r.truncated()
+			return 0, nil, r.truncated(fmt.Sprintf("%d bytes into frame %d, which holds %d", got, r.frames+1, n))
 		}
 		return 0, nil, fmt.Errorf("reading the backup: %w", err)
 	}
@@ -293,8 +301,22 @@ func (r *Reader) frame() (byte, []byte, error) {
 	return tag, payload, nil
 }
 
-func (r *Reader) truncated() error {
-	return fmt.Errorf("reading the backup: %w: it ends after %d bytes without its end frame (was the copy cut short?)", ErrTruncated, r.bytes)
+// truncated says where a backup cut short ends: the file's length, and
+// where that falls among its frames.
+func (r *Reader) truncated(where string) error {
+	return fmt.Errorf("reading the backup: %w: it ends after %d bytes, %s, without its end frame (was the copy cut short?)", ErrTruncated, r.in.n, where)
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // Next returns the next data frame; its payload is valid until the next

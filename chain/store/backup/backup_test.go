@@ -3,6 +3,7 @@ package backup_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -141,6 +142,37 @@ func TestRefusals(t *testing.T) {
 			_, _, _, err := readAll(tc.data)
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("got %v; want %v saying %q", err, tc.want, tc.says)
+			}
+		})
+	}
+}
+
+// TestCutShortSaysWhere: a backup cut short is reported with the length
+// it has, and where among its frames that falls.
+func TestCutShortSaysWhere(t *testing.T) {
+	data, _ := sample(t, 2400_000)
+	var head bytes.Buffer
+	if _, err := backup.NewWriter(&head, backup.Header{Kind: "test", Format: "7", Created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Source: "a place"}); err != nil {
+		t.Fatal(err)
+	}
+	// The first chunk's payload, in frame 5, starts after the header, two
+	// small frames, one of 3000 bytes, and its own tag and length.
+	firstChunk := head.Len() + (1 + 1 + 3) + (1 + 1) + (1 + 2 + 3000) + (1 + 3)
+	tests := []struct {
+		name string
+		cut  int
+		says string
+	}{
+		{"in the first line", 10, "it ends after 10 bytes, in its first line"},
+		{"after the header", head.Len(), fmt.Sprintf("it ends after %d bytes, after frame 1, its header, without its end frame", head.Len())},
+		{"in a frame's length", head.Len() + 1, fmt.Sprintf("it ends after %d bytes, in the length of frame 2", head.Len()+1)},
+		{"half way through", 501 << 10, fmt.Sprintf("it ends after 513024 bytes, %d bytes into frame 5, which holds 1048576, without its end frame", 513024-firstChunk)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, _, err := readAll(data[:tc.cut])
+			if !errors.Is(err, backup.ErrTruncated) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("got %v; want it to say %q", err, tc.says)
 			}
 		})
 	}

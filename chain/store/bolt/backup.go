@@ -158,6 +158,7 @@ func Restore(ctx context.Context, r *backup.Reader, path string) (store.Snapshot
 			_ = os.Remove(tmp.Name())
 		}
 	}()
+	var size int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return fail(err)
@@ -172,9 +173,16 @@ func Restore(ctx context.Context, r *backup.Reader, path string) (store.Snapshot
 		if tag != tagFile {
 			return fail(fmt.Errorf("%w: a frame of kind %q in a bolt backup", backup.ErrDamaged, tag))
 		}
-		if _, err := tmp.Write(p); err != nil {
+		n, err := tmp.Write(p)
+		size += int64(n)
+		if err != nil {
 			return fail(err)
 		}
+	}
+	if size == 0 {
+		// bbolt would take the empty file for a new store, and fail to
+		// write one into a file opened to be read.
+		return fail(fmt.Errorf("%w: it holds no store file: nothing comes between its header and its end frame, and a backup of a store always holds its file; take the backup again", backup.ErrDamaged))
 	}
 	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
 		return fail(err)
@@ -239,7 +247,7 @@ func claimEmpty(path string) (*bbolt.DB, error) {
 func checkFile(path string) (store.SnapshotInfo, error) {
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: lockTimeoutOr(0)})
 	if err != nil {
-		return store.SnapshotInfo{}, err
+		return store.SnapshotInfo{}, fmt.Errorf("it is not a store file: %w", err)
 	}
 	defer db.Close()
 	info := store.SnapshotInfo{Kind: Kind}

@@ -132,6 +132,32 @@ func rewrite(t *testing.T, data []byte, h backup.Header) []byte {
 	return out.Bytes()
 }
 
+// headerOnly is a whole bolt backup, header and end frame, that holds no
+// data frame.
+func headerOnly(t *testing.T) []byte {
+	t.Helper()
+	return withData(t, nil)
+}
+
+// withData is a whole bolt backup whose file is data.
+func withData(t *testing.T, data []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	w, err := backup.NewWriter(&out, backup.Header{Kind: "bolt", Format: "3", Created: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > 0 {
+		if err := w.Frame('D', data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(backup.Trailer{}); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
 // TestRestoreRefuses checks what a restore refuses, and that a refused
 // restore leaves nothing behind.
 func TestRestoreRefuses(t *testing.T) {
@@ -159,6 +185,8 @@ func TestRestoreRefuses(t *testing.T) {
 		{name: "a later backup format", data: append([]byte("chaingate-backup 2\n"), data[len("chaingate-backup 1\n"):]...), want: backup.ErrVersion},
 		{name: "a later store format", data: rewrite(t, data, backup.Header{Kind: "bolt", Format: "4"}), says: "format 4, and this gateway reads formats 2 and 3"},
 		{name: "a Redis backup", data: rewrite(t, data, backup.Header{Kind: "redis", Format: "1"}), says: "holds a redis store"},
+		{name: "a header and no data", data: headerOnly(t), want: backup.ErrDamaged, says: "it holds no store file: nothing comes between its header and its end frame"},
+		{name: "a few bytes of data", data: withData(t, []byte("not a bolt file")), says: "checking the restored file: it is not a store file"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

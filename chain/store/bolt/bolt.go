@@ -1131,8 +1131,12 @@ func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Durati
 			if exp := time.Unix(0, int64(binary.BigEndian.Uint64(v[:8]))); now.Before(exp) {
 				if bound := string(v[8:]); bound != runID {
 					existing = bound
+					return nil
 				}
-				return nil
+				// Claimed again by its holder: bound anew for ttl.
+				if err := expiry.Delete(append(append([]byte(nil), v[:8]...), key...)); err != nil {
+					return err
+				}
 			}
 		}
 		exp := binary.BigEndian.AppendUint64(nil, uint64(now.Add(ttl).UnixNano()))
@@ -1162,6 +1166,33 @@ func (s *Store) ReleaseKey(ctx context.Context, key, runID string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("releasing idempotency key: %w", err)
+	}
+	return nil
+}
+
+// ForEachKey implements store.Store. fn runs inside a read transaction:
+// it must not write to the store.
+func (s *Store) ForEachKey(ctx context.Context, prefix string, fn func(key, bound string) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	now := time.Now()
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketKeys).Cursor()
+		for k, v := c.Seek([]byte(prefix)); k != nil && bytes.HasPrefix(k, []byte(prefix)); k, v = c.Next() {
+			if len(v) <= 8 || !now.Before(time.Unix(0, int64(binary.BigEndian.Uint64(v[:8])))) {
+				continue
+			}
+			if err := fn(string(k), string(v[8:])); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("listing idempotency keys: %w", err)
 	}
 	return nil
 }

@@ -729,11 +729,8 @@ func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Durati
 	}
 	defer s.mu.Unlock()
 	now := time.Now()
-	if b, ok := s.keys[key]; ok && now.Before(b.expires) {
-		if b.runID != runID {
-			return b.runID, nil
-		}
-		return "", nil
+	if b, ok := s.keys[key]; ok && now.Before(b.expires) && b.runID != runID {
+		return b.runID, nil
 	}
 	s.keys[key] = binding{runID, now.Add(ttl)}
 	if len(s.keys) >= s.sweepAt {
@@ -761,6 +758,27 @@ func (s *Store) ReleaseKey(ctx context.Context, key, runID string) error {
 	defer s.mu.Unlock()
 	if b, ok := s.keys[key]; ok && b.runID == runID {
 		delete(s.keys, key)
+	}
+	return nil
+}
+
+// ForEachKey implements store.Store. It calls fn without the lock held.
+func (s *Store) ForEachKey(ctx context.Context, prefix string, fn func(key, bound string) error) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	now := time.Now()
+	var found [][2]string
+	for k, b := range s.keys {
+		if strings.HasPrefix(k, prefix) && now.Before(b.expires) {
+			found = append(found, [2]string{k, b.runID})
+		}
+	}
+	s.mu.Unlock()
+	for _, kv := range found {
+		if err := fn(kv[0], kv[1]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

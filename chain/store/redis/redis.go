@@ -1096,6 +1096,41 @@ func (s *Store) ReleaseKey(ctx context.Context, key, runID string) error {
 	return nil
 }
 
+// ForEachKey implements store.Store.
+func (s *Store) ForEachKey(ctx context.Context, prefix string, fn func(key, bound string) error) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	at := len(s.idemKey(""))
+	seen := map[string]bool{}
+	err := s.scanKeys(ctx, globEscape(s.idemKey(prefix))+"*", func(keys []string) error {
+		for _, k := range keys {
+			// SCAN may name a key twice, and a key may lapse before it
+			// is read.
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			bound, err := s.client.Get(ctx, k).Result()
+			switch {
+			case errors.Is(err, goredis.Nil):
+				continue
+			case err != nil:
+				return err
+			}
+			if err := fn(k[at:], bound); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("listing idempotency keys: %w", err)
+	}
+	return nil
+}
+
 // ClaimKey implements store.Store.
 func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error) {
 	ms, err := ttlMillis(ttl)

@@ -202,7 +202,9 @@ return 0
 
 // claimScript binds an idempotency key unless it is bound to another run,
 // whose id it returns. A key already bound to the same run counts as
-// claimed, so a claim that the client retries after a lost reply succeeds.
+// claimed, and is bound anew for the ttl, so a claim that the client
+// retries after a lost reply succeeds, and a holder keeps a claim by
+// claiming it again.
 //
 // KEYS: key. ARGV: run id, ttl in ms.
 var claimScript = goredis.NewScript(`
@@ -210,8 +212,6 @@ local cur = redis.call('GET', KEYS[1])
 if cur and cur ~= ARGV[1] then
   return cur
 end
-if not cur then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false
 `)

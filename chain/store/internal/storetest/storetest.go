@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -47,6 +48,7 @@ func Run(t *testing.T, f Factory) {
 		{"DeliveryDLQ", testDeliveryDLQ},
 		{"Deliveries", testDeliveries},
 		{"ReleaseKey", testReleaseKey},
+		{"ForEachKey", testForEachKey},
 		{"FinishedRuns", testFinishedRuns},
 		{"DeleteRun", testDeleteRun},
 		{"Prune", testPrune},
@@ -857,6 +859,40 @@ func testReleaseKey(t *testing.T, f Factory) {
 	}
 }
 
+// testForEachKey lists the keys bound under a prefix, and only those:
+// not one released, lapsed, or under another prefix.
+func testForEachKey(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	prefix := "listed/" + store.NewID() + "/"
+	for key, ttl := range map[string]time.Duration{"a": time.Hour, "b/c": time.Hour, "gone": time.Hour, "lapsed": 50 * time.Millisecond} {
+		if _, err := s.ClaimKey(ctx, prefix+key, "bound-"+key, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.ClaimKey(ctx, strings.TrimSuffix(prefix, "/")+"x", "elsewhere", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseKey(ctx, prefix+"gone", "bound-gone"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	got := map[string]string{}
+	if err := s.ForEachKey(ctx, prefix, func(key, bound string) error {
+		got[key] = bound
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{prefix + "a": "bound-a", prefix + "b/c": "bound-b/c"}; !maps.Equal(got, want) {
+		t.Errorf("keys under %s: %v, want %v", prefix, got, want)
+	}
+	stop := errors.New("stop")
+	if err := s.ForEachKey(ctx, prefix, func(string, string) error { return stop }); !errors.Is(err, stop) {
+		t.Errorf("fn's error: %v, want it returned", err)
+	}
+}
+
 // finish ends a run with status at ended.
 func finish(t *testing.T, s store.Store, run *store.Run, status store.RunStatus, ended time.Time) {
 	t.Helper()
@@ -1278,6 +1314,18 @@ func testIdempotencyKeys(t *testing.T, f Factory) {
 	time.Sleep(400 * time.Millisecond)
 	if got, err := s.KeyRun(ctx, key); err != nil || got != "" {
 		t.Errorf("a lapsed key's run: %q %v", got, err)
+	}
+	// Its holder claiming it again keeps it past its first ttl.
+	held := "chain-a/" + store.NewID()
+	if got, err := s.ClaimKey(ctx, held, "run-1", 300*time.Millisecond); err != nil || got != "" {
+		t.Fatalf("claim to hold: %q %v", got, err)
+	}
+	if got, err := s.ClaimKey(ctx, held, "run-1", time.Hour); err != nil || got != "" {
+		t.Fatalf("claim again by its holder: %q %v", got, err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if got, err := s.KeyRun(ctx, held); err != nil || got != "run-1" {
+		t.Errorf("a key claimed again past its first ttl: %q %v, want run-1", got, err)
 	}
 	if got, err := s.ClaimKey(ctx, key, "run-3", time.Second); err != nil || got != "" {
 		t.Errorf("claim after expiry: %q %v", got, err)
