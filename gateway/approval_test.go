@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,9 @@ func TestApprovalFromConsoleAndAPI(t *testing.T) {
 	id := startRun(t, env, "restart-db", `{"host": "db-1"}`)
 	waitAsking(t, env, id, "ask")
 	metricsSay(t, env, "chaingate_approvals_waiting 1", `chaingate_approvals_answered_total{decision="approved"} 0`)
+	if waited := metricValue(t, env, "chaingate_approvals_oldest_waiting_seconds"); waited <= 0 {
+		t.Errorf("the oldest waiting approval has waited %v s, want more than 0", waited)
+	}
 
 	reader := newBrowser(t, env)
 	reader.post("/ui/login", url.Values{"token": {"read-tok"}})
@@ -111,7 +115,7 @@ func TestApprovalFromConsoleAndAPI(t *testing.T) {
 		t.Errorf("the approval's event: %q", said)
 	}
 	metricsSay(t, env, "chaingate_approvals_waiting 0", `chaingate_approvals_answered_total{decision="approved"} 1`,
-		`chaingate_approvals_answered_total{decision="rejected"} 0`, "chaingate_approvals_timed_out_total 0")
+		`chaingate_approvals_answered_total{decision="rejected"} 0`, "chaingate_approvals_timed_out_total 0", "chaingate_approvals_oldest_waiting_seconds 0")
 	logsSay(t, env, `"msg":"approval waiting"`, `"msg":"approval answered","component":"engine","run":"`+id+`"`, `"decision":"approve","by":"alice (console)"`)
 }
 
@@ -124,6 +128,24 @@ func metricsSay(t *testing.T, env *apiEnv, want ...string) {
 			t.Errorf("the metrics lack %q", line)
 		}
 	}
+}
+
+// metricValue is the value of the gateway's metric series named series
+// (with its labels, as the text format writes them).
+func metricValue(t *testing.T, env *apiEnv, series string) float64 {
+	t.Helper()
+	_, _, body := env.call("GET", "/metrics", "", nil, nil)
+	for line := range strings.SplitSeq(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", series, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("the metrics lack %s:\n%s", series, body)
+	return 0
 }
 
 // logsSay checks that the gateway's log holds each text of want.

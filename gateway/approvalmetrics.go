@@ -16,6 +16,9 @@ func (m *Metrics) registerApprovals(gw *Gateway) {
 			// Sub-chain runs started by split items this process works.
 			more := gw.Items.Approvals()
 			st.Waiting += more.Waiting
+			if !more.OldestSince.IsZero() && (st.OldestSince.IsZero() || more.OldestSince.Before(st.OldestSince)) {
+				st.OldestSince = more.OldestSince
+			}
 			st.Approved += more.Approved
 			st.Rejected += more.Rejected
 			st.TimedOut += more.TimedOut
@@ -24,6 +27,13 @@ func (m *Metrics) registerApprovals(gw *Gateway) {
 	}
 	m.gauge("chaingate_approvals_waiting", prometheus.GaugeValue, "Approval steps waiting for an answer in the runs this gateway advances.", nil, func() []sample {
 		return []sample{{value: float64(stats().Waiting)}}
+	})
+	m.gauge("chaingate_approvals_oldest_waiting_seconds", prometheus.GaugeValue, "How long the approval step waiting longest for an answer, in the runs this gateway advances, has waited (0 when none waits).", nil, func() []sample {
+		since := stats().OldestSince
+		if since.IsZero() {
+			return []sample{{value: 0}}
+		}
+		return []sample{{value: max(gw.Engine.Clock().Now().Sub(since).Seconds(), 0)}}
 	})
 	m.gauge("chaingate_approvals_answered_total", prometheus.CounterValue, "Answers to approval steps this gateway applied to runs, by decision (approved, rejected).", []string{"decision"}, func() []sample {
 		st := stats()

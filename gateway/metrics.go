@@ -24,6 +24,7 @@ type Metrics struct {
 	reg         *prometheus.Registry
 	runsStarted *prometheus.CounterVec
 	runsEnded   *prometheus.CounterVec
+	runTimes    *prometheus.HistogramVec
 	calls       *prometheus.CounterVec
 	inFlight    *prometheus.GaugeVec
 	latency     *prometheus.HistogramVec
@@ -75,6 +76,10 @@ type sample struct {
 // stepBuckets are the latency buckets of a provider call, in seconds.
 var stepBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
+// runBuckets are the buckets of a run's duration, in seconds: from a chain
+// of quick calls to one that waited a day for a person.
+var runBuckets = []float64{0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 7200, 21600, 86400}
+
 // NewMetrics returns empty metrics.
 func NewMetrics() *Metrics {
 	m := &Metrics{
@@ -84,6 +89,9 @@ func NewMetrics() *Metrics {
 		}, []string{"chain"}),
 		runsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chaingate_runs_finished_total", Help: "Runs finished, by chain and final status.",
+		}, []string{"chain", "status"}),
+		runTimes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "chaingate_run_duration_seconds", Help: "How long runs took from start to end, by chain and final status.", Buckets: runBuckets,
 		}, []string{"chain", "status"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chaingate_provider_calls_total", Help: "Provider calls, by provider and result (ok or error).",
@@ -133,7 +141,7 @@ func NewMetrics() *Metrics {
 			Name: "chaingate_api_refused_total", Help: "API connections and requests refused by the per-address and server limits, by reason.",
 		}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.calls, m.inFlight, m.latency,
+	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.runTimes, m.calls, m.inFlight, m.latency,
 		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned, m.deliveries, m.ticks, m.refused, m.pruned, m.prunedDLQ, m.freed, m.oldestKept,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -145,7 +153,12 @@ func (m *Metrics) Event(ev store.Event) {
 	case store.EventRunStarted:
 		m.runsStarted.WithLabelValues(ev.Chain).Inc()
 	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut:
-		m.runsEnded.WithLabelValues(ev.Chain, strings.TrimPrefix(string(ev.Type), "run_")).Inc()
+		status := strings.TrimPrefix(string(ev.Type), "run_")
+		m.runsEnded.WithLabelValues(ev.Chain, status).Inc()
+		// A run's id holds when it was created, on whichever gateway.
+		if created, ok := store.IDTime(ev.RunID); ok {
+			m.runTimes.WithLabelValues(ev.Chain, status).Observe(max(ev.Time.Sub(created).Seconds(), 0))
+		}
 	}
 }
 

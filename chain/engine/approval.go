@@ -263,7 +263,7 @@ func (r *runner) progressApproval(now time.Time, q *seq, s *chain.Step, rec *sto
 		}
 		rec.Body, _ = jsonx.Marshal(map[string]string{"message": msg})
 		r.put(rec)
-		r.asking(rec.Key)
+		r.asking(rec.Key, rec.StartedAt)
 		text := "waiting for approval"
 		if msg != "" {
 			text += ": " + msg
@@ -280,7 +280,7 @@ func (r *runner) progressApproval(now time.Time, q *seq, s *chain.Step, rec *sto
 		r.addTimer(now.Add(approvalPoll), rec.Key)
 		return nil, false
 	case store.StepRunning:
-		r.asking(rec.Key)
+		r.asking(rec.Key, rec.StartedAt)
 		return nil, r.checkDecision(now, q, s, rec)
 	}
 	return nil, rec.Status.Final()
@@ -288,10 +288,10 @@ func (r *runner) progressApproval(now time.Time, q *seq, s *chain.Step, rec *sto
 
 // asking notes the approval step key as waiting in this run, for the
 // waiting gauge; put forgets it once its record says otherwise.
-func (r *runner) asking(key string) {
+func (r *runner) asking(key string, since time.Time) {
 	if r.askingKey != key {
 		r.askingKey = key
-		r.waitingApproval.Store(true)
+		r.waitingSince.Store(since.UnixNano())
 	}
 	if r.run.Status == store.RunRunning {
 		// Written with the step's record, in the same batch; the event
@@ -414,8 +414,10 @@ func (c *approvalCounts) answered(decision string) {
 // ApprovalStats are an engine's approval steps, for metrics.
 type ApprovalStats struct {
 	// Waiting is how many approval steps wait for an answer in the runs
-	// the engine advances now.
-	Waiting int
+	// the engine advances now; OldestSince is when the longest waiting of
+	// them asked, zero when none waits.
+	Waiting     int
+	OldestSince time.Time
 	// Approved and Rejected count the answers the engine applied to the
 	// runs it advanced; TimedOut the waits it ended at their deadline.
 	Approved, Rejected, TimedOut uint64
@@ -431,8 +433,11 @@ func (e *Engine) Approvals() ApprovalStats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, r := range e.runners {
-		if r.waitingApproval.Load() {
+		if ns := r.waitingSince.Load(); ns != 0 {
 			st.Waiting++
+			if since := time.Unix(0, ns); st.OldestSince.IsZero() || since.Before(st.OldestSince) {
+				st.OldestSince = since
+			}
 		}
 	}
 	return st

@@ -84,9 +84,10 @@ type runner struct {
 	sink recordSink
 
 	// askingKey is the approval step the run waits at, if any;
-	// waitingApproval says so to the engine's statistics.
-	askingKey       string
-	waitingApproval atomic.Bool
+	// waitingSince tells the engine's statistics since when (Unix
+	// nanoseconds, 0 when the run waits for no one).
+	askingKey    string
+	waitingSince atomic.Int64
 
 	inbox chan outcome
 	// acct holds the units of activity (Activity) of the messages given
@@ -652,7 +653,7 @@ func (r *runner) put(rec *store.StepRecord) {
 	r.recs[rec.Key] = rec
 	if r.askingKey == rec.Key && rec.Status != store.StepRunning {
 		r.askingKey = ""
-		r.waitingApproval.Store(false)
+		r.waitingSince.Store(0)
 		if r.run.Status == store.RunWaiting {
 			r.run.Status = store.RunRunning
 		}
