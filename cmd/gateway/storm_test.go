@@ -45,16 +45,16 @@ when = 'origin.payload.fingerprint == ""'
 
 // TestSIGTERMDuringAlertStorm posts notifications of many alerts at once
 // and sends SIGTERM a moment after their answers, while the alerts kept
-// past the answers are being started, then starts the gateway again, ten
+// past the answers are being started, then starts the gateway again, six
 // times; the last time the gateway is killed instead. Each stop exits 0
 // (or, killed, dies) without a panic, letting go of the kept alerts it
 // was starting, and every alert is started once, never twice, never lost:
 // those left kept are started after the restart.
 func TestSIGTERMDuringAlertStorm(t *testing.T) {
 	const (
-		rounds        = 10
+		rounds        = 6
 		notifications = 5
-		alerts        = 1000
+		alerts        = 200
 	)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.toml")
