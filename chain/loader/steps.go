@@ -48,6 +48,7 @@ func (s *scope) visible(name string) bool {
 var stepKeys = []string{
 	"name", "provider", "action_type", "payload_template", "on_failure", "timeout_seconds", "delay_seconds",
 	"retry", "when", "default_next", "branches", "parallel", "split", "sub_chain", "input", "approval",
+	"concurrency",
 }
 
 var kindKeys = []string{"provider", "parallel", "split", "sub_chain", "approval"}
@@ -109,6 +110,7 @@ func (b *chainBuild) step(t *table, parent *chain.Step, sc *scope) *chain.Step {
 	if src := t.nonEmpty("when"); src != "" {
 		s.When = b.condition(t.path.Key("when"), src, sc, nil)
 	}
+	s.Concurrency = t.concurrency(func(p chain.KeyPath, v any) *templates.Template { return b.template(p, v, sc) }, true)
 
 	switch {
 	case t.has("provider"):
