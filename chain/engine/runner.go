@@ -120,12 +120,7 @@ type runnerRole interface {
 // ownRun is the role of a run's own runner.
 type ownRun struct{}
 
-func (ownRun) advance(r *runner, now time.Time) []launch {
-	if r.slot != nil && r.run.Status == store.RunQueued && !r.advanceQueued(now) {
-		return nil
-	}
-	return r.advanceRun(now)
-}
+func (ownRun) advance(r *runner, now time.Time) []launch { return r.advanceRun(now) }
 func (ownRun) acked(*runner, *commit)                    {}
 
 // onWorker reports whether the runner runs items handed to this process.

@@ -65,6 +65,9 @@ func (r *runner) advance(now time.Time) []launch { return r.role.advance(r, now)
 
 // advanceRun moves the run's own steps along and returns the calls to start.
 func (r *runner) advanceRun(now time.Time) []launch {
+	if r.slot != nil && r.run.Status == store.RunQueued && !r.advanceQueued(now) {
+		return nil
+	}
 	if r.run.Status.Final() {
 		return nil
 	}
