@@ -277,6 +277,7 @@ func (m *Metrics) Register(gw *Gateway) {
 	})
 	m.registerLimits(gw.limits)
 	m.registerApprovals(gw)
+	m.registerQueues(gw)
 }
 
 // registerLimits adds the metrics of providers' limits. A provider has a
