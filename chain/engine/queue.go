@@ -261,8 +261,12 @@ func (r *runner) finishQueueTimeout(limit time.Duration, q *store.QueuePlace) {
 // releaseRunSlot gives back the slot, or the place in the queue, of a run
 // that has ended, and wakes this gateway's runs queued for its key.
 func (e *Engine) releaseRunSlot(r *runner) {
+	if !r.run.Status.Final() {
+		return
+	}
+	r.releaseStepSlots()
 	s := r.slot
-	if s == nil || !r.run.Status.Final() {
+	if s == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

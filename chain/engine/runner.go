@@ -107,6 +107,9 @@ type runner struct {
 	// its slot taken) with nothing else to commit it.
 	slot       *runSlot
 	queueDirty bool
+	// stepSlots are the steps' concurrency keys held or asked for, by
+	// step record key (stepslots.go).
+	stepSlots map[string]*stepSlot
 }
 
 // runnerRole is what a runner advances: a run it owns (ownRun), or the

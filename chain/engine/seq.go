@@ -157,7 +157,13 @@ func (r *runner) progressStep(now time.Time, q *seq, s *chain.Step) ([]launch, b
 		r.resumed(q, rec)
 	}
 	if rec.Status.Final() {
+		if s.Concurrency != nil {
+			r.stepEnded(key)
+		}
 		return nil, true
+	}
+	if s.Concurrency != nil && !r.stepHolds(now, q, s, rec, sc) {
+		return nil, rec.Status.Final()
 	}
 	switch s.Kind {
 	case chain.KindProvider:

@@ -40,3 +40,31 @@ func (t *table) concurrency(compile func(p chain.KeyPath, v any) *templates.Temp
 	ct.finish(concurrencyKeys)
 	return c
 }
+
+// keyedSteps reports whether a split table's per-item steps, at any depth,
+// take concurrency keys, as written.
+func keyedSteps(t *table) bool {
+	steps, _ := t.m["steps"].([]map[string]any)
+	var list []any
+	for _, m := range steps {
+		list = append(list, m)
+	}
+	if l, ok := t.m["steps"].([]any); ok {
+		list = l
+	}
+	for _, e := range list {
+		m, ok := e.(map[string]any)
+		if !ok {
+			continue
+		}
+		if _, ok := m["concurrency"]; ok {
+			return true
+		}
+		for _, nested := range []string{"split", "parallel"} {
+			if sub, ok := m[nested].(map[string]any); ok && keyedSteps(&table{m: sub}) {
+				return true
+			}
+		}
+	}
+	return false
+}
