@@ -629,7 +629,7 @@ func (e *Engine) resumeLeased(ctx context.Context, id string, lease store.Lease)
 	r := e.newRunner(def, cfg, run, recs)
 	r.lease = lease
 	r.doneItems = done
-	r.resumeSlot()
+	r.resumeSlot(ctx)
 	r.event(store.EventRunResumed, "", 0, "")
 	if err := e.admit(r); err != nil {
 		return false, err

@@ -108,14 +108,32 @@ func (r *runner) enterQueue() error {
 
 // resumeSlot finds the key again of a run taken up from the store: a
 // queued one asks for its slot again at once, keeping its place; one
-// that holds its slot holds it on, and gives it back when it ends.
-func (r *runner) resumeSlot() {
+// that holds its slot holds it on (asking again keeps it), and gives it
+// back when it ends. A running run that does not hold it — a replay of a
+// run that had ended, or a store restored without its slots — waits for
+// it as a new run would, from the step it is at.
+func (r *runner) resumeSlot(ctx context.Context) {
 	s, err := r.chainSlot()
 	if err != nil {
 		r.log.Error("the run's concurrency key cannot be rendered again; it goes on without one", "err", err)
 		return
 	}
 	r.slot = s
+	if s == nil || r.run.Status != store.RunRunning {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	g, err := r.e.slots.AcquireSlot(ctx, store.SlotRequest{Key: s.key, Holder: r.run.ID, Limit: s.conc.Limit, Queue: true, QueueLimit: s.conc.QueueLimit})
+	if err != nil {
+		r.log.Warn("asking again for the concurrency slot of a run taken up; it goes on as holding it", "key", s.key, "err", err)
+		return
+	}
+	if !g.Granted {
+		r.run.Status = store.RunQueued
+		r.run.Queue = &store.QueuePlace{Key: s.key, Since: r.e.clock.Now().UTC(), WaitingFor: []string{}}
+		r.queueDirty = true
+	}
 }
 
 // askSlot asks the store for the run's slot and applies the answer; it
@@ -143,8 +161,11 @@ func (r *runner) askSlot(ctx context.Context, now time.Time) bool {
 		}
 		r.run.Status = store.RunRunning
 		r.run.Queue = nil
-		r.run.Cursor = r.def.Steps[0].Name
-		r.top.cursor = r.run.Cursor
+		if r.run.Cursor == "" {
+			// A new run; a replayed one goes on from the step it is at.
+			r.run.Cursor = r.def.Steps[0].Name
+			r.top.cursor = r.run.Cursor
+		}
 		r.queueDirty = true
 		if wasQueued {
 			r.event(store.EventRunDequeued, "", 0, fmt.Sprintf("took its slot of concurrency key %q after %s in its queue", s.key, now.Sub(since).Round(time.Millisecond)))

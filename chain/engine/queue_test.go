@@ -279,3 +279,50 @@ func waitRun(t *testing.T, h *harness, id, what string, ok func(*store.Run) bool
 		}
 	}
 }
+
+// TestQueueReplayWaitsForKey replays runs that had ended while another
+// holds their host: a restart (a new run) and a resume (the run itself,
+// from the step it failed at) wait for the host, then go on.
+func TestQueueReplayWaitsForKey(t *testing.T) {
+	h := newHarness(t, queueChains)
+	ctx := context.Background()
+	failed := startRun(t, h, "fix", `{"host":"db-1"}`)
+	waitWaiting(t, h, failed.ID)
+	if _, err := h.eng.Signal(ctx, failed.ID, "ask", "reject", "not now"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, h, failed.ID, store.RunFailed)
+	holder := startRun(t, h, "fix", `{"host":"db-1"}`)
+	waitWaiting(t, h, holder.ID)
+
+	restarted, err := h.eng.ReplayRun(ctx, failed.ID, engine.ReplayOptions{Mode: engine.ReplayRestart})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.ReplayRun(ctx, failed.ID, engine.ReplayOptions{Mode: engine.ReplayResume}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{restarted.ID, failed.ID} {
+		waitRun(t, h, id, "queued behind the holder", func(run *store.Run) bool {
+			return run.Status == store.RunQueued && run.Queue != nil && slices.Equal(run.Queue.WaitingFor, []string{holder.ID})
+		})
+	}
+	approve(t, h, holder.ID)
+	waitStatus(t, h, holder.ID, store.RunSucceeded)
+	// One at a time, whichever asked first.
+	for range 2 {
+		var next string
+		for deadline := time.Now().Add(60 * time.Second); next == ""; time.Sleep(10 * time.Millisecond) {
+			for _, id := range []string{restarted.ID, failed.ID} {
+				if run, _ := h.store.RunHeader(ctx, id); run != nil && run.Status == store.RunWaiting {
+					next = id
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("neither replay took the host")
+			}
+		}
+		approve(t, h, next)
+		waitStatus(t, h, next, store.RunSucceeded)
+	}
+}
