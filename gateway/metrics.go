@@ -144,7 +144,7 @@ func (m *Metrics) Event(ev store.Event) {
 	switch ev.Type {
 	case store.EventRunStarted:
 		m.runsStarted.WithLabelValues(ev.Chain).Inc()
-	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut:
+	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut, store.EventRunSkipped:
 		m.runsEnded.WithLabelValues(ev.Chain, strings.TrimPrefix(string(ev.Type), "run_")).Inc()
 	}
 }
