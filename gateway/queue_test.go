@@ -61,7 +61,9 @@ func TestQueuedRunShown(t *testing.T) {
 	if text := textOf(place); !strings.Contains(text, "db-1") || !strings.Contains(text, holder.ID) {
 		t.Errorf("the run page says %q", text)
 	}
-	if find(place, func(n *html.Node) bool { return n.Data == "a" && strings.HasSuffix(attr(n, "href"), "/runs/"+holder.ID) }) == nil {
+	if find(place, func(n *html.Node) bool {
+		return n.Data == "a" && strings.HasSuffix(attr(n, "href"), "/runs/"+holder.ID)
+	}) == nil {
 		t.Error("the run page does not link to the run holding the key")
 	}
 
