@@ -1,8 +1,10 @@
 package engine_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -182,4 +184,46 @@ func TestStepKeySkipsBusy(t *testing.T) {
 	if spans := readSpans(t, log); len(spans)+skipped != 3 || len(spans) == 0 || skipped == 0 {
 		t.Errorf("%d calls and %d skipped of 3 items naming one host", len(spans), skipped)
 	}
+}
+
+const stepAskChain = `
+[[chains]]
+name = "step-ask"
+[[chains.steps]]
+name = "ask"
+approval = {}
+concurrency = { key = "change-window" }
+[[chains.steps]]
+name = "done"
+provider = "echo"
+`
+
+// TestStepKeyAcrossRestart stops the gateway while one run's step holds a
+// key and another run's step waits for it: after the restart the waiting
+// step still waits, and takes the key once the holder's step has ended.
+func TestStepKeyAcrossRestart(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "gw.db")
+	h1 := newHarness(t, stepAskChain, atStore(db))
+	a := startRun(t, h1, "step-ask", `{}`)
+	waitWaiting(t, h1, a.ID)
+	b := startRun(t, h1, "step-ask", `{}`)
+	waitRun(t, h1, b.ID, "running, its step not asking", func(run *store.Run) bool { return run.Status == store.RunRunning })
+	h1.close()
+
+	h2 := newHarness(t, stepAskChain, atStore(db))
+	if ids, err := h2.eng.Resume(context.Background()); err != nil || len(ids) != 2 {
+		t.Fatalf("Resume = %v, %v", ids, err)
+	}
+	waitEvent(t, h2, b.ID, store.EventRunResumed)
+	slots, err := h2.eng.Slots(context.Background())
+	if err != nil || len(slots) != 1 || !slices.Equal(slots[0].Holders, []string{a.ID + "/ask"}) || !slices.Equal(slots[0].Queue, []string{b.ID + "/ask"}) {
+		t.Fatalf("Slots after the restart = %+v, %v", slots, err)
+	}
+	if run, _ := h2.store.RunHeader(context.Background(), b.ID); run.Status == store.RunWaiting {
+		t.Fatal("the second run's step asked while the first held the key")
+	}
+	approve(t, h2, a.ID)
+	waitStatus(t, h2, a.ID, store.RunSucceeded)
+	approve(t, h2, b.ID)
+	waitStatus(t, h2, b.ID, store.RunSucceeded)
 }
