@@ -301,6 +301,8 @@ type Chain struct {
 	definition []byte
 	// providers is Config.ProvidersUsed, worked out once at load.
 	providers []string
+	// Concurrency is the chain's concurrency table; nil without one.
+	Concurrency *Concurrency
 }
 
 // ChainHint suggests the defined chain nearest to name, for an error about
@@ -383,6 +385,8 @@ type Step struct {
 	// Parent is the parallel or split step holding this one, nil at top level.
 	Parent *Step
 	Source Source
+	// Concurrency is the step's concurrency table; nil without one.
+	Concurrency *Concurrency
 }
 
 // Next returns the step after s in its list, or nil at the end.

@@ -16,6 +16,9 @@ type Retention struct {
 	// Interval is how often serve prunes what is past its time.
 	Interval time.Duration
 	Source   Source
+	// Skipped is how long runs that ended skipped are kept (their
+	// concurrency key was taken).
+	Skipped time.Duration
 }
 
 // Retention's defaults, for a fresh install: a week of what went well, a
@@ -27,13 +30,14 @@ const (
 	DefaultKeepTimedOut    = 30 * 24 * time.Hour
 	DefaultKeepDeadLetters = 30 * 24 * time.Hour
 	DefaultPruneInterval   = time.Minute
+	DefaultKeepSkipped     = 7 * 24 * time.Hour
 )
 
 // DefaultRetention is the retention of a config that sets none.
 func DefaultRetention() Retention {
 	return Retention{
 		Succeeded: DefaultKeepSucceeded, Failed: DefaultKeepFailed, Cancelled: DefaultKeepCancelled, TimedOut: DefaultKeepTimedOut,
-		DeadLetters: DefaultKeepDeadLetters, Interval: DefaultPruneInterval,
+		DeadLetters: DefaultKeepDeadLetters, Interval: DefaultPruneInterval, Skipped: DefaultKeepSkipped,
 	}
 }
 
@@ -47,7 +51,7 @@ type RetentionOverride struct {
 }
 
 // RetentionKeys are the outcomes a retention table sets, as written.
-var RetentionKeys = []string{"succeeded", "failed", "cancelled", "timed_out"}
+var RetentionKeys = []string{"succeeded", "failed", "cancelled", "timed_out", "skipped"}
 
 // Keep is how long a run that ended with status ("succeeded", ...) is
 // kept: what the first override setting it says, else the gateway's.
@@ -71,6 +75,8 @@ func (r *Retention) Keep(status string, overrides ...*RetentionOverride) time.Du
 		return r.TimedOut
 	case "dead_letters":
 		return r.DeadLetters
+	case "skipped":
+		return r.Skipped
 	}
 	return 0
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"path"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -394,11 +395,10 @@ const (
 
 // CheckRunStatus refuses a status no run has; "" means any.
 func CheckRunStatus(status store.RunStatus) error {
-	switch status {
-	case "", store.RunRunning, store.RunWaiting, store.RunSucceeded, store.RunFailed, store.RunCancelled, store.RunTimedOut:
+	if status == "" || slices.Contains(store.RunStatuses, status) {
 		return nil
 	}
-	return badRequest("invalid_parameter", "status %q is not one of running, waiting, succeeded, failed, cancelled, timed_out", status)
+	return badRequest("invalid_parameter", "status %q is not one of %s", status, statusList(store.RunStatuses))
 }
 
 // ParseLabels reads labels written KEY=VALUE, as the label parameter and

@@ -50,6 +50,8 @@ type Run struct {
 	KeyUntil time.Time `json:"key_until,omitzero"`
 	// Labels say what the run is about (an alert's labels, say).
 	Labels map[string]string `json:"labels,omitempty"`
+	// Queue is where a queued run waits for its concurrency key.
+	Queue *QueuePlace `json:"queue,omitempty"`
 }
 
 // Final reports whether the run has ended.
@@ -164,6 +166,7 @@ func apiRun(r *store.Run) *Run {
 		Path:   r.Path, Cursor: r.Cursor, Deadline: r.Deadline, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		Error: apiErrorInfo(r.Error), ParentRun: r.ParentRun, ParentStep: r.ParentStep, Body: validJSON(r.Body), BodyStep: r.BodyStep, Seq: r.Seq,
 		StartedBy: r.StartedBy, KeyUntil: r.KeyUntil, Labels: r.Labels,
+		Queue: apiQueue(r.Queue),
 	}
 }
 

@@ -87,7 +87,7 @@ func (f *approvalFeed) concerns(ev store.Event) bool {
 	switch ev.Type {
 	case store.EventRunWaiting:
 		return true
-	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut:
+	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut, store.EventRunSkipped:
 		// A chain the config no longer has may still have asked.
 		return c == nil || hasApprovalStep(c)
 	case store.EventStepSucceeded, store.EventStepFailed, store.EventStepTimedOut, store.EventStepCancelled, store.EventStepSkipped:

@@ -915,10 +915,11 @@ func (gw *Gateway) startKeyed(ctx context.Context, chainName, prefix, key string
 		in.KeyUntil = time.Now().Add(ttl).UTC()
 	}
 	if key == "" {
-		if _, err := gw.Engine.StartWithID(ctx, chainName, in, id); err != nil {
+		run, err := gw.Engine.StartWithID(ctx, chainName, in, id)
+		if err != nil {
 			return "", "", false, err
 		}
-		return id, status, false, nil
+		return id, string(run.Status), false, nil
 	}
 	bound, err := gw.Store.ClaimKey(ctx, prefix+key, id, ttl)
 	if err != nil {
@@ -940,10 +941,10 @@ func (gw *Gateway) startKeyed(ctx context.Context, chainName, prefix, key string
 		// The run is not there yet: the request that bound the key is
 		// starting it, or its start failed and this request starts it,
 		// which is then no replay.
-		_, err := gw.Engine.StartWithID(ctx, chainName, in, id)
+		run, err := gw.Engine.StartWithID(ctx, chainName, in, id)
 		switch {
 		case err == nil:
-			return id, status, false, nil
+			return id, string(run.Status), false, nil
 		case errors.Is(err, store.ErrExists):
 			bound = id
 		case errors.Is(err, store.ErrLeaseHeld):

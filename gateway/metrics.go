@@ -152,7 +152,7 @@ func (m *Metrics) Event(ev store.Event) {
 	switch ev.Type {
 	case store.EventRunStarted:
 		m.runsStarted.WithLabelValues(ev.Chain).Inc()
-	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut:
+	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut, store.EventRunSkipped:
 		status := strings.TrimPrefix(string(ev.Type), "run_")
 		m.runsEnded.WithLabelValues(ev.Chain, status).Inc()
 		// A run's id holds when it was created, on whichever gateway.
@@ -290,6 +290,7 @@ func (m *Metrics) Register(gw *Gateway) {
 	})
 	m.registerLimits(gw.limits)
 	m.registerApprovals(gw)
+	m.registerQueues(gw)
 }
 
 // registerLimits adds the metrics of providers' limits. A provider has a

@@ -410,7 +410,7 @@ func watchC(w *Watch) <-chan struct{} {
 
 func runEnded(t store.EventType) bool {
 	switch t {
-	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut:
+	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut, store.EventRunSkipped:
 		return true
 	}
 	return false

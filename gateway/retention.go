@@ -105,7 +105,7 @@ func (gw *Gateway) Prune(ctx context.Context, opts PruneOptions) (*PruneResult, 
 		return nil, badRequest("invalid_parameter", "older_than must be a positive duration, e.g. 720h or 30d")
 	}
 	if opts.Status != "" && !opts.Status.Final() {
-		return nil, badRequest("invalid_parameter", "status %q is not one a run ends with (succeeded, failed, cancelled, timed_out)", opts.Status)
+		return nil, badRequest("invalid_parameter", "status %q is not one a run ends with (%s)", opts.Status, statusList(store.FinalRunStatuses))
 	}
 	return gw.prune(ctx, &opts)
 }

@@ -418,6 +418,8 @@ func AsAPIError(err error) *APIError {
 		return &APIError{Status: http.StatusInternalServerError, Code: "provider_config", Message: "the run cannot start: a provider it calls cannot use its config; fix the config and reload", Details: details}
 	case errors.Is(err, engine.ErrNestedTooDeep):
 		return &APIError{Status: http.StatusBadRequest, Code: "payload_too_deep", Message: err.Error()}
+	case errors.Is(err, engine.ErrConcurrencyKey):
+		return &APIError{Status: http.StatusBadRequest, Code: "concurrency_key", Message: err.Error()}
 	case errors.As(err, &ie):
 		details := make([]string, len(ie.Problems))
 		for i, p := range ie.Problems {

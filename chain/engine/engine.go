@@ -162,6 +162,8 @@ type Engine struct {
 	// now is the clock answers to approval steps are timed by.
 	now       func() time.Time
 	approvals approvalCounts
+	// slots keeps concurrency keys' slots, when the store does.
+	slots store.Slots
 }
 
 var (
@@ -246,6 +248,7 @@ func New(opts Options) (*Engine, error) {
 		now:         opts.Clock.Now,
 	}
 	e.cfgPtr.Store(opts.Config)
+	e.slots, _ = opts.Store.(store.Slots)
 	go e.keepLeases()
 	return e, nil
 }
@@ -405,6 +408,10 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 	}
 	r := e.newRunner(def, cfg, run, nil)
 	r.lease = lease
+	if err := r.enterQueue(); err != nil {
+		_ = e.store.ReleaseLease(context.WithoutCancel(ctx), lease)
+		return nil, fmt.Errorf("starting run: %w", err)
+	}
 	r.event(store.EventRunStarted, "", 0, "")
 	if err := e.admit(r); err != nil {
 		_ = e.store.ReleaseLease(context.WithoutCancel(ctx), lease)
@@ -415,7 +422,16 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 		_ = e.store.ReleaseLease(context.WithoutCancel(ctx), lease)
 		return nil, fmt.Errorf("starting run: %w", err)
 	}
+	if r.slot != nil {
+		// Before the answer, so that it says whether the run waits.
+		r.askSlot(ctx, r.e.clock.Now())
+	}
 	snapshot := *run
+	if q := run.Queue; q != nil {
+		c := *q
+		c.WaitingFor = slices.Clone(q.WaitingFor)
+		snapshot.Queue = &c
+	}
 	e.launch(r)
 	return &snapshot, nil
 }
@@ -613,6 +629,7 @@ func (e *Engine) resumeLeased(ctx context.Context, id string, lease store.Lease)
 	r := e.newRunner(def, cfg, run, recs)
 	r.lease = lease
 	r.doneItems = done
+	r.resumeSlot(ctx)
 	r.event(store.EventRunResumed, "", 0, "")
 	if err := e.admit(r); err != nil {
 		return false, err
@@ -796,6 +813,7 @@ func (e *Engine) launch(r *runner) {
 		defer e.wg.Done()
 		defer e.act.End()
 		r.loop()
+		e.releaseRunSlot(r)
 		if r.run.Status.Final() && r.run.ParentRun != "" {
 			e.notifyParent(r.run, r.top.result)
 		}

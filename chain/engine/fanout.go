@@ -160,6 +160,10 @@ func (r *runner) distribute(s *chain.Step, n int) (bool, *store.ErrorInfo) {
 	if r.onWorker() || n == 0 || r.e.localSplits {
 		return false, nil
 	}
+	if keyedItems(s) {
+		// Items whose steps take concurrency keys run here (stepslots.go).
+		return false, nil
+	}
 	switch s.Split.Mode {
 	case chain.SplitLocal:
 		return false, nil

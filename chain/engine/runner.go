@@ -102,6 +102,15 @@ type runner struct {
 	stopReq   chan struct{}
 	done      chan struct{} // closed when the loop has returned
 	err       error         // why the loop stopped early, if it did
+
+	// slot is the run's concurrency key (queue.go); nil without one.
+	// queueDirty says the run's record changed (its place in the queue,
+	// its slot taken) with nothing else to commit it.
+	slot       *runSlot
+	queueDirty bool
+	// stepSlots are the steps' concurrency keys held or asked for, by
+	// step record key (stepslots.go).
+	stepSlots map[string]*stepSlot
 }
 
 // runnerRole is what a runner advances: a run it owns (ownRun), or the
@@ -665,7 +674,7 @@ func (r *runner) put(rec *store.StepRecord) {
 }
 
 func (r *runner) hasChanges() bool {
-	return len(r.dirty) > 0 || len(r.events) > 0 || len(r.dlq) > 0
+	return len(r.dirty) > 0 || len(r.events) > 0 || len(r.dlq) > 0 || r.queueDirty
 }
 
 // takeBatch snapshots the pending batch and starts a new one. Records are
@@ -703,6 +712,7 @@ func (r *runner) takeBatch() *commit {
 	}
 	r.leaseMu.Unlock()
 	c := &commit{seq: r.nextBatch, batch: b}
+	r.queueDirty = false
 	r.nextBatch++
 	clear(r.dirty)
 	r.order = r.order[:0]
@@ -886,12 +896,14 @@ func (r *runner) finishRun(status store.RunStatus, errInfo *store.ErrorInfo) {
 	r.run.Status = status
 	r.run.FinishedAt = now
 	r.run.Cursor = ""
+	r.run.Queue = nil
 	r.run.Error = errInfo
 	evt := map[store.RunStatus]store.EventType{
 		store.RunSucceeded: store.EventRunSucceeded,
 		store.RunFailed:    store.EventRunFailed,
 		store.RunCancelled: store.EventRunCancelled,
 		store.RunTimedOut:  store.EventRunTimedOut,
+		store.RunSkipped:   store.EventRunSkipped,
 	}[status]
 	r.event(evt, "", 0, msg)
 }

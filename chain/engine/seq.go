@@ -65,6 +65,9 @@ func (r *runner) advance(now time.Time) []launch { return r.role.advance(r, now)
 
 // advanceRun moves the run's own steps along and returns the calls to start.
 func (r *runner) advanceRun(now time.Time) []launch {
+	if r.slot != nil && r.run.Status == store.RunQueued && !r.advanceQueued(now) {
+		return nil
+	}
 	if r.run.Status.Final() {
 		return nil
 	}
@@ -154,7 +157,13 @@ func (r *runner) progressStep(now time.Time, q *seq, s *chain.Step) ([]launch, b
 		r.resumed(q, rec)
 	}
 	if rec.Status.Final() {
+		if s.Concurrency != nil {
+			r.stepEnded(key)
+		}
 		return nil, true
+	}
+	if s.Concurrency != nil && !r.stepHolds(now, q, s, rec, sc) {
+		return nil, rec.Status.Final()
 	}
 	switch s.Kind {
 	case chain.KindProvider:

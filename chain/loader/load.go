@@ -609,7 +609,7 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-var chainKeys = []string{"name", "timeout_seconds", "input", "retention", "steps"}
+var chainKeys = []string{"name", "timeout_seconds", "input", "retention", "steps", "concurrency"}
 
 func (l *loader) chain(t *table) {
 	c := &chain.Chain{Name: l.checkName(t, "chain"), Source: t.d.source(t.path), Raw: t.m}
@@ -627,6 +627,9 @@ func (l *loader) chain(t *table) {
 	}
 	b := &chainBuild{l: l, c: c, d: t.d, sources: map[string]chain.Source{}, byName: map[string]*chain.Step{}}
 	top := &scope{names: map[string]bool{}}
+	c.Concurrency = t.concurrency(func(p chain.KeyPath, v any) *templates.Template {
+		return compileRoots(t.d, p, v, chainConcurrencyRoots)
+	}, false)
 	if steps, ok := t.tables("steps"); ok {
 		if len(steps) == 0 {
 			t.d.errorf(t.path.Key("steps"), "a chain needs at least one step")

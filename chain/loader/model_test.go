@@ -26,6 +26,18 @@ func dump(cfg *chain.Config) string {
 		Parallel                                                                 any          `json:",omitempty"`
 		Split                                                                    any          `json:",omitempty"`
 		Source                                                                   string
+		Concurrency                                                              any `json:",omitempty"`
+	}
+	concurrency := func(c *chain.Concurrency) any {
+		if c == nil {
+			return nil
+		}
+		var reads []string
+		for _, r := range c.Key.Refs() {
+			reads = append(reads, r.Text)
+		}
+		return map[string]any{"key_reads": reads, "limit": c.Limit, "on_busy": c.OnBusy, "queue_limit": c.QueueLimit,
+			"queue_timeout_seconds": c.QueueTimeoutSeconds, "source": filepath.Base(c.Source.File) + ":" + strconv.Itoa(c.Source.Line) + " " + c.Source.Path}
 	}
 	var steps func([]*chain.Step) []stepOut
 	steps = func(list []*chain.Step) []stepOut {
@@ -62,6 +74,7 @@ func dump(cfg *chain.Config) string {
 					"tolerated": sp.ToleratedFailures, "percent": sp.ToleratedPercent, "tolerated_of_50": sp.Tolerated(50),
 					"timeout_seconds": sp.TimeoutSeconds, "steps": steps(sp.Steps)}
 			}
+			o.Concurrency = concurrency(s.Concurrency)
 			out = append(out, o)
 		}
 		return out
@@ -69,7 +82,11 @@ func dump(cfg *chain.Config) string {
 	var chains []any
 	for _, name := range cfg.ChainNames {
 		c := cfg.Chains[name]
-		chains = append(chains, map[string]any{"name": c.Name, "timeout_seconds": c.TimeoutSeconds, "hash_len": len(c.Hash), "steps": steps(c.Steps)})
+		out := map[string]any{"name": c.Name, "timeout_seconds": c.TimeoutSeconds, "hash_len": len(c.Hash), "steps": steps(c.Steps)}
+		if c.Concurrency != nil {
+			out["concurrency"] = concurrency(c.Concurrency)
+		}
+		chains = append(chains, out)
 	}
 	var provs []any
 	for _, name := range cfg.ProviderNames {

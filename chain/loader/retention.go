@@ -18,6 +18,7 @@ func decodeRetention(t *table, r *chain.Retention) {
 	r.Source = t.d.source(t.path)
 	for k, d := range map[string]*time.Duration{
 		"succeeded": &r.Succeeded, "failed": &r.Failed, "cancelled": &r.Cancelled, "timed_out": &r.TimedOut, "dead_letters": &r.DeadLetters,
+		"skipped": &r.Skipped,
 	} {
 		if v, ok := t.keep(k); ok {
 			*d = v

@@ -48,6 +48,7 @@ func (s *scope) visible(name string) bool {
 var stepKeys = []string{
 	"name", "provider", "action_type", "payload_template", "on_failure", "timeout_seconds", "delay_seconds",
 	"retry", "when", "default_next", "branches", "parallel", "split", "sub_chain", "input", "approval",
+	"concurrency",
 }
 
 var kindKeys = []string{"provider", "parallel", "split", "sub_chain", "approval"}
@@ -108,6 +109,10 @@ func (b *chainBuild) step(t *table, parent *chain.Step, sc *scope) *chain.Step {
 	}
 	if src := t.nonEmpty("when"); src != "" {
 		s.When = b.condition(t.path.Key("when"), src, sc, nil)
+	}
+	s.Concurrency = t.concurrency(func(p chain.KeyPath, v any) *templates.Template { return b.template(p, v, sc) }, true)
+	if s.Concurrency != nil && parent != nil && parent.Kind == chain.KindParallel {
+		t.d.errorf(t.path.Key("concurrency"), "a parallel sub-step cannot take a concurrency key; put it on the parallel step itself")
 	}
 
 	switch {
@@ -358,6 +363,9 @@ func (b *chainBuild) split(t *table, owner *chain.Step, sc *scope) *chain.Split 
 	}
 	// [gateway] may be in a file read after this one. A stored definition
 	// has none; its broker is checked when the run gets here.
+	if sp.Mode == chain.SplitDistributed && !b.l.opts.Stored && keyedSteps(t) {
+		t.d.errorf(t.path.Key("mode"), "a split whose steps take concurrency keys runs its items in the gateway that runs its chain, where their slots are held; use mode = %q or %q", chain.SplitAuto, chain.SplitLocal)
+	}
 	if sp.Mode == chain.SplitDistributed && !b.l.opts.Stored {
 		b.l.later = append(b.l.later, func() {
 			if b.l.cfg.Gateway.Fanout == nil {

@@ -69,7 +69,7 @@ func Prune(ctx context.Context, s Store, p PrunePolicy) (PruneStats, error) {
 		p.Pause = 20 * time.Millisecond
 	}
 	if len(p.Statuses) == 0 {
-		p.Statuses = []RunStatus{RunSucceeded, RunFailed, RunCancelled, RunTimedOut}
+		p.Statuses = FinalRunStatuses
 	}
 	pr := &pruning{s: s, p: p, parents: map[string]bool{}}
 	if err := pr.deadLetters(ctx); err != nil {

@@ -257,7 +257,9 @@ const (
 )
 
 // Final reports whether the status is terminal.
-func (s RunStatus) Final() bool { return s != RunRunning && s != RunWaiting && s != "" }
+func (s RunStatus) Final() bool {
+	return s != RunRunning && s != RunWaiting && s != RunQueued && s != ""
+}
 
 // StepStatus is where a step stands.
 type StepStatus string
@@ -330,6 +332,9 @@ type Run struct {
 	// Labels say what the run is about, to find it by: an alert's labels
 	// (alertname, severity, instance) or what its trigger or starter gave.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Queue is where a queued run waits for its concurrency key; nil
+	// unless the run's status is queued.
+	Queue *QueuePlace `json:"queue,omitempty"`
 }
 
 // How runs start, as StartedBy names them (a trigger's and a schedule's

@@ -168,8 +168,8 @@ var runsCommands = []string{"list", "show", "cancel", "replay", "redrive", "appr
 func showPrune(w io.Writer, res *gateway.PruneResult) {
 	n := 0
 	var by []string
-	for _, st := range []string{"succeeded", "failed", "cancelled", "timed_out"} {
-		if c := res.Runs[st]; c > 0 {
+	for _, st := range store.FinalRunStatuses {
+		if c := res.Runs[string(st)]; c > 0 {
 			n += c
 			by = append(by, fmt.Sprintf("%d %s", c, st))
 		}
@@ -256,7 +256,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		if err := gateway.CheckRunStatus(store.RunStatus(*status)); err != nil || !store.RunStatus(*status).Final() && *status != "" {
-			fmt.Fprintln(stderr, "gateway runs prune: --status must be one a run ends with: succeeded, failed, cancelled or timed_out")
+			fmt.Fprintln(stderr, "gateway runs prune: --status must be one a run ends with: succeeded, failed, cancelled, timed_out or skipped")
 			return exitUsage
 		}
 		older = d
@@ -496,6 +496,7 @@ func showRun(w io.Writer, v *gateway.RunView) {
 	if v.Error != nil {
 		fmt.Fprintf(w, "error    %s\n", v.Error.Message)
 	}
+	showQueue(w, v.Queue)
 	fmt.Fprintf(w, "path     %s\n\n", strings.Join(v.Path, " → "))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tSTATUS\tATTEMPTS\tRESULT")

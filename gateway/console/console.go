@@ -446,4 +446,4 @@ func (c *console) logout(w http.ResponseWriter, r *http.Request, _ *uiSession) {
 }
 
 // runStatuses are the statuses the runs page filters by.
-var runStatuses = []store.RunStatus{store.RunRunning, store.RunWaiting, store.RunSucceeded, store.RunFailed, store.RunCancelled, store.RunTimedOut}
+var runStatuses = store.RunStatuses

@@ -37,7 +37,7 @@ const deletePause = time.Millisecond
 
 // statusCodes name a final status in finished-index keys.
 var statusCodes = map[store.RunStatus]byte{
-	store.RunSucceeded: 's', store.RunFailed: 'f', store.RunCancelled: 'c', store.RunTimedOut: 't',
+	store.RunSucceeded: 's', store.RunFailed: 'f', store.RunCancelled: 'c', store.RunTimedOut: 't', store.RunSkipped: 'k',
 }
 
 // finishedKey is a run's entry in the finished index.

@@ -50,6 +50,8 @@ type Store struct {
 	sweepAt int
 	leases  map[string]store.Lease
 	fence   uint64 // one counter for all runs: it only has to grow
+	// slots are the concurrency keys held or queued for (slots.go).
+	slots map[string]*store.SlotState
 }
 
 var _ store.Store = (*Store)(nil)
@@ -784,7 +786,7 @@ func (s *Store) ForEachKey(ctx context.Context, prefix string, fn func(key, boun
 }
 
 // statuses are the ones a run ends with, which FinishedRuns lists.
-var statuses = []store.RunStatus{store.RunSucceeded, store.RunFailed, store.RunCancelled, store.RunTimedOut}
+var statuses = store.FinalRunStatuses
 
 // FinishedRuns implements store.Store. It calls fn without the lock held,
 // with the runs that had ended with status when it was called and are

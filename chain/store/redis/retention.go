@@ -13,7 +13,7 @@ import (
 
 // finalStatuses are the finished indexes, in the order the commit script
 // takes their keys.
-var finalStatuses = []store.RunStatus{store.RunSucceeded, store.RunFailed, store.RunCancelled, store.RunTimedOut}
+var finalStatuses = store.FinalRunStatuses
 
 // finishedIndex is the position of a final status in finalStatuses.
 func finishedIndex(st store.RunStatus) int {

@@ -10,11 +10,11 @@ import goredis "github.com/redis/go-redis/v9"
 // end, so a batch is all or nothing.
 //
 // KEYS: run, step keys, steps, events, lease, run index, unfinished, DLQ,
-// DLQ ids, the finished indexes of the four final statuses, and the
+// DLQ ids, the finished indexes of the five final statuses (store.FinalRunStatuses), and the
 // definition when the batch has one.
 // ARGV: create, final, lease token ("" for none), run seq, header, origin,
 // index member, run id, then the counts of deletions, steps, events and DLQ
-// entries, the finished index the run goes in (1 to 4; 0 unless final) and
+// entries, the finished index the run goes in (1 to 5; 0 unless final) and
 // its member there, then the deleted keys, step key/value pairs, event
 // seq/value pairs, DLQ id/value pairs and the definition's source.
 //
@@ -92,7 +92,7 @@ if final then
   local old = redis.call('HGET', KEYS[1], 'f')
   if old ~= ARGV[14] then
     if old then
-      for i = 10, 13 do redis.call('ZREM', KEYS[i], old) end
+      for i = 10, 14 do redis.call('ZREM', KEYS[i], old) end
     end
     redis.call('ZADD', KEYS[9 + fin], 0, ARGV[14])
     redis.call('HSET', KEYS[1], 'f', ARGV[14])
@@ -100,7 +100,7 @@ if final then
 elseif redis.call('ZADD', KEYS[7], 0, ARGV[8]) == 1 and not create then
   local old = redis.call('HGET', KEYS[1], 'f')
   if old then
-    for i = 10, 13 do redis.call('ZREM', KEYS[i], old) end
+    for i = 10, 14 do redis.call('ZREM', KEYS[i], old) end
     redis.call('HDEL', KEYS[1], 'f')
   end
 end
@@ -119,8 +119,8 @@ for j = dlq, def - 1, 2 do
   redis.call('HSET', KEYS[8], ARGV[j], ARGV[j + 1])
   redis.call('ZADD', KEYS[9], 0, ARGV[j])
 end
-if KEYS[14] then
-  redis.call('SET', KEYS[14], ARGV[def], 'NX')
+if KEYS[15] then
+  redis.call('SET', KEYS[15], ARGV[def], 'NX')
 end
 return {0}
 `)

@@ -62,6 +62,8 @@ func Run(t *testing.T, f Factory) {
 		{"Damaged", testDamaged},
 		{"DeepValues", testDeepValues},
 		{"LargeValues", testLargeValues},
+		{"Slots", testSlots},
+		{"SlotsConcurrent", testSlotsConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })

@@ -17,7 +17,7 @@
     step_started: "running", step_succeeded: "succeeded", step_failed: "failed", step_skipped: "skipped",
     step_retrying: "pending", step_timed_out: "timed-out", step_cancelled: "cancelled",
   };
-  const runEnds = ["run_succeeded", "run_failed", "run_cancelled", "run_timed_out"];
+  const runEnds = ["run_succeeded", "run_failed", "run_cancelled", "run_timed_out", "run_skipped"];
 
   // followRun keeps the run page current. Each event from the run's stream
   // is applied where it lands (a node's status, a split's bar, a line of
@@ -143,7 +143,7 @@
       };
       source.onmessage = apply;
       for (const t of Object.keys(stepStatus).concat(runEnds, ["run_started", "run_resumed", "run_replayed", "step_progress",
-        "dead_lettered", "note", "split_fanout_started", "split_items_enqueued", "split_fanin_completed"])) {
+        "dead_lettered", "note", "split_fanout_started", "split_items_enqueued", "split_fanin_completed", "run_queued", "run_dequeued"])) {
         source.addEventListener(t, apply);
       }
       source.onerror = () => {
@@ -263,7 +263,7 @@
     if (el.dataset.stream) {
       source = new EventSource(el.dataset.stream);
       source.onmessage = refresh;
-      for (const t of ["resync"].concat(runEnds, ["run_started", "run_resumed", "run_replayed", "run_waiting"])) source.addEventListener(t, refresh);
+      for (const t of ["resync"].concat(runEnds, ["run_started", "run_resumed", "run_replayed", "run_waiting", "run_queued", "run_dequeued"])) source.addEventListener(t, refresh);
     }
   }
 
