@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -26,6 +27,7 @@ func dump(cfg *chain.Config) string {
 		Parallel                                                                 any          `json:",omitempty"`
 		Split                                                                    any          `json:",omitempty"`
 		Source                                                                   string
+		Catch                                                                    []string `json:",omitempty"`
 	}
 	var steps func([]*chain.Step) []stepOut
 	steps = func(list []*chain.Step) []stepOut {
@@ -53,6 +55,9 @@ func dump(cfg *chain.Config) string {
 			for _, b := range s.Branches {
 				o.Branches = append(o.Branches, b.Cond.String()+" → "+b.Target)
 			}
+			for _, c := range s.Catch {
+				o.Catch = append(o.Catch, fmt.Sprintf("%v → %s (recover %v)", c.Errors, c.Target, c.Recover))
+			}
 			if p := s.Parallel; p != nil {
 				o.Parallel = map[string]any{"join": p.Join, "on_failure": p.OnFailure, "timeout_seconds": p.TimeoutSeconds,
 					"max_concurrency": p.MaxConcurrency, "steps": steps(p.Steps)}
@@ -69,7 +74,12 @@ func dump(cfg *chain.Config) string {
 	var chains []any
 	for _, name := range cfg.ChainNames {
 		c := cfg.Chains[name]
-		chains = append(chains, map[string]any{"name": c.Name, "timeout_seconds": c.TimeoutSeconds, "hash_len": len(c.Hash), "steps": steps(c.Steps)})
+		out := map[string]any{"name": c.Name, "timeout_seconds": c.TimeoutSeconds, "hash_len": len(c.Hash), "steps": steps(c.Steps)}
+		if len(c.OnFailure)+len(c.Finally) > 0 {
+			out["on_failure"], out["finally"] = steps(c.OnFailure), steps(c.Finally)
+			out["finally_on_cancel"], out["handlers_timeout_seconds"] = c.FinallyOnCancel, c.HandlersTimeoutSeconds
+		}
+		chains = append(chains, out)
 	}
 	var provs []any
 	for _, name := range cfg.ProviderNames {
