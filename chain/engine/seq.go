@@ -68,6 +68,9 @@ func (r *runner) advanceRun(now time.Time) []launch {
 	if r.run.Status.Final() {
 		return nil
 	}
+	if r.run.Phase != "" {
+		return r.advanceHandlers(now)
+	}
 	if !r.run.Deadline.IsZero() && !now.Before(r.run.Deadline) {
 		r.finishRun(store.RunTimedOut, &store.ErrorInfo{
 			Message: fmt.Sprintf("chain %q timed out after %ds", r.def.Name, r.def.TimeoutSeconds), Code: "timeout",
@@ -206,6 +209,9 @@ func (r *runner) settle(q *seq, s *chain.Step) bool {
 	q.path = append(q.path, s.Name)
 	switch rec.Status {
 	case store.StepFailed, store.StepTimedOut, store.StepCancelled:
+		if handled, goOn := r.failureRoute(q, s, rec); handled {
+			return goOn
+		}
 		switch s.OnFailure {
 		case chain.OnFailureSkip:
 			rec.Status = store.StepSkipped
