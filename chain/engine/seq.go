@@ -86,7 +86,8 @@ func (r *runner) advanceRun(now time.Time) []launch {
 		// A run that ended on the way has no step to go on from.
 		r.run.Cursor = r.top.cursor
 	}
-	if done && !r.run.Status.Final() {
+	// A run whose steps failed into a handler phase goes on there.
+	if done && !r.run.Status.Final() && r.run.Phase == "" {
 		if len(r.top.result) > MaxInlineRunBody {
 			r.run.BodyStep = r.top.resultKey
 		} else {
