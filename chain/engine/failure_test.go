@@ -411,3 +411,56 @@ payload_template = { record = %[1]q }
 		t.Errorf("calls %v: want work and first once, slow again with its dedup key, last once", c)
 	}
 }
+
+// TestReplayAfterHandlers replays a failed run whose handlers ran: from
+// the step that failed, with its handler records gone, so the handlers
+// run again only if it fails again; and a parked handler failure replays
+// in its own phase.
+func TestReplayAfterHandlers(t *testing.T) {
+	rec := filepath.Join(t.TempDir(), "calls.jsonl")
+	h := newHarness(t, failureChain(rec, `[{ errors = ["timeout"], target = "page" }]`, ""))
+	res := h.run("runbook", `{"fail":"bad disk","tell_fails":"slack is down"}`)
+	if res.Status != store.RunFailed {
+		t.Fatalf("status %s", res.Status)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	entries, err := h.store.ListDLQ(ctx, store.DLQFilter{Chain: "runbook"})
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("entries %+v %v", entries, err)
+	}
+	// The handler's entry replays the handler, then finally again.
+	if _, err := h.eng.Replay(ctx, entries[0].ID, engine.ReplayOptions{Definition: engine.ReplayPinned}); err != nil {
+		t.Fatal(err)
+	}
+	final, err := h.eng.Wait(ctx, res.ID)
+	if err != nil || final.Status != store.RunFailed {
+		t.Fatalf("after replaying the handler: %+v %v", final, err)
+	}
+	if c := calls(t, rec); c["verify"] != 1 || c["tell"] != 2 || c["unlock"] != 2 {
+		t.Errorf("calls %v", c)
+	}
+	if !slices.Equal(final.Path, []string{"clean", "verify", "tell", "unlock"}) {
+		t.Errorf("path %v", final.Path)
+	}
+	// The run replays from verify, fixed: its handlers' records go, and
+	// only finally runs.
+	fixed := strings.Replace(failureChain(rec, `[{ errors = ["timeout"], target = "page" }]`, ""), `fail = "<<origin.payload.fail ?? \"\">>", `, "", 1)
+	h.reload(fixed)
+	if _, err := h.eng.ReplayRun(ctx, res.ID, engine.ReplayOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	final, err = h.eng.Wait(ctx, res.ID)
+	if err != nil || final.Status != store.RunSucceeded {
+		t.Fatalf("after replaying the run: %+v %v", final, err)
+	}
+	if !slices.Equal(final.Path, []string{"clean", "verify", "post", "unlock"}) {
+		t.Errorf("path %v", final.Path)
+	}
+	if final.Failure != nil || final.Phase != "" {
+		t.Errorf("failure %+v phase %q after a replay that succeeded", final.Failure, final.Phase)
+	}
+	if c := calls(t, rec); c["verify"] != 2 || c["tell"] != 2 || c["unlock"] != 3 {
+		t.Errorf("calls %v", c)
+	}
+}

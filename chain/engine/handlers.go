@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -407,4 +408,65 @@ func (r *runner) handlersTimedOut() {
 	r.recordHandlers()
 	r.event(store.EventNote, "", 0, msg)
 	r.endRun()
+}
+
+// replayStep is the top-level step a run that ended is replayed from: the
+// step whose failure its record names, when it has one on its path (its
+// handlers ran after it), else the last step it took.
+func replayStep(run *store.Run) string {
+	if f := run.Failure; f != nil && f.Step != "" && slices.Contains(run.Path, topStep(f.Step)) {
+		return topStep(f.Step)
+	}
+	if len(run.Path) == 0 {
+		return ""
+	}
+	return run.Path[len(run.Path)-1]
+}
+
+// reopenPhase readies a run being reopened at top-level step s (at its
+// index on the path) for its handler phases: the records of the steps it
+// took after s go, so they run again; reopened at one of its own steps,
+// the run has not failed yet, and at a handler step, it carries on in
+// that step's phase with a fresh handlers_timeout_seconds.
+func (e *Engine) reopenPhase(ctx context.Context, def *chain.Chain, run *store.Run, s *chain.Step, at int, now time.Time, b *store.Batch) error {
+	phase := def.Phase(s)
+	later := map[string]bool{}
+	for _, name := range run.Path[at+1:] {
+		later[name] = true
+	}
+	if phase == "" {
+		for _, l := range [][]*chain.Step{def.OnFailure, def.Finally} {
+			for _, h := range l {
+				later[h.Name] = true
+			}
+		}
+	}
+	delete(later, s.Name)
+	if len(later) > 0 {
+		gone := map[string]bool{}
+		for _, k := range b.DeleteSteps {
+			gone[k] = true
+		}
+		err := e.store.ForEachStep(ctx, run.ID, store.StepScan{}, func(rec *store.StepRecord) error {
+			if later[topStep(rec.Key)] && !gone[rec.Key] {
+				b.DeleteSteps = append(b.DeleteSteps, rec.Key)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	run.Phase = phase
+	if phase == "" {
+		run.Ending, run.Failure = "", nil
+		return nil
+	}
+	run.Deadline = now.Add(time.Duration(max(def.HandlersTimeoutSeconds, 1)) * time.Second)
+	if run.Failure != nil {
+		f := run.Failure.Clone()
+		f.Handlers, f.HandlerFailures = nil, nil
+		run.Failure = f
+	}
+	return nil
 }
