@@ -342,3 +342,13 @@ func TestMermaid(t *testing.T) {
 	}
 	checkGolden(t, "testdata/valid/everything.mermaid", cfg.Chains["incident-response"].Mermaid())
 }
+
+// TestMermaidFailureRoutes draws catch routes as dashed edges labelled
+// with what they catch, and the handler lists as subgraphs of their own.
+func TestMermaidFailureRoutes(t *testing.T) {
+	cfg, err := loader.Load([]string{"testdata/valid/failure_routes.toml"}, loadOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "testdata/valid/failure_routes.mermaid", cfg.Chains["clean-logs"].Mermaid())
+}
