@@ -50,6 +50,12 @@ type Run struct {
 	KeyUntil time.Time `json:"key_until,omitzero"`
 	// Labels say what the run is about (an alert's labels, say).
 	Labels map[string]string `json:"labels,omitempty"`
+	// Phase is on_failure or finally while the run runs its chain's
+	// handlers; Ending the status it ends with once they are done.
+	Phase  string `json:"phase,omitempty"`
+	Ending string `json:"ending,omitempty"`
+	// Failure is what failed and what handled it.
+	Failure *Failure `json:"failure,omitempty"`
 }
 
 // Final reports whether the run has ended.
@@ -137,6 +143,9 @@ type DLQEntry struct {
 	Trigger  string            `json:"trigger,omitempty"`
 	Headers  map[string]string `json:"headers,omitempty"`
 	Metadata json.RawMessage   `json:"metadata,omitempty"`
+	// Handler is set for the failure of a chain's on_failure or finally
+	// step: the phase it failed in.
+	Handler string `json:"handler,omitempty"`
 }
 
 // RunPage is one page of a run listing.
@@ -164,6 +173,7 @@ func apiRun(r *store.Run) *Run {
 		Path:   r.Path, Cursor: r.Cursor, Deadline: r.Deadline, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		Error: apiErrorInfo(r.Error), ParentRun: r.ParentRun, ParentStep: r.ParentStep, Body: validJSON(r.Body), BodyStep: r.BodyStep, Seq: r.Seq,
 		StartedBy: r.StartedBy, KeyUntil: r.KeyUntil, Labels: r.Labels,
+		Phase: r.Phase, Ending: string(r.Ending), Failure: apiFailure(r.Failure),
 	}
 }
 
@@ -202,7 +212,8 @@ func apiDLQEntry(e *store.DLQEntry) *DLQEntry {
 		kind = "step"
 	}
 	return &DLQEntry{ID: e.ID, Kind: kind, RunID: e.RunID, Chain: e.Chain, Step: e.Step, Error: *apiErrorInfo(&e.Error),
-		Attempts: e.Attempts, Payload: validJSON(e.Payload), CreatedAt: e.CreatedAt, Trigger: e.Trigger, Headers: e.Headers, Metadata: validJSON(e.Metadata)}
+		Attempts: e.Attempts, Payload: validJSON(e.Payload), CreatedAt: e.CreatedAt, Trigger: e.Trigger, Headers: e.Headers, Metadata: validJSON(e.Metadata),
+		Handler: e.Handler}
 }
 
 func apiRunPage(p store.RunPage) RunPage {
