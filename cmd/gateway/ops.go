@@ -496,6 +496,7 @@ func showRun(w io.Writer, v *gateway.RunView) {
 	if v.Error != nil {
 		fmt.Fprintf(w, "error    %s\n", v.Error.Message)
 	}
+	showFailure(w, v.Run)
 	fmt.Fprintf(w, "path     %s\n\n", strings.Join(v.Path, " → "))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tSTATUS\tATTEMPTS\tRESULT")
