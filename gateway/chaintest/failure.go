@@ -107,4 +107,3 @@ func (sn *seen) failureItems(ch *chain.Chain, item func(bool, chain.Source, stri
 		}
 	}
 }
-
