@@ -49,8 +49,15 @@ func TestBrowserFailureRoutes(t *testing.T) {
 	id := startRun(t, env, "failing-runbook", `{}`)
 	waitRun(t, env, id)
 	_, _, metrics := env.call("GET", "/metrics", "", nil, nil)
-	if !strings.Contains(metrics, `chaingate_runs_finished_total{chain="failing-runbook",status="failed"} 1`) {
-		t.Errorf("the failed-runs metric does not count the run")
+	for _, want := range []string{
+		`chaingate_runs_finished_total{chain="failing-runbook",status="failed"} 1`,
+		`chaingate_failure_routes_total{chain="failing-runbook",class="permanent",step="verify",target="page"} 1`,
+		`chaingate_failure_handlers_total{chain="failing-runbook",ending="failed",phase="on_failure"} 1`,
+		`chaingate_failure_handlers_total{chain="failing-runbook",ending="failed",phase="finally"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("the metrics lack %s", want)
+		}
 	}
 	ctx := chrome(t)
 	do(t, ctx, "opening the run", chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("svg.graph")))

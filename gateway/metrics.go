@@ -43,6 +43,9 @@ type Metrics struct {
 	// series holds each provider's call series, looked up once: resolving
 	// label values on every call was a measurable share of a worker's CPU.
 	series sync.Map // provider name → *callSeries
+
+	// Failure routes (metrics_failure.go).
+	failureRoutes, handlerPhases *prometheus.CounterVec
 }
 
 // callSeries are one provider's series of the call metrics.
@@ -136,6 +139,7 @@ func NewMetrics() *Metrics {
 	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.calls, m.inFlight, m.latency,
 		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned, m.deliveries, m.ticks, m.refused, m.pruned, m.prunedDLQ, m.freed, m.oldestKept,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registerFailureRoutes()
 	return m
 }
 
@@ -146,6 +150,8 @@ func (m *Metrics) Event(ev store.Event) {
 		m.runsStarted.WithLabelValues(ev.Chain).Inc()
 	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut:
 		m.runsEnded.WithLabelValues(ev.Chain, strings.TrimPrefix(string(ev.Type), "run_")).Inc()
+	case store.EventFailureRouted, store.EventHandlersStarted:
+		m.failureEvent(ev)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // Failure routes. A top-level step's failure, after its retries, may be
@@ -118,6 +119,7 @@ func (r *runner) failureRoute(q *seq, s *chain.Step, rec *store.StepRecord) (han
 		}
 		r.setFailure(f)
 		r.event(store.EventFailureRouted, rec.Key, rec.Attempts, fmt.Sprintf("%s failure (%s) routed to step %q; %s", f.Class, f.Message, c.Target, what))
+		r.eventData(map[string]any{"class": f.Class, "code": f.Code, "target": c.Target, "recovered": c.Recover})
 		q.cursor = c.Target
 		return true, true
 	}
@@ -302,6 +304,7 @@ func (r *runner) startPhase(phase string) {
 	r.run.Path = r.top.path
 	r.vars.failure = failureValue(r.run)
 	r.event(store.EventHandlersStarted, "", 0, fmt.Sprintf("running the %s steps; the run ends %s after them", phase, r.run.Ending))
+	r.eventData(map[string]any{"phase": phase, "ending": string(r.run.Ending)})
 }
 
 // advanceHandlers is advanceRun in a handler phase.
@@ -469,4 +472,11 @@ func (e *Engine) reopenPhase(ctx context.Context, def *chain.Chain, run *store.R
 		run.Failure = f
 	}
 	return nil
+}
+
+// eventData sets the data of the event just appended.
+func (r *runner) eventData(v map[string]any) {
+	if b, err := jsonx.Marshal(v); err == nil && len(r.events) > 0 {
+		r.events[len(r.events)-1].Data = b
+	}
 }
