@@ -464,3 +464,54 @@ func TestReplayAfterHandlers(t *testing.T) {
 		t.Errorf("calls %v", c)
 	}
 }
+
+func TestSplitFailureRoutedAndTimeoutRunsHandlers(t *testing.T) {
+	rec := filepath.Join(t.TempDir(), "calls.jsonl")
+	h := newHarness(t, fmt.Sprintf(`
+[[chains]]
+name = "fleet"
+[[chains.steps]]
+name = "each"
+catch = [{ errors = ["permanent"], target = "page" }]
+[chains.steps.split]
+items = "<<origin.payload.hosts>>"
+[[chains.steps.split.steps]]
+name = "check"
+provider = "faulty"
+payload_template = { fail = "<<item.fail ?? \"\">>" }
+[[chains.steps]]
+name = "page"
+provider = "faulty"
+payload_template = { record = %[1]q, step = "<<failure.step>>", class = "<<failure.class>>" }
+
+[[chains]]
+name = "slow"
+timeout_seconds = 1
+[[chains.steps]]
+name = "stuck"
+provider = "faulty"
+timeout_seconds = 60
+payload_template = { hang = true }
+[[chains.on_failure]]
+name = "tell"
+provider = "faulty"
+payload_template = { record = %[1]q, class = "<<failure.class>>", ending = "<<failure.ending>>" }
+`, rec))
+	res := h.run("fleet", `{"hosts":[{"fail":""},{"fail":"down"}]}`)
+	if res.Status != store.RunFailed || !slices.Equal(res.Path, []string{"each", "page"}) {
+		t.Errorf("split: %s %v", res.Status, res.Path)
+	}
+	if p := body(t, res, "page"); p["step"] != "each" || p["class"] != "permanent" {
+		t.Errorf("page read %v", p)
+	}
+	res = h.run("slow", `{}`)
+	if res.Status != store.RunTimedOut {
+		t.Fatalf("status %s, want timed_out: the handlers do not change how the run ends", res.Status)
+	}
+	if !slices.Equal(res.Path, []string{"stuck", "tell"}) {
+		t.Errorf("path %v", res.Path)
+	}
+	if b := body(t, res, "tell"); b["class"] != "timeout" || b["ending"] != "timed_out" {
+		t.Errorf("tell read %v", b)
+	}
+}
