@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/chaingate/gateway/gateway"
 )
 
 // failureRunbook is issue 40's runbook: verify fails, its catch routes
@@ -32,6 +34,17 @@ payload_template = { text = "<<failure.class>>" }
 [[chains.finally]]
 name = "unlock"
 provider = "echo"
+
+[[chains]]
+name = "failing-handler"
+[[chains.steps]]
+name = "work"
+provider = "faulty"
+payload_template = { fail = "broken" }
+[[chains.on_failure]]
+name = "notify"
+provider = "faulty"
+payload_template = { fail = "slack is down" }
 `
 
 // TestBrowserFailureRoutes runs a runbook whose verify step fails and is
@@ -83,5 +96,20 @@ func TestBrowserFailureRoutes(t *testing.T) {
 	do(t, ctx, "opening the Now page", chromedp.Navigate(env.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("body")))
 	if !eval[bool](t, ctx, `Array.from(document.querySelectorAll('#failures tr')).some(r => r.textContent.includes('failing-runbook') && r.textContent.includes('verify'))`) {
 		t.Errorf("the Now page's failures do not list the run's failure")
+	}
+
+	// A handler's failure is parked, and its entry says it came from one.
+	id = startRun(t, env, "failing-handler", `{}`)
+	waitRun(t, env, id)
+	var dlq struct {
+		Entries []*gateway.DLQEntry `json:"entries"`
+	}
+	env.call("GET", "/v1/dlq?chain=failing-handler", "", nil, &dlq)
+	if len(dlq.Entries) != 1 || dlq.Entries[0].Step != "notify" || dlq.Entries[0].Handler != "on_failure" {
+		t.Fatalf("dead-letter entries %+v", dlq.Entries)
+	}
+	do(t, ctx, "opening the entry", chromedp.Navigate(env.url+"/ui/dlq/"+dlq.Entries[0].ID), chromedp.WaitVisible(chromedp.CSS("h1")))
+	if text := eval[string](t, ctx, `document.body.textContent`); !strings.Contains(text, "a step of the chain's on_failure handlers") {
+		t.Errorf("the entry's page does not say it came from a handler")
 	}
 }
