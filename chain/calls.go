@@ -43,7 +43,7 @@ func (s *Step) Calls() []Call {
 func (c *Config) Calls() []Call {
 	var out []Call
 	for _, name := range c.ChainNames {
-		WalkSteps(c.Chains[name].Steps, func(s *Step) { out = append(out, s.Calls()...) })
+		c.Chains[name].WalkChain(func(s *Step) { out = append(out, s.Calls()...) })
 	}
 	return out
 }

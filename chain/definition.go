@@ -54,7 +54,7 @@ func (c *Config) closure(name string) ([]*Chain, map[string]bool) {
 		}
 		seen[ch.Name] = true
 		chains = append(chains, ch)
-		WalkSteps(ch.Steps, func(s *Step) {
+		ch.WalkChain(func(s *Step) {
 			for _, call := range s.Calls() {
 				provs[call.Provider] = true
 			}

@@ -10,6 +10,8 @@ import (
 type Graph struct {
 	Nodes []*Node `json:"nodes"`
 	Edges []Edge  `json:"edges"`
+	// Handlers are the chain's on_failure and finally lists.
+	Handlers []*HandlerGraph `json:"handlers,omitempty"`
 }
 
 // Node is one step.
@@ -32,15 +34,17 @@ type Edge struct {
 	From string `json:"from"`
 	To   string `json:"to"`
 	// Label is the branch condition, "default" for default_next, empty for
-	// the next step in order.
+	// the next step in order; for a failure edge, the errors it catches.
 	Label string `json:"label,omitempty"`
+	// Kind is EdgeFailure for a catch route, empty for the others.
+	Kind string `json:"kind,omitempty"`
 }
 
 // Graph returns the chain's graph. Routes to the end of a list point at
 // EndTarget.
 func (c *Chain) Graph() *Graph {
 	nodes, edges := graphOf(c.Steps)
-	return &Graph{Nodes: nodes, Edges: edges}
+	return &Graph{Nodes: nodes, Edges: edges, Handlers: c.handlerGraphs()}
 }
 
 func graphOf(steps []*Step) ([]*Node, []Edge) {
@@ -65,6 +69,7 @@ func graphOf(steps []*Step) ([]*Node, []Edge) {
 		for _, b := range s.Branches {
 			edges = append(edges, Edge{From: s.Name, To: b.Target, Label: b.Cond.String()})
 		}
+		edges = append(edges, catchEdges(s)...)
 		switch next := s.Next(); {
 		case s.DefaultNext != "":
 			edges = append(edges, Edge{From: s.Name, To: s.DefaultNext, Label: "default"})
@@ -86,6 +91,7 @@ func (c *Chain) Mermaid() string {
 	g := c.Graph()
 	writeMermaid(&b, g.Nodes, g.Edges, "  ", "end_")
 	b.WriteString("  end_([end])\n")
+	writeHandlers(&b, g.Handlers)
 	return b.String()
 }
 
@@ -116,7 +122,9 @@ func writeMermaid(b *strings.Builder, nodes []*Node, edges []Edge, indent, endID
 		if e.To == EndTarget || strings.HasSuffix(e.To, "/"+EndTarget) {
 			to = endID
 		}
-		if e.Label != "" {
+		if e.Kind == EdgeFailure {
+			fmt.Fprintf(b, "%s%s -.->|%s| %s\n", indent, mermaidID(e.From), mermaidText(e.Label), to)
+		} else if e.Label != "" {
 			fmt.Fprintf(b, "%s%s -->|%s| %s\n", indent, mermaidID(e.From), mermaidText(e.Label), to)
 		} else {
 			fmt.Fprintf(b, "%s%s --> %s\n", indent, mermaidID(e.From), to)

@@ -303,6 +303,17 @@ type Chain struct {
 	providers []string
 	// Concurrency is the chain's concurrency table; nil without one.
 	Concurrency *Concurrency
+
+	// OnFailure are the steps run when the run fails (not when it is
+	// cancelled, nor when a catch route recovered it); Finally those run
+	// whatever the outcome (on cancel too, with FinallyOnCancel). See
+	// failure.go.
+	OnFailure, Finally []*Step
+	// FinallyOnCancel runs Finally when the run is cancelled; default true.
+	FinallyOnCancel bool
+	// HandlersTimeoutSeconds bounds the on_failure and finally steps of one
+	// run together.
+	HandlersTimeoutSeconds int
 }
 
 // ChainHint suggests the defined chain nearest to name, for an error about
@@ -387,6 +398,10 @@ type Step struct {
 	Source Source
 	// Concurrency is the step's concurrency table; nil without one.
 	Concurrency *Concurrency
+
+	// Catch routes the step's failure by class; first match wins. Only a
+	// top-level step of the chain's own list has it.
+	Catch []*Catch
 }
 
 // Next returns the step after s in its list, or nil at the end.
@@ -507,7 +522,7 @@ func (c *Config) Seal() error {
 	for _, name := range c.ChainNames {
 		ch := c.Chains[name]
 		ch.byName = map[string]*Step{}
-		WalkSteps(ch.Steps, func(s *Step) { ch.byName[s.Name] = s })
+		ch.WalkChain(func(s *Step) { ch.byName[s.Name] = s })
 		def, err := c.definition(name, true)
 		if err != nil {
 			return fmt.Errorf("hashing chain %q: %w", name, err)

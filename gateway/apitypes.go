@@ -52,6 +52,12 @@ type Run struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// Queue is where a queued run waits for its concurrency key.
 	Queue *QueuePlace `json:"queue,omitempty"`
+	// Phase is on_failure or finally while the run runs its chain's
+	// handlers; Ending the status it ends with once they are done.
+	Phase  string `json:"phase,omitempty"`
+	Ending string `json:"ending,omitempty"`
+	// Failure is what failed and what handled it.
+	Failure *Failure `json:"failure,omitempty"`
 }
 
 // Final reports whether the run has ended.
@@ -139,6 +145,9 @@ type DLQEntry struct {
 	Trigger  string            `json:"trigger,omitempty"`
 	Headers  map[string]string `json:"headers,omitempty"`
 	Metadata json.RawMessage   `json:"metadata,omitempty"`
+	// Handler is set for the failure of a chain's on_failure or finally
+	// step: the phase it failed in.
+	Handler string `json:"handler,omitempty"`
 }
 
 // RunPage is one page of a run listing.
@@ -167,6 +176,7 @@ func apiRun(r *store.Run) *Run {
 		Error: apiErrorInfo(r.Error), ParentRun: r.ParentRun, ParentStep: r.ParentStep, Body: validJSON(r.Body), BodyStep: r.BodyStep, Seq: r.Seq,
 		StartedBy: r.StartedBy, KeyUntil: r.KeyUntil, Labels: r.Labels,
 		Queue: apiQueue(r.Queue),
+		Phase: r.Phase, Ending: string(r.Ending), Failure: apiFailure(r.Failure),
 	}
 }
 
@@ -205,7 +215,8 @@ func apiDLQEntry(e *store.DLQEntry) *DLQEntry {
 		kind = "step"
 	}
 	return &DLQEntry{ID: e.ID, Kind: kind, RunID: e.RunID, Chain: e.Chain, Step: e.Step, Error: *apiErrorInfo(&e.Error),
-		Attempts: e.Attempts, Payload: validJSON(e.Payload), CreatedAt: e.CreatedAt, Trigger: e.Trigger, Headers: e.Headers, Metadata: validJSON(e.Metadata)}
+		Attempts: e.Attempts, Payload: validJSON(e.Payload), CreatedAt: e.CreatedAt, Trigger: e.Trigger, Headers: e.Headers, Metadata: validJSON(e.Metadata),
+		Handler: e.Handler}
 }
 
 func apiRunPage(p store.RunPage) RunPage {

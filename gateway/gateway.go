@@ -346,7 +346,7 @@ func (g *Gateway) WorkItems(ctx context.Context) error {
 func (g *Gateway) WarmItemProviders(ctx context.Context) {
 	names := map[string]bool{}
 	for _, c := range g.Config.ChainNames {
-		chain.WalkSteps(g.Config.Chains[c].Steps, func(s *chain.Step) {
+		g.Config.Chains[c].WalkChain(func(s *chain.Step) {
 			if s.Split == nil {
 				return
 			}

@@ -44,6 +44,9 @@ type Metrics struct {
 	// series holds each provider's call series, looked up once: resolving
 	// label values on every call was a measurable share of a worker's CPU.
 	series sync.Map // provider name → *callSeries
+
+	// Failure routes (metrics_failure.go).
+	failureRoutes, handlerPhases *prometheus.CounterVec
 }
 
 // callSeries are one provider's series of the call metrics.
@@ -144,6 +147,7 @@ func NewMetrics() *Metrics {
 	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.runTimes, m.calls, m.inFlight, m.latency,
 		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned, m.deliveries, m.ticks, m.refused, m.pruned, m.prunedDLQ, m.freed, m.oldestKept,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registerFailureRoutes()
 	return m
 }
 
@@ -159,6 +163,8 @@ func (m *Metrics) Event(ev store.Event) {
 		if created, ok := store.IDTime(ev.RunID); ok {
 			m.runTimes.WithLabelValues(ev.Chain, status).Observe(max(ev.Time.Sub(created).Seconds(), 0))
 		}
+	case store.EventFailureRouted, store.EventHandlersStarted:
+		m.failureEvent(ev)
 	}
 }
 

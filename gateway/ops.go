@@ -135,6 +135,15 @@ type DAG struct {
 	Chain string       `json:"chain"`
 	Nodes []*DAGNode   `json:"nodes"`
 	Edges []chain.Edge `json:"edges"`
+	// Handlers are the chain's on_failure and finally lists.
+	Handlers []*DAGHandler `json:"handlers,omitempty"`
+}
+
+// DAGHandler is one of a chain's handler lists in a DAG.
+type DAGHandler struct {
+	Phase string       `json:"phase"`
+	Nodes []*DAGNode   `json:"nodes"`
+	Edges []chain.Edge `json:"edges"`
 }
 
 // DAGNode is one step of a DAG.
@@ -434,7 +443,11 @@ func (l *Local) DAG(ctx context.Context, id string) (*DAG, error) {
 // a page showing a run and its graph reads them once.
 func (v *RunView) DAG(def *chain.Chain) *DAG {
 	g := def.Graph()
-	return &DAG{Run: v.ID, Chain: v.Chain, Nodes: dagNodes(g.Nodes, "", v.Steps), Edges: g.Edges}
+	d := &DAG{Run: v.ID, Chain: v.Chain, Nodes: dagNodes(g.Nodes, "", v.Steps), Edges: g.Edges}
+	for _, h := range g.Handlers {
+		d.Handlers = append(d.Handlers, &DAGHandler{Phase: h.Phase, Nodes: dagNodes(h.Nodes, "", v.Steps), Edges: h.Edges})
+	}
+	return d
 }
 
 func dagNodes(nodes []*chain.Node, prefix string, steps map[string]*Step) []*DAGNode {

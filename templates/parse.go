@@ -8,7 +8,7 @@ import (
 )
 
 // roots are the names a path may start with, in the order error messages list them.
-var roots = []string{"origin", "steps", "prev", "run", "chain", "result", "item", "item_index", "secrets"}
+var roots = []string{"origin", "steps", "prev", "run", "chain", "result", "item", "item_index", "secrets", "failure"}
 
 type segKind uint8
 

@@ -334,7 +334,7 @@ func mustCompile(t testing.TB, s string) *Template {
 }
 
 func TestCompileErrors(t *testing.T) {
-	const roots = "(valid roots: origin, steps, prev, run, chain, result, item, item_index, secrets)"
+	const roots = "(valid roots: origin, steps, prev, run, chain, result, item, item_index, secrets, failure)"
 	tests := []struct {
 		tmpl any
 		err  string

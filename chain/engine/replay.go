@@ -151,7 +151,7 @@ func (e *Engine) ReplayRun(ctx context.Context, runID string, opts ReplayOptions
 	if len(run.Path) == 0 {
 		return nil, fmt.Errorf("%s: %w: it took no step; replay it with mode restart", what, ErrNotReplayable)
 	}
-	if run, err = e.resumeFrom(ctx, run.ID, reopen{step: run.Path[len(run.Path)-1], current: opts.Definition != ReplayPinned}); err != nil {
+	if run, err = e.resumeFrom(ctx, run.ID, reopen{step: replayStep(run), current: opts.Definition != ReplayPinned}); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return run, nil
@@ -164,7 +164,7 @@ func (e *Engine) runEntry(ctx context.Context, run *store.Run) (*store.DLQEntry,
 	if len(run.Path) == 0 {
 		return nil, nil
 	}
-	last := run.Path[len(run.Path)-1]
+	last := replayStep(run)
 	f := store.DLQFilter{Chain: run.Chain, Since: run.CreatedAt, Limit: 500}
 	for {
 		page, err := e.store.ListDLQ(ctx, f)
@@ -375,6 +375,9 @@ func (e *Engine) resumeFrom(ctx context.Context, runID string, o reopen) (*store
 			what = "failed or skipped"
 		}
 		return nil, fmt.Errorf("%w: split %q of run %s has no %s item to run again", ErrNotReplayable, top, run.ID, what)
+	}
+	if err := e.reopenPhase(ctx, def, run, s, at, now, b); err != nil {
+		return nil, err
 	}
 	run.Status = store.RunRunning
 	run.Error = nil

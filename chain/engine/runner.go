@@ -111,6 +111,12 @@ type runner struct {
 	// stepSlots are the steps' concurrency keys held or asked for, by
 	// step record key (stepslots.go).
 	stepSlots map[string]*stepSlot
+	// ending lets finishRun end the run without going through its
+	// handler phases (handlers.go); mainResult is the result of the
+	// run's own steps, kept while handlers run.
+	ending        bool
+	mainResult    json.RawMessage
+	mainResultKey string
 }
 
 // runnerRole is what a runner advances: a run it owns (ownRun), or the
@@ -418,6 +424,7 @@ func (r *runner) contain() {
 		return
 	}
 	r.log.Error("advancing the run hit a bug; failing the run", "panic", p, "stack", string(debug.Stack()))
+	r.ending = true
 	if r.committing != nil {
 		<-r.acks
 		r.e.act.End()
@@ -731,6 +738,11 @@ func (r *runner) redact(b *store.Batch) {
 	}
 	b.Run.Body = red.JSON(b.Run.Body)
 	b.Run.Error = redactError(red, b.Run.Error)
+	if f := b.Run.Failure; f != nil {
+		f = f.Clone()
+		f.Message = red.String(f.Message)
+		b.Run.Failure = f
+	}
 	for _, st := range b.Steps {
 		st.Body = red.JSON(st.Body)
 		st.Error = redactError(red, st.Error)
@@ -864,6 +876,9 @@ func (r *runner) published(events []store.Event) {
 // (or, when the run timed out, marked timed out).
 func (r *runner) finishRun(status store.RunStatus, errInfo *store.ErrorInfo) {
 	if r.run.Status.Final() {
+		return
+	}
+	if r.enterHandlers(status, errInfo) {
 		return
 	}
 	msg := ""

@@ -71,6 +71,9 @@ func (r *runner) advanceRun(now time.Time) []launch {
 	if r.run.Status.Final() {
 		return nil
 	}
+	if r.run.Phase != "" {
+		return r.advanceHandlers(now)
+	}
 	if !r.run.Deadline.IsZero() && !now.Before(r.run.Deadline) {
 		r.finishRun(store.RunTimedOut, &store.ErrorInfo{
 			Message: fmt.Sprintf("chain %q timed out after %ds", r.def.Name, r.def.TimeoutSeconds), Code: "timeout",
@@ -86,7 +89,8 @@ func (r *runner) advanceRun(now time.Time) []launch {
 		// A run that ended on the way has no step to go on from.
 		r.run.Cursor = r.top.cursor
 	}
-	if done && !r.run.Status.Final() {
+	// A run whose steps failed into a handler phase goes on there.
+	if done && !r.run.Status.Final() && r.run.Phase == "" {
 		if len(r.top.result) > MaxInlineRunBody {
 			r.run.BodyStep = r.top.resultKey
 		} else {
@@ -215,6 +219,9 @@ func (r *runner) settle(q *seq, s *chain.Step) bool {
 	q.path = append(q.path, s.Name)
 	switch rec.Status {
 	case store.StepFailed, store.StepTimedOut, store.StepCancelled:
+		if handled, goOn := r.failureRoute(q, s, rec); handled {
+			return goOn
+		}
 		switch s.OnFailure {
 		case chain.OnFailureSkip:
 			rec.Status = store.StepSkipped

@@ -81,7 +81,7 @@ func stepValue(rec *store.StepRecord, body any) map[string]any {
 	return map[string]any{
 		"status":   string(rec.Status),
 		"body":     body,
-		"error":    errorValue(rec.Error),
+		"error":    errorValueOf(rec),
 		"attempts": int64(rec.Attempts),
 	}
 }
@@ -100,6 +100,8 @@ type vars struct {
 	run     map[string]any
 	chain   map[string]any
 	secrets map[string]any
+	// failure is what the failure root reads (handlers.go).
+	failure map[string]any
 }
 
 // newVars are run's values; runURL is its console page as people reach
@@ -121,6 +123,7 @@ func newVars(run *store.Run, runURL string, secrets map[string]any) *vars {
 	if runURL != "" {
 		v.run["url"] = runURL
 	}
+	v.failure = failureValue(run)
 	return v
 }
 
@@ -150,6 +153,8 @@ func (s *scope) Lookup(root string) (any, bool) {
 		return s.v.chain, true
 	case "secrets":
 		return s.v.secrets, true
+	case "failure":
+		return s.v.failure, true
 	case "item":
 		if s.seq != nil && s.seq.inItem() {
 			return s.seq.item, true
@@ -185,6 +190,9 @@ func (s *scope) env(cond fmt.Stringer, result map[string]any) map[string]any {
 		"run":    s.v.run,
 		"chain":  s.v.chain,
 		"prev":   nil,
+	}
+	if s.v.failure != nil {
+		env["failure"] = s.v.failure
 	}
 	if prev != nil {
 		env["prev"] = prev

@@ -609,7 +609,8 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-var chainKeys = []string{"name", "timeout_seconds", "input", "retention", "steps", "concurrency"}
+var chainKeys = []string{"name", "timeout_seconds", "input", "retention", "steps", "concurrency",
+	"on_failure", "finally", "finally_on_cancel", "handlers_timeout_seconds"}
 
 func (l *loader) chain(t *table) {
 	c := &chain.Chain{Name: l.checkName(t, "chain"), Source: t.d.source(t.path), Raw: t.m}
@@ -638,6 +639,7 @@ func (l *loader) chain(t *table) {
 	} else if !t.has("steps") {
 		t.d.errorf(t.path, "missing required key %q: a chain needs at least one step ([[chains.steps]])", "steps")
 	}
+	b.handlers(t, top)
 	t.finish(chainKeys)
 	for _, f := range b.checks {
 		f()
@@ -671,7 +673,7 @@ func (l *loader) checkSubChainCycles() {
 		}
 		state[name] = active
 		stack = append(stack, name)
-		chain.WalkSteps(c.Steps, func(s *chain.Step) {
+		c.WalkChain(func(s *chain.Step) {
 			if s.Kind != chain.KindSubChain {
 				return
 			}

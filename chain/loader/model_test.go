@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -26,7 +27,8 @@ func dump(cfg *chain.Config) string {
 		Parallel                                                                 any          `json:",omitempty"`
 		Split                                                                    any          `json:",omitempty"`
 		Source                                                                   string
-		Concurrency                                                              any `json:",omitempty"`
+		Concurrency                                                              any      `json:",omitempty"`
+		Catch                                                                    []string `json:",omitempty"`
 	}
 	concurrency := func(c *chain.Concurrency) any {
 		if c == nil {
@@ -65,6 +67,9 @@ func dump(cfg *chain.Config) string {
 			for _, b := range s.Branches {
 				o.Branches = append(o.Branches, b.Cond.String()+" → "+b.Target)
 			}
+			for _, c := range s.Catch {
+				o.Catch = append(o.Catch, fmt.Sprintf("%v → %s (recover %v)", c.Errors, c.Target, c.Recover))
+			}
 			if p := s.Parallel; p != nil {
 				o.Parallel = map[string]any{"join": p.Join, "on_failure": p.OnFailure, "timeout_seconds": p.TimeoutSeconds,
 					"max_concurrency": p.MaxConcurrency, "steps": steps(p.Steps)}
@@ -85,6 +90,10 @@ func dump(cfg *chain.Config) string {
 		out := map[string]any{"name": c.Name, "timeout_seconds": c.TimeoutSeconds, "hash_len": len(c.Hash), "steps": steps(c.Steps)}
 		if c.Concurrency != nil {
 			out["concurrency"] = concurrency(c.Concurrency)
+		}
+		if len(c.OnFailure)+len(c.Finally) > 0 {
+			out["on_failure"], out["finally"] = steps(c.OnFailure), steps(c.Finally)
+			out["finally_on_cancel"], out["handlers_timeout_seconds"] = c.FinallyOnCancel, c.HandlersTimeoutSeconds
 		}
 		chains = append(chains, out)
 	}
@@ -348,4 +357,14 @@ func TestMermaid(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkGolden(t, "testdata/valid/everything.mermaid", cfg.Chains["incident-response"].Mermaid())
+}
+
+// TestMermaidFailureRoutes draws catch routes as dashed edges labelled
+// with what they catch, and the handler lists as subgraphs of their own.
+func TestMermaidFailureRoutes(t *testing.T) {
+	cfg, err := loader.Load([]string{"testdata/valid/failure_routes.toml"}, loadOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "testdata/valid/failure_routes.mermaid", cfg.Chains["clean-logs"].Mermaid())
 }

@@ -15,7 +15,7 @@ import (
 var ApprovalFields = []string{"decision", "by", "comment", "at", "timed_out", "message"}
 
 var (
-	errorShape = object(field{"message", aString}, field{"code", aString}, field{"retryable", aBoolean})
+	errorShape = object(field{"message", aString}, field{"code", aString}, field{"retryable", aBoolean}, field{"class", aString})
 	// approvalBody is every field a string but timed_out.
 	approvalBody = func() *shape {
 		s := object()
@@ -98,6 +98,8 @@ func (b *chainBuild) stepResult(sc *scope, name string) (*shape, string) {
 	switch {
 	case s != nil && sc.visible(name):
 		return resultShape(bodyShape(s)), ""
+	case s != nil && s.Parent == nil && b.c.Phase(s) != "":
+		return nil, fmt.Sprintf("step %q is %s step, which runs after the chain's steps; only the handler steps after it read it", name, aPhase(b.c.Phase(s)))
 	case s != nil:
 		return nil, fmt.Sprintf("step %q is inside split %q and its results are private to each item; read the split's body instead", name, enclosingSplit(s))
 	}

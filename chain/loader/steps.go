@@ -25,6 +25,13 @@ type chainBuild struct {
 	// checks run once every step of the chain is known: references to
 	// steps by name may point forward.
 	checks []func()
+
+	// handler is the handler list being decoded (failure.go), "" for the
+	// chain's own steps; catchTargets are the steps a catch routes to so
+	// far; failureHere says the step being decoded may read failure.
+	handler      string
+	catchTargets map[string]bool
+	failureHere  bool
 }
 
 // scope is the set of step names one step list can read through steps.NAME:
@@ -49,6 +56,7 @@ var stepKeys = []string{
 	"name", "provider", "action_type", "payload_template", "on_failure", "timeout_seconds", "delay_seconds",
 	"retry", "when", "default_next", "branches", "parallel", "split", "sub_chain", "input", "approval",
 	"concurrency",
+	"catch",
 }
 
 var kindKeys = []string{"provider", "parallel", "split", "sub_chain", "approval"}
@@ -85,6 +93,7 @@ func (b *chainBuild) step(t *table, parent *chain.Step, sc *scope) *chain.Step {
 			sc.names[s.Name] = true
 		}
 	}
+	b.noteFailureScope(s, parent)
 
 	var kinds []string
 	for _, k := range kindKeys {
@@ -203,6 +212,7 @@ func (b *chainBuild) step(t *table, parent *chain.Step, sc *scope) *chain.Step {
 	} else {
 		b.routing(t, s, sc)
 	}
+	b.catches(t, s, parent)
 	t.finish(stepKeys)
 	return s
 }
@@ -431,10 +441,16 @@ func (b *chainBuild) template(p chain.KeyPath, v any, sc *scope) *templates.Temp
 // condition compiles a when condition: a step's, or with self set, a
 // branch's of step self, which reads its result.
 func (b *chainBuild) condition(p chain.KeyPath, src string, sc *scope, self *chain.Step) *condition.Expr {
-	e, err := condition.CompileExpr(src, rootNames(sc, self != nil))
+	names := rootNames(sc, self != nil)
+	if b.failureHere {
+		names = append(names, "failure")
+	}
+	e, err := condition.CompileExpr(src, names)
 	if err != nil {
 		msg := err.Error()
 		switch {
+		case strings.Contains(msg, "unknown name failure"):
+			msg += "; " + failureUnset
 		case strings.Contains(msg, "unknown name result"):
 			msg += "; result is only available in branch conditions"
 		case strings.Contains(msg, "unknown name item"):
@@ -450,7 +466,12 @@ func (b *chainBuild) condition(p chain.KeyPath, src string, sc *scope, self *cha
 // checkRefs checks refs, read in scope sc, once every step of the chain is
 // known: steps.NAME may name a later one.
 func (b *chainBuild) checkRefs(p chain.KeyPath, sc *scope, self *chain.Step, refs []ref) {
-	b.checks = append(b.checks, func() { b.d.checkRefs(p, b.stepShapes(sc, self), refs) })
+	here := b.failureHere
+	b.checks = append(b.checks, func() {
+		rs := b.stepShapes(sc, self)
+		failureRoot(rs, here)
+		b.d.checkRefs(p, rs, refs)
+	})
 	b.l.noteRunURL(b.d, p, refs)
 }
 

@@ -335,6 +335,15 @@ type Run struct {
 	// Queue is where a queued run waits for its concurrency key; nil
 	// unless the run's status is queued.
 	Queue *QueuePlace `json:"queue,omitempty"`
+
+	// Phase is the handler list the run is in, PhaseOnFailure or
+	// PhaseFinally, while it runs its chain's failure handlers; "" before
+	// (and once the run has ended). Ending is the status the run ends with
+	// once its handlers are done, set from when its outcome is known.
+	Phase  string    `json:"phase,omitempty"`
+	Ending RunStatus `json:"ending,omitempty"`
+	// Failure is what failed and what handled it; nil while nothing has.
+	Failure *Failure `json:"failure,omitempty"`
 }
 
 // How runs start, as StartedBy names them (a trigger's and a schedule's
@@ -460,6 +469,9 @@ type DLQEntry struct {
 	Trigger  string            `json:"trigger,omitempty"`
 	Headers  map[string]string `json:"headers,omitempty"`
 	Metadata json.RawMessage   `json:"metadata,omitempty"`
+	// Handler is the handler phase (on_failure, finally) of the step
+	// whose failure this is; empty for the chain's own steps.
+	Handler string `json:"handler,omitempty"`
 }
 
 // DLQDelivery is the kind of a dead-letter entry that holds a trigger

@@ -497,6 +497,7 @@ func showRun(w io.Writer, v *gateway.RunView) {
 		fmt.Fprintf(w, "error    %s\n", v.Error.Message)
 	}
 	showQueue(w, v.Queue)
+	showFailure(w, v.Run)
 	fmt.Fprintf(w, "path     %s\n\n", strings.Join(v.Path, " → "))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tSTATUS\tATTEMPTS\tRESULT")

@@ -78,7 +78,7 @@ func TestRunsExportAsTest(t *testing.T) {
 	exported, _ := os.ReadFile(test)
 	for _, want := range []string{
 		`{ error = "attempt 1 failed (its error is not recorded)", retryable = true }`,
-		`error = "faulty: pager down"`,
+		"error = \"pager down\"\nretryable = false\ncode = \"faulty\"",
 		`path = ["check", "page"]`,
 		`steps.check = { status = "succeeded", attempts = 3 }`,
 		"[[tests.expect.dead_letters]]\nstep = \"page\"",

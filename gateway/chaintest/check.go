@@ -42,7 +42,7 @@ func check(c *Case, res *Result, dlq []*store.DLQEntry, fail func(chain.Source, 
 	if len(res.Runs) > 0 {
 		top = res.Runs[0]
 	}
-	runWanted := e.Status != nil || e.Path != nil || e.Error != nil || len(e.Steps) > 0
+	runWanted := e.Status != nil || e.Path != nil || e.Error != nil || len(e.Steps) > 0 || e.Failure != nil
 	if top == nil {
 		if e.Status != nil && e.Status.V == notStarted {
 			return
@@ -79,6 +79,9 @@ func check(c *Case, res *Result, dlq []*store.DLQEntry, fail func(chain.Source, 
 	}
 	if w := e.DeadLetters; w != nil {
 		checkDeadLetters(w, dlq, fail)
+	}
+	if w := e.Failure; w != nil {
+		checkFailure(w, run, fail)
 	}
 }
 

@@ -163,6 +163,7 @@ func (sn *seen) run(rr *RunRecord) {
 		sn.ran[c+"/"+name] = true
 		sn.when[c+"/"+name+"/true"] = true
 	}
+	sn.failureRoutes(c, rr.Run)
 	// Routes of top-level steps, from the path the run took.
 	for i, name := range rr.Run.Path {
 		rec := byKey[name]
@@ -172,6 +173,10 @@ func (sn *seen) run(rr *RunRecord) {
 		next := chain.EndTarget
 		if i+1 < len(rr.Run.Path) {
 			next = rr.Run.Path[i+1]
+		}
+		if sn.phaseOf(rr.Run.Chain, next) != sn.phaseOf(rr.Run.Chain, name) {
+			// The handlers ran after the run's steps (or the phase before) ended.
+			next = chain.EndTarget
 		}
 		sn.routes[c+"/"+name+"→"+next] = true
 	}
@@ -268,6 +273,9 @@ func (sn *seen) chain(ch *chain.Chain, cc *ChainCoverage) {
 		}
 	}
 	walk(ch.Steps)
+	sn.failureItems(ch, item)
+	walk(ch.OnFailure)
+	walk(ch.Finally)
 }
 
 func (sn *seen) routed(chainName, from, to string) bool {

@@ -159,6 +159,11 @@ func mockLines(status string, attempts int, body json.RawMessage, info *gateway.
 		fmt.Fprintf(&b, "  { body = %s },\n]\n", tomlJSON(body))
 		return b.String()
 	case store.StepFailed:
+		if info != nil && info.Code != "" && strings.HasPrefix(msg, info.Code+": ") {
+			// A provider's error says its code first; the mock gives it as
+			// code, which a catch entry may name, and says it again so.
+			return fmt.Sprintf("error = %s\nretryable = %t\ncode = %s\n", tomlx.String(strings.TrimPrefix(msg, info.Code+": ")), attempts > 1, tomlx.String(info.Code))
+		}
 		return fmt.Sprintf("error = %s\nretryable = %t\n", tomlx.String(msg), attempts > 1)
 	case store.StepTimedOut, store.StepCancelled:
 		// Still in flight when its timeout, or the cancel, came.

@@ -71,6 +71,9 @@ type Outcome struct {
 	// the step's timeout, it times out.
 	Delay time.Duration
 	set   bool
+	// Code is the error's code, which a catch entry may name
+	// ("code:DISK_FULL").
+	Code string
 }
 
 // ItemMock answers the items of a split whose index is Index, or whose
@@ -99,6 +102,8 @@ type Expect struct {
 	DeadLetters *Want[[]DeadLetterExpect]
 	// Results are a trigger case's: what the door did with each alert.
 	Results *Want[[]ResultExpect]
+	// Failure is what the run's failure record says (failure.go).
+	Failure *Want[FailureExpect]
 }
 
 // Want is one expectation and where it was written.
@@ -504,7 +509,7 @@ func (r *reader) request(t *table) json.RawMessage {
 	return body
 }
 
-var outcomeKeys = []string{"body", "error", "retryable", "delay"}
+var outcomeKeys = []string{"body", "error", "retryable", "delay", "code"}
 
 func (r *reader) outcome(t *table) Outcome {
 	o := Outcome{}
@@ -520,6 +525,9 @@ func (r *reader) outcome(t *table) Outcome {
 	o.Retryable = t.boolean("retryable")
 	if o.Retryable && o.Error == "" {
 		r.errorf(t.path.Key("retryable"), "only an error is retryable")
+	}
+	if o.Code = t.str("code"); o.Code != "" && o.Error == "" {
+		r.errorf(t.path.Key("code"), "only an error has a code")
 	}
 	o.Delay = t.duration("delay")
 	if o.Body != nil && o.Error != "" {
@@ -625,7 +633,8 @@ func (r *reader) expect(t *table) Expect {
 		}
 		e.Results = &Want[[]ResultExpect]{V: list, Src: r.src(t.path.Key("results"))}
 	}
-	t.done("status", "path", "error", "steps", "dead_letters", "results")
+	e.Failure = r.failureExpect(t)
+	t.done("status", "path", "error", "steps", "dead_letters", "results", "failure")
 	return e
 }
 

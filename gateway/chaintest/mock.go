@@ -142,9 +142,9 @@ func (p *mockProvider) Execute(ctx context.Context, req providers.Request) (prov
 	}
 	if o.Error != "" {
 		if o.Retryable {
-			return providers.Response{}, providers.Retryable("", "%s", o.Error)
+			return providers.Response{}, providers.Retryable(o.Code, "%s", o.Error)
 		}
-		return providers.Response{}, providers.Permanent("", "%s", o.Error)
+		return providers.Response{}, providers.Permanent(o.Code, "%s", o.Error)
 	}
 	body := o.Body
 	if body == nil {

@@ -191,6 +191,8 @@ func stepNames(cfg *chain.Config) map[string]chain.StepKind {
 	}
 	for _, c := range cfg.Chains {
 		walk(c.Steps)
+		walk(c.OnFailure)
+		walk(c.Finally)
 	}
 	return out
 }

@@ -91,7 +91,7 @@ func (c *console) graphSVG(nodes []*gateway.DAGNode, edges []chain.Edge, def *ch
 		routes++
 		rx := gLeft + max(from.w, to.w) + routes*gRouteDX/2 + 10
 		fy, ty := from.y+from.h/2, to.y+to.h/2
-		fmt.Fprintf(&lines, `<path class="edge route" d="M%d,%d H%d V%d H%d" marker-end="url(#arrow)"/>`, gLeft+from.w, fy, rx, ty, gLeft+to.w)
+		fmt.Fprintf(&lines, `<path class="%s" d="M%d,%d H%d V%d H%d" marker-end="url(#arrow)"/>`, edgeClass(e), gLeft+from.w, fy, rx, ty, gLeft+to.w)
 		right = max(right, rx+10)
 		if e.Label != "" {
 			label := textx.Short(e.Label, 28)

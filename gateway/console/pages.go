@@ -167,6 +167,10 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 		if step == "" && len(run.Path) > 0 {
 			step = run.Path[len(run.Path)-1]
 		}
+		if f := run.Failure; f != nil && f.Step != "" {
+			// Its handlers ran after the step that failed.
+			step = f.Step
+		}
 		msg := ""
 		if run.Error != nil {
 			msg = normaliseError(run.Error.Message)
@@ -477,7 +481,7 @@ func (c *console) runView(ctx context.Context, id string, sess *uiSession, all b
 	}
 	d := v.DAG(def)
 	rv := &runView{View: v, Final: v.Final(), CanWrite: c.canWrite(sess), CSRF: sess.csrf, Base: c.base, AllEvents: all}
-	rv.Graph = c.graphSVG(d.Nodes, d.Edges, def, v, id)
+	rv.Graph = c.graphSVG(d.Nodes, d.Edges, def, v, id) + c.handlerGraphs(d.Handlers, def, v, id)
 	rv.Running = runningStep(d.Nodes, "")
 	rv.Labels = c.labelLinks(v.Labels)
 	rv.Redrives = redrives(v.Run, d.Nodes)
@@ -1097,7 +1101,7 @@ func (c *console) chainPageWith(w http.ResponseWriter, r *http.Request, sess *ui
 	g := ch.Graph()
 	v := &chainView{Name: name, Hash: ch.Hash, Lines: strings.Split(strings.TrimRight(string(src), "\n"), "\n"), Form: cmp.Or(form, newRunForm(ch))}
 	v.Example = v.Form.example()
-	v.Graph = c.graphSVG(dagOf(g.Nodes), g.Edges, ch, nil, "")
+	v.Graph = c.graphSVG(dagOf(g.Nodes), g.Edges, ch, nil, "") + c.handlerGraphs(chainHandlers(g), ch, nil, "")
 	for _, tn := range cfg.TriggerNames {
 		switch tr := cfg.Triggers[tn]; name {
 		case tr.Chain:

@@ -880,6 +880,7 @@ func copyRun(r *store.Run) *store.Run {
 	c.Origin = store.Origin{}
 	c.Path = slices.Clone(r.Path)
 	c.Labels = maps.Clone(r.Labels)
+	c.Failure = r.Failure.Clone()
 	c.Error = copyError(r.Error)
 	c.Body = cloneRaw(r.Body)
 	return &c
