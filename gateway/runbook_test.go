@@ -16,6 +16,8 @@ import (
 
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/testutil/sshdtest"
+	"github.com/chaingate/gateway/providers/pagerduty/pagerdutytest"
+	"github.com/chaingate/gateway/providers/slack/slacktest"
 )
 
 // TestDiskRunbookOverSSH runs configs/runbook's chain and commands as
@@ -61,13 +63,32 @@ func TestDiskRunbookOverSSH(t *testing.T) {
 	}
 
 	t.Setenv("CHAINGATE_SECRET_RUNBOOK_SSH_KEY", srv.ClientKey)
+	// Where a failed run pages and every run is posted: PagerDuty's and
+	// Slack's fakes.
+	pd, slack := pagerdutytest.NewServer(), slacktest.NewServer()
+	t.Cleanup(pd.Close)
+	t.Cleanup(slack.Close)
+	t.Setenv("CHAINGATE_SECRET_PAGERDUTY_ROUTING_KEY", pagerdutytest.RoutingKey)
+	t.Setenv("CHAINGATE_SECRET_SLACK_BOT_TOKEN", slacktest.Token)
 	chain, err := os.ReadFile("../configs/runbook/disk-full.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := newAPIOn(t, shippedProviders(t, map[string]any{
-		"user": srv.User, "port": srv.Port(), "known_hosts": srv.KnownHostsFile, "allowed_hosts": []string{"127.0.0.1"},
+	env := newAPIOn(t, shippedProviders(t, map[string]map[string]any{
+		"fleet":     {"user": srv.User, "port": srv.Port(), "known_hosts": srv.KnownHostsFile, "allowed_hosts": []string{"127.0.0.1"}},
+		"pagerduty": {"base_url": pd.URL},
+		"slack":     {"base_url": slack.BaseURL()},
 	})+string(chain), "")
+	// told is what Slack and PagerDuty were told since the last call.
+	told := func() (posts []string, pages []pagerdutytest.Alert) {
+		for _, m := range slack.Messages() {
+			posts = append(posts, m.Text)
+		}
+		pages = pd.Alerts()
+		slack.Reset()
+		pd.Reset()
+		return posts, pages
+	}
 	start := func(payload map[string]any) string {
 		t.Helper()
 		body, _ := json.Marshal(payload)
@@ -119,9 +140,65 @@ func TestDiskRunbookOverSSH(t *testing.T) {
 		if got := left(); got != "fresh.gz old.log" {
 			t.Errorf("left in the log directory: %s", got)
 		}
+		if posts, pages := told(); len(pages) != 0 || !slices.Equal(posts, []string{"disk-full on 127.0.0.1: the run ended succeeded"}) {
+			t.Errorf("a fixed disk: Slack was told %q, PagerDuty paged %d times", posts, len(pages))
+		}
+	})
+
+	// The disk is still full after cleaning: the run ends failed, the
+	// on-call is paged once and Slack told once, and it counts among the
+	// failed runs.
+	t.Run("still full", func(t *testing.T) {
+		writeLogs("e.5.gz")
+		id := start(map[string]any{"host": "127.0.0.1", "mount": logs, "log_dir": logs, "threshold_pct": 1})
+		waitStatus(t, env, id, "waiting")
+		approve(id)
+		end := waitRunEnd(t, env, id)
+		if end.Status != "failed" || end.Failure == nil || end.Failure.Step != "verify" || !slices.Equal(end.Failure.Handlers, []string{"on_failure:page", "finally:tell-failure"}) {
+			t.Fatalf("run %s, failure %+v", end.Status, end.Failure)
+		}
+		posts, pages := told()
+		if len(pages) != 1 || pages[0].Events != 1 || !strings.HasPrefix(pages[0].Summary, "disk-full on 127.0.0.1: verify failed (permanent): ") || !strings.Contains(pages[0].Summary, "% full") {
+			t.Errorf("PagerDuty was paged %+v, want once about verify", pages)
+		}
+		if len(posts) != 1 || !strings.HasPrefix(posts[0], ":rotating_light: disk-full on 127.0.0.1: the run ended failed at verify (permanent): ") {
+			t.Errorf("Slack was told %q, want once that verify failed", posts)
+		}
+		if n := metricValue(t, env, `chaingate_runs_finished_total{chain="disk-full",status="failed"}`); n != 1 {
+			t.Errorf("failed runs counted: %v, want 1", n)
+		}
+	})
+
+	// A second alert about a host waits for the first run on it to end.
+	t.Run("one run per host", func(t *testing.T) {
+		first := start(map[string]any{"host": "127.0.0.1", "mount": logs, "log_dir": logs})
+		waitStatus(t, env, first, "waiting")
+		second := start(map[string]any{"host": "127.0.0.1", "mount": logs, "log_dir": logs})
+		waitStatus(t, env, second, "queued")
+		// Its place is known once it has asked for the key, at once.
+		var v gateway.RunView
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if env.call("GET", "/v1/runs/"+second, "", nil, &v); v.Queue == nil || v.Queue.Position > 0 {
+				break
+			}
+		}
+		if v.Queue == nil || v.Queue.Position != 1 || v.Queue.Key != "host/127.0.0.1" || !slices.Equal(v.Queue.WaitingFor, []string{first}) || v.Steps["collect"] != nil {
+			t.Fatalf("the second run on the host: %+v, collect %+v", v.Queue, v.Steps["collect"])
+		}
+		for _, id := range []string{first, second} {
+			waitStatus(t, env, id, "waiting")
+			if code, _, body := env.call("POST", "/v1/runs/"+id+"/signals/approve-clean", `{"decision": "reject"}`, nil, nil); code != http.StatusAccepted {
+				t.Fatalf("reject: %d %s", code, body)
+			}
+			if end := waitRunEnd(t, env, id); end.Status != "succeeded" {
+				t.Fatalf("run %s: %s", id, end.Status)
+			}
+		}
+		told()
 	})
 
 	t.Run("the logs changed after they were shown", func(t *testing.T) {
+		told()
 		writeLogs("c.3.gz")
 		id := start(map[string]any{"host": "127.0.0.1", "mount": logs, "log_dir": logs, "threshold_pct": 100})
 		waitStatus(t, env, id, "waiting")
@@ -135,6 +212,9 @@ func TestDiskRunbookOverSSH(t *testing.T) {
 		}
 		if got := left(); got != "c.3.gz d.4.gz fresh.gz old.log" {
 			t.Errorf("left in the log directory: %s", got)
+		}
+		if posts, pages := told(); len(pages) != 1 || len(posts) != 1 || !strings.Contains(pages[0].Summary, "clean failed") {
+			t.Errorf("logs changed: Slack was told %q, PagerDuty paged %+v; want each once about clean", posts, pages)
 		}
 	})
 
@@ -197,6 +277,16 @@ func TestDiskRunbookOverSSH(t *testing.T) {
 		if _, err := os.Stat(pwned); err == nil {
 			t.Fatal("a label's shell code ran")
 		}
+		// Each refused run paged once, about collect, and told Slack once.
+		if posts, pages := told(); len(pages) != len(runs)+1 || len(posts) != len(runs)+1 {
+			t.Errorf("%d runs failed: PagerDuty paged %d times, Slack told %d times", len(runs)+1, len(pages), len(posts))
+		} else {
+			for _, p := range pages {
+				if !strings.Contains(p.Summary, ": collect failed (") {
+					t.Errorf("a page not about collect: %q", p.Summary)
+				}
+			}
+		}
 		if got := left(); got != before {
 			t.Errorf("the log directory held %s and now holds %s", before, got)
 		}
@@ -225,8 +315,9 @@ func varLogDir(t *testing.T) string {
 }
 
 // shippedProviders is configs/runbook/providers.toml as shipped, commands
-// and all, with the keys that say where and how to connect set to over.
-func shippedProviders(t *testing.T, over map[string]any) string {
+// and all, with the keys that say where and how each provider connects
+// set to over[provider].
+func shippedProviders(t *testing.T, over map[string]map[string]any) string {
 	t.Helper()
 	var doc struct {
 		Providers []map[string]any `toml:"providers"`
@@ -236,7 +327,7 @@ func shippedProviders(t *testing.T, over map[string]any) string {
 	}
 	for _, p := range doc.Providers {
 		cfg := p["config"].(map[string]any)
-		for k, v := range over {
+		for k, v := range over[p["name"].(string)] {
 			cfg[k] = v
 		}
 	}

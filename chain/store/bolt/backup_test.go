@@ -75,6 +75,7 @@ func TestBackupRoundTrip(t *testing.T) {
 			if ids, err := restored.UnfinishedRuns(context.Background()); err != nil || len(ids) != 1 || ids[0] != filled.Unfinished[0] {
 				t.Errorf("unfinished runs after the restore: %v %v", ids, err)
 			}
+			storetest.LapsingBound(t, restored, filled)
 			time.Sleep(time.Until(filled.LapsingClaimed.Add(storetest.LapsingTTL + 100*time.Millisecond)))
 			for key, run := range filled.Keys {
 				got, err := restored.KeyRun(context.Background(), key)

@@ -85,6 +85,7 @@ func TestBackupRoundTrip(t *testing.T) {
 			if keys := leftovers(t, dstPrefix); len(keys) > 0 {
 				t.Errorf("the restore left keys behind: %v", keys)
 			}
+			storetest.LapsingBound(t, dst, filled)
 			time.Sleep(time.Until(filled.LapsingClaimed.Add(storetest.LapsingTTL + 100*time.Millisecond)))
 			for key, run := range filled.Keys {
 				got, err := dst.KeyRun(ctx, key)
