@@ -378,3 +378,39 @@ payload_template = { i = "<<item>>" }
 		})
 	}
 }
+
+// BenchmarkKeyedRun runs the 10-step chain one run at a time, without a
+// concurrency key and with one: the difference per run is what taking and
+// giving back a key's slot costs. "handoff" keeps two runs of one key in
+// flight, so each run waits in the queue for the one before it: the time
+// per run adds the handoff from one holder to the next.
+func BenchmarkKeyedRun(b *testing.B) {
+	keyed := strings.Replace(tenEchoSteps(), "name = \"ten\"\n", "name = \"ten\"\nconcurrency = { key = \"host/<<origin.payload.alert>>\" }\n", 1)
+	for _, tc := range []struct {
+		name, config string
+		inFlight     int
+	}{{"unkeyed", tenEchoSteps(), 1}, {"keyed", keyed, 1}, {"handoff", keyed, 2}} {
+		b.Run(tc.name, func(b *testing.B) {
+			h := newBenchHarness(b, tc.config, func(store.Event) {})
+			ctx := context.Background()
+			h.runOnce(ctx, b)
+			b.ResetTimer()
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for range tc.inFlight {
+					wg.Go(func() {
+						run, err := h.eng.Start(ctx, "ten", engine.Input{Payload: []byte(`{"alert":"disk-full"}`)})
+						if err == nil {
+							run, err = h.eng.Wait(ctx, run.ID)
+						}
+						if err != nil || run.Status != store.RunSucceeded {
+							b.Errorf("run: %v %+v", err, run)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*tc.inFlight), "µs/run")
+		})
+	}
+}
