@@ -690,6 +690,11 @@ func (r *runner) takeBatch() *commit {
 	r.run.UpdatedAt = r.e.clock.Now().UTC()
 	run := *r.run
 	run.Path = append([]string(nil), r.run.Path...)
+	if r.run.Queue != nil {
+		// A queued run's place moves while its last one is written.
+		q := *r.run.Queue
+		run.Queue = &q
+	}
 	b := &store.Batch{Run: &run, Events: r.events, DLQ: r.dlq, Steps: make([]*store.StepRecord, 0, len(r.order))}
 	for _, k := range r.order {
 		d := r.dirty[k]
