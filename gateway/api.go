@@ -21,55 +21,79 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/internal/textx"
 )
+
+// apiRoute is one of the API's routes and what a request to it asks to do,
+// on what: the authorization seam's question. A route without an action is
+// open to anyone (health checks), or checks its own credential and asks the
+// seam itself (triggers, Slack).
+type apiRoute struct {
+	pattern string
+	action  authz.Action
+	target  func(*http.Request) authz.Target
+	handler http.HandlerFunc
+}
+
+func (s *Server) routes() []apiRoute {
+	gw, runs, dlq := on(authz.OnGateway, ""), on(authz.OnRun, "id"), on(authz.OnDLQ, "id")
+	return []apiRoute{
+		{"GET /healthz", "", nil, s.healthz},
+		{"GET /readyz", "", nil, s.readyz},
+		{"GET /metrics", authz.Read, gw, s.serveMetrics},
+
+		{"POST /v1/chains/{name}/runs", authz.Start, on(authz.OnChain, "name"), s.startRun},
+		// A trigger checks its own credential, or a full token without one.
+		{"POST /v1/triggers/{name}", "", nil, s.trigger},
+		// Slack's callback carries Slack's signature.
+		{"POST /v1/slack/interactions", "", nil, s.slackInteractions},
+		{"GET /v1/chains", authz.Read, on(authz.OnChain, ""), s.listChains},
+		{"GET /v1/chains/{name}", authz.Read, on(authz.OnChain, "name"), s.getChain},
+		{"GET /v1/schedules", authz.Read, on(authz.OnSchedule, ""), s.listSchedules},
+		{"GET /v1/pauses", authz.Read, gw, s.listPauses},
+		{"POST /v1/pauses/{kind}/{name}", authz.Pause, pausable, s.pause},
+		{"DELETE /v1/pauses/{kind}/{name}", authz.Pause, pausable, s.resume},
+
+		{"GET /v1/runs", authz.Read, on(authz.OnRun, ""), s.listRuns},
+		{"GET /v1/runs/{id}", authz.Read, runs, s.getRun},
+		{"GET /v1/events", authz.Read, on(authz.OnRun, ""), s.ServeRunChanges},
+		{"POST /v1/runs/{id}/cancel", authz.Cancel, runs, s.cancelRun},
+		{"DELETE /v1/runs/{id}", authz.Delete, runs, s.deleteRun},
+		{"POST /v1/runs/prune", authz.Delete, on(authz.OnRun, ""), s.pruneRuns},
+		{"POST /v1/runs/{id}/replay", authz.Replay, runs, s.replayRun},
+		{"POST /v1/runs/{id}/steps/{step}/redrive", authz.Redrive, runs, s.redriveSplit},
+		{"POST /v1/runs/{id}/signals/{step}", authz.Approve, runs, s.signal},
+		{"GET /v1/runs/{id}/events", authz.Read, runs, s.runEvents},
+		{"GET /v1/runs/{id}/dag", authz.Read, runs, s.runDAG},
+		{"GET /v1/runs/{id}/steps/{key...}", authz.Read, runs, s.getStep},
+		{"GET /v1/runs/{id}/items", authz.Read, runs, s.splitItems},
+
+		{"GET /v1/dlq", authz.Read, on(authz.OnDLQ, ""), s.listDLQ},
+		{"GET /v1/dlq/{id}", authz.Read, dlq, s.getDLQ},
+		{"POST /v1/dlq/{id}/replay", authz.Replay, dlq, s.replayDLQ},
+		{"POST /v1/dlq/replay", authz.Replay, on(authz.OnDLQ, ""), s.replayManyDLQ},
+		{"DELETE /v1/dlq/{id}", authz.Delete, dlq, s.deleteDLQ},
+		{"POST /v1/dlq/purge", authz.Delete, on(authz.OnDLQ, ""), s.purgeDLQ},
+
+		{"POST /v1/admin/reload", authz.Admin, gw, s.reload},
+		{"POST /v1/admin/backup", authz.Backup, gw, s.backup},
+	}
+}
 
 // Handler returns the API's routes. Everything answers JSON, errors
 // included; everything but the health checks needs a token when tokens are
 // configured.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	route := func(pattern string, need access, h http.HandlerFunc) { mux.HandleFunc(pattern, s.guard(need, h)) }
-	route("GET /healthz", public, s.healthz)
-	route("GET /readyz", public, s.readyz)
-	route("GET /metrics", readAccess, s.serveMetrics)
-
-	route("POST /v1/chains/{name}/runs", writeAccess, s.startRun)
-	// A trigger checks its own credential, or a full token without one.
-	route("POST /v1/triggers/{name}", public, s.trigger)
-	// Slack's callback carries Slack's signature.
-	route("POST /v1/slack/interactions", public, s.slackInteractions)
-	route("GET /v1/chains", readAccess, s.listChains)
-	route("GET /v1/chains/{name}", readAccess, s.getChain)
-	route("GET /v1/schedules", readAccess, s.listSchedules)
-	route("GET /v1/pauses", readAccess, s.listPauses)
-	route("POST /v1/pauses/{kind}/{name}", writeAccess, s.pause)
-	route("DELETE /v1/pauses/{kind}/{name}", writeAccess, s.resume)
-
-	route("GET /v1/runs", readAccess, s.listRuns)
-	route("GET /v1/runs/{id}", readAccess, s.getRun)
-	route("GET /v1/events", readAccess, s.ServeRunChanges)
-	route("POST /v1/runs/{id}/cancel", writeAccess, s.cancelRun)
-	route("DELETE /v1/runs/{id}", writeAccess, s.deleteRun)
-	route("POST /v1/runs/prune", writeAccess, s.pruneRuns)
-	route("POST /v1/runs/{id}/replay", writeAccess, s.replayRun)
-	route("POST /v1/runs/{id}/steps/{step}/redrive", writeAccess, s.redriveSplit)
-	route("POST /v1/runs/{id}/signals/{step}", writeAccess, s.signal)
-	route("GET /v1/runs/{id}/events", readAccess, s.runEvents)
-	route("GET /v1/runs/{id}/dag", readAccess, s.runDAG)
-	route("GET /v1/runs/{id}/steps/{key...}", readAccess, s.getStep)
-	route("GET /v1/runs/{id}/items", readAccess, s.splitItems)
-
-	route("GET /v1/dlq", readAccess, s.listDLQ)
-	route("GET /v1/dlq/{id}", readAccess, s.getDLQ)
-	route("POST /v1/dlq/{id}/replay", writeAccess, s.replayDLQ)
-	route("POST /v1/dlq/replay", writeAccess, s.replayManyDLQ)
-	route("DELETE /v1/dlq/{id}", writeAccess, s.deleteDLQ)
-	route("POST /v1/dlq/purge", writeAccess, s.purgeDLQ)
-
-	route("POST /v1/admin/reload", writeAccess, s.reload)
-	route("POST /v1/admin/backup", writeAccess, s.backup)
+	for _, rt := range s.routes() {
+		h := rt.handler
+		if rt.action != "" {
+			h = s.guard(rt.action, rt.target, h)
+		}
+		mux.HandleFunc(rt.pattern, h)
+	}
 	if ui := s.Config().Gateway.UI; !ui.Disabled && s.console != nil {
 		base := cmp.Or(ui.BasePath, chain.DefaultUIBasePath)
 		con := s.console(base)

@@ -24,6 +24,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway/authz"
 )
 
 // Server is a gateway's HTTP API and its lifecycle: intake, adoption of
@@ -68,6 +69,8 @@ type Server struct {
 	// console builds the web console's handler for its base path; nil
 	// serves none.
 	console func(base string) http.Handler
+	// decide is the authorization seam's rule (authz.Decide).
+	decide func(authz.Subject, authz.Action, authz.Target) error
 }
 
 // Token environment variables; they add to [gateway.auth]. EnvTokens and
@@ -85,7 +88,7 @@ const (
 // NewServer returns the API of gw. hub and metrics must be the ones gw's
 // events and calls feed; paths are the config paths reload reads again.
 func NewServer(gw *Gateway, hub *Hub, metrics *Metrics, paths []string) *Server {
-	s := &Server{gw: gw, ops: &Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: deliveryBudget, fails: newAuthFailures(time.Now)}
+	s := &Server{gw: gw, ops: &Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: deliveryBudget, fails: newAuthFailures(time.Now), decide: authz.Decide}
 	if metrics != nil {
 		gw.door, gw.prunes = metrics, metrics
 	}
@@ -498,58 +501,59 @@ func badRequest(code, format string, args ...any) error {
 	return &APIError{Status: http.StatusBadRequest, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-type access int
-
-const (
-	public access = iota
-	readAccess
-	writeAccess
-)
-
-// guard checks the bearer token: read-only tokens may read, full tokens may
-// do anything. With no token configured the API is open.
-func (s *Server) guard(need access, h http.HandlerFunc) http.HandlerFunc {
+// guard asks the authorization seam whether the request's subject may do
+// a on the route's target, and serves it only if so.
+func (s *Server) guard(a authz.Action, target func(*http.Request) authz.Target, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if need != public && !s.AuthEnabled() {
-			if err := LoopbackOnly(r); err != nil {
-				s.writeError(w, r, err)
-				return
-			}
+		sub, ok := s.subject(w, r)
+		if !ok {
+			return
 		}
-		if need != public && s.AuthEnabled() {
-			presented := r.Header.Get("Authorization")
-			var cred Credential
-			var err error
-			if presented == "" {
-				err = ErrUnknownToken
-			} else {
-				tok, bearer := strings.CutPrefix(presented, "Bearer ")
-				if !bearer {
-					// Counted as a wrong token, whatever it holds.
-					tok = ""
-				}
-				cred, err = s.CheckToken(r, tok)
-			}
-			var wait *CredentialWaitError
-			switch {
-			case errors.As(err, &wait):
-				w.Header().Set("Retry-After", strconv.Itoa(wait.Seconds))
-				s.writeError(w, r, &APIError{Status: http.StatusTooManyRequests, Code: "too_many_auth_failures", Message: wait.Error()})
-				return
-			case err != nil:
-				w.Header().Set("WWW-Authenticate", `Bearer realm="chaingate"`)
-				s.writeError(w, r, &APIError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid bearer token is required"})
-				return
-			case need == writeAccess && !cred.Write:
-				s.writeError(w, r, &APIError{Status: http.StatusForbidden, Code: "forbidden", Message: "this token may only read"})
-				return
-			}
-			r = r.WithContext(engine.WithActor(r.Context(), cred.Name+" (API)"))
-		} else if need != public {
-			r = r.WithContext(engine.WithActor(r.Context(), "a loopback client (API)"))
+		if err := s.Authorize(r.Context(), sub, a, target(r)); err != nil {
+			s.writeError(w, r, err)
+			return
 		}
-		h(w, r)
+		h(w, r.WithContext(engine.WithActor(r.Context(), sub.Name+" (API)")))
 	}
+}
+
+// subject is who a request to the API is: the holder of the bearer token
+// it presents, or, with no token configured, a client on this machine (a
+// request from elsewhere is refused). It answers a request that proves no
+// one itself, and reports false.
+func (s *Server) subject(w http.ResponseWriter, r *http.Request) (authz.Subject, bool) {
+	if !s.AuthEnabled() {
+		if err := LoopbackOnly(r); err != nil {
+			s.writeError(w, r, err)
+			return authz.Subject{}, false
+		}
+		return authz.Subject{Kind: authz.Loopback, Name: "a loopback client"}, true
+	}
+	presented := r.Header.Get("Authorization")
+	var cred Credential
+	var err error
+	if presented == "" {
+		err = ErrUnknownToken
+	} else {
+		tok, bearer := strings.CutPrefix(presented, "Bearer ")
+		if !bearer {
+			// Counted as a wrong token, whatever it holds.
+			tok = ""
+		}
+		cred, err = s.CheckToken(r, tok)
+	}
+	var wait *CredentialWaitError
+	switch {
+	case errors.As(err, &wait):
+		w.Header().Set("Retry-After", strconv.Itoa(wait.Seconds))
+		s.writeError(w, r, &APIError{Status: http.StatusTooManyRequests, Code: "too_many_auth_failures", Message: wait.Error()})
+		return authz.Subject{}, false
+	case err != nil:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="chaingate"`)
+		s.writeError(w, r, &APIError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid bearer token is required"})
+		return authz.Subject{}, false
+	}
+	return cred.Subject(), true
 }
 
 // Credential is what an API token may do, and the name what it does is
@@ -560,6 +564,11 @@ type Credential struct {
 	Name string
 	// Write is a full token's: it may change things, not only read.
 	Write bool
+}
+
+// Subject is who holds the credential, as the authorization seam sees it.
+func (c Credential) Subject() authz.Subject {
+	return authz.Subject{Kind: authz.Token, Name: c.Name, Write: c.Write}
 }
 
 // ErrUnknownToken is a token that is none of the API's.

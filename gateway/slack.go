@@ -20,6 +20,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
 
@@ -239,6 +240,10 @@ func (s *Server) slackAnswer(ctx context.Context, sl *chain.Slack, in *slackInte
 	if !ok {
 		log.Warn("Slack answer refused: [gateway.slack] users does not name the Slack user")
 		return slackNote(fmt.Sprintf("Your answer was not recorded: the gateway takes answers from Slack only from the people its [gateway.slack] users names, and your Slack user ID, %s, is not one of them.", in.User.ID))
+	}
+	if err := s.Authorize(ctx, authz.Subject{Kind: authz.Slack, Name: name}, authz.Approve, authz.Target{Kind: authz.OnRun, Name: runID}); err != nil {
+		log.Warn("Slack answer refused", "err", err)
+		return slackNote("Your answer was not recorded: " + err.Error())
 	}
 	ctx, cancel := context.WithTimeout(engine.WithActor(ctx, name+" (Slack)"), slackAnswerTime)
 	defer cancel()

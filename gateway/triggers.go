@@ -15,6 +15,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/providers/webhook"
 	"github.com/chaingate/gateway/templates"
 )
@@ -66,13 +67,20 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := engine.WithActor(r.Context(), "trigger "+tr.Name)
+	deliver := func(sub authz.Subject, body []byte, sig string) {
+		if err := s.Authorize(r.Context(), sub, authz.Deliver, authz.Target{Kind: authz.OnTrigger, Name: tr.Name}); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		s.fire(w, r.WithContext(ctx), tr, body, sig)
+	}
 	if tr.Token == nil && tr.Secret == nil {
-		// No credential of its own: the API's full tokens.
+		// No credential of its own: the API's tokens.
 		switch {
-		case open || write:
-			s.fire(w, r.WithContext(ctx), tr, nil, "")
-		case read:
-			s.writeError(w, r, &APIError{Status: http.StatusForbidden, Code: "forbidden", Message: "this token may only read"})
+		case open:
+			deliver(authz.Subject{Kind: authz.Loopback, Name: "a loopback client"}, nil, "")
+		case write || read:
+			deliver(authz.Subject{Kind: authz.Token, Name: "an API token", Write: write}, nil, "")
 		default:
 			refuse(tr, "the trigger takes the API's full tokens")
 		}
@@ -89,7 +97,7 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 		refuse(tr, err.Error())
 		return
 	}
-	s.fire(w, r.WithContext(ctx), tr, body, sig)
+	deliver(authz.Subject{Kind: authz.Trigger, Name: "trigger " + tr.Name, Trigger: tr.Name}, body, sig)
 }
 
 // apiAccess says what the request's bearer token may do with the API, or

@@ -29,6 +29,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/providers/limits"
 )
 
@@ -55,6 +56,9 @@ type Host interface {
 	// CheckToken checks a token signing in, counting a wrong one against
 	// the request's address as the API does.
 	CheckToken(r *http.Request, tok string) (gateway.Credential, error)
+	// Authorize is the gateway's authorization seam: every page and action
+	// asks it whether the session's subject may act, before acting.
+	Authorize(ctx context.Context, sub authz.Subject, a authz.Action, t authz.Target) error
 	// ProviderStats, MetricSamples and Distributes are what the Now page
 	// shows of providers and distributed splits.
 	ProviderStats() []limits.Stats
@@ -112,6 +116,44 @@ func New(host Host, base string, log *slog.Logger) http.Handler {
 	return c.handler()
 }
 
+// uiRoute is one of the console's pages or actions, under the base path,
+// and what a request to it asks the authorization seam.
+type uiRoute struct {
+	pattern string
+	ask     func(*http.Request) (authz.Action, authz.Target)
+	handler func(http.ResponseWriter, *http.Request, *uiSession)
+}
+
+func (c *console) routes() []uiRoute {
+	return []uiRoute{
+		{"POST /logout", do(authz.Read, authz.OnGateway, ""), c.logout},
+		{"GET /{$}", do(authz.Read, authz.OnGateway, ""), c.nowPage},
+		{"GET /runs", do(authz.Read, authz.OnRun, ""), c.runsPage},
+		{"GET /runs/{id}", do(authz.Read, authz.OnRun, "id"), c.runPage},
+		{"GET /runs-stream", do(authz.Read, authz.OnRun, ""), func(w http.ResponseWriter, r *http.Request, _ *uiSession) { c.host.ServeRunChanges(w, r) }},
+		{"GET /runs/{id}/live", do(authz.Read, authz.OnRun, "id"), c.runLive},
+		{"GET /runs/{id}/stream", do(authz.Read, authz.OnRun, "id"), c.runStream},
+		{"GET /runs/{id}/steps/{key...}", do(authz.Read, authz.OnRun, "id"), c.stepPage},
+		{"GET /runs/{id}/items/{key...}", do(authz.Read, authz.OnRun, "id"), c.itemsPage},
+		{"POST /runs/{id}/cancel", do(authz.Cancel, authz.OnRun, "id"), c.cancelRun},
+		{"POST /runs/{id}/replay", do(authz.Replay, authz.OnRun, "id"), c.replayRun},
+		{"POST /runs/{id}/delete", do(authz.Delete, authz.OnRun, "id"), c.deleteRun},
+		{"POST /runs/{id}/answer/{step}", do(authz.Approve, authz.OnRun, "id"), c.answer},
+		{"POST /runs/{id}/redrive/{step}", do(authz.Redrive, authz.OnRun, "id"), c.redrive},
+		{"GET /approvals", do(authz.Read, authz.OnRun, ""), c.approvalsPage},
+		{"GET /dlq", do(authz.Read, authz.OnDLQ, ""), c.dlqPage},
+		{"GET /dlq/{id}", do(authz.Read, authz.OnDLQ, "id"), c.dlqEntryPage},
+		{"POST /dlq/{id}/replay", do(authz.Replay, authz.OnDLQ, "id"), c.replayEntry},
+		{"POST /dlq/{id}/delete", do(authz.Delete, authz.OnDLQ, "id"), c.deleteEntry},
+		{"POST /dlq-bulk", bulk, c.bulkDLQ},
+		{"GET /dlq-jobs/{id}", do(authz.Read, authz.OnDLQ, ""), c.jobPage},
+		{"GET /chains", do(authz.Read, authz.OnChain, ""), c.chainsPage},
+		{"GET /chains/{name}", do(authz.Read, authz.OnChain, "name"), c.chainPage},
+		{"POST /chains/{name}/run", do(authz.Start, authz.OnChain, "name"), c.startRun},
+		{"POST /pauses/{kind}/{name}", pauseTarget, c.pauseAction},
+	}
+}
+
 // handler answers everything under the base path.
 func (c *console) handler() http.Handler {
 	mux := http.NewServeMux()
@@ -120,31 +162,9 @@ func (c *console) handler() http.Handler {
 	mux.Handle("GET "+b+"/static/", http.StripPrefix(b+"/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET "+b+"/login", c.loginPage)
 	mux.HandleFunc("POST "+b+"/login", c.login)
-	mux.HandleFunc("POST "+b+"/logout", c.signedIn(false, c.logout))
-	mux.HandleFunc("GET "+b+"/{$}", c.signedIn(false, c.nowPage))
-	mux.HandleFunc("GET "+b+"/runs", c.signedIn(false, c.runsPage))
-	mux.HandleFunc("GET "+b+"/runs/{id}", c.signedIn(false, c.runPage))
-	mux.HandleFunc("GET "+b+"/runs-stream", c.signedIn(false, func(w http.ResponseWriter, r *http.Request, _ *uiSession) { c.host.ServeRunChanges(w, r) }))
-	mux.HandleFunc("GET "+b+"/runs/{id}/live", c.signedIn(false, c.runLive))
-	mux.HandleFunc("GET "+b+"/runs/{id}/stream", c.signedIn(false, c.runStream))
-	mux.HandleFunc("GET "+b+"/runs/{id}/steps/{key...}", c.signedIn(false, c.stepPage))
-	mux.HandleFunc("GET "+b+"/runs/{id}/items/{key...}", c.signedIn(false, c.itemsPage))
-	mux.HandleFunc("POST "+b+"/runs/{id}/cancel", c.signedIn(true, c.cancelRun))
-	mux.HandleFunc("POST "+b+"/runs/{id}/replay", c.signedIn(true, c.replayRun))
-	mux.HandleFunc("POST "+b+"/runs/{id}/delete", c.signedIn(true, c.deleteRun))
-	mux.HandleFunc("POST "+b+"/runs/{id}/answer/{step}", c.signedIn(true, c.answer))
-	mux.HandleFunc("POST "+b+"/runs/{id}/redrive/{step}", c.signedIn(true, c.redrive))
-	mux.HandleFunc("GET "+b+"/approvals", c.signedIn(false, c.approvalsPage))
-	mux.HandleFunc("GET "+b+"/dlq", c.signedIn(false, c.dlqPage))
-	mux.HandleFunc("GET "+b+"/dlq/{id}", c.signedIn(false, c.dlqEntryPage))
-	mux.HandleFunc("POST "+b+"/dlq/{id}/replay", c.signedIn(true, c.replayEntry))
-	mux.HandleFunc("POST "+b+"/dlq/{id}/delete", c.signedIn(true, c.deleteEntry))
-	mux.HandleFunc("POST "+b+"/dlq-bulk", c.signedIn(true, c.bulkDLQ))
-	mux.HandleFunc("GET "+b+"/dlq-jobs/{id}", c.signedIn(false, c.jobPage))
-	mux.HandleFunc("GET "+b+"/chains", c.signedIn(false, c.chainsPage))
-	mux.HandleFunc("GET "+b+"/chains/{name}", c.signedIn(false, c.chainPage))
-	mux.HandleFunc("POST "+b+"/chains/{name}/run", c.signedIn(true, c.startRun))
-	mux.HandleFunc("POST "+b+"/pauses/{kind}/{name}", c.signedIn(true, c.pauseAction))
+	for _, rt := range c.routes() {
+		mux.HandleFunc(strings.Replace(rt.pattern, " ", " "+b, 1), c.signedIn(rt.ask, rt.handler))
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		// Nothing the console serves runs script or loads anything from
@@ -277,7 +297,7 @@ func (c *console) canWrite(sess *uiSession) bool { return sess.write && !c.readO
 
 // signedIn guards a page or action: the browser needs a session, and an
 // action needs write access and the session's CSRF token.
-func (c *console) signedIn(write bool, h func(http.ResponseWriter, *http.Request, *uiSession)) http.HandlerFunc {
+func (c *console) signedIn(ask func(*http.Request) (authz.Action, authz.Target), h func(http.ResponseWriter, *http.Request, *uiSession)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		sess := c.session(r)
 		if sess == nil && !c.host.AuthEnabled() {
@@ -303,16 +323,50 @@ func (c *console) signedIn(write bool, h func(http.ResponseWriter, *http.Request
 				return
 			}
 		}
-		if write && !c.canWrite(sess) {
-			msg := "this session may only read"
-			if c.readOnly() {
-				msg = "the console is read-only ([gateway.ui] read_only)"
-			}
-			c.fail(w, r, http.StatusForbidden, msg)
+		a, target := ask(r)
+		if err := c.host.Authorize(r.Context(), c.subject(sess), a, target); err != nil {
+			c.failErr(w, r, err)
+			return
+		}
+		if a != authz.Read && c.readOnly() {
+			c.fail(w, r, http.StatusForbidden, "the console is read-only ([gateway.ui] read_only)")
 			return
 		}
 		h(w, r.WithContext(engine.WithActor(r.Context(), sess.who+" (console)")), sess)
 	}
+}
+
+// subject is who a session acts as, for the authorization seam.
+func (c *console) subject(sess *uiSession) authz.Subject {
+	if !c.host.AuthEnabled() {
+		return authz.Subject{Kind: authz.Loopback, Name: sess.who}
+	}
+	return authz.Subject{Kind: authz.Token, Name: sess.who, Write: sess.write}
+}
+
+// do asks to do a on the target the request names by the path value key,
+// or on the kind with no name.
+func do(a authz.Action, kind, key string) func(*http.Request) (authz.Action, authz.Target) {
+	return func(r *http.Request) (authz.Action, authz.Target) {
+		if key == "" {
+			return a, authz.Target{Kind: kind}
+		}
+		return a, authz.Target{Kind: kind, Name: r.PathValue(key)}
+	}
+}
+
+// bulk asks for what the bulk form does to dead letters: replay them, or
+// purge them.
+func bulk(r *http.Request) (authz.Action, authz.Target) {
+	if r.PostFormValue("action") == "purge" {
+		return authz.Delete, authz.Target{Kind: authz.OnDLQ}
+	}
+	return authz.Replay, authz.Target{Kind: authz.OnDLQ}
+}
+
+// pauseTarget asks to pause or resume the trigger or schedule the route names.
+func pauseTarget(r *http.Request) (authz.Action, authz.Target) {
+	return authz.Pause, authz.Target{Kind: r.PathValue("kind"), Name: r.PathValue("name")}
 }
 
 // sameOrigin refuses a state change sent from another origin, whatever
