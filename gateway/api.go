@@ -21,6 +21,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/internal/textx"
@@ -123,7 +124,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		if !canonicalPath(r.URL.Path) {
 			// The mux would redirect, in HTML; an API answers what was asked.
-			s.writeError(w, r, &APIError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("%s %s: not found (paths hold no empty, . or .. segments)", r.Method, r.URL.Path)})
+			s.writeError(w, r, &api.APIError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("%s %s: not found (paths hold no empty, . or .. segments)", r.Method, r.URL.Path)})
 			return
 		}
 		start := time.Now()
@@ -178,7 +179,7 @@ func (s *Server) noRoute(mux *http.ServeMux) http.HandlerFunc {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
 			status, code = http.StatusMethodNotAllowed, "method_not_allowed"
 		}
-		s.writeError(w, r, &APIError{Status: status, Code: code, Message: fmt.Sprintf("%s %s: %s", r.Method, r.URL.Path, strings.ToLower(http.StatusText(status)))})
+		s.writeError(w, r, &api.APIError{Status: status, Code: code, Message: fmt.Sprintf("%s %s: %s", r.Method, r.URL.Path, strings.ToLower(http.StatusText(status)))})
 	}
 }
 
@@ -194,7 +195,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if _, err := s.gw.Store.CountDLQ(ctx); err != nil {
-		s.writeError(w, r, &APIError{Status: http.StatusServiceUnavailable, Code: "store_unavailable", Message: err.Error()})
+		s.writeError(w, r, &api.APIError{Status: http.StatusServiceUnavailable, Code: "store_unavailable", Message: err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "owner": s.gw.Engine.Owner(), "active_runs": s.gw.Engine.Active()})
@@ -203,18 +204,6 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	_ = s.metrics.Write(w)
-}
-
-// StartResponse answers a POST that started, or found, a run.
-type StartResponse struct {
-	ID     string `json:"id"`
-	Chain  string `json:"chain"`
-	Status string `json:"status"`
-	// Replayed is set when an Idempotency-Key matched an earlier request.
-	Replayed bool              `json:"replayed,omitempty"`
-	Links    map[string]string `json:"links"`
-	// Run is the finished run, when ?wait= saw it finish.
-	Run *RunView `json:"run,omitempty"`
 }
 
 // idempotencyTTL is how long an Idempotency-Key keeps returning its run.
@@ -241,7 +230,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("wait"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > maxWait {
-			s.writeError(w, r, badRequest("invalid_parameter", "wait must be a duration up to %s, e.g. wait=10s", maxWait))
+			s.writeError(w, r, api.BadRequest("invalid_parameter", "wait must be a duration up to %s, e.g. wait=10s", maxWait))
 			return
 		}
 		wait = d
@@ -255,7 +244,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		body = []byte(`{}`)
 	}
 	if err := ParseJSON(body, nil); err != nil {
-		s.writeError(w, r, badRequest("invalid_json", "the request body is the run's payload and must be one JSON value: %v", err))
+		s.writeError(w, r, api.BadRequest("invalid_json", "the request body is the run's payload and must be one JSON value: %v", err))
 		return
 	}
 	labels, err := ParseLabels("label", r.URL.Query()["label"], true)
@@ -270,7 +259,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	resp := StartResponse{ID: id, Chain: name, Status: status, Replayed: replayed, Links: map[string]string{
+	resp := api.StartResponse{ID: id, Chain: name, Status: status, Replayed: replayed, Links: map[string]string{
 		"self": "/v1/runs/" + id, "events": "/v1/runs/" + id + "/events", "dag": "/v1/runs/" + id + "/dag",
 	}}
 	code := http.StatusAccepted
@@ -406,23 +395,12 @@ func runFilter(r *http.Request) (store.RunFilter, error) {
 	return f, nil
 }
 
-// Bounds of the parameters the API takes; the command line checks its
-// flags against them too.
-const (
-	// MaxPageLimit bounds a listing of runs or dead-letter entries.
-	MaxPageLimit = 1000
-	// MaxBulkLimit bounds a bulk replay or purge.
-	MaxBulkLimit = 100000
-	// MaxConcurrency bounds a bulk replay's replays at a time.
-	MaxConcurrency = 64
-)
-
 // CheckRunStatus refuses a status no run has; "" means any.
 func CheckRunStatus(status store.RunStatus) error {
 	if status == "" || slices.Contains(store.RunStatuses, status) {
 		return nil
 	}
-	return badRequest("invalid_parameter", "status %q is not one of %s", status, statusList(store.RunStatuses))
+	return api.BadRequest("invalid_parameter", "status %q is not one of %s", status, api.StatusList(store.RunStatuses))
 }
 
 // ParseLabels reads labels written KEY=VALUE, as the label parameter and
@@ -433,18 +411,18 @@ func ParseLabels(name string, args []string, values bool) (map[string]string, er
 		return nil, nil
 	}
 	if len(args) > MaxLabels {
-		return nil, badRequest("invalid_parameter", "%s: %d labels, at most %d", name, len(args), MaxLabels)
+		return nil, api.BadRequest("invalid_parameter", "%s: %d labels, at most %d", name, len(args), MaxLabels)
 	}
 	out := make(map[string]string, len(args))
 	for _, a := range args {
 		k, v, eq := strings.Cut(a, "=")
 		switch {
 		case k == "":
-			return nil, badRequest("invalid_parameter", "%s %q: a label is KEY=VALUE", name, a)
+			return nil, api.BadRequest("invalid_parameter", "%s %q: a label is KEY=VALUE", name, a)
 		case values && !eq:
-			return nil, badRequest("invalid_parameter", "%s %q: a label is KEY=VALUE", name, a)
+			return nil, api.BadRequest("invalid_parameter", "%s %q: a label is KEY=VALUE", name, a)
 		case len(k) > MaxLabelKeyBytes || len(v) > MaxLabelValueSize:
-			return nil, badRequest("invalid_parameter", "%s %q: a label's key is at most %d bytes and its value %d", name, textx.Short(a, 40), MaxLabelKeyBytes, MaxLabelValueSize)
+			return nil, api.BadRequest("invalid_parameter", "%s %q: a label's key is at most %d bytes and its value %d", name, textx.Short(a, 40), MaxLabelKeyBytes, MaxLabelValueSize)
 		}
 		out[k] = v
 	}
@@ -454,7 +432,7 @@ func ParseLabels(name string, args []string, values bool) (map[string]string, er
 // CheckRange refuses a value of the named parameter outside 1 to max.
 func CheckRange(name string, n, max int) error {
 	if n < 1 || n > max {
-		return badRequest("invalid_parameter", "%s must be a number from 1 to %d", name, max)
+		return api.BadRequest("invalid_parameter", "%s must be a number from 1 to %d", name, max)
 	}
 	return nil
 }
@@ -470,7 +448,7 @@ func ParseSince(v string) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil && d > 0 {
 		return time.Now().Add(-d), nil
 	}
-	return time.Time{}, badRequest("invalid_parameter", "since %q is neither an RFC 3339 time nor a duration such as 1h", v)
+	return time.Time{}, api.BadRequest("invalid_parameter", "since %q is neither an RFC 3339 time nor a duration such as 1h", v)
 }
 
 func parseLimit(v string) (int, error) {
@@ -479,9 +457,9 @@ func parseLimit(v string) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil {
-		return 0, badRequest("invalid_parameter", "limit must be a number from 1 to %d", MaxPageLimit)
+		return 0, api.BadRequest("invalid_parameter", "limit must be a number from 1 to %d", api.MaxPageLimit)
 	}
-	return n, CheckRange("limit", n, MaxPageLimit)
+	return n, CheckRange("limit", n, api.MaxPageLimit)
 }
 
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
@@ -522,7 +500,7 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, id string) {
 		s.writeError(w, r, err)
 		return
 	}
-	head, err := jsonx.Marshal(apiRun(run))
+	head, err := jsonx.Marshal(api.RunOf(run))
 	if err != nil || len(head) < 2 || head[len(head)-1] != '}' {
 		s.writeError(w, r, fmt.Errorf("encoding run %s: %v", id, err))
 		return
@@ -538,11 +516,11 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, id string) {
 	n := 0
 	distributed := []string{}
 	err = s.gw.Store.ForEachStep(ctx, id, store.StepScan{}, func(rec *store.StepRecord) error {
-		if distributedSplit(rec) {
+		if api.DistributedSplit(rec) {
 			distributed = append(distributed, rec.Key)
 		}
 		key, _ := jsonx.Marshal(rec.Key)
-		body, err := jsonx.Marshal(apiStep(rec))
+		body, err := jsonx.Marshal(api.StepOf(rec))
 		if err != nil {
 			return fmt.Errorf("encoding step %s: %w", rec.Key, err)
 		}
@@ -610,7 +588,7 @@ func (s *Server) ServeRunEvents(w http.ResponseWriter, r *http.Request, id strin
 	if last != "" && !fromNow {
 		n, err := strconv.ParseUint(last, 10, 64)
 		if err != nil {
-			s.writeError(w, r, badRequest("invalid_parameter", "%s %q is not an event sequence number (or, for after, now)", source, last))
+			s.writeError(w, r, api.BadRequest("invalid_parameter", "%s %q is not an event sequence number (or, for after, now)", source, last))
 			return
 		}
 		after = n
@@ -746,12 +724,12 @@ func (s *Server) splitItems(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	split := q.Get("split")
 	if split == "" {
-		s.writeError(w, r, badRequest("invalid_parameter", "split is required: the split step's record key, such as fan or notify/fan"))
+		s.writeError(w, r, api.BadRequest("invalid_parameter", "split is required: the split step's record key, such as fan or notify/fan"))
 		return
 	}
 	status := q.Get("status")
 	if status != "" && !store.StepStatus(status).Final() {
-		s.writeError(w, r, badRequest("invalid_parameter", "status must be a finished item's: succeeded, failed or skipped; got %q", status))
+		s.writeError(w, r, api.BadRequest("invalid_parameter", "status must be a finished item's: succeeded, failed or skipped; got %q", status))
 		return
 	}
 	offset, err := IntParam(q.Get("offset"), "offset", 0, 0, math.MaxInt32)
@@ -781,7 +759,7 @@ func IntParam(v, name string, def, least, most int) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < least || n > most {
-		return 0, badRequest("invalid_parameter", "%s must be a number from %d to %d", name, least, most)
+		return 0, api.BadRequest("invalid_parameter", "%s must be a number from %d to %d", name, least, most)
 	}
 	return n, nil
 }
@@ -796,7 +774,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return nil
 	}
 	if err := ParseJSON(body, v); err != nil {
-		return badRequest("invalid_json", "reading the request body: %v", err)
+		return api.BadRequest("invalid_json", "reading the request body: %v", err)
 	}
 	return nil
 }
@@ -839,17 +817,17 @@ func ParseReplayOptions(mode, def string) (engine.ReplayOptions, error) {
 		o.Mode = engine.ReplayResume
 	case engine.ReplayRestart:
 	default:
-		return o, badRequest("invalid_parameter", "mode %q is not resume or restart", mode)
+		return o, api.BadRequest("invalid_parameter", "mode %q is not resume or restart", mode)
 	}
 	switch o.Definition {
 	case "":
 		o.Definition = engine.ReplayCurrent
 	case engine.ReplayCurrent, engine.ReplayPinned:
 	default:
-		return o, badRequest("invalid_parameter", "definition %q is not current or pinned", def)
+		return o, api.BadRequest("invalid_parameter", "definition %q is not current or pinned", def)
 	}
 	if err := o.Check(); err != nil {
-		return o, badRequest("invalid_parameter", "%s", strings.TrimPrefix(err.Error(), engine.ErrNotReplayable.Error()+": "))
+		return o, api.BadRequest("invalid_parameter", "%s", strings.TrimPrefix(err.Error(), engine.ErrNotReplayable.Error()+": "))
 	}
 	return o, nil
 }
@@ -893,11 +871,11 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.Decision != chain.DecisionApprove && b.Decision != chain.DecisionReject {
-		s.writeError(w, r, badRequest("invalid_parameter", `decision must be "approve" or "reject", got %q`, b.Decision))
+		s.writeError(w, r, api.BadRequest("invalid_parameter", `decision must be "approve" or "reject", got %q`, b.Decision))
 		return
 	}
 	if len(b.Comment) > MaxComment {
-		s.writeError(w, r, badRequest("invalid_parameter", "comment is %d bytes; at most %d", len(b.Comment), MaxComment))
+		s.writeError(w, r, api.BadRequest("invalid_parameter", "comment is %d bytes; at most %d", len(b.Comment), MaxComment))
 		return
 	}
 	d, err := s.ops.Signal(r.Context(), r.PathValue("id"), r.PathValue("step"), b.Decision, b.Comment)
@@ -926,13 +904,6 @@ func (s *Server) replayRun(w http.ResponseWriter, r *http.Request) {
 		"chain_hash": run.ChainHash, "links": map[string]string{"run": "/v1/runs/" + run.ID}})
 }
 
-// What a redrive runs again: a split's failed items, or its failed and
-// skipped ones.
-const (
-	RedriveFailed           = "failed"
-	RedriveFailedAndSkipped = "failed_and_skipped"
-)
-
 // redriveBody is the body of POST /v1/runs/{id}/steps/{step}/redrive.
 type redriveBody struct {
 	Items      string `json:"items"`
@@ -948,15 +919,15 @@ func (s *Server) redriveSplit(w http.ResponseWriter, r *http.Request) {
 	}
 	opts := engine.RedriveOptions{Definition: engine.ReplayDefinition(b.Definition)}
 	switch b.Items {
-	case "", RedriveFailed:
-	case RedriveFailedAndSkipped:
+	case "", api.RedriveFailed:
+	case api.RedriveFailedAndSkipped:
 		opts.Skipped = true
 	default:
-		s.writeError(w, r, badRequest("invalid_parameter", "items must be %q or %q, got %q", RedriveFailed, RedriveFailedAndSkipped, b.Items))
+		s.writeError(w, r, api.BadRequest("invalid_parameter", "items must be %q or %q, got %q", api.RedriveFailed, api.RedriveFailedAndSkipped, b.Items))
 		return
 	}
 	if err := (engine.ReplayOptions{Definition: opts.Definition}).Check(); err != nil {
-		s.writeError(w, r, badRequest("invalid_parameter", "%s", strings.TrimPrefix(err.Error(), engine.ErrNotReplayable.Error()+": ")))
+		s.writeError(w, r, api.BadRequest("invalid_parameter", "%s", strings.TrimPrefix(err.Error(), engine.ErrNotReplayable.Error()+": ")))
 		return
 	}
 	id, step := r.PathValue("id"), r.PathValue("step")
@@ -965,7 +936,7 @@ func (s *Server) redriveSplit(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"run": run.ID, "step": step, "items": cmp.Or(b.Items, RedriveFailed),
+	writeJSON(w, http.StatusAccepted, map[string]any{"run": run.ID, "step": step, "items": cmp.Or(b.Items, api.RedriveFailed),
 		"chain_hash": run.ChainHash, "links": map[string]string{"run": "/v1/runs/" + run.ID}})
 }
 
@@ -1005,14 +976,14 @@ type bulkBody struct {
 
 func (b bulkBody) filter(verb string) (store.DLQFilter, error) {
 	if b.Chain == "" && b.Step == "" && b.Since == "" && !b.All {
-		return store.DLQFilter{}, badRequest("filter_required", `give chain, step or since, or "all": true to %s every entry`, verb)
+		return store.DLQFilter{}, api.BadRequest("filter_required", `give chain, step or since, or "all": true to %s every entry`, verb)
 	}
 	since, err := ParseSince(b.Since)
 	if err != nil {
 		return store.DLQFilter{}, err
 	}
 	if b.Limit != 0 {
-		if err := CheckRange("limit", b.Limit, MaxBulkLimit); err != nil {
+		if err := CheckRange("limit", b.Limit, api.MaxBulkLimit); err != nil {
 			return store.DLQFilter{}, err
 		}
 	}
@@ -1047,7 +1018,7 @@ func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.Concurrency != 0 {
-		if err := CheckRange("concurrency", b.Concurrency, MaxConcurrency); err != nil {
+		if err := CheckRange("concurrency", b.Concurrency, api.MaxConcurrency); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
@@ -1071,29 +1042,21 @@ func (s *Server) deleteRun(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-// pruneBody is the body of POST /v1/runs/prune.
-type pruneBody struct {
-	OlderThan string `json:"older_than"`
-	Chain     string `json:"chain,omitempty"`
-	Status    string `json:"status,omitempty"`
-	DryRun    bool   `json:"dry_run,omitempty"`
-}
-
 func (s *Server) pruneRuns(w http.ResponseWriter, r *http.Request) {
-	var b pruneBody
+	var b api.PruneBody
 	if err := s.readJSON(w, r, &b); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	older, err := chain.ParseDuration(b.OlderThan)
 	if err != nil || older <= 0 {
-		s.writeError(w, r, badRequest("invalid_parameter", `older_than must be a positive duration such as "36h", "30d" or "2w"`))
+		s.writeError(w, r, api.BadRequest("invalid_parameter", `older_than must be a positive duration such as "36h", "30d" or "2w"`))
 		return
 	}
 	holdOpen(w, BulkTimeout)
 	ctx, cancel := context.WithTimeout(r.Context(), BulkTimeout)
 	defer cancel()
-	res, err := s.ops.PruneRuns(ctx, PruneOptions{OlderThan: older, Chain: b.Chain, Status: store.RunStatus(b.Status), DryRun: b.DryRun})
+	res, err := s.ops.PruneRuns(ctx, api.PruneOptions{OlderThan: older, Chain: b.Chain, Status: store.RunStatus(b.Status), DryRun: b.DryRun})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

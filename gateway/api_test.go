@@ -25,6 +25,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/console"
 	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins/host"
@@ -227,12 +228,12 @@ type apiErr struct {
 func TestStartAndReadRun(t *testing.T) {
 	t.Parallel()
 	env := newAPI(t, "")
-	var started gateway.StartResponse
+	var started api.StartResponse
 	code, _, body := env.call("POST", "/v1/chains/hello/runs", `{"who":"ops"}`, nil, &started)
 	if code != http.StatusAccepted || started.ID == "" || started.Links["events"] == "" {
 		t.Fatalf("POST: %d %s", code, body)
 	}
-	var done gateway.StartResponse
+	var done api.StartResponse
 	code, _, body = env.call("POST", "/v1/chains/hello/runs?wait=20s", `{"who":"sre"}`, nil, &done)
 	if code != http.StatusOK || done.Run == nil || done.Run.Status != string(store.RunSucceeded) {
 		t.Fatalf("POST with wait: %d %s", code, body)
@@ -240,7 +241,7 @@ func TestStartAndReadRun(t *testing.T) {
 	if g := done.Run.Steps["greet"]; g == nil || !strings.Contains(string(g.Body), "hello sre") {
 		t.Errorf("greet: %+v", done.Run.Steps)
 	}
-	var view gateway.RunView
+	var view api.RunView
 	waitRun(t, env, started.ID)
 	code, _, body = env.call("GET", "/v1/runs/"+started.ID, "", nil, &view)
 	if code != http.StatusOK || view.Status != string(store.RunSucceeded) || view.Steps["notify/a"] == nil {
@@ -263,7 +264,7 @@ func TestStartAndReadRun(t *testing.T) {
 	if code != http.StatusOK || len(list.Runs) != 1 {
 		t.Errorf("second page: %d %+v", code, list)
 	}
-	var dag gateway.DAG
+	var dag api.DAG
 	code, _, body = env.call("GET", "/v1/runs/"+started.ID+"/dag", "", nil, &dag)
 	if code != http.StatusOK || len(dag.Nodes) != 2 || dag.Nodes[1].Kind != "parallel" || len(dag.Nodes[1].Children) != 2 || dag.Nodes[1].Children[0].Status != "succeeded" {
 		t.Errorf("dag: %d %s", code, body)
@@ -274,7 +275,7 @@ func waitRun(t *testing.T, env *apiEnv, id string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		var v gateway.RunView
+		var v api.RunView
 		env.call("GET", "/v1/runs/"+id, "", nil, &v)
 		if v.Run != nil && v.Final() {
 			return
@@ -288,7 +289,7 @@ func TestIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	env := newAPI(t, "")
 	h := map[string]string{"Idempotency-Key": "alert-42"}
-	var first, second, other gateway.StartResponse
+	var first, second, other api.StartResponse
 	c1, _, _ := env.call("POST", "/v1/chains/hello/runs", `{}`, h, &first)
 	c2, _, _ := env.call("POST", "/v1/chains/hello/runs", `{}`, h, &second)
 	c3, _, _ := env.call("POST", "/v1/chains/breaks/runs", `{}`, h, &other)
@@ -312,7 +313,7 @@ func TestIdempotencyKey(t *testing.T) {
 	if _, err := env.gw.Store.ClaimKey(context.Background(), "run/hello/alert-43", orphan, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	var retried gateway.StartResponse
+	var retried api.StartResponse
 	code, _, body := env.call("POST", "/v1/chains/hello/runs", `{}`, map[string]string{"Idempotency-Key": "alert-43"}, &retried)
 	if code != 202 || retried.ID != orphan || retried.Replayed {
 		t.Errorf("retry after a failed start: %d %s", code, body)
@@ -433,10 +434,10 @@ tokens = ["writer"]
 
 // readSSE reads events from a stream until the run ends or n events came.
 // waitRunEnd waits, up to 30 s, for a run to end and returns its view.
-func waitRunEnd(t *testing.T, env *apiEnv, id string) *gateway.RunView {
+func waitRunEnd(t *testing.T, env *apiEnv, id string) *api.RunView {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		var v gateway.RunView
+		var v api.RunView
 		if code, _, _ := env.call("GET", "/v1/runs/"+id, "", nil, &v); code == http.StatusOK && v.Final() {
 			return &v
 		}
@@ -489,7 +490,7 @@ func readSSE(t *testing.T, env *apiEnv, id string, lastID string) []store.Event 
 func TestEventStream(t *testing.T) {
 	t.Parallel()
 	env := newAPI(t, "")
-	var started gateway.StartResponse
+	var started api.StartResponse
 	env.call("POST", "/v1/chains/hello/runs", `{"sleep_ms":400}`, nil, &started)
 	// Connect while the run is still going: the log is replayed, then the
 	// stream follows live until the run ends.
@@ -518,7 +519,7 @@ func TestEventStream(t *testing.T) {
 func TestEventStreamFollowsReplayedRun(t *testing.T) {
 	t.Parallel()
 	env := newAPI(t, "")
-	var failed gateway.StartResponse
+	var failed api.StartResponse
 	env.call("POST", "/v1/chains/flaky/runs?wait=20s", `{}`, nil, &failed)
 	if failed.Status != string(store.RunFailed) {
 		t.Fatalf("first attempt: %+v", failed)
@@ -564,7 +565,7 @@ func TestShutdownEndsStreams(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- env.srv.Run(ctx, l, 30*time.Second) }()
 
-	var slow gateway.StartResponse
+	var slow api.StartResponse
 	called := filepath.Join(env.dir, "called.jsonl")
 	if code, _, body := env.call("POST", "/v1/chains/hello/runs", fmt.Sprintf(`{"sleep_ms":2500,"record":%q}`, called), nil, &slow); code != 202 {
 		t.Fatalf("POST: %d %s", code, body)
@@ -656,7 +657,7 @@ func TestDLQOperations(t *testing.T) {
 	env := newAPI(t, "")
 	var runs []string
 	for range 3 {
-		var done gateway.StartResponse
+		var done api.StartResponse
 		env.call("POST", "/v1/chains/breaks/runs?wait=20s", `{}`, nil, &done)
 		if done.Status != string(store.RunFailed) {
 			t.Fatalf("run: %+v", done)
@@ -683,7 +684,7 @@ func TestDLQOperations(t *testing.T) {
 		t.Fatalf("replay: %d %s", code, body)
 	}
 	waitRun(t, env, replayed.Run)
-	var bulk gateway.BulkReplay
+	var bulk api.BulkReplay
 	code, _, body = env.call("POST", "/v1/dlq/replay", `{"chain":"breaks","mode":"resume","concurrency":2}`, nil, &bulk)
 	// The restarted run failed again and parked a new entry: three to resume.
 	if code != 200 || len(bulk.Replayed) != 3 || len(bulk.Failed) != 0 {
@@ -752,7 +753,7 @@ func TestMetrics(t *testing.T) {
 func TestSecretsStayOut(t *testing.T) {
 	t.Parallel()
 	env := newAPI(t, "")
-	var ok, bad gateway.StartResponse
+	var ok, bad api.StartResponse
 	env.call("POST", "/v1/chains/hello/runs?wait=20s", `{}`, nil, &ok)
 	env.call("POST", "/v1/chains/breaks/runs?wait=20s", `{}`, nil, &bad)
 	var all strings.Builder
@@ -774,7 +775,7 @@ func TestSecretsStayOut(t *testing.T) {
 		t.Error("nothing was redacted: the test did not exercise the secret")
 	}
 	// The provider did get it: echo's body held it before redaction.
-	var v gateway.RunView
+	var v api.RunView
 	env.call("GET", "/v1/runs/"+ok.ID, "", nil, &v)
 	if !strings.Contains(string(v.Steps["greet"].Body), `"token":"[REDACTED]"`) {
 		t.Errorf("greet body: %s", v.Steps["greet"].Body)
@@ -785,7 +786,7 @@ func TestReload(t *testing.T) {
 	t.Parallel()
 	env := newAPI(t, "")
 	// A slow run keeps the definition it started with across the reload.
-	var slow gateway.StartResponse
+	var slow api.StartResponse
 	env.call("POST", "/v1/chains/hello/runs", `{"sleep_ms":800}`, nil, &slow)
 
 	env.write("[[chains]]\nname = \"broken\"\nsteps = 3\n")
@@ -817,13 +818,13 @@ provider = "echo"
 	if code, _, body := env.call("POST", "/v1/admin/reload", "", nil, &ok); code != 200 || ok["chains"] != 2 {
 		t.Fatalf("reload: %d %s", code, body)
 	}
-	var done gateway.StartResponse
+	var done api.StartResponse
 	env.call("POST", "/v1/chains/new/runs?wait=20s", `{}`, nil, &done)
 	if done.Status != string(store.RunSucceeded) {
 		t.Errorf("new chain: %+v", done)
 	}
 	waitRun(t, env, slow.ID)
-	var v gateway.RunView
+	var v api.RunView
 	env.call("GET", "/v1/runs/"+slow.ID, "", nil, &v)
 	if v.Status != string(store.RunSucceeded) || v.Steps["notify"] == nil || v.Steps["only"] != nil {
 		t.Errorf("the running run changed definition: %s %v", v.Status, v.Path)
@@ -836,13 +837,13 @@ func TestClientBulkLimits(t *testing.T) {
 	t.Parallel()
 	env := newAPI(t, "")
 	for range 4 {
-		var done gateway.StartResponse
+		var done api.StartResponse
 		env.call("POST", "/v1/chains/breaks/runs?wait=20s", `{}`, nil, &done)
 		if done.Status != string(store.RunFailed) {
 			t.Fatalf("run: %+v", done)
 		}
 	}
-	client := gateway.NewClient(env.url, "")
+	client := api.NewClient(env.url, "")
 	ctx := context.Background()
 	n, err := client.PurgeDLQ(ctx, store.DLQFilter{Chain: "breaks", Limit: 1})
 	if err != nil || n != 1 {
@@ -882,7 +883,7 @@ func TestOriginMetadata(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var done gateway.StartResponse
+			var done api.StartResponse
 			code, _, body := env.call("POST", "/v1/chains/hello/runs?wait=20s", `{}`, tc.headers, &done)
 			if code != http.StatusOK || done.Run == nil {
 				t.Fatalf("POST: %d %s", code, body)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // answerFieldsConfig asks before restarting; the step after the question
@@ -80,7 +81,7 @@ func TestApprovalAnswerFields(t *testing.T) {
 	// alert starts the chain of trigger tr with a firing alert, and
 	// returns its run once it waits.
 	alert := func(t *testing.T, tr string) string {
-		var res gateway.TriggerResponse
+		var res api.TriggerResponse
 		if code, _, raw := env.call("POST", "/v1/triggers/"+tr, triggerFixture(t, "alertmanager-firing.json"), nil, &res); code != http.StatusAccepted || len(res.Results) == 0 {
 			t.Fatalf("firing: %d %s", code, raw)
 		}
@@ -113,7 +114,7 @@ func TestApprovalAnswerFields(t *testing.T) {
 		}, "approve", "ops (API)", "window open", false},
 		{"command line, through the API", func(t *testing.T) string {
 			id := asked(t, "person")
-			d, err := gateway.NewClient(env.url, "ops-tok").Signal(ctx, id, "ask", "reject", "")
+			d, err := api.NewClient(env.url, "ops-tok").Signal(ctx, id, "ask", "reject", "")
 			if err != nil || d.TimedOut || d.Message != "Restart db-1:9100?" {
 				t.Fatalf("answering: %+v %v", d, err)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
 )
 
@@ -18,7 +19,7 @@ func (s *Server) Authorize(ctx context.Context, sub authz.Subject, a authz.Actio
 	err := decide(sub, a, t)
 	var d *authz.Denied
 	if errors.As(err, &d) {
-		return &APIError{Status: http.StatusForbidden, Code: "forbidden", Message: d.Missing}
+		return &api.APIError{Status: http.StatusForbidden, Code: "forbidden", Message: d.Missing}
 	}
 	return err
 }

@@ -17,10 +17,8 @@ import (
 	"github.com/chaingate/gateway/chain/store/backup"
 	"github.com/chaingate/gateway/chain/store/bolt"
 	redisstore "github.com/chaingate/gateway/chain/store/redis"
+	"github.com/chaingate/gateway/gateway/api"
 )
-
-// BackupContentType is the media type of a backup the API streams.
-const BackupContentType = "application/vnd.chaingate.backup"
 
 // backupWriteTimeout bounds each write of a backup to its client: a client
 // that stops reading does not hold the store's read transaction for ever.
@@ -31,7 +29,7 @@ const backupWriteTimeout = time.Minute
 func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	snap, ok := s.gw.Store.(store.Snapshotter)
 	if !ok {
-		s.writeError(w, r, &APIError{Status: http.StatusNotImplemented, Code: "not_supported", Message: "this gateway's store cannot be backed up while it serves"})
+		s.writeError(w, r, &api.APIError{Status: http.StatusNotImplemented, Code: "not_supported", Message: "this gateway's store cannot be backed up while it serves"})
 		return
 	}
 	// A backup outlasts the request timeout: the read deadline goes, and
@@ -39,7 +37,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	holdOpen(w, backupWriteTimeout)
 	dw := &deadlineWriter{w: w, rc: http.NewResponseController(w)}
 	buf := bufio.NewWriterSize(dw, 256<<10)
-	w.Header().Set("Content-Type", BackupContentType)
+	w.Header().Set("Content-Type", api.BackupContentType)
 	w.Header().Set("Content-Disposition", `attachment; filename="chaingate-`+time.Now().UTC().Format("20060102T150405Z")+`.backup"`)
 	w.Header().Set("Cache-Control", "no-store")
 	start := time.Now()
@@ -74,25 +72,6 @@ func (d *deadlineWriter) Write(p []byte) (int, error) {
 	n, err := d.w.Write(p)
 	d.n += int64(n)
 	return n, err
-}
-
-// Backup streams a backup of the gateway's store into w, and returns how
-// many bytes it wrote. Only a whole backup ends with its end frame: check
-// what was written (backup.Check) before relying on it.
-func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
-	resp, err := c.request(ctx, http.MethodPost, "/v1/admin/backup", nil, nil, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != BackupContentType {
-		return 0, fmt.Errorf("the answer to POST /v1/admin/backup is %q, not a backup; is %s a gateway?", ct, c.base)
-	}
-	n, err := io.Copy(w, resp.Body)
-	if err != nil {
-		return n, fmt.Errorf("reading the backup: %w", err)
-	}
-	return n, nil
 }
 
 // StateURL is the store a command that works on a store without a gateway

@@ -12,6 +12,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/backup"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -49,7 +50,7 @@ func TestBackupEndpoint(t *testing.T) {
 			}
 			env.token = "full-tok"
 			code, h, body := env.call("POST", "/v1/admin/backup", "", nil, nil)
-			if code != http.StatusOK || h.Get("Content-Type") != gateway.BackupContentType || !strings.Contains(h.Get("Content-Disposition"), ".backup") {
+			if code != http.StatusOK || h.Get("Content-Type") != api.BackupContentType || !strings.Contains(h.Get("Content-Disposition"), ".backup") {
 				t.Fatalf("a backup: %d %v %.200q", code, h, body)
 			}
 			if hd, tr, err := backup.Check(strings.NewReader(body)); err != nil || hd.Kind != kind || tr.Runs != 3 {
@@ -57,7 +58,7 @@ func TestBackupEndpoint(t *testing.T) {
 			}
 
 			var buf bytes.Buffer
-			if _, err := gateway.NewClient(env.url, "full-tok").Backup(context.Background(), &buf); err != nil {
+			if _, err := api.NewClient(env.url, "full-tok").Backup(context.Background(), &buf); err != nil {
 				t.Fatal(err)
 			}
 			r, err := backup.NewReader(&buf)

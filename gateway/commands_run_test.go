@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/sshdtest"
 )
 
@@ -117,7 +118,7 @@ func TestHostileValuesThroughEveryCall(t *testing.T) {
 				_ = os.Remove(filepath.Join(dir, f))
 			}
 			payload, _ := json.Marshal(map[string]any{"v": v, "items": []string{v, v}})
-			var run gateway.StartResponse
+			var run api.StartResponse
 			if code, _, raw := env.call("POST", "/v1/chains/every-call/runs", string(payload), nil, &run); code != http.StatusAccepted && code != http.StatusOK {
 				t.Fatalf("start: %d %s", code, raw)
 			}

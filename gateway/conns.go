@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // httpServer is the API's HTTP server, with the timeouts of lim: a client
@@ -126,9 +127,9 @@ func (l *connLimiter) admit(c net.Conn) *admittedConn {
 	case a.spare < reservePerAddress && l.spare < reserveConns:
 		a.spare++
 		l.spare++
-		over := &APIError{Status: http.StatusServiceUnavailable, Code: "server_busy", Message: fmt.Sprintf("the gateway holds as many connections as it takes (%d); only /healthz and /readyz are answered until some close", l.max)}
+		over := &api.APIError{Status: http.StatusServiceUnavailable, Code: "server_busy", Message: fmt.Sprintf("the gateway holds as many connections as it takes (%d); only /healthz and /readyz are answered until some close", l.max)}
 		if a.open >= l.perAddr {
-			over = &APIError{Status: http.StatusTooManyRequests, Code: "too_many_connections", Message: fmt.Sprintf("this address holds as many connections as one address may (%d); send requests on those, or close some", l.perAddr)}
+			over = &api.APIError{Status: http.StatusTooManyRequests, Code: "too_many_connections", Message: fmt.Sprintf("this address holds as many connections as one address may (%d); send requests on those, or close some", l.perAddr)}
 		}
 		return &admittedConn{Conn: c, l: l, key: key, over: over, cutAt: time.Now().Add(reserveTime)}
 	}
@@ -175,7 +176,7 @@ type admittedConn struct {
 	once sync.Once
 	// over is what a connection in the reserve answers to anything but
 	// the health checks; nil for a regular connection.
-	over *APIError
+	over *api.APIError
 	// cutAt is when a connection in the reserve stops being read.
 	cutAt time.Time
 }
@@ -274,20 +275,20 @@ func closeUnread(w http.ResponseWriter, r *http.Request) {
 // only on loopback, but a web page the operator opens can still reach it:
 // by a DNS name rebound to 127.0.0.1 (its Host is then that name) or by a
 // form posted from another origin. Both are refused.
-func LoopbackOnly(r *http.Request) *APIError {
+func LoopbackOnly(r *http.Request) *api.APIError {
 	if !loopbackHost(r.Host) {
-		return &APIError{Status: http.StatusMisdirectedRequest, Code: "host_not_loopback", Message: "this gateway serves without API tokens, so only requests to a loopback name (localhost, 127.0.0.1, [::1]) are answered; got Host " + quoteHost(r.Host)}
+		return &api.APIError{Status: http.StatusMisdirectedRequest, Code: "host_not_loopback", Message: "this gateway serves without API tokens, so only requests to a loopback name (localhost, 127.0.0.1, [::1]) are answered; got Host " + quoteHost(r.Host)}
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
-			return &APIError{Status: http.StatusForbidden, Code: "foreign_origin", Message: "this gateway serves without API tokens and answers no cross-site request"}
+			return &api.APIError{Status: http.StatusForbidden, Code: "foreign_origin", Message: "this gateway serves without API tokens and answers no cross-site request"}
 		}
 		return nil
 	}
 	u, err := url.Parse(origin)
 	if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
-		return &APIError{Status: http.StatusForbidden, Code: "foreign_origin", Message: "this gateway serves without API tokens and answers no request from another origin; got Origin " + quoteHost(origin)}
+		return &api.APIError{Status: http.StatusForbidden, Code: "foreign_origin", Message: "this gateway serves without API tokens and answers no request from another origin; got Origin " + quoteHost(origin)}
 	}
 	return nil
 }

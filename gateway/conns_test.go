@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain/engine"
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // serveWithLimits runs env's server as `gateway serve` does, with the
@@ -137,7 +137,7 @@ func TestEventStreamOutlivesRequestTimeout(t *testing.T) {
 	t.Parallel()
 	env := newAPI(t, "")
 	serveWithLimits(t, env, "request_timeout_seconds = 1\n")
-	var run gateway.StartResponse
+	var run api.StartResponse
 	if code, _, body := env.call("POST", "/v1/chains/hello/runs", `{"sleep_ms":2500}`, nil, &run); code != 202 {
 		t.Fatalf("POST: %d %s", code, body)
 	}
@@ -153,7 +153,7 @@ func TestEventStreamOutlivesRequestTimeout(t *testing.T) {
 	if !strings.Contains(string(data), "event: run_succeeded") {
 		t.Errorf("the stream ended before the run did:\n%s", data)
 	}
-	var waited gateway.StartResponse
+	var waited api.StartResponse
 	if code, _, body := env.call("POST", "/v1/chains/hello/runs?wait=30s", `{"sleep_ms":1500}`, nil, &waited); code != 200 || waited.Status != "succeeded" {
 		t.Errorf("POST ?wait=30s past the request timeout: %d %s", code, body)
 	}
@@ -239,7 +239,7 @@ func TestItemsStream(t *testing.T) {
 	for i := range items {
 		items[i] = fmt.Sprintf(`{"host":"h%d"}`, i)
 	}
-	var run gateway.StartResponse
+	var run api.StartResponse
 	code, _, body := env.call("POST", "/v1/chains/many/runs?wait=60s", `{"hosts":[`+strings.Join(items, ",")+`]}`, nil, &run)
 	if code != 200 || run.Status != "succeeded" {
 		t.Fatalf("POST: %d %s", code, body)

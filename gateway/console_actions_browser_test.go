@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chromedp/chromedp"
-
-	"github.com/chaingate/gateway/gateway"
 )
 
 // TestBrowserRunLabels opens a run started with labels: its page shows
@@ -125,7 +124,7 @@ func TestBrowserRedrive(t *testing.T) {
 	if eval[bool](t, ctx, `document.querySelector('form.redrive') !== null`) {
 		t.Error("a split with nothing failed or skipped offers a redrive")
 	}
-	var v gateway.RunView
+	var v api.RunView
 	env.call("GET", "/v1/runs/"+id, "", nil, &v)
 	if s := v.Steps["hosts"].Split; v.Status != "succeeded" || s.Succeeded != 8 {
 		t.Errorf("the redriven run: %s %+v", v.Status, s)
@@ -150,7 +149,7 @@ func TestBrowserPause(t *testing.T) {
 		t.Errorf("the schedule's state: %q", state)
 	}
 	var pauses struct {
-		Pauses []gateway.Pause `json:"pauses"`
+		Pauses []api.Pause `json:"pauses"`
 	}
 	if env.call("GET", "/v1/pauses", "", nil, &pauses); len(pauses.Pauses) != 1 || pauses.Pauses[0].Reason != "database maintenance" {
 		t.Fatalf("the pauses: %+v", pauses.Pauses)

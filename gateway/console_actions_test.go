@@ -13,6 +13,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // actionsConfig adds what the console's actions need besides the tour's
@@ -113,7 +114,7 @@ func fixPatch(t *testing.T, env *apiEnv) {
 // startLabelled starts a run through the API with labels, without waiting.
 func startLabelled(t *testing.T, env *apiEnv, chainName, payload string, labels ...string) string {
 	t.Helper()
-	var res gateway.StartResponse
+	var res api.StartResponse
 	q := url.Values{"label": labels}
 	if code, _, body := env.call("POST", "/v1/chains/"+chainName+"/runs?"+q.Encode(), payload, nil, &res); code != http.StatusAccepted {
 		t.Fatalf("starting %s: %d %s", chainName, code, body)
@@ -273,7 +274,7 @@ func TestConsoleNewActionsGuarded(t *testing.T) {
 		t.Errorf("the patch run changed: %+v", v.Steps["hosts"].Split)
 	}
 	var pauses struct {
-		Pauses []gateway.Pause `json:"pauses"`
+		Pauses []api.Pause `json:"pauses"`
 	}
 	if env.call("GET", "/v1/pauses", "", nil, &pauses); len(pauses.Pauses) != 0 {
 		t.Errorf("pauses: %+v", pauses.Pauses)
@@ -421,7 +422,7 @@ func TestConsoleRunFormStartsOnce(t *testing.T) {
 	id := strings.TrimSuffix(strings.TrimPrefix(first.location, "/ui/runs/"), "?done=started")
 	waitRunEnd(t, env, id)
 	var list struct {
-		Runs []gateway.Run `json:"runs"`
+		Runs []api.Run `json:"runs"`
 	}
 	if env.call("GET", "/v1/runs?chain=deploy", "", nil, &list); len(list.Runs) != 1 || list.Runs[0].ID != id {
 		t.Errorf("deploy's runs: %+v, want %s alone", list.Runs, id)
@@ -495,29 +496,29 @@ func TestStartRunOps(t *testing.T) {
 	t.Parallel()
 	env := newActionsAPI(t, "")
 	ctx := context.Background()
-	for name, ops := range map[string]gateway.Ops{"local": &gateway.Local{GW: env.gw}, "client": gateway.NewClient(env.url, "")} {
-		run, err := ops.StartRun(ctx, "deploy", json.RawMessage(`{"host": "web-1"}`), gateway.StartOptions{Labels: map[string]string{"via": name}})
+	for name, ops := range map[string]api.Ops{"local": &gateway.Local{GW: env.gw}, "client": api.NewClient(env.url, "")} {
+		run, err := ops.StartRun(ctx, "deploy", json.RawMessage(`{"host": "web-1"}`), api.StartOptions{Labels: map[string]string{"via": name}})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if v := waitRunEnd(t, env, run.ID); v.Status != "succeeded" || v.StartedBy != "api" || v.Labels["via"] != name {
 			t.Errorf("%s: the run is %s, started by %s, labels %v", name, v.Status, v.StartedBy, v.Labels)
 		}
-		if _, err := ops.StartRun(ctx, "deploy", json.RawMessage(`{"count": 1}`), gateway.StartOptions{}); err == nil || !strings.Contains(err.Error(), "host: required field is missing") {
+		if _, err := ops.StartRun(ctx, "deploy", json.RawMessage(`{"count": 1}`), api.StartOptions{}); err == nil || !strings.Contains(err.Error(), "host: required field is missing") {
 			t.Errorf("%s: a payload without host: %v", name, err)
 		}
-		if _, err := ops.StartRun(ctx, "deplo", nil, gateway.StartOptions{}); err == nil || !strings.Contains(err.Error(), `did you mean "deploy"`) {
+		if _, err := ops.StartRun(ctx, "deplo", nil, api.StartOptions{}); err == nil || !strings.Contains(err.Error(), `did you mean "deploy"`) {
 			t.Errorf("%s: an unknown chain: %v", name, err)
 		}
-		if _, err := ops.StartRun(ctx, "hello", nil, gateway.StartOptions{Labels: map[string]string{"": "x"}}); err == nil {
+		if _, err := ops.StartRun(ctx, "hello", nil, api.StartOptions{Labels: map[string]string{"": "x"}}); err == nil {
 			t.Errorf("%s: a label without a key was taken", name)
 		}
 	}
-	local, client := &gateway.Local{GW: env.gw}, gateway.NewClient(env.url, "")
+	local, client := &gateway.Local{GW: env.gw}, api.NewClient(env.url, "")
 	ids := make(chan string, 2)
-	for _, ops := range []gateway.Ops{local, client} {
+	for _, ops := range []api.Ops{local, client} {
 		go func() {
-			run, err := ops.StartRun(ctx, "deploy", json.RawMessage(`{"host": "web-3"}`), gateway.StartOptions{IdempotencyKey: "deploy-web-3"})
+			run, err := ops.StartRun(ctx, "deploy", json.RawMessage(`{"host": "web-3"}`), api.StartOptions{IdempotencyKey: "deploy-web-3"})
 			if err != nil {
 				t.Errorf("a keyed start: %v", err)
 				ids <- ""

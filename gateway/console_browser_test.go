@@ -19,7 +19,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/brokertest"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
@@ -215,7 +215,7 @@ func poll(t *testing.T, ctx context.Context, what, expr string) {
 // startRun starts a run through the API without waiting for it.
 func startRun(t *testing.T, env *apiEnv, chainName, payload string) string {
 	t.Helper()
-	var res gateway.StartResponse
+	var res api.StartResponse
 	if code, _, body := env.call("POST", "/v1/chains/"+chainName+"/runs", payload, nil, &res); code != http.StatusAccepted {
 		t.Fatalf("starting %s: %d %s", chainName, code, body)
 	}
@@ -322,7 +322,7 @@ func TestBrowserCancelStopsRun(t *testing.T) {
 	do(t, ctx, "cancelling the run", chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("#cancel")), chromedp.Click(chromedp.CSS("#cancel")),
 		chromedp.WaitVisible(chromedp.CSS("#flash")))
 	poll(t, ctx, "the run cancelled", `(document.querySelector('.run-meta') || {dataset: {}}).dataset.status === 'cancelled'`)
-	var v gateway.RunView
+	var v api.RunView
 	env.call("GET", "/v1/runs/"+id, "", nil, &v)
 	if v.Status != "cancelled" {
 		t.Errorf("the run is %s, want cancelled", v.Status)
@@ -362,7 +362,7 @@ func TestBrowserBulkReplay(t *testing.T) {
 		}
 	}
 	var list struct {
-		Entries []gateway.DLQEntry `json:"entries"`
+		Entries []api.DLQEntry `json:"entries"`
 	}
 	env.call("GET", "/v1/dlq", "", nil, &list)
 	if len(list.Entries) != 1 || list.Entries[0].Chain != "breaks" {

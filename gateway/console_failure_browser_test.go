@@ -4,9 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chromedp/chromedp"
-
-	"github.com/chaingate/gateway/gateway"
 )
 
 // failureRunbook is issue 40's runbook: verify fails, its catch routes
@@ -102,7 +101,7 @@ func TestBrowserFailureRoutes(t *testing.T) {
 	id = startRun(t, env, "failing-handler", `{}`)
 	waitRun(t, env, id)
 	var dlq struct {
-		Entries []*gateway.DLQEntry `json:"entries"`
+		Entries []*api.DLQEntry `json:"entries"`
 	}
 	env.call("GET", "/v1/dlq?chain=failing-handler", "", nil, &dlq)
 	if len(dlq.Entries) != 1 || dlq.Entries[0].Step != "notify" || dlq.Entries[0].Handler != "on_failure" {

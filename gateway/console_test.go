@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/net/html"
 
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -136,7 +136,7 @@ func writeForms(doc *html.Node) []string {
 // startWait starts a run through the API and waits for it to end.
 func startWait(t *testing.T, env *apiEnv, chainName, payload string) string {
 	t.Helper()
-	var res gateway.StartResponse
+	var res api.StartResponse
 	code, _, body := env.call("POST", "/v1/chains/"+chainName+"/runs?wait=30s", payload, nil, &res)
 	if code != http.StatusOK || res.Run == nil {
 		t.Fatalf("run of %s: %d %s", chainName, code, body)
@@ -279,7 +279,7 @@ func TestConsoleSignInAndAccess(t *testing.T) {
 func dlqIDs(t *testing.T, env *apiEnv, chainName string) []string {
 	t.Helper()
 	var list struct {
-		Entries []gateway.DLQEntry `json:"entries"`
+		Entries []api.DLQEntry `json:"entries"`
 	}
 	env.call("GET", "/v1/dlq?chain="+chainName, "", nil, &list)
 	var out []string
@@ -335,7 +335,7 @@ func TestConsoleBulkReplayNeedsFilterAndCount(t *testing.T) {
 		t.Fatalf("the bulk action ended with %q", progress)
 	}
 	var list struct {
-		Entries []gateway.DLQEntry `json:"entries"`
+		Entries []api.DLQEntry `json:"entries"`
 	}
 	env.call("GET", "/v1/dlq", "", nil, &list)
 	if len(list.Entries) != 1 || list.Entries[0].Chain != "flaky" {
@@ -366,7 +366,7 @@ func TestSplitItemsAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := startWait(t, env, "fleet", fleetPayload(30, 4, 20))
-	var page gateway.ItemPage
+	var page api.ItemPage
 	code, _, body := env.call("GET", "/v1/runs/"+id+"/items?split=check&status=failed&limit=1", "", nil, &page)
 	if code != http.StatusOK || page.Matched != 2 || len(page.Items) != 1 || page.Items[0].Index != 4 || page.Counts["succeeded"] != 28 {
 		t.Fatalf("failed items: %d %s", code, body)
@@ -417,7 +417,7 @@ func TestConsoleReplaysOnlyFailedItems(t *testing.T) {
 	}
 	rec := env.dir + "/calls.jsonl"
 	payload := strings.Replace(fleetPayload(10, 2, 6), `{"hosts"`, fmt.Sprintf(`{"record": %q, "hosts"`, rec), 1)
-	var res gateway.StartResponse
+	var res api.StartResponse
 	env.call("POST", "/v1/chains/sweep/runs?wait=30s", payload, nil, &res)
 	if res.Run == nil || res.Run.Status != "failed" {
 		t.Fatalf("the sweep did not fail: %+v", res)
@@ -543,7 +543,7 @@ func followRunChanges(t *testing.T, env, starter *apiEnv) {
 	var seen []string
 	for sc.Scan() && len(seen) < 2 {
 		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			var ev gateway.Event
+			var ev api.Event
 			if err := json.Unmarshal([]byte(data), &ev); err != nil {
 				t.Fatal(err)
 			}
@@ -791,7 +791,7 @@ name = "ask"
 approval = { message = "go on?" }
 `)
 	sc := openRunChanges(t, env)
-	var run gateway.StartResponse
+	var run api.StartResponse
 	if code, _, body := env.call("POST", "/v1/chains/asks/runs", `{}`, nil, &run); code != http.StatusAccepted && code != http.StatusOK {
 		t.Fatalf("start: %d %s", code, body)
 	}
@@ -801,7 +801,7 @@ approval = { message = "go on?" }
 		if !ok {
 			continue
 		}
-		var ev gateway.Event
+		var ev api.Event
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			t.Fatal(err)
 		}

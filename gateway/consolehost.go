@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/providers/limits"
 )
 
@@ -22,7 +23,7 @@ func (s *Server) MountConsole(console func(base string) http.Handler) {
 
 // Ops are the operations the API serves, on this gateway's store: the
 // console acts through them too, so what it does is what the API does.
-func (s *Server) Ops() Ops { return s.ops }
+func (s *Server) Ops() api.Ops { return s.ops }
 
 // Definition is the chain a run of name started with, by its hash: a run
 // keeps its definition across reloads, so its graph is drawn from that one.

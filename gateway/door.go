@@ -18,6 +18,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/templates"
 )
@@ -87,57 +88,6 @@ const (
 	keepGrace = time.Minute
 )
 
-// TriggerResponse is the answer to POST /v1/triggers/{name}: what each
-// alert (or the group, or the body) did.
-type TriggerResponse struct {
-	Trigger string          `json:"trigger"`
-	Results []TriggerResult `json:"results"`
-	// TruncatedAlerts counts the alerts beyond the trigger's max_alerts,
-	// parked in the dead-letter queue rather than turned into runs.
-	TruncatedAlerts int `json:"truncated_alerts,omitempty"`
-}
-
-// TriggerResult is what one alert, group or body did.
-type TriggerResult struct {
-	// Action is started, replayed (a run it started before, or the open
-	// run of its group, which notes it), skipped, resolved (a resolution
-	// that started no run, but applied on_resolve to the run its firing
-	// started), parked (kept in the dead-letter queue: no run could be
-	// started), queued (kept, and started after the answer) or failed
-	// (nothing kept: send it again).
-	Action string `json:"action"`
-	Run    string `json:"run,omitempty"`
-	Chain  string `json:"chain,omitempty"`
-	Status string `json:"status,omitempty"`
-	// Alert is the alert's fingerprint, for alert triggers.
-	Alert string `json:"alert,omitempty"`
-	// Group is the alert group's key, for triggers with per = "group".
-	Group string `json:"group,omitempty"`
-	// AlertStatus is firing or resolved.
-	AlertStatus string `json:"alert_status,omitempty"`
-	// FiringRun is the run a resolved alert's firing started.
-	FiringRun string `json:"firing_run,omitempty"`
-	// OnResolve is what a resolution did to the approval steps the run its
-	// firing started waits at.
-	OnResolve []ResolvedStep `json:"on_resolve,omitempty"`
-	// DeadLetter is the dead-letter entry a parked delivery is kept in.
-	DeadLetter string `json:"dead_letter,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-}
-
-// ResolvedStep is what a resolution did to one waiting approval step.
-type ResolvedStep struct {
-	Run  string `json:"run"`
-	Step string `json:"step"`
-	// OnResolve is the step's on_resolve: cancel, approve or reject.
-	OnResolve string `json:"on_resolve"`
-	// Outcome is cancelled (the run's cancel is recorded: it ends at once,
-	// or, advanced by another gateway, within seconds there), approved,
-	// rejected, or failed, with Reason.
-	Outcome string `json:"outcome"`
-	Reason  string `json:"reason,omitempty"`
-}
-
 // inbound is one delivery as the door works it.
 type inbound struct {
 	tr  *chain.Trigger
@@ -154,13 +104,13 @@ type inbound struct {
 	replay string
 	// paused is the trigger's pause, when the delivery came while it was
 	// paused: what it brings is kept for a replay, not started.
-	paused *Pause
+	paused *api.Pause
 }
 
 // deliver turns a delivery into runs. Alerts not started by until (zero:
 // no bound) are kept, and started after the answer.
-func (gw *Gateway) deliver(ctx context.Context, in *inbound, until time.Time) TriggerResponse {
-	resp := TriggerResponse{Trigger: in.tr.Name, Results: []TriggerResult{}}
+func (gw *Gateway) deliver(ctx context.Context, in *inbound, until time.Time) api.TriggerResponse {
+	resp := api.TriggerResponse{Trigger: in.tr.Name, Results: []api.TriggerResult{}}
 	defer func() {
 		for _, res := range resp.Results {
 			gw.observe(in.tr, res)
@@ -168,7 +118,7 @@ func (gw *Gateway) deliver(ctx context.Context, in *inbound, until time.Time) Tr
 	}()
 	in.paused = gw.pause(ctx, in.tr.Name)
 	if !in.tr.Type.Alerts() {
-		resp.Results = append(resp.Results, gw.guard(in.tr, TriggerResult{Chain: in.tr.Chain}, func() TriggerResult { return gw.fireWebhook(ctx, in) }))
+		resp.Results = append(resp.Results, gw.guard(in.tr, api.TriggerResult{Chain: in.tr.Chain}, func() api.TriggerResult { return gw.fireWebhook(ctx, in) }))
 		return resp
 	}
 	group := in.doc.(map[string]any)
@@ -177,7 +127,7 @@ func (gw *Gateway) deliver(ctx context.Context, in *inbound, until time.Time) Tr
 		gw.Log.Warn("the sender truncated this notification: alerts it holds were never delivered; raise the sender's max_alerts", "trigger", in.tr.Name, "truncated", int(n))
 	}
 	if in.tr.Per == chain.PerGroup {
-		resp.Results = append(resp.Results, gw.guard(in.tr, TriggerResult{Chain: in.tr.Chain}, func() TriggerResult { return gw.fireGroup(ctx, in, group, alerts) }))
+		resp.Results = append(resp.Results, gw.guard(in.tr, api.TriggerResult{Chain: in.tr.Chain}, func() api.TriggerResult { return gw.fireGroup(ctx, in, group, alerts) }))
 		return resp
 	}
 	if limit := in.tr.MaxAlerts; in.replay == "" && in.paused == nil && len(alerts) > limit {
@@ -188,7 +138,7 @@ func (gw *Gateway) deliver(ctx context.Context, in *inbound, until time.Time) Tr
 		cause := fmt.Errorf("the delivery holds %d alerts, and trigger %q turns at most max_alerts = %d of one delivery into runs", len(alerts), in.tr.Name, limit)
 		for rest := alerts[limit:]; len(rest) > 0; rest = rest[min(limit, len(rest)):] {
 			chunk := rest[:min(limit, len(rest))]
-			resp.Results = append(resp.Results, gw.park(ctx, in, TriggerResult{Chain: in.tr.Chain}, withAlerts(group, chunk), "", cause, "max_alerts"))
+			resp.Results = append(resp.Results, gw.park(ctx, in, api.TriggerResult{Chain: in.tr.Chain}, withAlerts(group, chunk), "", cause, "max_alerts"))
 		}
 		alerts = alerts[:limit]
 	}
@@ -201,8 +151,8 @@ func (gw *Gateway) deliver(ctx context.Context, in *inbound, until time.Time) Tr
 }
 
 // pause is the trigger's pause now, or nil.
-func (gw *Gateway) pause(ctx context.Context, trigger string) *Pause {
-	p, err := gw.Paused(ctx, PauseTrigger, trigger)
+func (gw *Gateway) pause(ctx context.Context, trigger string) *api.Pause {
+	p, err := gw.Paused(ctx, api.PauseTrigger, trigger)
 	if err != nil {
 		// A pause that cannot be read holds nothing back.
 		gw.Log.Warn("reading whether the trigger is paused; taking the delivery", "trigger", trigger, "err", err)
@@ -214,7 +164,7 @@ func (gw *Gateway) pause(ctx context.Context, trigger string) *Pause {
 // that a bug met on it fails that unit, logged with its stack and counted
 // as a failed delivery, rather than take the gateway down: the sender
 // sends it again, or the inbox tries it again.
-func (gw *Gateway) guard(tr *chain.Trigger, res TriggerResult, fn func() TriggerResult) (out TriggerResult) {
+func (gw *Gateway) guard(tr *chain.Trigger, res api.TriggerResult, fn func() api.TriggerResult) (out api.TriggerResult) {
 	defer func() {
 		if p := recover(); p != nil {
 			gw.Log.Error("the door hit a bug taking a delivery; it failed, to be sent or tried again", "trigger", tr.Name, "alert", res.Alert, "group", res.Group, "panic", p, "stack", string(debug.Stack()))
@@ -228,7 +178,7 @@ func (gw *Gateway) guard(tr *chain.Trigger, res TriggerResult, fn func() Trigger
 // takeAlerts starts the runs of a notification's alerts until until, or
 // keeps them while the trigger is paused; it returns what each alert it
 // took did, and the alerts it did not take.
-func (gw *Gateway) takeAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, until time.Time) ([]TriggerResult, []any) {
+func (gw *Gateway) takeAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, until time.Time) ([]api.TriggerResult, []any) {
 	if in.paused != nil {
 		return gw.keepPaused(ctx, in, group, alerts), nil
 	}
@@ -238,10 +188,10 @@ func (gw *Gateway) takeAlerts(ctx context.Context, in *inbound, group map[string
 // fireAlerts starts the runs of alerts, several at once, until until or
 // ctx ends; it returns what each alert it took did, and the alerts it did
 // not take.
-func (gw *Gateway) fireAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, until time.Time) ([]TriggerResult, []any) {
-	results := make([]TriggerResult, len(alerts))
+func (gw *Gateway) fireAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, until time.Time) ([]api.TriggerResult, []any) {
+	results := make([]api.TriggerResult, len(alerts))
 	taken := atOnce(ctx, len(alerts), until, func(i int) {
-		results[i] = gw.guard(in.tr, alertResult(in.tr, alerts[i]), func() TriggerResult { return gw.fireAlert(ctx, in, group, alerts[i]) })
+		results[i] = gw.guard(in.tr, alertResult(in.tr, alerts[i]), func() api.TriggerResult { return gw.fireAlert(ctx, in, group, alerts[i]) })
 	})
 	return results[:taken], alerts[taken:]
 }
@@ -268,8 +218,8 @@ func atOnce(ctx context.Context, n int, until time.Time, fn func(i int)) int {
 
 // queue keeps the alerts of a delivery not started before its answer, and
 // wakes the inbox to start them.
-func (gw *Gateway) queue(ctx context.Context, in *inbound, group map[string]any, rest []any) []TriggerResult {
-	results := make([]TriggerResult, len(rest))
+func (gw *Gateway) queue(ctx context.Context, in *inbound, group map[string]any, rest []any) []api.TriggerResult {
+	results := make([]api.TriggerResult, len(rest))
 	for i, a := range rest {
 		results[i] = alertResult(in.tr, a)
 		results[i].Action = "queued"
@@ -298,15 +248,15 @@ func (gw *Gateway) queue(ctx context.Context, in *inbound, group map[string]any,
 // fireAlert starts the run one alert asks for: the trigger's chain when
 // it fires, its resolve chain when it is resolved. Its fingerprint and
 // startsAt key both, so Alertmanager's repeats start nothing new.
-func (gw *Gateway) fireAlert(ctx context.Context, in *inbound, group map[string]any, a any) TriggerResult {
+func (gw *Gateway) fireAlert(ctx context.Context, in *inbound, group map[string]any, a any) api.TriggerResult {
 	tr := in.tr
 	alert, ok := a.(map[string]any)
 	if !ok {
-		res := TriggerResult{Chain: tr.Chain}
+		res := api.TriggerResult{Chain: tr.Chain}
 		return gw.park(ctx, in, res, withAlerts(group, []any{a}), "", errors.New("an alert must be a JSON object"), "invalid_alert")
 	}
 	fp, status, startsAt := alertIdentity(alert)
-	res := TriggerResult{Alert: fp, AlertStatus: status}
+	res := api.TriggerResult{Alert: fp, AlertStatus: status}
 	key := "trigger/" + tr.Name + "/alert/" + keyPart(fp) + "/" + keyPart(startsAt)
 	st := start{
 		scope: map[string]any{"alert": alert, "group": group},
@@ -355,8 +305,8 @@ func alertIdentity(alert map[string]any) (fp, status, startsAt string) {
 }
 
 // alertResult is a result naming an alert, and the chain it starts.
-func alertResult(tr *chain.Trigger, a any) TriggerResult {
-	res := TriggerResult{Chain: tr.Chain}
+func alertResult(tr *chain.Trigger, a any) api.TriggerResult {
+	res := api.TriggerResult{Chain: tr.Chain}
 	if alert, ok := a.(map[string]any); ok {
 		res.Alert, res.AlertStatus, _ = alertIdentity(alert)
 	}
@@ -365,7 +315,7 @@ func alertResult(tr *chain.Trigger, a any) TriggerResult {
 
 // resolvedOnly is the result of a resolution that starts no run: resolved
 // when on_resolve acted on the run its firing started, else skipped.
-func resolvedOnly(res TriggerResult) TriggerResult {
+func resolvedOnly(res api.TriggerResult) api.TriggerResult {
 	if len(res.OnResolve) == 0 {
 		res.Action, res.Reason = "skipped", "resolved, and the trigger has no resolve_chain"
 		return res
@@ -389,7 +339,7 @@ func resolvedOnly(res TriggerResult) TriggerResult {
 // in between, whoever joined or left the group, are noted on it; the
 // resolved group starts the resolve chain once, and a later firing starts a
 // run anew.
-func (gw *Gateway) fireGroup(ctx context.Context, in *inbound, group map[string]any, alerts []any) TriggerResult {
+func (gw *Gateway) fireGroup(ctx context.Context, in *inbound, group map[string]any, alerts []any) api.TriggerResult {
 	tr := in.tr
 	status, _ := group["status"].(string)
 	groupKey, _ := group["groupKey"].(string)
@@ -398,7 +348,7 @@ func (gw *Gateway) fireGroup(ctx context.Context, in *inbound, group map[string]
 		// No group key: the alerts in it are the group.
 		groupKey = "members:" + members
 	}
-	res := TriggerResult{Group: groupKey, AlertStatus: status}
+	res := api.TriggerResult{Group: groupKey, AlertStatus: status}
 	if in.paused != nil {
 		// The same notification sent again is kept once.
 		res.Chain = tr.Chain
@@ -501,10 +451,10 @@ func (gw *Gateway) noteGroup(ctx context.Context, run, seen string, group map[st
 }
 
 // fireWebhook starts the run a webhook's body asks for.
-func (gw *Gateway) fireWebhook(ctx context.Context, in *inbound) TriggerResult {
+func (gw *Gateway) fireWebhook(ctx context.Context, in *inbound) api.TriggerResult {
 	tr := in.tr
 	scope := map[string]any{"body": in.doc, "headers": in.headers}
-	res := TriggerResult{}
+	res := api.TriggerResult{}
 	st := start{chain: tr.Chain, tpl: tr.Payload, scope: scope, whole: in.doc, meta: in.meta, kept: in.doc}
 	key := in.key
 	if tr.IdempotencyKey != nil {
@@ -544,9 +494,9 @@ func pausedCause(in *inbound) error {
 // notification brought is found in the entry keeping it, the others go
 // in new entries of at most max_alerts alerts. A replay parks nothing
 // anew: its entry stays.
-func (gw *Gateway) keepPaused(ctx context.Context, in *inbound, group map[string]any, alerts []any) []TriggerResult {
+func (gw *Gateway) keepPaused(ctx context.Context, in *inbound, group map[string]any, alerts []any) []api.TriggerResult {
 	cause := pausedCause(in)
-	results := make([]TriggerResult, len(alerts))
+	results := make([]api.TriggerResult, len(alerts))
 	for i, a := range alerts {
 		results[i] = alertResult(in.tr, a)
 		results[i].Action, results[i].Reason, results[i].DeadLetter = "parked", cause.Error(), in.replay
@@ -566,7 +516,7 @@ func (gw *Gateway) keepPaused(ctx context.Context, in *inbound, group map[string
 // yet, and says in results where each alert is kept. The notification is
 // claimed whole first, so that the same one sent at once to several
 // gateways is kept in one entry, not spread over several.
-func (gw *Gateway) keepPausedAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, results []TriggerResult, cause error) {
+func (gw *Gateway) keepPausedAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, results []api.TriggerResult, cause error) {
 	id := store.NewID()
 	groupKey, _ := group["groupKey"].(string)
 	status, _ := group["status"].(string)
@@ -583,7 +533,7 @@ func (gw *Gateway) keepPausedAlerts(ctx context.Context, in *inbound, group map[
 	}
 	keys := make([]string, len(alerts))
 	atOnce(context.WithoutCancel(ctx), len(alerts), time.Time{}, func(i int) {
-		results[i] = gw.guard(in.tr, results[i], func() TriggerResult {
+		results[i] = gw.guard(in.tr, results[i], func() api.TriggerResult {
 			res := results[i]
 			alert, _ := alerts[i].(map[string]any)
 			fp, status, startsAt := alertIdentity(alert)
@@ -641,7 +591,7 @@ type start struct {
 // start checks the trigger's condition, maps the payload and starts the
 // run under the start's key; a delivery it cannot start a run for is
 // parked.
-func (gw *Gateway) start(ctx context.Context, in *inbound, res TriggerResult, st start) TriggerResult {
+func (gw *Gateway) start(ctx context.Context, in *inbound, res api.TriggerResult, st start) api.TriggerResult {
 	res.Chain = st.chain
 	parkKey := ""
 	if st.key != "" {
@@ -698,7 +648,7 @@ func (gw *Gateway) start(ctx context.Context, in *inbound, res TriggerResult, st
 // recovered). It returns what it did to each. A repeat finds the run no
 // longer waiting, or the step answered by the resolution already, and
 // does nothing.
-func (gw *Gateway) resolveApprovals(ctx context.Context, runID, trigger string) []ResolvedStep {
+func (gw *Gateway) resolveApprovals(ctx context.Context, runID, trigger string) []api.ResolvedStep {
 	if runID == "" {
 		return nil
 	}
@@ -723,9 +673,9 @@ func (gw *Gateway) resolveApprovals(ctx context.Context, runID, trigger string) 
 		return nil
 	}
 	actor := engine.WithActor(ctx, "alert resolved ("+trigger+")")
-	var did []ResolvedStep
+	var did []api.ResolvedStep
 	for _, rec := range waiting {
-		st := ResolvedStep{Run: runID, Step: rec.Key, OnResolve: def.Step(rec.Name).Approval.OnResolve}
+		st := api.ResolvedStep{Run: runID, Step: rec.Key, OnResolve: def.Step(rec.Name).Approval.OnResolve}
 		switch st.OnResolve {
 		case "cancel":
 			// Through another gateway too: the one advancing the run ends it.
@@ -810,7 +760,7 @@ func LabelStrings(m map[string]any) map[string]string {
 // park keeps what a delivery brought that no run could be started for as
 // a dead-letter entry of its own kind, once per key, and says so loudly.
 // A replay of an entry parks nothing anew: the entry stays.
-func (gw *Gateway) park(ctx context.Context, in *inbound, res TriggerResult, kept any, key string, cause error, code string) TriggerResult {
+func (gw *Gateway) park(ctx context.Context, in *inbound, res api.TriggerResult, kept any, key string, cause error, code string) api.TriggerResult {
 	res.Action, res.Reason = "parked", cause.Error()
 	if in.replay != "" {
 		res.DeadLetter = in.replay
@@ -891,7 +841,7 @@ func (gw *Gateway) addEntry(ctx context.Context, in *inbound, id, chainName stri
 }
 
 // observe logs and counts what one result did.
-func (gw *Gateway) observe(tr *chain.Trigger, res TriggerResult) {
+func (gw *Gateway) observe(tr *chain.Trigger, res api.TriggerResult) {
 	outcome := res.Action
 	switch res.Action {
 	case "replayed":
@@ -1124,7 +1074,7 @@ func (gw *Gateway) workDelivery(ctx context.Context, d *store.Delivery) (done bo
 		// A reload removed the trigger: what it kept is parked.
 		tr = &chain.Trigger{Name: d.Trigger, Type: chain.TriggerAlertmanager}
 		in := &inbound{tr: tr, doc: doc, meta: meta}
-		res := gw.park(ctx, in, TriggerResult{}, group, "", fmt.Errorf("trigger %q is no longer configured", d.Trigger), "trigger_removed")
+		res := gw.park(ctx, in, api.TriggerResult{}, group, "", fmt.Errorf("trigger %q is no longer configured", d.Trigger), "trigger_removed")
 		gw.observe(tr, res)
 		return res.Action == "parked"
 	}
@@ -1148,11 +1098,11 @@ func (gw *Gateway) workDelivery(ctx context.Context, d *store.Delivery) (done bo
 // did, and the run the first of them started or found. The entry goes
 // once each alert in it is started, or found started, or skipped; else it
 // is kept, with a *APIError saying why.
-func (gw *Gateway) redeliver(ctx context.Context, e *store.DLQEntry) (string, []TriggerResult, error) {
+func (gw *Gateway) redeliver(ctx context.Context, e *store.DLQEntry) (string, []api.TriggerResult, error) {
 	what := fmt.Sprintf("replaying delivery %s", e.ID)
 	tr := gw.Engine.Config().Triggers[e.Trigger]
 	if tr == nil {
-		return "", nil, &APIError{Status: 409, Code: "trigger_removed", Message: fmt.Sprintf("%s: trigger %q is not configured", what, e.Trigger)}
+		return "", nil, &api.APIError{Status: 409, Code: "trigger_removed", Message: fmt.Sprintf("%s: trigger %q is not configured", what, e.Trigger)}
 	}
 	doc, err := engine.DecodeJSON(e.Payload)
 	if err != nil {
@@ -1198,7 +1148,7 @@ func (gw *Gateway) redeliver(ctx context.Context, e *store.DLQEntry) (string, []
 				did = append(did, fmt.Sprintf("%d %s", counts[action], action))
 			}
 		}
-		return run, resp.Results, &APIError{Status: 409, Code: "not_replayed", Message: fmt.Sprintf("%s (%s): %s; the entry is kept", what, strings.Join(did, ", "), kept[0])}
+		return run, resp.Results, &api.APIError{Status: 409, Code: "not_replayed", Message: fmt.Sprintf("%s (%s): %s; the entry is kept", what, strings.Join(did, ", "), kept[0])}
 	}
 	if err := gw.Store.DeleteDLQ(ctx, e.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return run, resp.Results, fmt.Errorf("%s: deleting the entry: %w", what, err)
@@ -1210,7 +1160,7 @@ func (gw *Gateway) redeliver(ctx context.Context, e *store.DLQEntry) (string, []
 func checkAlertGroup(tr *chain.Trigger, doc any) error {
 	group, ok := doc.(map[string]any)
 	if _, isList := group["alerts"].([]any); !ok || !isList {
-		return badRequest("invalid_payload", "trigger %q (type %s) takes the webhook's alert group: a JSON object with an alerts array", tr.Name, tr.Type)
+		return api.BadRequest("invalid_payload", "trigger %q (type %s) takes the webhook's alert group: a JSON object with an alerts array", tr.Name, tr.Type)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -102,7 +103,7 @@ func TestConcurrentDeliveriesStartOneRun(t *testing.T) {
 							return postTrigger(t, env, "am-group", alert)
 						})
 						go send(fmt.Sprintf("key %d", k), i, func(env *apiEnv) (int, string, string) {
-							var out gateway.StartResponse
+							var out api.StartResponse
 							code, _, body := env.call("POST", "/v1/chains/door/runs", `{}`, map[string]string{"Idempotency-Key": fmt.Sprint("k-", k)}, &out)
 							return code, out.ID, body
 						})
@@ -180,7 +181,7 @@ func TestConcurrentDeliveriesStartOneRun(t *testing.T) {
 // postTrigger posts an alert notification to a trigger that needs the
 // API's token, and returns the answer and the run its one result names.
 func postTrigger(t *testing.T, env *apiEnv, name, body string) (int, string, string) {
-	var out gateway.TriggerResponse
+	var out api.TriggerResponse
 	code, _, raw := env.call("POST", "/v1/triggers/"+name, body, nil, &out)
 	if len(out.Results) != 1 {
 		return code, "", raw
@@ -282,9 +283,9 @@ func alertGroup(gk, status string, alerts ...string) string {
 	return fmt.Sprintf(`{"version":"4","groupKey":%q,"status":%q,"receiver":"chaingate","alerts":[%s]}`, gk, status, strings.Join(list, ","))
 }
 
-func deliver(t *testing.T, env *apiEnv, trigger, body string) (int, gateway.TriggerResponse, string) {
+func deliver(t *testing.T, env *apiEnv, trigger, body string) (int, api.TriggerResponse, string) {
 	t.Helper()
-	var out gateway.TriggerResponse
+	var out api.TriggerResponse
 	code, _, raw := env.call("POST", "/v1/triggers/"+trigger, body, nil, &out)
 	return code, out, raw
 }
@@ -400,7 +401,7 @@ func parkedDeliveryReplays(t *testing.T, state string) {
 		t.Errorf("the alert again: parked as %s, first as %s", again.Results[0].DeadLetter, entry)
 	}
 	var list struct {
-		Entries []gateway.DLQEntry `json:"entries"`
+		Entries []api.DLQEntry `json:"entries"`
 	}
 	env.call("GET", "/v1/dlq", "", nil, &list)
 	if len(list.Entries) != 1 || list.Entries[0].Kind != "delivery" || list.Entries[0].Trigger != "am" || list.Entries[0].RunID != "" ||
@@ -527,7 +528,7 @@ func largeDelivery(t *testing.T, state string, budget time.Duration) {
 		}
 	}
 	var list struct {
-		Entries []gateway.DLQEntry `json:"entries"`
+		Entries []api.DLQEntry `json:"entries"`
 	}
 	env.call("GET", "/v1/dlq", "", nil, &list)
 	total := 0
@@ -561,7 +562,7 @@ func TestWebhookDoor(t *testing.T) {
 		"X-Amz-Security-Token": "amz", "X-Custom": "Bearer abc.def", "Cookie": "session=1", "X-Event": "push",
 	}
 	env.token = ""
-	var res gateway.TriggerResponse
+	var res api.TriggerResponse
 	code, _, raw := env.call("POST", "/v1/triggers/hook", body, headers, &res)
 	if code != http.StatusAccepted || res.Results[0].Action != "started" {
 		t.Fatalf("signed delivery: %d %s", code, raw)
@@ -575,7 +576,7 @@ func TestWebhookDoor(t *testing.T) {
 			t.Errorf("the run keeps %q: %s", secret, v.Origin.Payload)
 		}
 	}
-	var again gateway.TriggerResponse
+	var again api.TriggerResponse
 	headers["X-Github-Delivery"] = "another-id"
 	code, _, raw = env.call("POST", "/v1/triggers/hook", body, headers, &again)
 	if code != http.StatusOK || again.Results[0].Action != "replayed" || again.Results[0].Run != res.Results[0].Run {

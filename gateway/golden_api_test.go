@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -82,7 +82,7 @@ func (g *goldenAPI) walk(t *testing.T) {
 	g.id(t, broken, "failing run", "id")
 	list := g.check(t, "dlq_list", "GET", "/v1/dlq?chain=breaks", "")
 	var entries struct {
-		Entries []gateway.DLQEntry `json:"entries"`
+		Entries []api.DLQEntry `json:"entries"`
 	}
 	if err := json.Unmarshal(list, &entries); err != nil || len(entries.Entries) != 1 {
 		t.Fatalf("dead letters: %v %s", err, list)

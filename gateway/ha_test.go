@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -46,7 +46,7 @@ func TestOtherGatewayActsOnRun(t *testing.T) {
 			switch tc.act {
 			case "cancel":
 				// As gateway runs cancel --server does.
-				if err := gateway.NewClient(other.url, other.token).CancelRun(t.Context(), id); err != nil {
+				if err := api.NewClient(other.url, other.token).CancelRun(t.Context(), id); err != nil {
 					t.Fatalf("cancel through the other gateway: %v", err)
 				}
 			case "approve":
@@ -100,7 +100,7 @@ func TestOtherGatewayActsOnRun(t *testing.T) {
 // its approval step.
 func waitingRun(t *testing.T, env *apiEnv) string {
 	t.Helper()
-	var res gateway.TriggerResponse
+	var res api.TriggerResponse
 	if code, _, raw := env.call("POST", "/v1/triggers/am", triggerFixture(t, "alertmanager-firing.json"), nil, &res); code != http.StatusAccepted {
 		t.Fatalf("firing: %d %s", code, raw)
 	}
@@ -111,13 +111,13 @@ func waitingRun(t *testing.T, env *apiEnv) string {
 
 // resolveAt sends the alert's resolution to each gateway at once, and
 // returns the result for the alert from each answer.
-func resolveAt(t *testing.T, envs []*apiEnv) []gateway.TriggerResult {
+func resolveAt(t *testing.T, envs []*apiEnv) []api.TriggerResult {
 	t.Helper()
-	out := make([]gateway.TriggerResult, len(envs))
+	out := make([]api.TriggerResult, len(envs))
 	var wg sync.WaitGroup
 	for i, env := range envs {
 		wg.Go(func() {
-			var res gateway.TriggerResponse
+			var res api.TriggerResponse
 			code, _, raw := env.call("POST", "/v1/triggers/am", triggerFixture(t, "alertmanager-resolved.json"), nil, &res)
 			if code >= 300 || len(res.Results) != 1 {
 				t.Errorf("resolved: %d %s", code, raw)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
 
@@ -226,7 +227,7 @@ func (h *Hub) eventJSON(ev store.Event) []byte {
 		return data
 	}
 	h.mu.Unlock()
-	data, _ := jsonx.Marshal(EventOf(ev))
+	data, _ := jsonx.Marshal(api.EventOf(ev))
 	h.mu.Lock()
 	if k := h.kept(ev); k != nil {
 		k.data = data

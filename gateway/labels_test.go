@@ -7,14 +7,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // listByLabel lists the runs carrying the labels, as ?label= takes them.
 func listByLabel(t *testing.T, env *apiEnv, labels ...string) []string {
 	t.Helper()
 	q := url.Values{"label": labels}
-	var page gateway.RunPage
+	var page api.RunPage
 	if code, _, raw := env.call("GET", "/v1/runs?"+q.Encode(), "", nil, &page); code != http.StatusOK {
 		t.Fatalf("listing by %v: %d %s", labels, code, raw)
 	}
@@ -52,21 +52,21 @@ payload = { host = "<<alert.labels.instance>>" }
 		t.Errorf("an alert's run's labels: %v, want %v", v.Labels, want)
 	}
 
-	var group gateway.TriggerResponse
+	var group api.TriggerResponse
 	env.call("POST", "/v1/triggers/am-groups", firing, nil, &group)
 	groupRun := group.Results[0].Run
 	if v := waitRunEnd(t, env, groupRun); fmt.Sprint(v.Labels) != fmt.Sprint(map[string]string{"alertname": "DiskFull", "job": "node"}) {
 		t.Errorf("a group's run's labels: %v", v.Labels)
 	}
 
-	var mapped gateway.TriggerResponse
+	var mapped api.TriggerResponse
 	env.call("POST", "/v1/triggers/mapped", firing, nil, &mapped)
 	mappedRun := mapped.Results[0].Run
 	if v := waitRunEnd(t, env, mappedRun); fmt.Sprint(v.Labels) != fmt.Sprint(map[string]string{"fingerprint": "4c5b3c1a9e2d7f10", "host": "db-1:9100", "team": "storage"}) {
 		t.Errorf("a mapped run's labels: %v", v.Labels)
 	}
 
-	var started gateway.StartResponse
+	var started api.StartResponse
 	if code, _, raw := env.call("POST", "/v1/chains/page/runs?label=ticket%3DINC-42&label=env%3Dprod", `{"host": "web-1"}`, nil, &started); code != http.StatusAccepted {
 		t.Fatalf("starting with labels: %d %s", code, raw)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 const limitsConfig = `[gateway]
@@ -60,9 +60,9 @@ func TestCircuitBreakerAcrossRuns(t *testing.T) {
 		data, _ := os.ReadFile(record)
 		return bytes.Count(data, []byte("\n"))
 	}
-	run := func(chainName string) *gateway.Step {
+	run := func(chainName string) *api.Step {
 		t.Helper()
-		var res gateway.StartResponse
+		var res api.StartResponse
 		code, _, body := env.call("POST", "/v1/chains/"+chainName+"/runs?wait=20s", `{"record":"`+record+`"}`, nil, &res)
 		if code != http.StatusOK || res.Run == nil || res.Run.Steps["call"] == nil {
 			t.Fatalf("run of %s: %d %s", chainName, code, body)

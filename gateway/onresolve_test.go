@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // onResolveConfig asks before restarting what an alert names; the alert's
@@ -55,13 +55,13 @@ func TestApprovalOnResolve(t *testing.T) {
 		t.Run(tc.onResolve, func(t *testing.T) {
 			env := newAPI(t, strings.ReplaceAll(onResolveConfig, "ON_RESOLVE", tc.onResolve))
 			env.token = "full-tok"
-			var res gateway.TriggerResponse
+			var res api.TriggerResponse
 			if code, _, raw := env.call("POST", "/v1/triggers/am", triggerFixture(t, "alertmanager-firing.json"), nil, &res); code != http.StatusAccepted {
 				t.Fatalf("firing: %d %s", code, raw)
 			}
 			id := res.Results[0].Run
 			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				var v gateway.RunView
+				var v api.RunView
 				env.call("GET", "/v1/runs/"+id, "", nil, &v)
 				if v.Status == "waiting" {
 					break
@@ -71,7 +71,7 @@ func TestApprovalOnResolve(t *testing.T) {
 				}
 			}
 			for range 2 {
-				var resolved gateway.TriggerResponse
+				var resolved api.TriggerResponse
 				if code, _, raw := env.call("POST", "/v1/triggers/am", triggerFixture(t, "alertmanager-resolved.json"), nil, &resolved); code >= 300 || resolved.Results[0].FiringRun != id {
 					t.Fatalf("resolved: %d %s", code, raw)
 				}

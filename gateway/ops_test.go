@@ -8,6 +8,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // TestOpsReadsAlike reads what the console reads through Ops, on the
@@ -17,12 +18,12 @@ import (
 func TestOpsReadsAlike(t *testing.T) {
 	t.Parallel()
 	env := newAPI(t, "")
-	var run, split gateway.StartResponse
+	var run, split api.StartResponse
 	env.call("POST", "/v1/chains/hello/runs?wait=20s", `{"who": "ops"}`, nil, &run)
 	env.call("POST", "/v1/chains/many/runs?wait=20s", `{"hosts": [{"host": "a"}, {"host": "b"}]}`, nil, &split)
 	var failed []string
 	for range 3 {
-		var done gateway.StartResponse
+		var done api.StartResponse
 		env.call("POST", "/v1/chains/breaks/runs?wait=20s", `{}`, nil, &done)
 		failed = append(failed, done.ID)
 	}
@@ -30,7 +31,7 @@ func TestOpsReadsAlike(t *testing.T) {
 		waitRunEnd(t, env, id)
 	}
 	ctx := context.Background()
-	for name, ops := range map[string]gateway.Ops{"local": &gateway.Local{GW: env.gw}, "client": gateway.NewClient(env.url, "")} {
+	for name, ops := range map[string]api.Ops{"local": &gateway.Local{GW: env.gw}, "client": api.NewClient(env.url, "")} {
 		h, err := ops.RunHeader(ctx, run.ID)
 		if err != nil || h.ID != run.ID || h.Status != string(store.RunSucceeded) || len(h.Origin.Payload) != 0 {
 			t.Errorf("%s: the run's header: %+v, %v", name, h, err)
@@ -45,7 +46,7 @@ func TestOpsReadsAlike(t *testing.T) {
 			t.Errorf("%s: a split's item: %+v, %v", name, st, err)
 		}
 		_, err = ops.Step(ctx, run.ID, "nothing")
-		var ae *gateway.APIError
+		var ae *api.APIError
 		if !errors.Is(err, store.ErrNotFound) && !(errors.As(err, &ae) && ae.Status == http.StatusNotFound) {
 			t.Errorf("%s: a step there is not: %v", name, err)
 		}
@@ -58,7 +59,7 @@ func TestOpsReadsAlike(t *testing.T) {
 		if err != nil || len(rest) != 1 || rest[0].ID == first[0].ID || rest[0].ID == first[1].ID {
 			t.Errorf("%s: the page after %s: %v, %v", name, first[1].ID, rest, err)
 		}
-		all, err := gateway.ListAllDLQ(ctx, ops, store.DLQFilter{Chain: "breaks"})
+		all, err := api.ListAllDLQ(ctx, ops, store.DLQFilter{Chain: "breaks"})
 		if err != nil || len(all) != 3 {
 			t.Errorf("%s: every dead letter: %d, %v", name, len(all), err)
 		}

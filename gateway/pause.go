@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
 
@@ -21,23 +21,8 @@ import (
 // a key) once, to be replayed once it is unpaused (the door, keepPaused);
 // a paused schedule's ticks start nothing.
 
-// What can be paused.
-const (
-	PauseTrigger  = "trigger"
-	PauseSchedule = "schedule"
-)
-
 // pauseTTL keeps a pause until it is lifted, in practice.
 const pauseTTL = 10 * 365 * 24 * time.Hour
-
-// Pause is a trigger's or schedule's pause: who paused it, when and why.
-type Pause struct {
-	Kind   string    `json:"kind"`
-	Name   string    `json:"name"`
-	By     string    `json:"by"`
-	At     time.Time `json:"at"`
-	Reason string    `json:"reason,omitempty"`
-}
 
 func reasonText(reason string) string {
 	if reason == "" {
@@ -54,22 +39,22 @@ var ErrUnknownPausable = errors.New("no such trigger or schedule")
 
 func (gw *Gateway) checkPausable(kind, name string) error {
 	switch {
-	case kind == PauseTrigger && gw.Config.Triggers[name] != nil,
-		kind == PauseSchedule && gw.Config.Schedules[name] != nil:
+	case kind == api.PauseTrigger && gw.Config.Triggers[name] != nil,
+		kind == api.PauseSchedule && gw.Config.Schedules[name] != nil:
 		return nil
-	case kind != PauseTrigger && kind != PauseSchedule:
-		return badRequest("invalid_parameter", "%q is not trigger or schedule", kind)
+	case kind != api.PauseTrigger && kind != api.PauseSchedule:
+		return api.BadRequest("invalid_parameter", "%q is not trigger or schedule", kind)
 	}
 	return fmt.Errorf("%w: the config has no %s %q", store.ErrNotFound, kind, name)
 }
 
 // Paused returns the pause of a trigger or schedule, or nil.
-func (gw *Gateway) Paused(ctx context.Context, kind, name string) (*Pause, error) {
+func (gw *Gateway) Paused(ctx context.Context, kind, name string) (*api.Pause, error) {
 	v, err := gw.Store.KeyRun(ctx, pauseKey(kind, name))
 	if err != nil || v == "" {
 		return nil, err
 	}
-	var p Pause
+	var p api.Pause
 	if err := json.Unmarshal([]byte(v), &p); err != nil {
 		return nil, fmt.Errorf("reading the pause of %s %q: %w", kind, name, err)
 	}
@@ -78,11 +63,11 @@ func (gw *Gateway) Paused(ctx context.Context, kind, name string) (*Pause, error
 
 // Pause pauses a trigger or schedule; who pauses is the context's actor.
 // Pausing what is paused already returns the first pause.
-func (gw *Gateway) Pause(ctx context.Context, kind, name, reason string) (*Pause, error) {
+func (gw *Gateway) Pause(ctx context.Context, kind, name, reason string) (*api.Pause, error) {
 	if err := gw.checkPausable(kind, name); err != nil {
 		return nil, err
 	}
-	p := Pause{Kind: kind, Name: name, By: engine.Actor(ctx), At: time.Now().UTC(), Reason: reason}
+	p := api.Pause{Kind: kind, Name: name, By: engine.Actor(ctx), At: time.Now().UTC(), Reason: reason}
 	if p.By == "" {
 		p.By = "unknown"
 	}
@@ -92,7 +77,7 @@ func (gw *Gateway) Pause(ctx context.Context, kind, name, reason string) (*Pause
 		return nil, fmt.Errorf("pausing %s %q: %w", kind, name, err)
 	}
 	if bound != "" {
-		var first Pause
+		var first api.Pause
 		if json.Unmarshal([]byte(bound), &first) == nil {
 			return &first, nil
 		}
@@ -104,7 +89,7 @@ func (gw *Gateway) Pause(ctx context.Context, kind, name, reason string) (*Pause
 // Resume lifts a pause (unpause); it reports the pause lifted, nil when
 // there was none. An unpaused trigger's kept deliveries wait in the
 // dead-letter queue for a replay.
-func (gw *Gateway) Resume(ctx context.Context, kind, name string) (*Pause, error) {
+func (gw *Gateway) Resume(ctx context.Context, kind, name string) (*api.Pause, error) {
 	if err := gw.checkPausable(kind, name); err != nil {
 		return nil, err
 	}
@@ -116,18 +101,18 @@ func (gw *Gateway) Resume(ctx context.Context, kind, name string) (*Pause, error
 	if err := gw.Store.ReleaseKey(ctx, key, v); err != nil {
 		return nil, fmt.Errorf("resuming %s %q: %w", kind, name, err)
 	}
-	var p Pause
+	var p api.Pause
 	_ = json.Unmarshal([]byte(v), &p)
 	gw.Log.Info("resumed", "kind", kind, "name", name, "by", engine.Actor(ctx), "paused_by", p.By, "paused_at", p.At)
 	return &p, nil
 }
 
 // Pauses lists what the config can pause that is paused now.
-func (gw *Gateway) Pauses(ctx context.Context) ([]*Pause, error) {
-	out := []*Pause{}
-	for _, kind := range []string{PauseTrigger, PauseSchedule} {
+func (gw *Gateway) Pauses(ctx context.Context) ([]*api.Pause, error) {
+	out := []*api.Pause{}
+	for _, kind := range []string{api.PauseTrigger, api.PauseSchedule} {
 		names := gw.Config.TriggerNames
-		if kind == PauseSchedule {
+		if kind == api.PauseSchedule {
 			names = gw.Config.ScheduleNames
 		}
 		for _, name := range names {
@@ -166,7 +151,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(b.Reason) > MaxComment {
-		s.writeError(w, r, badRequest("invalid_parameter", "reason is %d bytes; at most %d", len(b.Reason), MaxComment))
+		s.writeError(w, r, api.BadRequest("invalid_parameter", "reason is %d bytes; at most %d", len(b.Reason), MaxComment))
 		return
 	}
 	before, err := s.gw.Paused(r.Context(), r.PathValue("kind"), r.PathValue("name"))
@@ -195,55 +180,21 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p == nil {
-		s.writeError(w, r, &APIError{Status: http.StatusNotFound, Code: "not_paused", Message: fmt.Sprintf("%s %q is not paused", r.PathValue("kind"), r.PathValue("name"))})
+		s.writeError(w, r, &api.APIError{Status: http.StatusNotFound, Code: "not_paused", Message: fmt.Sprintf("%s %q is not paused", r.PathValue("kind"), r.PathValue("name"))})
 		return
 	}
 	writeJSON(w, http.StatusOK, p)
 }
 
 // Pause implements Ops.
-func (l *Local) Pause(ctx context.Context, kind, name, reason string) (*Pause, error) {
+func (l *Local) Pause(ctx context.Context, kind, name, reason string) (*api.Pause, error) {
 	return l.GW.Pause(ctx, kind, name, reason)
 }
 
 // Resume implements Ops.
-func (l *Local) Resume(ctx context.Context, kind, name string) (*Pause, error) {
+func (l *Local) Resume(ctx context.Context, kind, name string) (*api.Pause, error) {
 	return l.GW.Resume(ctx, kind, name)
 }
 
 // Pauses implements Ops.
-func (l *Local) Pauses(ctx context.Context) ([]*Pause, error) { return l.GW.Pauses(ctx) }
-
-// Pause implements Ops.
-func (c *Client) Pause(ctx context.Context, kind, name, reason string) (*Pause, error) {
-	var p Pause
-	if err := c.do(ctx, http.MethodPost, "/v1/pauses/"+url.PathEscape(kind)+"/"+url.PathEscape(name), nil, map[string]string{"reason": reason}, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
-}
-
-// Resume implements Ops.
-func (c *Client) Resume(ctx context.Context, kind, name string) (*Pause, error) {
-	var p Pause
-	err := c.do(ctx, http.MethodDelete, "/v1/pauses/"+url.PathEscape(kind)+"/"+url.PathEscape(name), nil, nil, &p)
-	var ae *APIError
-	if errors.As(err, &ae) && ae.Code == "not_paused" {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &p, nil
-}
-
-// Pauses implements Ops.
-func (c *Client) Pauses(ctx context.Context) ([]*Pause, error) {
-	var out struct {
-		Pauses []*Pause `json:"pauses"`
-	}
-	if err := c.do(ctx, http.MethodGet, "/v1/pauses", nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return out.Pauses, nil
-}
+func (l *Local) Pauses(ctx context.Context) ([]*api.Pause, error) { return l.GW.Pauses(ctx) }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -25,7 +25,7 @@ import (
 func TestPauseTrigger(t *testing.T) {
 	env := newTriggerAPI(t)
 	env.token = "full-tok"
-	var p gateway.Pause
+	var p api.Pause
 	if code, _, raw := env.call("POST", "/v1/pauses/trigger/hook", `{"reason": "noisy after the deploy"}`, nil, &p); code != http.StatusCreated || p.By == "" || p.Reason != "noisy after the deploy" {
 		t.Fatalf("pause: %d %s", code, raw)
 	}
@@ -33,7 +33,7 @@ func TestPauseTrigger(t *testing.T) {
 		t.Errorf("pausing again: %d %+v", code, p)
 	}
 	var list struct {
-		Pauses []gateway.Pause `json:"pauses"`
+		Pauses []api.Pause `json:"pauses"`
 	}
 	if env.call("GET", "/v1/pauses", "", nil, &list); len(list.Pauses) != 1 || list.Pauses[0].Name != "hook" {
 		t.Errorf("pauses: %+v", list)
@@ -72,7 +72,7 @@ func TestPauseTrigger(t *testing.T) {
 }
 
 // hookPost delivers body to the hook trigger, signed as its sender signs.
-func hookPost(t *testing.T, env *apiEnv, body string) (int, gateway.TriggerResponse, string) {
+func hookPost(t *testing.T, env *apiEnv, body string) (int, api.TriggerResponse, string) {
 	t.Helper()
 	mac := hmac.New(sha256.New, []byte("hook-hmac-key"))
 	mac.Write([]byte(body))
@@ -84,7 +84,7 @@ func TestPauseSchedule(t *testing.T) {
 	t.Parallel()
 	env := newAPI(t, scheduleConfig)
 	ctx := engine.WithActor(context.Background(), "alice")
-	if _, err := env.gw.Pause(ctx, gateway.PauseSchedule, "every-5m", "maintenance"); err != nil {
+	if _, err := env.gw.Pause(ctx, api.PauseSchedule, "every-5m", "maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range env.srv.Scheduler().Due(ctx, at(t, "2026-11-25T09:06:00Z")) {
@@ -92,7 +92,7 @@ func TestPauseSchedule(t *testing.T) {
 			t.Errorf("a paused schedule's tick: %+v", f)
 		}
 	}
-	if p, err := env.gw.Resume(ctx, gateway.PauseSchedule, "every-5m"); err != nil || p == nil || p.Reason != "maintenance" {
+	if p, err := env.gw.Resume(ctx, api.PauseSchedule, "every-5m"); err != nil || p == nil || p.Reason != "maintenance" {
 		t.Fatalf("resume: %v %+v", err, p)
 	}
 	for _, f := range env.srv.Scheduler().Due(ctx, at(t, "2026-11-25T09:11:00Z")) {
@@ -190,7 +190,7 @@ func TestPausedTriggerKeepsEachAlertOnce(t *testing.T) {
 				}
 			}
 			more := namedAlerts("g1", "DiskAlmostFull d1", "HighLoad h1", "DiskAlmostFull d2")
-			var res gateway.TriggerResponse
+			var res api.TriggerResponse
 			if code, _, raw := env.call("POST", "/v1/triggers/disk", more, nil, &res); code != http.StatusAccepted || len(res.Results) != 3 {
 				t.Fatalf("a notification adding an alert: %d %s", code, raw)
 			}
@@ -243,7 +243,7 @@ func TestPausedTriggerKeepsEachAlertOnce(t *testing.T) {
 				t.Errorf("the queue did not empty:\n%s", grepLines(raw, "chaingate_dlq_depth"))
 			}
 			started := map[string]int{}
-			var page gateway.RunPage
+			var page api.RunPage
 			env.call("GET", "/v1/runs?limit=100", "", nil, &page)
 			for _, run := range page.Runs {
 				var p struct{ FP string }
@@ -286,9 +286,9 @@ func TestPausedGroupKeptOnce(t *testing.T) {
 
 // atOnce posts body to a trigger n times at once, spread over envs, and
 // returns the answers.
-func atOnce(t *testing.T, envs []*apiEnv, n int, trigger, body string) []gateway.TriggerResponse {
+func atOnce(t *testing.T, envs []*apiEnv, n int, trigger, body string) []api.TriggerResponse {
 	t.Helper()
-	out := make([]gateway.TriggerResponse, n)
+	out := make([]api.TriggerResponse, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
@@ -305,8 +305,8 @@ func atOnce(t *testing.T, envs []*apiEnv, n int, trigger, body string) []gateway
 // entryReplay is an answer to POST /v1/dlq/{id}/replay.
 type entryReplay struct {
 	code    int
-	Run     string                  `json:"run"`
-	Results []gateway.TriggerResult `json:"results"`
+	Run     string              `json:"run"`
+	Results []api.TriggerResult `json:"results"`
 	raw     string
 }
 

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaingate/gateway/gateway/api"
 	"golang.org/x/net/html"
-
-	"github.com/chaingate/gateway/gateway"
 )
 
 const queueConfig = `
@@ -26,8 +25,8 @@ approval = {}
 func TestQueuedRunShown(t *testing.T) {
 	t.Parallel()
 	env := newAPI(t, queueConfig)
-	start := func() gateway.StartResponse {
-		var res gateway.StartResponse
+	start := func() api.StartResponse {
+		var res api.StartResponse
 		code, _, body := env.call("POST", "/v1/chains/fix-host/runs", `{"host": "db-1"}`, nil, &res)
 		if code != http.StatusAccepted {
 			t.Fatalf("starting a run: %d %s", code, body)
@@ -38,7 +37,7 @@ func TestQueuedRunShown(t *testing.T) {
 	if holder.Status != "running" || queued.Status != "queued" {
 		t.Fatalf("the answers say %q and %q, want running and queued", holder.Status, queued.Status)
 	}
-	var run gateway.RunView
+	var run api.RunView
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		env.call("GET", "/v1/runs/"+queued.ID, "", nil, &run)
 		if run.Queue != nil && run.Queue.Position == 1 {
@@ -71,7 +70,7 @@ func TestQueuedRunShown(t *testing.T) {
 	if !strings.Contains(metrics, `chaingate_runs_queued{key="db-1"} 1`) {
 		t.Errorf("the metrics do not count the queued run:\n%s", grepLines(metrics, "chaingate_runs_queued"))
 	}
-	var page gateway.RunPage
+	var page api.RunPage
 	env.call("GET", "/v1/runs?status=queued", "", nil, &page)
 	if len(page.Runs) != 1 || page.Runs[0].ID != queued.ID {
 		t.Errorf("listing queued runs: %+v", page.Runs)

@@ -9,6 +9,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // PruneObserver is told what retention removed, for metrics.
@@ -26,48 +27,6 @@ func (noPruneObserver) OldestKept(time.Time)            {}
 
 // listedPruned bounds how many pruned run ids a result lists.
 const listedPruned = 1000
-
-// PruneOptions select what a prune by hand removes.
-type PruneOptions struct {
-	// OlderThan selects the runs that ended longer ago than it, whatever
-	// retention says.
-	OlderThan time.Duration
-	// Chain and Status narrow the runs to one chain and one outcome.
-	Chain  string
-	Status store.RunStatus
-	// DryRun removes nothing and lists what it would remove.
-	DryRun bool
-}
-
-// PruneResult says what a prune removed, or would remove, and what it
-// kept that it would have removed but for a reason that still holds.
-type PruneResult struct {
-	// Runs counts the runs removed, by status.
-	Runs map[string]int `json:"runs"`
-	// IDs lists them, up to the first 1,000.
-	IDs         []string `json:"ids"`
-	DeadLetters int      `json:"dead_letters"`
-	// Freed is what the store gave back: records (the embedded store's
-	// records, Redis's keys) and bytes.
-	Freed  Freed     `json:"freed"`
-	Kept   PruneKept `json:"kept"`
-	DryRun bool      `json:"dry_run,omitempty"`
-	// OldestKept is when the oldest run kept ended.
-	OldestKept time.Time `json:"oldest_kept,omitzero"`
-}
-
-// Freed is what deleting took out of the store.
-type Freed struct {
-	Records int   `json:"records"`
-	Bytes   int64 `json:"bytes"`
-}
-
-// PruneKept counts the runs past their time that were kept, by reason.
-type PruneKept struct {
-	DeadLetter int `json:"dead_letter"`
-	Key        int `json:"idempotency_key"`
-	Parent     int `json:"parent"`
-}
 
 // RunRetention prunes, every [gateway.retention] interval, what retention
 // no longer keeps, until ctx ends. Of gateways sharing a store, the one
@@ -100,22 +59,22 @@ func (gw *Gateway) RunRetention(ctx context.Context) {
 
 // Prune removes what opts select: the runs that ended longer ago than
 // OlderThan, with retention's exceptions.
-func (gw *Gateway) Prune(ctx context.Context, opts PruneOptions) (*PruneResult, error) {
+func (gw *Gateway) Prune(ctx context.Context, opts api.PruneOptions) (*api.PruneResult, error) {
 	if opts.OlderThan <= 0 {
-		return nil, badRequest("invalid_parameter", "older_than must be a positive duration, e.g. 720h or 30d")
+		return nil, api.BadRequest("invalid_parameter", "older_than must be a positive duration, e.g. 720h or 30d")
 	}
 	if opts.Status != "" && !opts.Status.Final() {
-		return nil, badRequest("invalid_parameter", "status %q is not one a run ends with (%s)", opts.Status, statusList(store.FinalRunStatuses))
+		return nil, api.BadRequest("invalid_parameter", "status %q is not one a run ends with (%s)", opts.Status, api.StatusList(store.FinalRunStatuses))
 	}
 	return gw.prune(ctx, &opts)
 }
 
 // prune removes what retention no longer keeps, dead-letter entries
 // included, or, by hand, what opts select.
-func (gw *Gateway) prune(ctx context.Context, opts *PruneOptions) (*PruneResult, error) {
+func (gw *Gateway) prune(ctx context.Context, opts *api.PruneOptions) (*api.PruneResult, error) {
 	cfg := gw.Engine.Config()
 	ret := cfg.Gateway.Retention
-	res := &PruneResult{Runs: map[string]int{}, IDs: []string{}}
+	res := &api.PruneResult{Runs: map[string]int{}, IDs: []string{}}
 	var batch struct {
 		runs  int
 		freed store.Freed
@@ -160,8 +119,8 @@ func (gw *Gateway) prune(ctx context.Context, opts *PruneOptions) (*PruneResult,
 	}
 	stats, err := store.Prune(ctx, gw.Store, p)
 	res.DeadLetters = stats.DeadLetters
-	res.Freed = Freed{Records: stats.Freed.Records, Bytes: stats.Freed.Bytes}
-	res.Kept = PruneKept{DeadLetter: stats.KeptForDeadLetter, Key: stats.KeptForKey, Parent: stats.KeptForParent}
+	res.Freed = api.Freed{Records: stats.Freed.Records, Bytes: stats.Freed.Bytes}
+	res.Kept = api.PruneKept{DeadLetter: stats.KeptForDeadLetter, Key: stats.KeptForKey, Parent: stats.KeptForParent}
 	res.OldestKept = stats.OldestKept
 	if stats.DeadLetters > 0 {
 		gw.prunes.DeadLettersPruned(stats.DeadLetters)

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaingate/gateway/gateway/api"
 	"golang.org/x/net/html"
-
-	"github.com/chaingate/gateway/gateway"
 )
 
 // TestPruneAndDeleteByHand prunes and deletes runs through the API, on
@@ -26,11 +25,11 @@ func TestPruneAndDeleteByHand(t *testing.T) {
 		}
 		keyed := startKeyedWait(t, env, "hello", "k-1")
 		broken := startWait(t, env, "breaks", `{}`)
-		var running gateway.StartResponse
+		var running api.StartResponse
 		env.call("POST", "/v1/chains/hello/runs", `{"sleep_ms": 4000}`, nil, &running)
 		time.Sleep(1100 * time.Millisecond) // so that the runs ended over a second ago
 
-		var dry gateway.PruneResult
+		var dry api.PruneResult
 		code, _, raw := env.call("POST", "/v1/runs/prune", `{"older_than": "1s", "dry_run": true}`, nil, &dry)
 		if code != http.StatusOK || !dry.DryRun || dry.Runs["succeeded"] != 3 || len(dry.IDs) != 3 || dry.Kept.DeadLetter != 1 || dry.Kept.Key != 1 {
 			t.Fatalf("a dry run: %d %s", code, raw)
@@ -40,7 +39,7 @@ func TestPruneAndDeleteByHand(t *testing.T) {
 				t.Errorf("a dry run removed run %s: %d", id, code)
 			}
 		}
-		var res gateway.PruneResult
+		var res api.PruneResult
 		code, _, raw = env.call("POST", "/v1/runs/prune", `{"older_than": "1s", "chain": "hello"}`, nil, &res)
 		if code != http.StatusOK || res.Runs["succeeded"] != 3 || res.Freed.Records == 0 || res.Kept.Key != 1 {
 			t.Fatalf("a prune: %d %s", code, raw)
@@ -68,7 +67,7 @@ func TestPruneAndDeleteByHand(t *testing.T) {
 		if code, _, raw := env.call("DELETE", "/v1/runs/"+running.ID, "", nil, nil); code != http.StatusConflict || !strings.Contains(raw, "cancel it first") {
 			t.Errorf("deleting a running run: %d %s", code, raw)
 		}
-		var del gateway.DeleteResult
+		var del api.DeleteResult
 		code, _, raw = env.call("DELETE", "/v1/runs/"+broken, "", nil, &del)
 		if code != http.StatusOK || len(del.DeadLetters) != 1 || del.Freed.Records == 0 {
 			t.Fatalf("deleting a failed run: %d %s", code, raw)
@@ -118,7 +117,7 @@ func TestRetentionPrunes(t *testing.T) {
 // startKeyedWait starts a run under an Idempotency-Key and waits for it.
 func startKeyedWait(t *testing.T, env *apiEnv, chainName, key string) string {
 	t.Helper()
-	var out gateway.StartResponse
+	var out api.StartResponse
 	if code, _, raw := env.call("POST", "/v1/chains/"+chainName+"/runs?wait=20s", `{}`, map[string]string{"Idempotency-Key": key}, &out); code != http.StatusOK {
 		t.Fatalf("starting a keyed run: %d %s", code, raw)
 	}
@@ -146,7 +145,7 @@ func TestConsoleDeletesRun(t *testing.T) {
 	if code, _, _ := env.call("GET", "/v1/runs/"+id, "", nil, nil); code != http.StatusNotFound {
 		t.Errorf("the deleted run: %d", code)
 	}
-	var running gateway.StartResponse
+	var running api.StartResponse
 	env.call("POST", "/v1/chains/hello/runs", `{"sleep_ms": 3000}`, nil, &running)
 	if _, doc, _ := b.get("/ui/runs/" + running.ID); find(doc, func(n *html.Node) bool { return attr(n, "id") == "run-delete" }) != nil {
 		t.Error("a running run's page offers Delete")

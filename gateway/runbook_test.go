@@ -15,6 +15,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/sshdtest"
 	"github.com/chaingate/gateway/providers/pagerduty/pagerdutytest"
 	"github.com/chaingate/gateway/providers/slack/slacktest"
@@ -92,7 +93,7 @@ func TestDiskRunbookOverSSH(t *testing.T) {
 	start := func(payload map[string]any) string {
 		t.Helper()
 		body, _ := json.Marshal(payload)
-		var run gateway.StartResponse
+		var run api.StartResponse
 		if code, _, raw := env.call("POST", "/v1/chains/disk-full/runs", string(body), nil, &run); code != http.StatusAccepted && code != http.StatusOK {
 			t.Fatalf("start: %d %s", code, raw)
 		}
@@ -117,7 +118,7 @@ func TestDiskRunbookOverSSH(t *testing.T) {
 		writeLogs("a.1.gz", "b.2.gz", "fresh.gz", "old.log")
 		id := start(map[string]any{"host": "127.0.0.1", "mount": logs, "log_dir": logs, "threshold_pct": 100})
 		waitStatus(t, env, id, "waiting")
-		var v gateway.RunView
+		var v api.RunView
 		env.call("GET", "/v1/runs/"+id, "", nil, &v)
 		if got := string(v.Steps["collect"].Body); !strings.Contains(got, `"old_logs":2`) || !strings.Contains(got, `"old_logs_kb":8`) || !strings.Contains(got, `"host":"127.0.0.1:`) {
 			t.Fatalf("collect: %s", got)
@@ -176,7 +177,7 @@ func TestDiskRunbookOverSSH(t *testing.T) {
 		second := start(map[string]any{"host": "127.0.0.1", "mount": logs, "log_dir": logs})
 		waitStatus(t, env, second, "queued")
 		// Its place is known once it has asked for the key, at once.
-		var v gateway.RunView
+		var v api.RunView
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			if env.call("GET", "/v1/runs/"+second, "", nil, &v); v.Queue == nil || v.Queue.Position > 0 {
 				break
@@ -243,7 +244,7 @@ func TestDiskRunbookOverSSH(t *testing.T) {
 		var runs []string
 		for i, c := range cases {
 			body := `{"version": "4", "status": "firing", "groupKey": "g", "alerts": [` + alert(fmt.Sprintf("f%d", i), c.instance, c.mount, c.logDir) + `]}`
-			var resp gateway.TriggerResponse
+			var resp api.TriggerResponse
 			if code, _, raw := env.call("POST", "/v1/triggers/disk-full", body, nil, &resp); code != http.StatusAccepted && code != http.StatusOK {
 				t.Fatalf("alert %d: %d %.500s", i, code, raw)
 			}
@@ -267,7 +268,7 @@ func TestDiskRunbookOverSSH(t *testing.T) {
 		// A 100 KB value is past what the API takes in one request here, so
 		// it comes the way the API's start goes.
 		huge, _ := json.Marshal(map[string]any{"host": "127.0.0.1", "mount": logs, "log_dir": "/var/log/" + strings.Repeat("$(touch "+pwned+")", 100<<10/40)})
-		run, err := (&gateway.Local{GW: env.gw}).StartRun(t.Context(), "disk-full", huge, gateway.StartOptions{})
+		run, err := (&gateway.Local{GW: env.gw}).StartRun(t.Context(), "disk-full", huge, api.StartOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -342,7 +343,7 @@ func shippedProviders(t *testing.T, over map[string]map[string]any) string {
 func waitStatus(t *testing.T, env *apiEnv, id, status string) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		var v gateway.RunView
+		var v api.RunView
 		if code, _, _ := env.call("GET", "/v1/runs/"+id, "", nil, &v); code == http.StatusOK && string(v.Status) == status {
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // startedKinds are the ways a run starts, as a runs listing filters by
@@ -24,11 +25,11 @@ func CheckStartedBy(param, v string) error {
 	kind, name, named := strings.Cut(v, ":")
 	switch {
 	case !slices.Contains(startedKinds, kind):
-		return badRequest("invalid_parameter", "%s %q is not one of %s (trigger and schedule may add :NAME)", param, v, strings.Join(startedKinds, ", "))
+		return api.BadRequest("invalid_parameter", "%s %q is not one of %s (trigger and schedule may add :NAME)", param, v, strings.Join(startedKinds, ", "))
 	case named && kind != store.StartedByTrigger && kind != store.StartedBySchedule:
-		return badRequest("invalid_parameter", "%s %q: only trigger and schedule take a name; %s runs are listed by %q", param, v, kind, kind)
+		return api.BadRequest("invalid_parameter", "%s %q: only trigger and schedule take a name; %s runs are listed by %q", param, v, kind, kind)
 	case named && name == "":
-		return badRequest("invalid_parameter", "%s %q names no %s: give %s or %s:NAME", param, v, kind, kind, kind)
+		return api.BadRequest("invalid_parameter", "%s %q names no %s: give %s or %s:NAME", param, v, kind, kind, kind)
 	}
 	return nil
 }
@@ -41,9 +42,9 @@ func CheckHideChains(param string, names []string) error {
 	for _, n := range names {
 		switch {
 		case n == "":
-			return badRequest("invalid_parameter", "%s is empty: give the name of a chain to hide", param)
+			return api.BadRequest("invalid_parameter", "%s is empty: give the name of a chain to hide", param)
 		case strings.Contains(n, ","):
-			return badRequest("invalid_parameter", "%s %q is not a chain name: repeat %s for each chain to hide", param, n, param)
+			return api.BadRequest("invalid_parameter", "%s %q is not a chain name: repeat %s for each chain to hide", param, n, param)
 		}
 	}
 	return nil

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // TestListRunsByHowStarted lists runs started by a trigger and through the
@@ -21,10 +21,10 @@ func TestListRunsByHowStarted(t *testing.T) {
 		t.Fatalf("firing: %d %s", code, raw)
 	}
 	byTrigger := res.Results[0].Run
-	var page, resolved gateway.StartResponse
+	var page, resolved api.StartResponse
 	for _, st := range []struct {
 		chain string
-		out   *gateway.StartResponse
+		out   *api.StartResponse
 	}{{"page", &page}, {"resolved", &resolved}} {
 		if code, _, body := env.call("POST", "/v1/chains/"+st.chain+"/runs", `{"host": "db-1"}`, nil, st.out); code != http.StatusAccepted {
 			t.Fatalf("starting %s: %d %s", st.chain, code, body)
@@ -34,7 +34,7 @@ func TestListRunsByHowStarted(t *testing.T) {
 		waitRunEnd(t, env, id)
 	}
 
-	client := gateway.NewClient(env.url, "full-tok")
+	client := api.NewClient(env.url, "full-tok")
 	tests := []struct {
 		name string
 		f    store.RunFilter

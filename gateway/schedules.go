@@ -11,6 +11,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/templates"
 )
@@ -171,7 +172,7 @@ func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time
 			return f, false
 		}
 	}
-	if p, err := sc.srv.gw.Paused(ctx, PauseSchedule, s.Name); err == nil && p != nil {
+	if p, err := sc.srv.gw.Paused(ctx, api.PauseSchedule, s.Name); err == nil && p != nil {
 		f.Action, f.Reason = "paused", fmt.Sprintf("paused by %s at %s%s", p.By, p.At.Format(time.RFC3339), reasonText(p.Reason))
 		sc.srv.gw.door.Ticked(s.Name, OutcomePaused, 1)
 		log.Info("tick skipped: the schedule is paused", "paused_by", p.By)
@@ -230,29 +231,13 @@ func ScheduleInput(s *chain.Schedule, tick time.Time) (engine.Input, error) {
 	return engine.Input{Payload: payload, Metadata: meta, StartedBy: store.StartedBySchedule + ":" + s.Name}, nil
 }
 
-// ScheduleInfo is a schedule as GET /v1/schedules and gateway schedules
-// list show it: what it starts, its next ticks, and its latest one's run.
-type ScheduleInfo struct {
-	Name     string      `json:"name"`
-	Chain    string      `json:"chain"`
-	Cron     string      `json:"cron,omitempty"`
-	Every    string      `json:"every,omitempty"`
-	Timezone string      `json:"timezone"`
-	CatchUp  bool        `json:"catch_up"`
-	Next     []time.Time `json:"next"`
-	// LastTick is the latest tick at or before now, and LastRun the run it
-	// started, if it started one.
-	LastTick time.Time `json:"last_tick,omitzero"`
-	LastRun  string    `json:"last_run,omitempty"`
-}
-
 // Schedules describes cfg's schedules at now; st, when set, says which
 // run each one's latest tick started.
-func Schedules(ctx context.Context, cfg *chain.Config, st store.Store, now time.Time) []ScheduleInfo {
-	out := []ScheduleInfo{}
+func Schedules(ctx context.Context, cfg *chain.Config, st store.Store, now time.Time) []api.ScheduleInfo {
+	out := []api.ScheduleInfo{}
 	for _, name := range cfg.ScheduleNames {
 		s := cfg.Schedules[name]
-		info := ScheduleInfo{Name: name, Chain: s.Chain, Cron: s.Cron, Timezone: s.Location.String(), CatchUp: s.CatchUp, Next: []time.Time{}}
+		info := api.ScheduleInfo{Name: name, Chain: s.Chain, Cron: s.Cron, Timezone: s.Location.String(), CatchUp: s.CatchUp, Next: []time.Time{}}
 		if s.Every > 0 {
 			info.Every = s.Every.String()
 		}

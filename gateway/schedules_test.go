@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -196,7 +197,7 @@ func TestSchedulesList(t *testing.T) {
 	env := newAPI(t, scheduleConfig)
 	env.srv.Scheduler().Due(context.Background(), time.Now())
 	var out struct {
-		Schedules []gateway.ScheduleInfo `json:"schedules"`
+		Schedules []api.ScheduleInfo `json:"schedules"`
 	}
 	if code, _, body := env.call("GET", "/v1/schedules", "", nil, &out); code != http.StatusOK || len(out.Schedules) != 2 {
 		t.Fatalf("%d %s", code, body)

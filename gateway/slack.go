@@ -20,6 +20,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
@@ -101,13 +102,13 @@ var slackEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Re
 func (s *Server) slackInteractions(w http.ResponseWriter, r *http.Request) {
 	sl := s.Config().Gateway.Slack
 	if sl == nil {
-		s.writeError(w, r, &APIError{Status: http.StatusNotFound, Code: "not_found", Message: "Slack interactions are not configured: the config has no [gateway.slack]"})
+		s.writeError(w, r, &api.APIError{Status: http.StatusNotFound, Code: "not_found", Message: "Slack interactions are not configured: the config has no [gateway.slack]"})
 		return
 	}
 	if r.Header.Get(slackSignatureHeader) != "" {
 		if wait := s.credentialWait(r); wait > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(wait))
-			s.writeError(w, r, &APIError{Status: http.StatusTooManyRequests, Code: "too_many_auth_failures", Message: fmt.Sprintf("too many wrong credentials came from this address; the next one is checked in %d s", wait)})
+			s.writeError(w, r, &api.APIError{Status: http.StatusTooManyRequests, Code: "too_many_auth_failures", Message: fmt.Sprintf("too many wrong credentials came from this address; the next one is checked in %d s", wait)})
 			return
 		}
 	}
@@ -134,7 +135,7 @@ func (s *Server) slackInteractions(w http.ResponseWriter, r *http.Request) {
 	}
 	in, err := parseSlackInteraction(body)
 	if err != nil {
-		s.writeError(w, r, badRequest("invalid_payload", "%v", err))
+		s.writeError(w, r, api.BadRequest("invalid_payload", "%v", err))
 		return
 	}
 	a, ok := in.answerAction()
@@ -159,7 +160,7 @@ func (s *Server) refuseSlack(w http.ResponseWriter, r *http.Request, why error) 
 		s.failedCredential(r)
 	}
 	s.log.Warn("Slack request refused", "remote_addr", r.RemoteAddr, "why", why.Error())
-	s.writeError(w, r, &APIError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid, fresh Slack signature is required"})
+	s.writeError(w, r, &api.APIError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid, fresh Slack signature is required"})
 }
 
 // checkSlackSignature checks a request as Slack signs it: its
@@ -249,7 +250,7 @@ func (s *Server) slackAnswer(ctx context.Context, sl *chain.Slack, in *slackInte
 	defer cancel()
 	d, err := s.ops.Signal(ctx, runID, step, decision, "")
 	if err != nil {
-		if AsAPIError(err).Status >= http.StatusInternalServerError {
+		if api.AsAPIError(err).Status >= http.StatusInternalServerError {
 			log.Error("recording an answer from Slack", "err", err)
 		} else {
 			log.Info("Slack answer refused", "err", err)

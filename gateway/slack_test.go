@@ -20,6 +20,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 const slackSigningSecret = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -161,13 +162,13 @@ func TestSlackApproval(t *testing.T) {
 	slack := newFakeSlack(t, env)
 	responseURL := slack.srv.URL + "/actions/T0TEAM/1234/abcd"
 
-	var started gateway.StartResponse
+	var started api.StartResponse
 	if code, _, raw := env.call("POST", "/v1/chains/restart-db/runs", `{"host": "db-1"}`, nil, &started); code != http.StatusAccepted {
 		t.Fatalf("starting the run: %d %s", code, raw)
 	}
 	id := started.ID
 	waitAsking(t, env, id, "ask")
-	var v gateway.RunView
+	var v api.RunView
 	env.call("GET", "/v1/runs/"+id, "", nil, &v)
 	message := v.Steps["post"].Body
 	var posted struct {
@@ -311,7 +312,7 @@ func TestSlackApprovalErrors(t *testing.T) {
 		}
 	}
 
-	var started gateway.StartResponse
+	var started api.StartResponse
 	env.call("POST", "/v1/chains/restart-db/runs", `{"host": "db-2"}`, nil, &started)
 	waitAsking(t, env, started.ID, "ask")
 	if code, _, raw := env.call("POST", "/v1/runs/"+started.ID+"/cancel", "", nil, nil); code != http.StatusAccepted {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 	"github.com/chaingate/gateway/providers/slack/slacktest"
 )
@@ -157,7 +157,7 @@ func TestSlackQuestionSettled(t *testing.T) {
 			return id
 		}, ":no_entry_sign: No longer asked: run cancelled by ops (API) at "},
 		{"on_resolve cancel", "", `on_resolve = "cancel"`, func(t *testing.T, env *apiEnv) string {
-			var res gateway.TriggerResponse
+			var res api.TriggerResponse
 			if code, _, raw := env.call("POST", "/v1/triggers/am", triggerFixture(t, "alertmanager-firing.json"), nil, &res); code != http.StatusAccepted || len(res.Results) == 0 {
 				t.Fatalf("firing: %d %s", code, raw)
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/providers/webhook"
 	"github.com/chaingate/gateway/templates"
@@ -32,7 +33,7 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 	if presented {
 		if wait := s.credentialWait(r); wait > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(wait))
-			s.writeError(w, r, &APIError{Status: http.StatusTooManyRequests, Code: "too_many_auth_failures", Message: fmt.Sprintf("too many wrong credentials came from this address; the next one is checked in %d s", wait)})
+			s.writeError(w, r, &api.APIError{Status: http.StatusTooManyRequests, Code: "too_many_auth_failures", Message: fmt.Sprintf("too many wrong credentials came from this address; the next one is checked in %d s", wait)})
 			return
 		}
 	}
@@ -63,7 +64,7 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 		if sug := chain.Suggest(name, cfg.TriggerNames); sug != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", sug)
 		}
-		s.writeError(w, r, &APIError{Status: http.StatusNotFound, Code: "not_found", Message: msg})
+		s.writeError(w, r, &api.APIError{Status: http.StatusNotFound, Code: "not_found", Message: msg})
 		return
 	}
 	ctx := engine.WithActor(r.Context(), "trigger "+tr.Name)
@@ -124,7 +125,7 @@ func (s *Server) refuseTrigger(w http.ResponseWriter, r *http.Request, tr *chain
 		s.log.Warn("trigger request refused", "trigger", tr.Name, "remote_addr", r.RemoteAddr, "why", why)
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="chaingate"`)
-	s.writeError(w, r, &APIError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid bearer token or signature is required"})
+	s.writeError(w, r, &api.APIError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid bearer token or signature is required"})
 }
 
 // triggerAuth checks a request against the trigger's own credential: its
@@ -244,7 +245,7 @@ func (s *Server) fire(w http.ResponseWriter, r *http.Request, tr *chain.Trigger,
 func newInbound(tr *chain.Trigger, body []byte, h http.Header, sig string, meta map[string]string) (*inbound, error) {
 	doc, err := engine.DecodeJSON(body)
 	if err != nil {
-		return nil, badRequest("invalid_json", "the request body must be one JSON value: %v", err)
+		return nil, api.BadRequest("invalid_json", "the request body must be one JSON value: %v", err)
 	}
 	in := &inbound{tr: tr, doc: doc, key: sig, meta: meta}
 	if tr.Type.Alerts() {
@@ -264,14 +265,14 @@ func newInbound(tr *chain.Trigger, body []byte, h http.Header, sig string, meta 
 // with those headers and passed the trigger's authentication, and returns
 // what the door did, once every run it started is created: what `gateway
 // test` runs a request fixture through.
-func (gw *Gateway) Deliver(ctx context.Context, trigger string, body []byte, h http.Header) (TriggerResponse, error) {
+func (gw *Gateway) Deliver(ctx context.Context, trigger string, body []byte, h http.Header) (api.TriggerResponse, error) {
 	tr := gw.Config.Triggers[trigger]
 	if tr == nil {
-		return TriggerResponse{}, fmt.Errorf("delivering to trigger %q: no such trigger", trigger)
+		return api.TriggerResponse{}, fmt.Errorf("delivering to trigger %q: no such trigger", trigger)
 	}
 	in, err := newInbound(tr, body, h, "", map[string]string{"trigger": tr.Name})
 	if err != nil {
-		return TriggerResponse{}, fmt.Errorf("delivering to trigger %q: %w", trigger, err)
+		return api.TriggerResponse{}, fmt.Errorf("delivering to trigger %q: %w", trigger, err)
 	}
 	return gw.deliver(ctx, in, time.Time{}), nil
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/providers/webhook"
 )
 
@@ -91,10 +91,10 @@ func triggerFixture(t *testing.T, name string) string {
 }
 
 // fire posts to a trigger as its sender would.
-func fire(t *testing.T, env *apiEnv, name, body string, headers map[string]string) (int, gateway.TriggerResponse, string) {
+func fire(t *testing.T, env *apiEnv, name, body string, headers map[string]string) (int, api.TriggerResponse, string) {
 	t.Helper()
 	env.token = ""
-	var out gateway.TriggerResponse
+	var out api.TriggerResponse
 	code, _, raw := env.call("POST", "/v1/triggers/"+name, body, headers, &out)
 	env.token = "full-tok"
 	return code, out, raw
@@ -178,7 +178,7 @@ func TestAlertGroupTrigger(t *testing.T) {
 	env := newTriggerAPI(t)
 	env.token = "full-tok"
 	firing := triggerFixture(t, "alertmanager-firing.json")
-	var res gateway.TriggerResponse
+	var res api.TriggerResponse
 	code, _, raw := env.call("POST", "/v1/triggers/am-groups", firing, nil, &res)
 	if code != http.StatusAccepted || len(res.Results) != 1 || res.Results[0].Action != "started" {
 		t.Fatalf("a group: %d %s", code, raw)
@@ -186,7 +186,7 @@ func TestAlertGroupTrigger(t *testing.T) {
 	if body := runPayload(t, env, res.Results[0].Run); body["host"] != "DiskFull" || body["summary"] != "Disk almost full" {
 		t.Errorf("the group's run payload: %v", body)
 	}
-	var again gateway.TriggerResponse
+	var again api.TriggerResponse
 	env.call("POST", "/v1/triggers/am-groups", firing, nil, &again)
 	if again.Results[0].Action != "replayed" || again.Results[0].Run != res.Results[0].Run {
 		t.Errorf("the group repeated: %+v", again.Results[0])

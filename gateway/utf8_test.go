@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // utf8Config has a trigger of each kind, and a chain that asks.
@@ -88,7 +88,7 @@ func TestAnswersAreStrictJSON(t *testing.T) {
 			return `{"version":"4","groupKey":"g-` + id + `","status":"firing","alerts":[{"status":"firing","fingerprint":"` + id + `","startsAt":"2026-11-25T03:12:00Z","labels":{"alertname":"` + bad + `"},"annotations":{"s` + bad + `":"` + bad + `"}}]}`
 		}
 		strict(t, "a pause's answer", env, "POST", "/v1/pauses/trigger/paused", `{"reason":"`+bad+`"}`, http.StatusCreated)
-		var run gateway.StartResponse
+		var run api.StartResponse
 		code, _, raw := env.call("POST", "/v1/chains/hello/runs?label=env%3D%FF%FE&label=k%FF%3Dv", doc, map[string]string{"X-Chaingate-Meta-Note": "n\xff"}, &run)
 		if code != http.StatusAccepted {
 			t.Fatalf("start: %d %s", code, raw)
@@ -104,7 +104,7 @@ func TestAnswersAreStrictJSON(t *testing.T) {
 		} {
 			strict(t, in.path, env, "POST", in.path, in.body, http.StatusAccepted)
 		}
-		var asked gateway.StartResponse
+		var asked api.StartResponse
 		env.call("POST", "/v1/chains/ask/runs", doc, nil, &asked)
 		waitStatus(t, env, asked.ID, "waiting")
 		strict(t, "an answer's answer", env, "POST", "/v1/runs/"+asked.ID+"/signals/ask", `{"decision":"approve","comment":"`+bad+`"}`, http.StatusAccepted)
@@ -113,7 +113,7 @@ func TestAnswersAreStrictJSON(t *testing.T) {
 		storedRaw(t, env)
 
 		strict(t, "the pauses", env, "GET", "/v1/pauses", "", http.StatusOK)
-		var page gateway.RunPage
+		var page api.RunPage
 		strict(t, "the runs", env, "GET", "/v1/runs?limit=100", "", http.StatusOK)
 		env.call("GET", "/v1/runs?limit=100", "", nil, &page)
 		if len(page.Runs) < 8 {
@@ -125,7 +125,7 @@ func TestAnswersAreStrictJSON(t *testing.T) {
 			strictEvents(t, env, r.ID)
 		}
 		var dlq struct {
-			Entries []gateway.DLQEntry `json:"entries"`
+			Entries []api.DLQEntry `json:"entries"`
 		}
 		strict(t, "the dead letters", env, "GET", "/v1/dlq", "", http.StatusOK)
 		env.call("GET", "/v1/dlq", "", nil, &dlq)

@@ -13,6 +13,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/backup"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/textx"
 )
 
@@ -104,7 +105,7 @@ func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	from := "of the gateway at " + *server
 	var take func(w io.Writer) (store.SnapshotInfo, error)
 	if *server != "" {
-		client := gateway.NewClient(*server, *token)
+		client := api.NewClient(*server, *token)
 		take = func(w io.Writer) (store.SnapshotInfo, error) {
 			_, err := client.Backup(ctx, w)
 			return store.SnapshotInfo{}, err

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // doorConfig has an alert trigger whose mapping needs a label.
@@ -57,7 +58,7 @@ func TestParkedDeliveryFromTheCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var answer gateway.TriggerResponse
+	var answer api.TriggerResponse
 	_ = json.NewDecoder(resp.Body).Decode(&answer)
 	resp.Body.Close()
 	srv.Close()

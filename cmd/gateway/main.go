@@ -24,6 +24,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/textx"
 	"github.com/chaingate/gateway/plugins/conformance"
 	"github.com/chaingate/gateway/plugins/host"
@@ -427,7 +428,7 @@ func openSession(ctx context.Context, cfg *chain.Config, state, logLevel string,
 		return nil, exitUsage
 	}
 	progress := newProgressPrinter(stderr)
-	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: state, Logger: logger, OnEvent: func(ev store.Event) { progress.print(gateway.EventOf(ev)) }})
+	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: state, Logger: logger, OnEvent: func(ev store.Event) { progress.print(api.EventOf(ev)) }})
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway:", err)
 		return nil, exitUsage
@@ -761,7 +762,7 @@ func newProgressPrinter(w io.Writer) *progressPrinter {
 	return p
 }
 
-func (p *progressPrinter) print(ev gateway.Event) {
+func (p *progressPrinter) print(ev api.Event) {
 	line := progressLine(ev)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -777,7 +778,7 @@ func (p *progressPrinter) print(ev gateway.Event) {
 	fmt.Fprintln(p.w, line)
 }
 
-func progressLine(ev gateway.Event) string {
+func progressLine(ev api.Event) string {
 	subject := ev.Step
 	if subject == "" {
 		subject = "run " + ev.RunID

@@ -21,6 +21,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/chaintest"
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/internal/textx"
@@ -48,9 +49,9 @@ func addTarget(fs *flag.FlagSet) *target {
 
 // open returns the Ops to run and a function to release them. Working on a
 // store needs no server; a replay there also needs the config's providers.
-func (t *target) open(ctx context.Context, stderr io.Writer) (gateway.Ops, *gateway.Gateway, func(), error) {
+func (t *target) open(ctx context.Context, stderr io.Writer) (api.Ops, *gateway.Gateway, func(), error) {
 	if *t.server != "" {
-		return gateway.NewClient(*t.server, *t.token), nil, func() {}, nil
+		return api.NewClient(*t.server, *t.token), nil, func() {}, nil
 	}
 	cfg := &chain.Config{Chains: map[string]*chain.Chain{}, Providers: map[string]*chain.Provider{}}
 	if len(t.configs) > 0 {
@@ -85,7 +86,7 @@ func fail(stderr io.Writer, cmd string, err error) int {
 	if errors.Is(err, errUsage) {
 		return exitUsage
 	}
-	var ae *gateway.APIError
+	var ae *api.APIError
 	if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
 		fmt.Fprintf(stderr, "gateway %s: %v; pass a token the gateway accepts with --token T or CHAINGATE_TOKEN\n", cmd, err)
 		return exitFailed
@@ -165,7 +166,7 @@ on_timeout says.
 var runsCommands = []string{"list", "show", "cancel", "replay", "redrive", "approve", "reject", "events", "dag", "delete", "prune", "export"}
 
 // showPrune prints what a prune removed, or would remove.
-func showPrune(w io.Writer, res *gateway.PruneResult) {
+func showPrune(w io.Writer, res *api.PruneResult) {
 	n := 0
 	var by []string
 	for _, st := range store.FinalRunStatuses {
@@ -264,7 +265,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if sub == "list" {
 		// The API's own checks, so a store and a server refuse alike.
 		_, labelErr := gateway.ParseLabels("--label", labels, false)
-		if err := errors.Join(gateway.CheckRunStatus(store.RunStatus(*status)), gateway.CheckStartedBy("--started-by", *startedBy), gateway.CheckHideChains("--hide-chain", hideChains), gateway.CheckRange("limit", *limit, gateway.MaxPageLimit), labelErr); err != nil {
+		if err := errors.Join(gateway.CheckRunStatus(store.RunStatus(*status)), gateway.CheckStartedBy("--started-by", *startedBy), gateway.CheckHideChains("--hide-chain", hideChains), gateway.CheckRange("limit", *limit, api.MaxPageLimit), labelErr); err != nil {
 			fmt.Fprintf(stderr, "gateway runs list: %v\n", err)
 			return exitUsage
 		}
@@ -294,7 +295,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		if t.json() {
 			if page.Damaged == nil {
-				page.Damaged = []gateway.DamagedRun{}
+				page.Damaged = []api.DamagedRun{}
 			}
 			printJSON(stdout, page)
 			return exitOK
@@ -355,7 +356,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return code
 	case "prune":
-		res, err := ops.PruneRuns(ctx, gateway.PruneOptions{OlderThan: older, Chain: *chainName, Status: store.RunStatus(*status), DryRun: *dryRun})
+		res, err := ops.PruneRuns(ctx, api.PruneOptions{OlderThan: older, Chain: *chainName, Status: store.RunStatus(*status), DryRun: *dryRun})
 		if err != nil {
 			return fail(stderr, "runs", err)
 		}
@@ -415,7 +416,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	case "events":
 		p := &progressPrinter{w: stdout}
-		err := ops.Events(ctx, pos[0], 0, *follow, func(ev gateway.Event) error {
+		err := ops.Events(ctx, pos[0], 0, *follow, func(ev api.Event) error {
 			if t.json() {
 				b, _ := jsonx.Marshal(ev)
 				_, err := fmt.Fprintln(stdout, string(b))
@@ -445,7 +446,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // zone, so a time read off one machine's table means the same on another.
 const timeLayout = "2006-01-02 15:04:05 MST"
 
-func took(r *gateway.Run) string {
+func took(r *api.Run) string {
 	end := r.FinishedAt
 	if end.IsZero() {
 		end = time.Now()
@@ -455,14 +456,14 @@ func took(r *gateway.Run) string {
 
 // howStarted is how a run started, as --started-by takes it; "-" for a run
 // an older version started, which did not record it.
-func howStarted(r *gateway.Run) string {
+func howStarted(r *api.Run) string {
 	if r.StartedBy == "" {
 		return "-"
 	}
 	return r.StartedBy
 }
 
-func errMsg(e *gateway.ErrorInfo) string {
+func errMsg(e *api.ErrorInfo) string {
 	if e == nil {
 		return ""
 	}
@@ -477,7 +478,7 @@ func short(s string, n int) string {
 	return s
 }
 
-func showRun(w io.Writer, v *gateway.RunView) {
+func showRun(w io.Writer, v *api.RunView) {
 	by := ""
 	if v.StartedBy != "" {
 		by = " by " + v.StartedBy
@@ -512,7 +513,7 @@ func showRun(w io.Writer, v *gateway.RunView) {
 	_ = tw.Flush()
 }
 
-func sortedStepKeys(m map[string]*gateway.Step) []string {
+func sortedStepKeys(m map[string]*api.Step) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -528,7 +529,7 @@ func sortedStepKeys(m map[string]*gateway.Step) []string {
 	return keys
 }
 
-func showDAG(w io.Writer, nodes []*gateway.DAGNode, indent string) {
+func showDAG(w io.Writer, nodes []*api.DAGNode, indent string) {
 	for _, n := range nodes {
 		extra := ""
 		switch {
@@ -631,13 +632,13 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var checks []error
 	switch {
 	case sub == "list" && isSet(fs.FlagSet, "limit"):
-		checks = append(checks, gateway.CheckRange("limit", *limit, gateway.MaxPageLimit))
+		checks = append(checks, gateway.CheckRange("limit", *limit, api.MaxPageLimit))
 	case (sub == "replay" || sub == "purge") && *limit != 0:
 		// 0 means every entry the filter selects, as in the API.
-		checks = append(checks, gateway.CheckRange("limit", *limit, gateway.MaxBulkLimit))
+		checks = append(checks, gateway.CheckRange("limit", *limit, api.MaxBulkLimit))
 	}
 	if sub == "replay" && len(pos) == 0 {
-		checks = append(checks, gateway.CheckRange("concurrency", *concurrency, gateway.MaxConcurrency))
+		checks = append(checks, gateway.CheckRange("concurrency", *concurrency, api.MaxConcurrency))
 	}
 	if err := errors.Join(checks...); err != nil {
 		fmt.Fprintf(stderr, "gateway dlq %s: %v\n", sub, err)
@@ -760,7 +761,7 @@ func cmdGraph(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	if *t.server != "" {
-		c, err := gateway.NewClient(*t.server, *t.token).Chain(ctx, pos[0])
+		c, err := api.NewClient(*t.server, *t.token).Chain(ctx, pos[0])
 		if err != nil {
 			return fail(stderr, "graph", err)
 		}

@@ -6,7 +6,7 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 const pauseHelp = `Usage:
@@ -41,7 +41,7 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer, unpa
 		fs.Usage()
 		return exitUsage
 	}
-	if !*list && pos[0] != gateway.PauseTrigger && pos[0] != gateway.PauseSchedule {
+	if !*list && pos[0] != api.PauseTrigger && pos[0] != api.PauseSchedule {
 		fmt.Fprintf(stderr, "gateway %s: %q is not trigger or schedule\n", name, pos[0])
 		return exitUsage
 	}
@@ -76,7 +76,7 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer, unpa
 			return exitOK
 		}
 		fmt.Fprintf(stdout, "unpaused %s %s (paused by %s at %s)\n", pos[0], pos[1], p.By, p.At.Local().Format(timeLayout))
-		if pos[0] == gateway.PauseTrigger {
+		if pos[0] == api.PauseTrigger {
 			fmt.Fprintln(stdout, "the deliveries it kept while paused wait in the dead-letter queue (code trigger_paused): gateway dlq list, then gateway dlq replay")
 		}
 	default:

@@ -5,11 +5,11 @@ import (
 	"io"
 	"strings"
 
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // showQueue prints where a queued run waits for its concurrency key.
-func showQueue(w io.Writer, q *gateway.QueuePlace) {
+func showQueue(w io.Writer, q *api.QueuePlace) {
 	if q == nil {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 const schedulesHelp = `Usage:
@@ -39,10 +40,10 @@ func cmdSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprint(stderr, schedulesHelp)
 		return exitUsage
 	}
-	var list []gateway.ScheduleInfo
+	var list []api.ScheduleInfo
 	switch {
 	case *t.server != "":
-		if list, err = gateway.NewClient(*t.server, *t.token).Schedules(ctx); err != nil {
+		if list, err = api.NewClient(*t.server, *t.token).Schedules(ctx); err != nil {
 			return fail(stderr, "schedules", err)
 		}
 	case isSet(fs.FlagSet, "state"):

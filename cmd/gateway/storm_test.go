@@ -16,7 +16,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	redisstore "github.com/chaingate/gateway/chain/store/redis"
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -149,8 +149,8 @@ func stormNotification(round, n, alerts int) string {
 	return b.String()
 }
 
-func postAlerts(url, body string) (int, gateway.TriggerResponse, error) {
-	var res gateway.TriggerResponse
+func postAlerts(url, body string) (int, api.TriggerResponse, error) {
+	var res api.TriggerResponse
 	resp, err := http.Post(url+"/v1/triggers/am", "application/json", strings.NewReader(body))
 	if err != nil {
 		return 0, res, err
@@ -163,7 +163,7 @@ func postAlerts(url, body string) (int, gateway.TriggerResponse, error) {
 	return resp.StatusCode, res, err
 }
 
-func failedAny(res gateway.TriggerResponse) bool {
+func failedAny(res api.TriggerResponse) bool {
 	for _, r := range res.Results {
 		if r.Action == "failed" {
 			return true

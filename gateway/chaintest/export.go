@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/textx"
 	"github.com/chaingate/gateway/internal/tomlx"
 )
@@ -23,7 +23,7 @@ import (
 // outcomes and dead-letter entries as expectations. Run against the config
 // the run ran, the case passes; against a changed one, it fails where the
 // change leads elsewhere.
-func Export(ctx context.Context, ops gateway.Ops, id string) ([]byte, error) {
+func Export(ctx context.Context, ops api.Ops, id string) ([]byte, error) {
 	x := &exporter{ops: ops, mocks: map[string]string{}, approvals: map[string]string{}}
 	rv, err := ops.Run(ctx, id, true)
 	if err != nil {
@@ -84,14 +84,14 @@ func Export(ctx context.Context, ops gateway.Ops, id string) ([]byte, error) {
 var deadLetterID = regexp.MustCompile(` \(dead-letter entry [0-9a-z]+\)$`)
 
 type exporter struct {
-	ops       gateway.Ops
+	ops       api.Ops
 	mocks     map[string]string // step name → the mock's TOML lines
 	approvals map[string]string
 	notes     []string
 }
 
 // run adds the mocks and expectations of one run, and of its sub-chains'.
-func (x *exporter) run(ctx context.Context, rv *gateway.RunView, expect *[]string) error {
+func (x *exporter) run(ctx context.Context, rv *api.RunView, expect *[]string) error {
 	dag, err := x.ops.DAG(ctx, rv.ID)
 	if err != nil {
 		return err
@@ -100,7 +100,7 @@ func (x *exporter) run(ctx context.Context, rv *gateway.RunView, expect *[]strin
 	return nil
 }
 
-func (x *exporter) nodes(ctx context.Context, rv *gateway.RunView, nodes []*gateway.DAGNode, prefix string, expect *[]string) {
+func (x *exporter) nodes(ctx context.Context, rv *api.RunView, nodes []*api.DAGNode, prefix string, expect *[]string) {
 	for _, n := range nodes {
 		key := prefix + n.Name
 		rec := rv.Steps[key]
@@ -141,7 +141,7 @@ func (x *exporter) nodes(ctx context.Context, rv *gateway.RunView, nodes []*gate
 }
 
 // mockLines is the mock that answers a step as its record says it ended.
-func mockLines(status string, attempts int, body json.RawMessage, info *gateway.ErrorInfo) string {
+func mockLines(status string, attempts int, body json.RawMessage, info *api.ErrorInfo) string {
 	msg := ""
 	if info != nil {
 		msg = info.Message
@@ -177,7 +177,7 @@ func mockLines(status string, attempts int, body json.RawMessage, info *gateway.
 	return ""
 }
 
-func (x *exporter) approval(name string, rec *gateway.Step) {
+func (x *exporter) approval(name string, rec *api.Step) {
 	var d struct {
 		Decision string `json:"decision"`
 		By       string `json:"by"`
@@ -199,7 +199,7 @@ func (x *exporter) approval(name string, rec *gateway.Step) {
 
 // split mocks a split's items from their records when its items have one
 // step: an item's record holds the result of its last step only.
-func (x *exporter) split(rv *gateway.RunView, n *gateway.DAGNode, rec *gateway.Step, key string) {
+func (x *exporter) split(rv *api.RunView, n *api.DAGNode, rec *api.Step, key string) {
 	if len(n.Children) != 1 || n.Children[0].Kind != "provider" {
 		x.notes = append(x.notes, fmt.Sprintf("the items of split %s run %s, and only their last step's result is recorded: mock %s by hand", key, textx.Count(len(n.Children), "step", "steps"), stepList(n.Children)))
 		return
@@ -223,7 +223,7 @@ func (x *exporter) split(rv *gateway.RunView, n *gateway.DAGNode, rec *gateway.S
 	x.mocks[n.Children[0].Name] = "body = {}\nitems = [\n" + strings.Join(items, "\n") + "\n]\n"
 }
 
-func stepList(nodes []*gateway.DAGNode) string {
+func stepList(nodes []*api.DAGNode) string {
 	names := make([]string, len(nodes))
 	for i, n := range nodes {
 		names[i] = n.Name

@@ -24,6 +24,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/memory"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // Options says which cases run and how.
@@ -49,7 +50,7 @@ type Result struct {
 	// Calls are the provider calls the runs made, in order.
 	Calls []Call
 	// Trigger is what the door did, for a trigger case.
-	Trigger *gateway.TriggerResponse
+	Trigger *api.TriggerResponse
 	// Ended is how long the case took on its own clock.
 	Ended time.Duration
 	Took  time.Duration

@@ -16,6 +16,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
 
@@ -57,7 +58,7 @@ func filledIn(vals []string) []string {
 
 // approvalLine is one question an approval step asks now.
 type approvalLine struct {
-	Run    *gateway.Run
+	Run    *api.Run
 	Labels []labelLink
 	// Step is the step's key: a sub-step of a group is GROUP/NAME.
 	Step     string
@@ -80,7 +81,7 @@ type approvalsView struct {
 }
 
 // maxApprovalRuns bounds the waiting runs the approvals page reads.
-const maxApprovalRuns = gateway.MaxPageLimit
+const maxApprovalRuns = api.MaxPageLimit
 
 func (c *console) approvalsPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
 	ctx := r.Context()
@@ -117,7 +118,7 @@ func (c *console) approvalsPage(w http.ResponseWriter, r *http.Request, sess *ui
 }
 
 // questions are the approval steps of a run that wait for an answer.
-func (c *console) questions(ctx context.Context, run *gateway.Run) ([]*approvalLine, error) {
+func (c *console) questions(ctx context.Context, run *api.Run) ([]*approvalLine, error) {
 	rv, err := c.ops.Run(ctx, run.ID, false)
 	if err != nil {
 		return nil, err
@@ -176,7 +177,7 @@ type redriveLine struct {
 // redrives are the splits of a run that ended whose failed or skipped
 // items can run again: top-level splits that ended, of a run that is no
 // sub-chain's.
-func redrives(run *gateway.Run, nodes []*gateway.DAGNode) []redriveLine {
+func redrives(run *api.Run, nodes []*api.DAGNode) []redriveLine {
 	if !run.Final() || run.ParentRun != "" {
 		return nil
 	}
@@ -196,11 +197,11 @@ func (c *console) redrive(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 	id, step := r.PathValue("id"), r.PathValue("step")
 	var opts engine.RedriveOptions
 	switch items := r.PostFormValue("items"); items {
-	case gateway.RedriveFailed:
-	case gateway.RedriveFailedAndSkipped:
+	case api.RedriveFailed:
+	case api.RedriveFailedAndSkipped:
 		opts.Skipped = true
 	default:
-		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("items must be %s or %s", gateway.RedriveFailed, gateway.RedriveFailedAndSkipped))
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("items must be %s or %s", api.RedriveFailed, api.RedriveFailedAndSkipped))
 		return
 	}
 	run, err := c.ops.RedriveSplit(r.Context(), id, step, opts)
@@ -222,7 +223,7 @@ type pausable struct {
 	Kind, Name, Chain string
 	// What it is: a trigger's type, a schedule's cron or interval.
 	What  string
-	Pause *gateway.Pause
+	Pause *api.Pause
 }
 
 // pausables are the config's triggers and schedules, with their pauses.
@@ -231,7 +232,7 @@ func (c *console) pausables(ctx context.Context) ([]*pausable, error) {
 	if err != nil {
 		return nil, err
 	}
-	paused := map[string]*gateway.Pause{}
+	paused := map[string]*api.Pause{}
 	for _, p := range ps {
 		paused[p.Kind+"\x00"+p.Name] = p
 	}
@@ -239,7 +240,7 @@ func (c *console) pausables(ctx context.Context) ([]*pausable, error) {
 	var out []*pausable
 	for _, name := range cfg.TriggerNames {
 		tr := cfg.Triggers[name]
-		out = append(out, &pausable{Kind: gateway.PauseTrigger, Name: name, Chain: tr.Chain, What: string(tr.Type), Pause: paused[gateway.PauseTrigger+"\x00"+name]})
+		out = append(out, &pausable{Kind: api.PauseTrigger, Name: name, Chain: tr.Chain, What: string(tr.Type), Pause: paused[api.PauseTrigger+"\x00"+name]})
 	}
 	for _, name := range cfg.ScheduleNames {
 		s := cfg.Schedules[name]
@@ -247,7 +248,7 @@ func (c *console) pausables(ctx context.Context) ([]*pausable, error) {
 		if s.Every > 0 {
 			what = "every " + s.Every.String()
 		}
-		out = append(out, &pausable{Kind: gateway.PauseSchedule, Name: name, Chain: s.Chain, What: what, Pause: paused[gateway.PauseSchedule+"\x00"+name]})
+		out = append(out, &pausable{Kind: api.PauseSchedule, Name: name, Chain: s.Chain, What: what, Pause: paused[api.PauseSchedule+"\x00"+name]})
 	}
 	return out, nil
 }
@@ -448,7 +449,7 @@ func (c *console) startRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		form.Fields[i].Value = r.PostFormValue("field." + form.Fields[i].Name)
 	}
 	refuse := func(err error) {
-		ae := gateway.AsAPIError(err)
+		ae := api.AsAPIError(err)
 		form.Error, form.Details = ae.Message, ae.Details
 		c.chainPageWith(w, r, sess, name, form, ae.Status)
 	}
@@ -459,7 +460,7 @@ func (c *console) startRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 	}
 	if !isToken(form.Nonce) {
 		form.Nonce = randomToken()
-		refuse(&gateway.APIError{Status: http.StatusBadRequest, Code: "invalid_parameter", Message: "the form's nonce is not one the console gave; send the form again"})
+		refuse(&api.APIError{Status: http.StatusBadRequest, Code: "invalid_parameter", Message: "the form's nonce is not one the console gave; send the form again"})
 		return
 	}
 	labels, err := gateway.ParseLabels("labels", labelLines(form.Labels), true)
@@ -476,7 +477,7 @@ func (c *console) startRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		refuse(&http.MaxBytesError{Limit: int64(limit)})
 		return
 	}
-	run, err := c.ops.StartRun(r.Context(), name, payload, gateway.StartOptions{Labels: labels, IdempotencyKey: "console/" + form.Nonce})
+	run, err := c.ops.StartRun(r.Context(), name, payload, api.StartOptions{Labels: labels, IdempotencyKey: "console/" + form.Nonce})
 	if err != nil {
 		refuse(err)
 		return

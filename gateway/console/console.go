@@ -29,6 +29,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/providers/limits"
 )
@@ -45,7 +46,7 @@ var uiStatic embed.FS
 type Host interface {
 	// Ops are the operations on runs, dead letters and pauses, as the API
 	// serves them; every action the console takes goes through them.
-	Ops() gateway.Ops
+	Ops() api.Ops
 	// Config is the config served now; it changes on reload.
 	Config() *chain.Config
 	// Definition is the chain a run started with, by its hash.
@@ -89,7 +90,7 @@ const (
 // console serves the web UI of one gateway.
 type console struct {
 	host Host
-	ops  gateway.Ops
+	ops  api.Ops
 	base string
 	log  *slog.Logger
 	tmpl *template.Template
@@ -287,7 +288,7 @@ func (c *console) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 
 // failErr answers an operation's error with the status the API gives it.
 func (c *console) failErr(w http.ResponseWriter, r *http.Request, err error) {
-	ae := gateway.AsAPIError(err)
+	ae := api.AsAPIError(err)
 	c.fail(w, r, ae.Status, ae.Message)
 }
 

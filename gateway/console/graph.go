@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/chaingate/gateway/chain"
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/textx"
 )
 
@@ -31,7 +31,7 @@ const (
 )
 
 type placedNode struct {
-	node *gateway.DAGNode
+	node *api.DAGNode
 	y, h int
 	w    int
 }
@@ -41,7 +41,7 @@ type placedNode struct {
 // sub-steps a list inside its item, each step named with its status; on a
 // run's page each is a link that Tab reaches, with the id by which "jump to
 // the running step" finds it.
-func (c *console) graphSVG(nodes []*gateway.DAGNode, edges []chain.Edge, def *chain.Chain, run *gateway.RunView, runID string) template.HTML {
+func (c *console) graphSVG(nodes []*api.DAGNode, edges []chain.Edge, def *chain.Chain, run *api.RunView, runID string) template.HTML {
 	var b strings.Builder
 	b.Grow(len(nodes) * 500)
 	// Each step links to its panel under the run's address.
@@ -134,7 +134,7 @@ func stepLabel(name, status, what string, attempts int) string {
 	return label
 }
 
-func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, run *gateway.RunView, runID, stepsHref string) {
+func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, run *api.RunView, runID, stepsHref string) {
 	n := p.node
 	status := n.Status
 	href := ""
@@ -211,7 +211,7 @@ func (c *console) drawNode(b *strings.Builder, p *placedNode, def *chain.Chain, 
 
 // drawSplitBar draws a split's items as one stacked bar: succeeded,
 // failed, skipped (filtered), running, pending.
-func (c *console) drawSplitBar(b *strings.Builder, p *placedNode, run *gateway.RunView, runID string) {
+func (c *console) drawSplitBar(b *strings.Builder, p *placedNode, run *api.RunView, runID string) {
 	s := p.node.Split
 	x, y, w := gLeft+10, p.y+gNodeH-4, p.w-20
 	if s == nil || s.Total == 0 {

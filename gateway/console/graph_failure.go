@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/chaingate/gateway/chain"
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 )
 
 // A chain's failure routes on the graph: catch edges are drawn dashed in
@@ -20,7 +20,7 @@ var handlerTitles = map[string]string{
 }
 
 // handlerGraphs draws a run's (or, with run nil, a chain's) handler lists.
-func (c *console) handlerGraphs(hs []*gateway.DAGHandler, def *chain.Chain, run *gateway.RunView, runID string) template.HTML {
+func (c *console) handlerGraphs(hs []*api.DAGHandler, def *chain.Chain, run *api.RunView, runID string) template.HTML {
 	var b strings.Builder
 	for _, h := range hs {
 		b.WriteString(`<p class="handler-title" data-phase="` + esc(h.Phase) + `">` + esc(handlerTitles[h.Phase]) + `</p>`)
@@ -30,10 +30,10 @@ func (c *console) handlerGraphs(hs []*gateway.DAGHandler, def *chain.Chain, run 
 }
 
 // chainHandlers are a chain's handler lists as graphs with no run.
-func chainHandlers(g *chain.Graph) []*gateway.DAGHandler {
-	var out []*gateway.DAGHandler
+func chainHandlers(g *chain.Graph) []*api.DAGHandler {
+	var out []*api.DAGHandler
 	for _, h := range g.Handlers {
-		out = append(out, &gateway.DAGHandler{Phase: h.Phase, Nodes: dagOf(h.Nodes), Edges: h.Edges})
+		out = append(out, &api.DAGHandler{Phase: h.Phase, Nodes: dagOf(h.Nodes), Edges: h.Edges})
 	}
 	return out
 }

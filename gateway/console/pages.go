@@ -20,6 +20,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/textx"
 	"github.com/chaingate/gateway/providers/limits"
 )
@@ -86,7 +87,7 @@ type nowView struct {
 	Waiting int
 	// Paused are the triggers and schedules paused now; a session that
 	// may write unpauses them here.
-	Paused    []*gateway.Pause
+	Paused    []*api.Pause
 	CanWrite  bool
 	CSRF      string
 	Slow      int
@@ -103,7 +104,7 @@ type failureGroup struct {
 }
 
 type runLine struct {
-	*gateway.Run
+	*api.Run
 	Slow bool
 	Step string
 }
@@ -156,7 +157,7 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 	v := &nowView{At: time.Now(), Since: "15 minutes", Calls: map[string][2]float64{}, FanStats: map[string]float64{}, Fanout: c.host.Distributes(),
 		CanWrite: c.canWrite(sess), CSRF: sess.csrf}
 	since := time.Now().Add(-failureWindow)
-	failed, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunFailed, Since: since, Limit: gateway.MaxPageLimit, NoOrigins: true})
+	failed, err := ops.ListRuns(ctx, store.RunFilter{Status: store.RunFailed, Since: since, Limit: api.MaxPageLimit, NoOrigins: true})
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -187,7 +188,7 @@ func (c *console) nowPage(w http.ResponseWriter, r *http.Request, sess *uiSessio
 	}
 	sort.SliceStable(v.Failures, func(i, j int) bool { return v.Failures[i].Count > v.Failures[j].Count })
 
-	entries, err := gateway.ListAllDLQ(ctx, ops, store.DLQFilter{Limit: maxConsoleDLQ})
+	entries, err := api.ListAllDLQ(ctx, ops, store.DLQFilter{Limit: maxConsoleDLQ})
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -266,7 +267,7 @@ const maxConsoleDLQ = 10000
 
 // usualDurations is, by chain, the median time its last successful runs
 // took: a running run well past it is worth a look.
-func (c *console) usualDurations(ctx context.Context, running []*gateway.Run) map[string]time.Duration {
+func (c *console) usualDurations(ctx context.Context, running []*api.Run) map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for _, run := range running {
 		if _, seen := out[run.Chain]; seen {
@@ -305,8 +306,8 @@ type runsView struct {
 	HideChains, HideChoices []string
 	// Labels are the label filters, KEY=VALUE or KEY, one field each.
 	Labels  []string
-	Runs    []*gateway.Run
-	Damaged []gateway.DamagedRun
+	Runs    []*api.Run
+	Damaged []api.DamagedRun
 	Next    string
 	// Query is the filters, encoded: as a URL, the template keeps it whole
 	// rather than escaping it into one parameter.
@@ -380,17 +381,17 @@ const runsPerPage = 50
 // store knows no such filter: it is read on, a thousand runs at a time, until
 // the page is full or the runs run out, so that a search finds a run however
 // old. The next page starts right after the page's last run.
-func (c *console) listRuns(ctx context.Context, f store.RunFilter, idStart string) (gateway.RunPage, error) {
+func (c *console) listRuns(ctx context.Context, f store.RunFilter, idStart string) (api.RunPage, error) {
 	if idStart == "" {
 		return c.ops.ListRuns(ctx, f)
 	}
 	want := f.Limit
-	var out gateway.RunPage
+	var out api.RunPage
 	for {
-		f.Limit = gateway.MaxPageLimit
+		f.Limit = api.MaxPageLimit
 		page, err := c.ops.ListRuns(ctx, f)
 		if err != nil {
-			return gateway.RunPage{}, err
+			return api.RunPage{}, err
 		}
 		for _, d := range page.Damaged {
 			if strings.HasPrefix(d.ID, idStart) {
@@ -414,7 +415,7 @@ func (c *console) listRuns(ctx context.Context, f store.RunFilter, idStart strin
 				f.Limit = last + 1
 				cut, err := c.ops.ListRuns(ctx, f)
 				if err != nil {
-					return gateway.RunPage{}, err
+					return api.RunPage{}, err
 				}
 				out.Next = cut.Next
 			}
@@ -430,7 +431,7 @@ func (c *console) listRuns(ctx context.Context, f store.RunFilter, idStart strin
 // ---- Run ----
 
 type runView struct {
-	View  *gateway.RunView
+	View  *api.RunView
 	Graph template.HTML
 	// Running is the key of the first step running, where "jump to the
 	// running step" leads: a long chain's graph is thousands of pixels tall.
@@ -443,7 +444,7 @@ type runView struct {
 	// its latest events.
 	AllEvents bool
 	Final     bool
-	Entries   []*gateway.DLQEntry
+	Entries   []*api.DLQEntry
 	// Labels are the run's labels, each linked to the runs with it.
 	Labels []labelLink
 	// Input is the run's payload as it is kept (secrets redacted), up to
@@ -499,8 +500,8 @@ func (c *console) runView(ctx context.Context, id string, sess *uiSession, all b
 		after = v.Seq - shown
 		rv.Omitted = int(after)
 	}
-	var events []gateway.Event
-	err = c.ops.Events(ctx, id, after, false, func(ev gateway.Event) error {
+	var events []api.Event
+	err = c.ops.Events(ctx, id, after, false, func(ev api.Event) error {
 		events = append(events, ev)
 		return nil
 	})
@@ -509,7 +510,7 @@ func (c *console) runView(ctx context.Context, id string, sess *uiSession, all b
 	}
 	rv.Timeline = timelineHTML(events)
 	if v.Status == string(store.RunFailed) {
-		entries, err := gateway.ListAllDLQ(ctx, c.ops, store.DLQFilter{Chain: v.Chain, Limit: maxConsoleDLQ})
+		entries, err := api.ListAllDLQ(ctx, c.ops, store.DLQFilter{Chain: v.Chain, Limit: maxConsoleDLQ})
 		if err == nil {
 			for _, e := range entries {
 				if e.RunID == id {
@@ -523,7 +524,7 @@ func (c *console) runView(ctx context.Context, id string, sess *uiSession, all b
 
 // runningStep is the key of the first step running or waiting to retry,
 // sub-steps included; empty when none is.
-func runningStep(nodes []*gateway.DAGNode, prefix string) string {
+func runningStep(nodes []*api.DAGNode, prefix string) string {
 	for _, n := range nodes {
 		if n.Status == string(store.StepRunning) || n.Status == string(store.StepPending) {
 			if k := runningStep(n.Children, prefix+n.Name+"/"); k != "" {
@@ -568,7 +569,7 @@ func (c *console) runStream(w http.ResponseWriter, r *http.Request, _ *uiSession
 
 type stepView struct {
 	RunID   string
-	Record  *gateway.Step
+	Record  *api.Step
 	Waiting string
 	Node    *chain.Step
 	Items   bool
@@ -605,7 +606,7 @@ func (c *console) stepPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 			c.fail(w, r, http.StatusNotFound, fmt.Sprintf("run %s has no step %q", id, key))
 			return
 		}
-		rec = &gateway.Step{Key: key, Name: name, Status: "not_started"}
+		rec = &api.Step{Key: key, Name: name, Status: "not_started"}
 	}
 	sv := &stepView{RunID: id, Record: rec, Base: c.base, Items: rec.Split != nil, Child: rec.Child}
 	if def != nil {
@@ -630,7 +631,7 @@ func (c *console) stepPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 }
 
 // waitingOn says what a running step waits for.
-func waitingOn(rec *gateway.Step, def *chain.Step, v *gateway.RunView) string {
+func waitingOn(rec *api.Step, def *chain.Step, v *api.RunView) string {
 	if rec.Status != string(store.StepRunning) && rec.Status != string(store.StepPending) {
 		return ""
 	}
@@ -670,7 +671,7 @@ func waitingOn(rec *gateway.Step, def *chain.Step, v *gateway.RunView) string {
 
 type itemsView struct {
 	RunID, Key, Status string
-	Page               *gateway.ItemPage
+	Page               *api.ItemPage
 	Prev, Next         int
 	HasPrev, HasNext   bool
 	Statuses           []string
@@ -774,7 +775,7 @@ func (c *console) answer(w http.ResponseWriter, r *http.Request, _ *uiSession) {
 type dlqView struct {
 	Chain, Step, Text, Since string
 	Chains                   []string
-	Entries                  []*gateway.DLQEntry
+	Entries                  []*api.DLQEntry
 	Matched                  int
 	Shown                    int
 	Filtered                 bool
@@ -783,17 +784,17 @@ type dlqView struct {
 
 // dlqMatches lists the entries a console filter selects: the store's
 // filter, and the error text on top.
-func (c *console) dlqMatches(ctx context.Context, chainName, step, text, sinceArg string) ([]*gateway.DLQEntry, error) {
+func (c *console) dlqMatches(ctx context.Context, chainName, step, text, sinceArg string) ([]*api.DLQEntry, error) {
 	since, err := gateway.ParseSince(sinceArg)
 	if err != nil {
 		return nil, err
 	}
-	entries, err := gateway.ListAllDLQ(ctx, c.ops, store.DLQFilter{Chain: chainName, Step: step, Since: since, Limit: maxConsoleDLQ})
+	entries, err := api.ListAllDLQ(ctx, c.ops, store.DLQFilter{Chain: chainName, Step: step, Since: since, Limit: maxConsoleDLQ})
 	if err != nil {
 		return nil, err
 	}
 	text = strings.ToLower(strings.TrimSpace(text))
-	out := []*gateway.DLQEntry{}
+	out := []*api.DLQEntry{}
 	for _, e := range entries {
 		if text == "" || strings.Contains(strings.ToLower(e.Error.Message), text) || strings.Contains(strings.ToLower(e.Error.Code), text) {
 			out = append(out, e)
@@ -938,7 +939,7 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 			}
 			var err error
 			if action == "replay" {
-				var run *gateway.Run
+				var run *api.Run
 				if run, err = c.ops.Replay(ctx, e.ID, opts); err == nil && run.ID != "" {
 					running[run.ID] = true
 				}
@@ -1071,7 +1072,7 @@ type chainView struct {
 // startedByLine is one trigger or schedule that starts a chain.
 type startedByLine struct {
 	Text  string
-	Pause *gateway.Pause
+	Pause *api.Pause
 }
 
 func (c *console) chainPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
@@ -1092,7 +1093,7 @@ func (c *console) chainPageWith(w http.ResponseWriter, r *http.Request, sess *ui
 		c.failErr(w, r, err)
 		return
 	}
-	paused := map[string]*gateway.Pause{}
+	paused := map[string]*api.Pause{}
 	if ps, err := c.ops.Pauses(r.Context()); err == nil {
 		for _, p := range ps {
 			paused[p.Kind+"\x00"+p.Name] = p
@@ -1105,9 +1106,9 @@ func (c *console) chainPageWith(w http.ResponseWriter, r *http.Request, sess *ui
 	for _, tn := range cfg.TriggerNames {
 		switch tr := cfg.Triggers[tn]; name {
 		case tr.Chain:
-			v.StartedBy = append(v.StartedBy, startedByLine{fmt.Sprintf("trigger %s (%s): POST /v1/triggers/%s", tn, tr.Type, tn), paused[gateway.PauseTrigger+"\x00"+tn]})
+			v.StartedBy = append(v.StartedBy, startedByLine{fmt.Sprintf("trigger %s (%s): POST /v1/triggers/%s", tn, tr.Type, tn), paused[api.PauseTrigger+"\x00"+tn]})
 		case tr.ResolveChain:
-			v.StartedBy = append(v.StartedBy, startedByLine{fmt.Sprintf("trigger %s (%s), when an alert resolves", tn, tr.Type), paused[gateway.PauseTrigger+"\x00"+tn]})
+			v.StartedBy = append(v.StartedBy, startedByLine{fmt.Sprintf("trigger %s (%s), when an alert resolves", tn, tr.Type), paused[api.PauseTrigger+"\x00"+tn]})
 		}
 	}
 	for _, sn := range cfg.ScheduleNames {
@@ -1119,17 +1120,17 @@ func (c *console) chainPageWith(w http.ResponseWriter, r *http.Request, sess *ui
 			if next := s.Next(time.Now()); !next.IsZero() {
 				when += ", next at " + next.In(s.Location).Format("2006-01-02 15:04 MST")
 			}
-			v.StartedBy = append(v.StartedBy, startedByLine{"schedule " + sn + ": " + when, paused[gateway.PauseSchedule+"\x00"+sn]})
+			v.StartedBy = append(v.StartedBy, startedByLine{"schedule " + sn + ": " + when, paused[api.PauseSchedule+"\x00"+sn]})
 		}
 	}
 	c.pageStatus(w, r, sess, status, "chain.html", "Chain "+name, "chains", v)
 }
 
 // dagOf is a chain's graph as DAG nodes without a run.
-func dagOf(nodes []*chain.Node) []*gateway.DAGNode {
-	out := make([]*gateway.DAGNode, len(nodes))
+func dagOf(nodes []*chain.Node) []*api.DAGNode {
+	out := make([]*api.DAGNode, len(nodes))
 	for i, n := range nodes {
-		out[i] = &gateway.DAGNode{Name: n.Name, Kind: n.Kind, Provider: n.Provider, Join: n.Join, Children: dagOf(n.Children)}
+		out[i] = &api.DAGNode{Name: n.Name, Kind: n.Kind, Provider: n.Provider, Join: n.Join, Children: dagOf(n.Children)}
 	}
 	return out
 }
@@ -1137,7 +1138,7 @@ func dagOf(nodes []*chain.Node) []*gateway.DAGNode {
 // timelineHTML draws events newest first, as <li> elements like those the
 // page's script adds: hundreds of them through the template engine were
 // most of what rendering a run page cost.
-func timelineHTML(events []gateway.Event) template.HTML {
+func timelineHTML(events []api.Event) template.HTML {
 	var b strings.Builder
 	var buf [20]byte
 	for i := len(events) - 1; i >= 0; i-- {

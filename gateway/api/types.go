@@ -1,4 +1,9 @@
-package gateway
+// Package api is the gateway's HTTP API as its clients see it: the types
+// its answers carry, its errors and the statuses they map to, the Ops that
+// every entry point offers (the API serves them, the console acts through
+// them, the command line runs them through the API or on a store), and
+// Client, which runs them against a gateway over HTTP.
+package api
 
 import (
 	"encoding/json"
@@ -12,11 +17,11 @@ import (
 // added to a stored record reaches the API only when it is added here too,
 // and the golden files in testdata/api pin what the API says. The JSON
 // values a record holds as they came (payloads, bodies) pass through
-// validJSON here, so that every answer parses with a strict parser,
+// ValidJSON here, so that every answer parses with a strict parser,
 // whatever an older gateway or a provider stored.
 
-// validJSON is a JSON value as strict parsers read it (jsonx.ValidUTF8).
-func validJSON(raw json.RawMessage) json.RawMessage { return jsonx.ValidUTF8(raw) }
+// ValidJSON is a JSON value as strict parsers read it (jsonx.ValidUTF8).
+func ValidJSON(raw json.RawMessage) json.RawMessage { return jsonx.ValidUTF8(raw) }
 
 // Run is a run as the API shows it.
 type Run struct {
@@ -165,37 +170,37 @@ type DamagedRun struct {
 	Error string `json:"error"`
 }
 
-func apiRun(r *store.Run) *Run {
+func RunOf(r *store.Run) *Run {
 	if r == nil {
 		return nil
 	}
 	return &Run{
 		ID: r.ID, Chain: r.Chain, ChainHash: r.ChainHash, Status: string(r.Status),
-		Origin: Origin{ID: r.Origin.ID, Payload: validJSON(r.Origin.Payload), Metadata: validJSON(r.Origin.Metadata), ReceivedAt: r.Origin.ReceivedAt},
+		Origin: Origin{ID: r.Origin.ID, Payload: ValidJSON(r.Origin.Payload), Metadata: ValidJSON(r.Origin.Metadata), ReceivedAt: r.Origin.ReceivedAt},
 		Path:   r.Path, Cursor: r.Cursor, Deadline: r.Deadline, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
-		Error: apiErrorInfo(r.Error), ParentRun: r.ParentRun, ParentStep: r.ParentStep, Body: validJSON(r.Body), BodyStep: r.BodyStep, Seq: r.Seq,
+		Error: ErrorInfoOf(r.Error), ParentRun: r.ParentRun, ParentStep: r.ParentStep, Body: ValidJSON(r.Body), BodyStep: r.BodyStep, Seq: r.Seq,
 		StartedBy: r.StartedBy, KeyUntil: r.KeyUntil, Labels: r.Labels,
-		Queue: apiQueue(r.Queue),
-		Phase: r.Phase, Ending: string(r.Ending), Failure: apiFailure(r.Failure),
+		Queue: QueuePlaceOf(r.Queue),
+		Phase: r.Phase, Ending: string(r.Ending), Failure: FailureOf(r.Failure),
 	}
 }
 
-func apiErrorInfo(e *store.ErrorInfo) *ErrorInfo {
+func ErrorInfoOf(e *store.ErrorInfo) *ErrorInfo {
 	if e == nil {
 		return nil
 	}
 	return &ErrorInfo{Message: e.Message, Code: e.Code, Retryable: e.Retryable}
 }
 
-func apiStep(rec *store.StepRecord) *Step {
+func StepOf(rec *store.StepRecord) *Step {
 	return &Step{
 		Key: rec.Key, Name: rec.Name, Status: string(rec.Status), DedupKey: rec.DedupKey, Attempts: rec.Attempts,
-		Body: validJSON(rec.Body), Error: apiErrorInfo(rec.Error), StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
-		NotBefore: rec.NotBefore, Deadline: rec.Deadline, Split: apiSplit(rec.Split), Child: rec.Child,
+		Body: ValidJSON(rec.Body), Error: ErrorInfoOf(rec.Error), StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
+		NotBefore: rec.NotBefore, Deadline: rec.Deadline, Split: SplitOf(rec.Split), Child: rec.Child,
 	}
 }
 
-func apiSplit(s *store.SplitState) *Split {
+func SplitOf(s *store.SplitState) *Split {
 	if s == nil {
 		return nil
 	}
@@ -206,23 +211,23 @@ func apiSplit(s *store.SplitState) *Split {
 // EventOf is a stored event as the API shows it.
 func EventOf(ev store.Event) Event {
 	return Event{RunID: ev.RunID, Chain: ev.Chain, Seq: ev.Seq, Time: ev.Time, Type: string(ev.Type), Step: ev.Step,
-		Attempt: ev.Attempt, Message: ev.Message, Data: validJSON(ev.Data)}
+		Attempt: ev.Attempt, Message: ev.Message, Data: ValidJSON(ev.Data)}
 }
 
-func apiDLQEntry(e *store.DLQEntry) *DLQEntry {
+func DLQEntryOf(e *store.DLQEntry) *DLQEntry {
 	kind := e.Kind
 	if kind == "" {
 		kind = "step"
 	}
-	return &DLQEntry{ID: e.ID, Kind: kind, RunID: e.RunID, Chain: e.Chain, Step: e.Step, Error: *apiErrorInfo(&e.Error),
-		Attempts: e.Attempts, Payload: validJSON(e.Payload), CreatedAt: e.CreatedAt, Trigger: e.Trigger, Headers: e.Headers, Metadata: validJSON(e.Metadata),
+	return &DLQEntry{ID: e.ID, Kind: kind, RunID: e.RunID, Chain: e.Chain, Step: e.Step, Error: *ErrorInfoOf(&e.Error),
+		Attempts: e.Attempts, Payload: ValidJSON(e.Payload), CreatedAt: e.CreatedAt, Trigger: e.Trigger, Headers: e.Headers, Metadata: ValidJSON(e.Metadata),
 		Handler: e.Handler}
 }
 
-func apiRunPage(p store.RunPage) RunPage {
+func RunPageOf(p store.RunPage) RunPage {
 	out := RunPage{Runs: make([]*Run, len(p.Runs)), Next: p.Next, Damaged: make([]DamagedRun, len(p.Damaged))}
 	for i, r := range p.Runs {
-		out.Runs[i] = apiRun(r)
+		out.Runs[i] = RunOf(r)
 	}
 	for i, d := range p.Damaged {
 		out.Damaged[i] = DamagedRun{ID: d.ID, Error: d.Error}

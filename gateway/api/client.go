@@ -1,10 +1,11 @@
-package gateway
+package api
 
 import (
 	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -214,7 +215,7 @@ func (c *Client) DeleteRun(ctx context.Context, id string) (*DeleteResult, error
 // PruneRuns implements Ops.
 func (c *Client) PruneRuns(ctx context.Context, opts PruneOptions) (*PruneResult, error) {
 	var out PruneResult
-	body := pruneBody{OlderThan: opts.OlderThan.String(), Chain: opts.Chain, Status: string(opts.Status), DryRun: opts.DryRun}
+	body := PruneBody{OlderThan: opts.OlderThan.String(), Chain: opts.Chain, Status: string(opts.Status), DryRun: opts.DryRun}
 	if err := c.do(ctx, http.MethodPost, "/v1/runs/prune", nil, body, &out); err != nil {
 		return nil, err
 	}
@@ -403,4 +404,60 @@ func (c *Client) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
 	}
 	err := c.do(ctx, http.MethodGet, "/v1/schedules", nil, nil, &out)
 	return out.Schedules, err
+}
+
+// BackupContentType is the media type of a backup the API streams.
+const BackupContentType = "application/vnd.chaingate.backup"
+
+// Backup streams a backup of the gateway's store into w, and returns how
+// many bytes it wrote. Only a whole backup ends with its end frame: check
+// what was written (backup.Check) before relying on it.
+func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
+	resp, err := c.request(ctx, http.MethodPost, "/v1/admin/backup", nil, nil, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != BackupContentType {
+		return 0, fmt.Errorf("the answer to POST /v1/admin/backup is %q, not a backup; is %s a gateway?", ct, c.base)
+	}
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return n, fmt.Errorf("reading the backup: %w", err)
+	}
+	return n, nil
+}
+
+// Pause implements Ops.
+func (c *Client) Pause(ctx context.Context, kind, name, reason string) (*Pause, error) {
+	var p Pause
+	if err := c.do(ctx, http.MethodPost, "/v1/pauses/"+url.PathEscape(kind)+"/"+url.PathEscape(name), nil, map[string]string{"reason": reason}, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Resume implements Ops.
+func (c *Client) Resume(ctx context.Context, kind, name string) (*Pause, error) {
+	var p Pause
+	err := c.do(ctx, http.MethodDelete, "/v1/pauses/"+url.PathEscape(kind)+"/"+url.PathEscape(name), nil, nil, &p)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Code == "not_paused" {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Pauses implements Ops.
+func (c *Client) Pauses(ctx context.Context) ([]*Pause, error) {
+	var out struct {
+		Pauses []*Pause `json:"pauses"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/v1/pauses", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Pauses, nil
 }

@@ -1,4 +1,4 @@
-package gateway
+package api
 
 import "github.com/chaingate/gateway/chain/store"
 
@@ -21,7 +21,7 @@ type Failure struct {
 	HandlerFailures []string `json:"handler_failures,omitempty"`
 }
 
-func apiFailure(f *store.Failure) *Failure {
+func FailureOf(f *store.Failure) *Failure {
 	if f == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package gateway
+package api
 
 import (
 	"slices"
@@ -18,7 +18,7 @@ type QueuePlace struct {
 	Since      time.Time `json:"since"`
 }
 
-func apiQueue(q *store.QueuePlace) *QueuePlace {
+func QueuePlaceOf(q *store.QueuePlace) *QueuePlace {
 	if q == nil {
 		return nil
 	}
@@ -29,8 +29,8 @@ func apiQueue(q *store.QueuePlace) *QueuePlace {
 	return &QueuePlace{Key: q.Key, Position: q.Position, WaitingFor: waiting, Since: q.Since}
 }
 
-// statusList writes statuses as messages list them: "a, b, c".
-func statusList(statuses []store.RunStatus) string {
+// StatusList writes statuses as messages list them: "a, b, c".
+func StatusList(statuses []store.RunStatus) string {
 	out := make([]string, len(statuses))
 	for i, s := range statuses {
 		out[i] = string(s)
