@@ -59,7 +59,7 @@ func checkBuiltinProviders(cfg *chain.Config) []chain.Diagnostic {
 		}
 		diags = append(diags, found...)
 	}
-	return sortDiagnostics(diags)
+	return SortDiagnostics(diags)
 }
 
 // ExternalProviders lists, in definition order, the providers served by an
@@ -109,7 +109,7 @@ func CheckPlugins(ctx context.Context, cfg *chain.Config, opts PluginCheckOption
 		})
 	}
 	wg.Wait()
-	return sortDiagnostics(slices.Concat(results...))
+	return SortDiagnostics(slices.Concat(results...))
 }
 
 // checkProvider checks one provider's config and the steps that call it
@@ -245,8 +245,8 @@ func quoted(list []string) string {
 	return strings.Join(q, ", ")
 }
 
-// sortDiagnostics orders diagnostics by file and position, as the loader does.
-func sortDiagnostics(ds []chain.Diagnostic) []chain.Diagnostic {
+// SortDiagnostics orders diagnostics by file and position, as the loader does.
+func SortDiagnostics(ds []chain.Diagnostic) []chain.Diagnostic {
 	slices.SortStableFunc(ds, func(a, b chain.Diagnostic) int {
 		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Col, b.Col))
 	})

@@ -68,9 +68,9 @@ const (
 	// Alertmanager keeps sending (every repeat_interval) starts one run for
 	// as long as it fires, up to this.
 	triggerTTL = 7 * 24 * time.Hour
-	// deliveryBudget is how long a delivery's alerts are turned into runs
+	// DeliveryBudget is how long a delivery's alerts are turned into runs
 	// before the answer goes: the rest are kept, and started after it.
-	deliveryBudget = 500 * time.Millisecond
+	DeliveryBudget = 500 * time.Millisecond
 	// deliveryWorkers turn one delivery's alerts into runs at once.
 	deliveryWorkers = 8
 	// inboxRecheck is how often kept deliveries are looked for, so that
@@ -109,7 +109,7 @@ type inbound struct {
 
 // deliver turns a delivery into runs. Alerts not started by until (zero:
 // no bound) are kept, and started after the answer.
-func (gw *Gateway) deliver(ctx context.Context, in *inbound, until time.Time) api.TriggerResponse {
+func (gw *Gateway) DeliverInbound(ctx context.Context, in *inbound, until time.Time) api.TriggerResponse {
 	resp := api.TriggerResponse{Trigger: in.tr.Name, Results: []api.TriggerResult{}}
 	defer func() {
 		for _, res := range resp.Results {
@@ -624,7 +624,7 @@ func (gw *Gateway) start(ctx context.Context, in *inbound, res api.TriggerResult
 	mb, _ := jsonx.Marshal(st.meta)
 	ctx = engine.WithActor(ctx, "trigger "+in.tr.Name)
 	input := engine.Input{Payload: payload, Metadata: mb, StartedBy: store.StartedByTrigger + ":" + in.tr.Name, Labels: labels}
-	id, status, replayed, err := gw.startKeyed(ctx, st.chain, "", st.key, triggerTTL, input)
+	id, status, replayed, err := gw.StartKeyed(ctx, st.chain, "", st.key, triggerTTL, input)
 	switch {
 	case err == nil:
 	case errors.Is(err, engine.ErrClosed), errors.Is(err, store.ErrClosed), ctx.Err() != nil:
@@ -851,7 +851,7 @@ func (gw *Gateway) observe(tr *chain.Trigger, res api.TriggerResult) {
 	case "failed":
 		gw.Log.Error("a trigger delivery could not be taken: its sender must send it again", "trigger", tr.Name, "alert", res.Alert, "group", res.Group, "err", res.Reason)
 	}
-	gw.door.Delivered(tr.Name, outcome)
+	gw.Door.Delivered(tr.Name, outcome)
 }
 
 // startKeyed starts a run of chainName. With a key, it first binds
@@ -859,7 +859,7 @@ func (gw *Gateway) observe(tr *chain.Trigger, res api.TriggerResult) {
 // run, which is then replayed rather than started again. Requests with one
 // key arriving together, here or on gateways sharing the store, all answer
 // with the one run the first of them bound.
-func (gw *Gateway) startKeyed(ctx context.Context, chainName, prefix, key string, ttl time.Duration, in engine.Input) (id, status string, replayed bool, err error) {
+func (gw *Gateway) StartKeyed(ctx context.Context, chainName, prefix, key string, ttl time.Duration, in engine.Input) (id, status string, replayed bool, err error) {
 	id, status = store.NewID(), string(store.RunRunning)
 	if key != "" {
 		in.KeyUntil = time.Now().Add(ttl).UTC()
@@ -1054,7 +1054,7 @@ func (gw *Gateway) workDelivery(ctx context.Context, d *store.Delivery) (done bo
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("the door hit a bug taking a delivery; it failed, to be sent or tried again", "in", inboxRecheck, "panic", p, "stack", string(debug.Stack()))
-			gw.door.Delivered(d.Trigger, OutcomeFailed)
+			gw.Door.Delivered(d.Trigger, OutcomeFailed)
 			done = false
 		}
 	}()
@@ -1125,7 +1125,7 @@ func (gw *Gateway) redeliver(ctx context.Context, e *store.DLQEntry) (string, []
 			in.headers[k] = v
 		}
 	}
-	resp := gw.deliver(ctx, in, time.Time{})
+	resp := gw.DeliverInbound(ctx, in, time.Time{})
 	run := ""
 	counts := map[string]int{}
 	var kept []string

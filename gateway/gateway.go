@@ -118,12 +118,12 @@ type Gateway struct {
 	ItemStore store.Store
 	// secrets are the values the engine renders <<secrets.NAME>> with.
 	secrets map[string]string
-	// limits pace and guard calls to each provider, across all runs.
-	limits *limits.Set
-	// door is told what trigger deliveries and schedule ticks did.
-	door DoorObserver
-	// prunes is told what retention removed.
-	prunes PruneObserver
+	// Limits pace and guard calls to each provider, across all runs.
+	Limits *limits.Set
+	// Door is told what trigger deliveries and schedule ticks did.
+	Door DoorObserver
+	// Prunes is told what retention removed.
+	Prunes PruneObserver
 	// inboxWake tells RunInbox that this gateway kept a delivery.
 	inboxWake chan struct{}
 	// providers are what steps call providers through, for the calls
@@ -203,7 +203,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	}
 	pm := host.NewManager(host.Options{Executable: opts.Executable, Logger: log.With("component", "plugins")})
 	lim := limits.New(log.With("component", "limits"))
-	lim.Configure(limitPolicies(cfg))
+	lim.Configure(LimitPolicies(cfg))
 	approvals := newApprovalFeed()
 	questions := &slackQuestions{store: st, redactor: red, log: log.With("component", "slack"), look: approvals.look}
 	var res engine.ProviderResolver = &resolver{m: pm, limits: lim, first: map[string]host.Spec{}, secrets: secretVals, redactor: red, questions: questions}
@@ -239,8 +239,8 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 		return nil, errors.Join(err, pm.Close(), closeFanout(), st.Close())
 	}
 	approvals.config = eng.Config
-	g := &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, ItemStore: itemStore, secrets: secretVals, limits: lim,
-		door: noDoorObserver{}, prunes: noPruneObserver{}, inboxWake: make(chan struct{}, 1), providers: res, approvals: approvals, questions: questions}
+	g := &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, ItemStore: itemStore, secrets: secretVals, Limits: lim,
+		Door: noDoorObserver{}, Prunes: noPruneObserver{}, inboxWake: make(chan struct{}, 1), providers: res, approvals: approvals, questions: questions}
 	switch {
 	case fo == nil:
 	case opts.ItemsOnly:
@@ -333,7 +333,7 @@ func (g *Gateway) WorkItems(ctx context.Context) error {
 	defer cancel()
 	go func() {
 		defer close(done)
-		adopt(actx, g.Items, g.Log.With("component", "worker"), "sub-chain runs of split items", time.Duration(g.Config.Gateway.LeaseTTLSeconds)*time.Second)
+		Adopt(actx, g.Items, g.Log.With("component", "worker"), "sub-chain runs of split items", time.Duration(g.Config.Gateway.LeaseTTLSeconds)*time.Second)
 	}()
 	g.WarmItemProviders(ctx)
 	return g.Worker().Run(ctx)
@@ -374,10 +374,10 @@ func (g *Gateway) WarmItemProviders(ctx context.Context) {
 	wg.Wait()
 }
 
-// adopt resumes the unfinished runs of eng's store, then keeps taking over
+// Adopt resumes the unfinished runs of eng's store, then keeps taking over
 // those whose lease lapses: a few times per lease, so a run resumes well
 // within a second of its lease lapsing.
-func adopt(ctx context.Context, eng *engine.Engine, log *slog.Logger, what string, ttl time.Duration) {
+func Adopt(ctx context.Context, eng *engine.Engine, log *slog.Logger, what string, ttl time.Duration) {
 	if ttl <= 0 {
 		ttl = engine.DefaultLeaseTTL
 	}
@@ -402,6 +402,9 @@ func adopt(ctx context.Context, eng *engine.Engine, log *slog.Logger, what strin
 		}
 	}
 }
+
+// SecretValues are the values the engine renders <<secrets.NAME>> with.
+func (g *Gateway) SecretValues() map[string]string { return g.secrets }
 
 // Close stops the engines (runs stay persisted), stops every plugin
 // process and closes the stores.
@@ -444,8 +447,8 @@ func (r *resolver) Resolve(p *chain.Provider) (providers.Provider, error) {
 	return prov, nil
 }
 
-// limitPolicies are the limits cfg's providers declare, by name.
-func limitPolicies(cfg *chain.Config) map[string]limits.Policy {
+// LimitPolicies are the limits cfg's providers declare, by name.
+func LimitPolicies(cfg *chain.Config) map[string]limits.Policy {
 	out := make(map[string]limits.Policy, len(cfg.Providers))
 	for name, p := range cfg.Providers {
 		var pol limits.Policy

@@ -218,7 +218,7 @@ func (h *Hub) since(runID string, seq uint64) ([]store.Event, bool) {
 
 // eventJSON is ev as a stream sends it, encoded once for every stream
 // while the hub keeps the event.
-func (h *Hub) eventJSON(ev store.Event) []byte {
+func (h *Hub) EventJSON(ev store.Event) []byte {
 	h.mu.Lock()
 	k := h.kept(ev)
 	if k != nil && k.data != nil {

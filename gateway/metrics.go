@@ -294,7 +294,7 @@ func (m *Metrics) Register(gw *Gateway) {
 		}
 		return []sample{{value: float64(n)}}
 	})
-	m.registerLimits(gw.limits)
+	m.registerLimits(gw.Limits)
 	m.registerApprovals(gw)
 	m.registerQueues(gw)
 }
@@ -352,7 +352,7 @@ type MetricSample struct {
 }
 
 // samples reads the series of the metric called name, now.
-func (m *Metrics) samples(name string) []MetricSample {
+func (m *Metrics) Samples(name string) []MetricSample {
 	families, err := m.reg.Gather()
 	if err != nil {
 		return nil

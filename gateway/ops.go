@@ -32,14 +32,14 @@ func (l *Local) StartRun(ctx context.Context, chainName string, payload json.Raw
 	if len(bytes.TrimSpace(payload)) == 0 {
 		payload = json.RawMessage(`{}`)
 	}
-	if err := ParseJSON(payload, nil); err != nil {
+	if err := api.ParseJSON(payload, nil); err != nil {
 		return nil, api.BadRequest("invalid_json", "the run's payload must be one JSON value: %v", err)
 	}
 	if err := checkLabels(opts.Labels); err != nil {
 		return nil, err
 	}
 	in := engine.Input{Payload: payload, StartedBy: store.StartedByAPI, Labels: opts.Labels}
-	id, status, replayed, err := l.GW.startKeyed(ctx, chainName, startKeyPrefix(chainName), opts.IdempotencyKey, idempotencyTTL, in)
+	id, status, replayed, err := l.GW.StartKeyed(ctx, chainName, StartKeyPrefix(chainName), opts.IdempotencyKey, IdempotencyTTL, in)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +156,7 @@ func (l *Local) Events(ctx context.Context, id string, after uint64, follow bool
 	if _, err := l.GW.Store.RunHeader(ctx, id); err != nil {
 		return err
 	}
-	return l.events(ctx, id, after, follow, func(ev store.Event) error {
+	return l.StoreEvents(ctx, id, after, follow, func(ev store.Event) error {
 		if ev.Seq == 0 {
 			return nil
 		}
@@ -168,15 +168,15 @@ func (l *Local) Events(ctx context.Context, id string, after uint64, follow bool
 // whenever it has delivered what there is and waits for more, so that a
 // stream writes a batch of events at once and sends heartbeats while the
 // run is quiet.
-func (l *Local) events(ctx context.Context, id string, after uint64, follow bool, fn func(store.Event) error) error {
-	return l.eventsPaced(ctx, id, after, follow, 0, fn)
+func (l *Local) StoreEvents(ctx context.Context, id string, after uint64, follow bool, fn func(store.Event) error) error {
+	return l.StoreEventsPaced(ctx, id, after, follow, 0, fn)
 }
 
 // eventsPaced is events, delivering news at most once per pace: news that
 // finds the follower quiet goes at once, news that follows close behind
 // gathers until pace has passed since the last delivery, so a busy run's
 // commits go out together.
-func (l *Local) eventsPaced(ctx context.Context, id string, after uint64, follow bool, pace time.Duration, fn func(store.Event) error) error {
+func (l *Local) StoreEventsPaced(ctx context.Context, id string, after uint64, follow bool, pace time.Duration, fn func(store.Event) error) error {
 	var w *Watch
 	if follow && l.Hub != nil {
 		w = l.Hub.Watch(id)
@@ -387,12 +387,12 @@ func (l *Local) DLQEntry(ctx context.Context, id string) (*api.DLQEntry, error) 
 // its trigger as configured now; the run is that of its first alert, or
 // has no id when no alert of it asked for one (each was skipped).
 func (l *Local) Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*api.Run, error) {
-	run, _, err := l.replay(ctx, id, opts)
+	run, _, err := l.ReplayWithResults(ctx, id, opts)
 	return run, err
 }
 
 // replay is Replay, and for a delivery what each of its alerts did.
-func (l *Local) replay(ctx context.Context, id string, opts engine.ReplayOptions) (*api.Run, []api.TriggerResult, error) {
+func (l *Local) ReplayWithResults(ctx context.Context, id string, opts engine.ReplayOptions) (*api.Run, []api.TriggerResult, error) {
 	e, err := l.GW.Store.DLQ(ctx, id)
 	if err != nil {
 		return nil, nil, err
@@ -516,3 +516,10 @@ func (l *Local) PurgeDLQ(ctx context.Context, f store.DLQFilter) (int, error) {
 	}
 	return n, nil
 }
+
+// IdempotencyTTL is how long an Idempotency-Key keeps returning its run.
+const IdempotencyTTL = 24 * time.Hour
+
+// StartKeyPrefix is where a chain's start keys are claimed in the store:
+// the same key given to two chains starts a run of each.
+func StartKeyPrefix(chainName string) string { return "run/" + chainName + "/" }

@@ -78,7 +78,7 @@ func checkResolvedBuiltins(ctx context.Context, cfg *chain.Config, vals map[stri
 		}
 		diags = append(diags, checkResolved(ctx, p, info, impl, vals, red)...)
 	}
-	return sortDiagnostics(diags)
+	return SortDiagnostics(diags)
 }
 
 // pluginChecks remembers the external plugins whose filled-in config has

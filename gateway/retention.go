@@ -97,7 +97,7 @@ func (gw *Gateway) prune(ctx context.Context, opts *api.PruneOptions) (*api.Prun
 			batch.runs++
 			batch.freed.Add(freed)
 			if opts == nil || !opts.DryRun {
-				gw.prunes.Pruned(string(run.Status), 1, freed)
+				gw.Prunes.Pruned(string(run.Status), 1, freed)
 			}
 		},
 	}
@@ -123,10 +123,10 @@ func (gw *Gateway) prune(ctx context.Context, opts *api.PruneOptions) (*api.Prun
 	res.Kept = api.PruneKept{DeadLetter: stats.KeptForDeadLetter, Key: stats.KeptForKey, Parent: stats.KeptForParent}
 	res.OldestKept = stats.OldestKept
 	if stats.DeadLetters > 0 {
-		gw.prunes.DeadLettersPruned(stats.DeadLetters)
+		gw.Prunes.DeadLettersPruned(stats.DeadLetters)
 	}
 	if opts == nil && !stats.OldestKept.IsZero() {
-		gw.prunes.OldestKept(stats.OldestKept)
+		gw.Prunes.OldestKept(stats.OldestKept)
 	}
 	if (stats.Runs > 0 || stats.DeadLetters > 0) && !p.DryRun {
 		args := []any{"runs", batch.runs, "dead_letters", stats.DeadLetters, "freed_records", batch.freed.Records, "freed_bytes", batch.freed.Bytes,

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -35,10 +35,20 @@ const (
 // once between them, and a gateway that dies between claim and start
 // leaves the start to the next one that looks.
 type Scheduler struct {
-	srv *Server
-	mu  sync.Mutex
+	gw  *Gateway
+	log *slog.Logger
+	// draining reports that the gateway is shutting down: no tick starts
+	// a run then.
+	draining func() bool
+	mu       sync.Mutex
 	// last is, per schedule, the time up to which its ticks are handled.
 	last map[string]time.Time
+}
+
+// NewScheduler returns the scheduler of gw's [[schedules]]; draining
+// reports that the gateway is shutting down.
+func NewScheduler(gw *Gateway, log *slog.Logger, draining func() bool) *Scheduler {
+	return &Scheduler{gw: gw, log: log, draining: draining, last: map[string]time.Time{}}
 }
 
 // ScheduleFire is what one tick did.
@@ -50,9 +60,6 @@ type ScheduleFire struct {
 	Run    string `json:"run,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
-
-// Scheduler returns the server's scheduler; Run drives it from the clock.
-func (s *Server) Scheduler() *Scheduler { return s.sched }
 
 // Run starts scheduled runs until ctx is done, waiting for each next tick.
 func (sc *Scheduler) Run(ctx context.Context) {
@@ -80,10 +87,10 @@ func (sc *Scheduler) Run(ctx context.Context) {
 // passed while the gateway was stalled are not started one by one: only
 // the latest of them is.
 func (sc *Scheduler) Due(ctx context.Context, now time.Time) []ScheduleFire {
-	if sc.srv.draining.Load() {
+	if sc.draining() {
 		return nil
 	}
-	cfg := sc.srv.gw.Engine.Config()
+	cfg := sc.gw.Engine.Config()
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	var fired []ScheduleFire
@@ -115,8 +122,8 @@ func (sc *Scheduler) Due(ctx context.Context, now time.Time) []ScheduleFire {
 			continue
 		}
 		if skipped > 0 {
-			sc.srv.gw.door.Ticked(name, "missed", skipped)
-			sc.srv.log.Warn("schedule ticks passed while the gateway was not checking; starting the latest only", "schedule", name, "skipped", skipped, "tick", tick)
+			sc.gw.Door.Ticked(name, "missed", skipped)
+			sc.log.Warn("schedule ticks passed while the gateway was not checking; starting the latest only", "schedule", name, "skipped", skipped, "tick", tick)
 		}
 		if f, ok := sc.fire(ctx, s, tick, false, false); ok {
 			fired = append(fired, f)
@@ -133,7 +140,7 @@ func (sc *Scheduler) Due(ctx context.Context, now time.Time) []ScheduleFire {
 // NextTick is the earliest tick of any schedule after now.
 func (sc *Scheduler) NextTick(now time.Time) time.Time {
 	var next time.Time
-	cfg := sc.srv.gw.Engine.Config()
+	cfg := sc.gw.Engine.Config()
 	for _, name := range cfg.ScheduleNames {
 		if at := cfg.Schedules[name].Next(now); !at.IsZero() && (next.IsZero() || at.Before(next)) {
 			next = at
@@ -162,19 +169,19 @@ func tickTTL(s *chain.Schedule, tick time.Time) time.Duration {
 func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time, claimedOnly, catchUp bool) (ScheduleFire, bool) {
 	f := ScheduleFire{Schedule: s.Name, Tick: tick}
 	key := tickKey(s, tick)
-	log := sc.srv.log.With("schedule", s.Name, "tick", tick)
+	log := sc.log.With("schedule", s.Name, "tick", tick)
 	if claimedOnly {
-		id, err := sc.srv.gw.Store.KeyRun(ctx, key)
+		id, err := sc.gw.Store.KeyRun(ctx, key)
 		if err != nil || id == "" {
 			return f, false
 		}
-		if _, err := sc.srv.gw.Store.RunHeader(ctx, id); !errors.Is(err, store.ErrNotFound) {
+		if _, err := sc.gw.Store.RunHeader(ctx, id); !errors.Is(err, store.ErrNotFound) {
 			return f, false
 		}
 	}
-	if p, err := sc.srv.gw.Paused(ctx, api.PauseSchedule, s.Name); err == nil && p != nil {
+	if p, err := sc.gw.Paused(ctx, api.PauseSchedule, s.Name); err == nil && p != nil {
 		f.Action, f.Reason = "paused", fmt.Sprintf("paused by %s at %s%s", p.By, p.At.Format(time.RFC3339), reasonText(p.Reason))
-		sc.srv.gw.door.Ticked(s.Name, OutcomePaused, 1)
+		sc.gw.Door.Ticked(s.Name, OutcomePaused, 1)
 		log.Info("tick skipped: the schedule is paused", "paused_by", p.By)
 		return f, true
 	}
@@ -184,26 +191,26 @@ func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time
 	}
 	if err != nil {
 		f.Action, f.Reason = "failed", err.Error()
-		sc.srv.gw.door.Ticked(s.Name, OutcomeFailed, 1)
+		sc.gw.Door.Ticked(s.Name, OutcomeFailed, 1)
 		log.Error("scheduled run could not start", "err", err)
 		return f, true
 	}
 	switch {
 	case f.Action != "started":
-		sc.srv.gw.door.Ticked(s.Name, OutcomeDeduplicated, 1)
+		sc.gw.Door.Ticked(s.Name, OutcomeDeduplicated, 1)
 		log.Debug("tick already started", "run", f.Run)
 	case catchUp:
-		sc.srv.gw.door.Ticked(s.Name, "caught_up", 1)
+		sc.gw.Door.Ticked(s.Name, "caught_up", 1)
 		log.Info("scheduled run started for a tick missed while no gateway was checking", "run", f.Run, "chain", s.Chain)
 	default:
-		sc.srv.gw.door.Ticked(s.Name, OutcomeStarted, 1)
+		sc.gw.Door.Ticked(s.Name, OutcomeStarted, 1)
 		log.Info("scheduled run started", "run", f.Run, "chain", s.Chain)
 	}
 	return f, true
 }
 
 func (sc *Scheduler) start(ctx context.Context, s *chain.Schedule, tick time.Time, key string, in engine.Input) (id, status, action string, err error) {
-	id, status, replayed, err := sc.srv.gw.startKeyed(engine.WithActor(ctx, "schedule "+s.Name), s.Chain, "", key, tickTTL(s, tick), in)
+	id, status, replayed, err := sc.gw.StartKeyed(engine.WithActor(ctx, "schedule "+s.Name), s.Chain, "", key, tickTTL(s, tick), in)
 	if err != nil {
 		return "", "", "", err
 	}
@@ -256,8 +263,4 @@ func Schedules(ctx context.Context, cfg *chain.Config, st store.Store, now time.
 		out = append(out, info)
 	}
 	return out
-}
-
-func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"schedules": Schedules(r.Context(), s.gw.Engine.Config(), s.gw.Store, time.Now())})
 }

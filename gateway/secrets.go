@@ -248,7 +248,7 @@ func secretFix(cfg *chain.Config, name string) string {
 // cannot give its runs: one a template reads that is missing, or values
 // other than those it started with, which the engine takes only at start.
 // Refusing keeps runs from going on with a value the operator replaced.
-func (g *Gateway) checkReloadSecrets(cfg *chain.Config) error {
+func (g *Gateway) CheckReloadSecrets(cfg *chain.Config) error {
 	vals, err := loadSecrets(cfg)
 	if err != nil {
 		return err

@@ -90,13 +90,13 @@ func asks(req providers.Request) []string {
 	for _, b := range m.Blocks {
 		var actions struct {
 			Type     string        `json:"type"`
-			Elements []slackAction `json:"elements"`
+			Elements []SlackAction `json:"elements"`
 		}
 		if json.Unmarshal(b, &actions) != nil || actions.Type != "actions" {
 			continue
 		}
 		for _, e := range actions.Elements {
-			d, answers := strings.CutPrefix(e.ActionID, slackActionPrefix)
+			d, answers := strings.CutPrefix(e.ActionID, SlackActionPrefix)
 			if answers && (d == chain.DecisionApprove || d == chain.DecisionReject) && validQuestion(e.Value) && !slices.Contains(out, e.Value) {
 				out = append(out, e.Value)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/server"
 )
 
 // serveGateway runs a gateway API with the token "right" on a loopback
@@ -34,7 +35,7 @@ func serveGateway(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := gateway.NewServer(gw, hub, metrics, []string{cfgPath})
+	srv := server.NewServer(gw, hub, metrics, []string{cfgPath})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

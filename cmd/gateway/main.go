@@ -25,6 +25,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/internal/textx"
 	"github.com/chaingate/gateway/plugins/conformance"
 	"github.com/chaingate/gateway/plugins/host"
@@ -267,7 +268,7 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 	}
 	if err == nil && !*skipSecrets {
-		err = gateway.CheckServe(ctx, cfg)
+		err = server.CheckServe(ctx, cfg)
 	}
 	var ce *chain.ConfigError
 	switch {
@@ -723,7 +724,7 @@ func readPayload(arg string) (json.RawMessage, error) {
 			return nil, fmt.Errorf("reading payload: %w", err)
 		}
 	}
-	if err := gateway.ParseJSON(data, nil); err != nil {
+	if err := api.ParseJSON(data, nil); err != nil {
 		return nil, fmt.Errorf("--payload must be one JSON value: %w", err)
 	}
 	return data, nil

@@ -23,6 +23,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/chaintest"
+	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/internal/textx"
 )
@@ -256,7 +257,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, `gateway runs prune: --older-than must be a positive duration such as "36h", "30d" or "2w"`)
 			return exitUsage
 		}
-		if err := gateway.CheckRunStatus(store.RunStatus(*status)); err != nil || !store.RunStatus(*status).Final() && *status != "" {
+		if err := server.CheckRunStatus(store.RunStatus(*status)); err != nil || !store.RunStatus(*status).Final() && *status != "" {
 			fmt.Fprintln(stderr, "gateway runs prune: --status must be one a run ends with: succeeded, failed, cancelled, timed_out or skipped")
 			return exitUsage
 		}
@@ -264,8 +265,8 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if sub == "list" {
 		// The API's own checks, so a store and a server refuse alike.
-		_, labelErr := gateway.ParseLabels("--label", labels, false)
-		if err := errors.Join(gateway.CheckRunStatus(store.RunStatus(*status)), gateway.CheckStartedBy("--started-by", *startedBy), gateway.CheckHideChains("--hide-chain", hideChains), gateway.CheckRange("limit", *limit, api.MaxPageLimit), labelErr); err != nil {
+		_, labelErr := server.ParseLabels("--label", labels, false)
+		if err := errors.Join(server.CheckRunStatus(store.RunStatus(*status)), gateway.CheckStartedBy("--started-by", *startedBy), gateway.CheckHideChains("--hide-chain", hideChains), server.CheckRange("limit", *limit, api.MaxPageLimit), labelErr); err != nil {
 			fmt.Fprintf(stderr, "gateway runs list: %v\n", err)
 			return exitUsage
 		}
@@ -282,12 +283,12 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer done()
 	switch sub {
 	case "list":
-		since, err := gateway.ParseSince(*sinceArg)
+		since, err := server.ParseSince(*sinceArg)
 		if err != nil {
 			return fail(stderr, "runs", err)
 		}
 		// The table shows no payload; JSON carries the runs whole.
-		byLabel, _ := gateway.ParseLabels("--label", labels, false)
+		byLabel, _ := server.ParseLabels("--label", labels, false)
 		page, err := ops.ListRuns(ctx, store.RunFilter{Chain: *chainName, Status: store.RunStatus(*status), Since: since, Limit: *limit, Cursor: *cursor, NoOrigins: !t.json(),
 			StartedBy: *startedBy, HideChains: hideChains, Labels: byLabel})
 		if err != nil {
@@ -602,7 +603,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return parseExit(err)
 	}
-	since, err := gateway.ParseSince(*sinceArg)
+	since, err := server.ParseSince(*sinceArg)
 	if err != nil {
 		return fail(stderr, "dlq", err)
 	}
@@ -632,13 +633,13 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var checks []error
 	switch {
 	case sub == "list" && isSet(fs.FlagSet, "limit"):
-		checks = append(checks, gateway.CheckRange("limit", *limit, api.MaxPageLimit))
+		checks = append(checks, server.CheckRange("limit", *limit, api.MaxPageLimit))
 	case (sub == "replay" || sub == "purge") && *limit != 0:
 		// 0 means every entry the filter selects, as in the API.
-		checks = append(checks, gateway.CheckRange("limit", *limit, api.MaxBulkLimit))
+		checks = append(checks, server.CheckRange("limit", *limit, api.MaxBulkLimit))
 	}
 	if sub == "replay" && len(pos) == 0 {
-		checks = append(checks, gateway.CheckRange("concurrency", *concurrency, api.MaxConcurrency))
+		checks = append(checks, server.CheckRange("concurrency", *concurrency, api.MaxConcurrency))
 	}
 	if err := errors.Join(checks...); err != nil {
 		fmt.Fprintf(stderr, "gateway dlq %s: %v\n", sub, err)

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/plugins/conformance"
 	"github.com/chaingate/gateway/plugins/scaffold"
 )
@@ -163,7 +163,7 @@ func readJSONArg(flagName, arg string) (json.RawMessage, error) {
 			return nil, fmt.Errorf("reading %s: %w", flagName, err)
 		}
 	}
-	if err := gateway.ParseJSON(data, nil); err != nil {
+	if err := api.ParseJSON(data, nil); err != nil {
 		return nil, fmt.Errorf("%s must be one JSON value: %w", flagName, err)
 	}
 	return data, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/console"
+	"github.com/chaingate/gateway/gateway/server"
 )
 
 const serveHelp = `Usage: gateway serve --config PATH... [--listen ADDR] [--state URL]
@@ -67,18 +68,18 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		addr = cfg.Gateway.Listen
 	}
 	if addr == "" {
-		addr = gateway.DefaultListen
+		addr = server.DefaultListen
 	}
 	// Everything that can be refused is, before the store is opened.
 	if err := checkListen(addr); err != nil {
 		fmt.Fprintln(stderr, "gateway serve:", err)
 		return exitUsage
 	}
-	if err := gateway.CheckAuth(cfg, addr); err != nil {
+	if err := server.CheckAuth(cfg, addr); err != nil {
 		fmt.Fprintln(stderr, "gateway serve:", err)
 		return exitUsage
 	}
-	if !gateway.AuthConfigured(cfg) {
+	if !server.AuthConfigured(cfg) {
 		logger.Warn("no API tokens configured: the API is open to anyone who can reach " + addr)
 	}
 
@@ -97,7 +98,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			logger.Error("closing the gateway", "err", err)
 		}
 	}()
-	srv := gateway.NewServer(gw, hub, metrics, configs)
+	srv := server.NewServer(gw, hub, metrics, configs)
 	srv.MountConsole(func(base string) http.Handler { return console.New(srv, base, logger.With("component", "console")) })
 	if !*noWorker {
 		srv.WorkItems()

@@ -31,6 +31,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
+	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/providers/limits"
 )
 
@@ -56,7 +57,7 @@ type Host interface {
 	AuthEnabled() bool
 	// CheckToken checks a token signing in, counting a wrong one against
 	// the request's address as the API does.
-	CheckToken(r *http.Request, tok string) (gateway.Credential, error)
+	CheckToken(r *http.Request, tok string) (server.Credential, error)
 	// Authorize is the gateway's authorization seam: every page and action
 	// asks it whether the session's subject may act, before acting.
 	Authorize(ctx context.Context, sub authz.Subject, a authz.Action, t authz.Target) error
@@ -78,7 +79,7 @@ type Host interface {
 	LastReloadError() string
 }
 
-var _ Host = (*gateway.Server)(nil)
+var _ Host = (*server.Server)(nil)
 
 const (
 	sessionCookie = "chaingate_console"
@@ -176,7 +177,7 @@ func (c *console) handler() http.Handler {
 		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
 		if !c.host.AuthEnabled() {
-			if err := gateway.LoopbackOnly(r); err != nil {
+			if err := server.LoopbackOnly(r); err != nil {
 				c.fail(w, r, err.Status, err.Message)
 				return
 			}
@@ -463,11 +464,11 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	tok := strings.TrimSpace(r.PostFormValue("token"))
 	next := map[string]string{"Next": safeNext(c.base, r.PostFormValue("next"))}
-	cred, err := gateway.Credential{}, gateway.ErrUnknownToken
+	cred, err := server.Credential{}, server.ErrUnknownToken
 	if tok != "" {
 		cred, err = c.host.CheckToken(r, tok)
 	}
-	var wait *gateway.CredentialWaitError
+	var wait *server.CredentialWaitError
 	if errors.As(err, &wait) {
 		w.Header().Set("Retry-After", strconv.Itoa(wait.Seconds))
 		c.render(w, http.StatusTooManyRequests, "login.html", pageData{Title: "Sign in", Base: c.base, Body: next,
