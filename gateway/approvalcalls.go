@@ -14,6 +14,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/templates"
 )
@@ -113,7 +114,7 @@ func hasApprovalStep(c *chain.Chain) bool {
 // due, and settles the Slack messages of questions that no longer stand,
 // until ctx ends. hub, when the store is shared, brings other gateways'
 // runs; it may be nil.
-func (gw *Gateway) RunApprovalCalls(ctx context.Context, hub *Hub) {
+func (gw *Gateway) RunApprovalCalls(ctx context.Context, hub *events.Hub) {
 	l := &approvalLoop{gw: gw, ctx: ctx, clock: gw.Engine.Clock(), waits: map[string]*approvalWait{},
 		resolving: map[string]bool{}, retry: map[string]*questionRetry{}, done: make(chan questionResolved), swept: make(chan []string, 1),
 		settlers: make(chan struct{}, questionSettlers)}
@@ -184,7 +185,7 @@ type approvalLoop struct {
 	gw    *Gateway
 	ctx   context.Context
 	clock engine.Clock
-	watch *RunWatch
+	watch *events.RunWatch
 	// waits are the approval steps waiting, by run/step.
 	waits map[string]*approvalWait
 	// resolving are the questions being settled, by run/step; true has

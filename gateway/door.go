@@ -918,7 +918,7 @@ func (gw *Gateway) firingRun(ctx context.Context, id string) any {
 	if id == "" {
 		return nil
 	}
-	v, err := (&Local{GW: gw}).Run(ctx, id, false)
+	v, err := api.ReadRunView(ctx, gw.Store, id, false)
 	if err != nil {
 		return map[string]any{"id": id}
 	}
@@ -1093,12 +1093,12 @@ func (gw *Gateway) workDelivery(ctx context.Context, d *store.Delivery) (done bo
 	return done
 }
 
-// redeliver delivers a parked delivery again, through its trigger as
+// Redeliver delivers a parked delivery again, through its trigger as
 // configured now, and returns what each alert (or the group, or the body)
 // did, and the run the first of them started or found. The entry goes
 // once each alert in it is started, or found started, or skipped; else it
 // is kept, with a *APIError saying why.
-func (gw *Gateway) redeliver(ctx context.Context, e *store.DLQEntry) (string, []api.TriggerResult, error) {
+func (gw *Gateway) Redeliver(ctx context.Context, e *store.DLQEntry) (string, []api.TriggerResult, error) {
 	what := fmt.Sprintf("replaying delivery %s", e.ID)
 	tr := gw.Engine.Config().Triggers[e.Trigger]
 	if tr == nil {

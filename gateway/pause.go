@@ -127,15 +127,5 @@ func (gw *Gateway) Pauses(ctx context.Context) ([]*api.Pause, error) {
 	return out, nil
 }
 
-// Pause implements Ops.
-func (l *Local) Pause(ctx context.Context, kind, name, reason string) (*api.Pause, error) {
-	return l.GW.Pause(ctx, kind, name, reason)
-}
 
-// Resume implements Ops.
-func (l *Local) Resume(ctx context.Context, kind, name string) (*api.Pause, error) {
-	return l.GW.Resume(ctx, kind, name)
-}
 
-// Pauses implements Ops.
-func (l *Local) Pauses(ctx context.Context) ([]*api.Pause, error) { return l.GW.Pauses(ctx) }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/server"
 )
 
@@ -29,7 +30,7 @@ func serveGateway(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub, metrics := gateway.NewHub(), gateway.NewMetrics()
+	hub, metrics := events.NewHub(), gateway.NewMetrics()
 	gw, err := gateway.Open(context.Background(), gateway.Options{Config: cfg, State: filepath.Join(dir, "gw.db"), Logger: slog.New(slog.DiscardHandler),
 		OnEvent: func(ev store.Event) { hub.Publish(ev) }})
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/chaintest"
+	"github.com/chaingate/gateway/gateway/ops"
 	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/internal/textx"
@@ -70,7 +71,7 @@ func (t *target) open(ctx context.Context, stderr io.Writer) (api.Ops, *gateway.
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return &gateway.Local{GW: gw}, gw, func() { _ = gw.Close() }, nil
+	return &ops.Local{GW: gw}, gw, func() { _ = gw.Close() }, nil
 }
 
 var errUsage = errors.New("usage")
@@ -266,7 +267,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if sub == "list" {
 		// The API's own checks, so a store and a server refuse alike.
 		_, labelErr := server.ParseLabels("--label", labels, false)
-		if err := errors.Join(server.CheckRunStatus(store.RunStatus(*status)), gateway.CheckStartedBy("--started-by", *startedBy), gateway.CheckHideChains("--hide-chain", hideChains), server.CheckRange("limit", *limit, api.MaxPageLimit), labelErr); err != nil {
+		if err := errors.Join(server.CheckRunStatus(store.RunStatus(*status)), api.CheckStartedBy("--started-by", *startedBy), api.CheckHideChains("--hide-chain", hideChains), server.CheckRange("limit", *limit, api.MaxPageLimit), labelErr); err != nil {
 			fmt.Fprintf(stderr, "gateway runs list: %v\n", err)
 			return exitUsage
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/console"
+	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/server"
 )
 
@@ -83,7 +84,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		logger.Warn("no API tokens configured: the API is open to anyone who can reach " + addr)
 	}
 
-	hub := gateway.NewHub()
+	hub := events.NewHub()
 	metrics := gateway.NewMetrics()
 	gw, err := gateway.Open(ctx, gateway.Options{
 		Config: cfg, State: *state, Logger: logger, Observer: metrics, FanoutMetrics: metrics, LogOutcomes: true,

@@ -317,3 +317,21 @@ type ScheduleInfo struct {
 	LastTick time.Time `json:"last_tick,omitzero"`
 	LastRun  string    `json:"last_run,omitempty"`
 }
+
+// ReadRunView reads a run and its step records from st, those of split
+// items too with items.
+func ReadRunView(ctx context.Context, st store.Store, id string, items bool) (*RunView, error) {
+	run, err := st.Run(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	v := &RunView{Run: RunOf(run), Steps: map[string]*Step{}, DistributedSplits: []string{}}
+	err = st.ForEachStep(ctx, id, store.StepScan{SkipItems: !items}, func(rec *store.StepRecord) error {
+		v.Steps[rec.Key] = StepOf(rec)
+		if DistributedSplit(rec) {
+			v.DistributedSplits = append(v.DistributedSplits, rec.Key)
+		}
+		return nil
+	})
+	return v, err
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
+	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/providers/limits"
 )
@@ -67,7 +68,7 @@ type Host interface {
 	MetricSamples(name string) []gateway.MetricSample
 	Distributes() bool
 	// WatchRuns follows every run's status changes.
-	WatchRuns() *gateway.RunWatch
+	WatchRuns() *events.RunWatch
 	// ServeRunEvents streams a run's events, and ServeRunChanges every
 	// run's status changes, as the API does.
 	ServeRunEvents(w http.ResponseWriter, r *http.Request, id string, pace time.Duration)

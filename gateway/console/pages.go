@@ -19,8 +19,8 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/internal/textx"
 	"github.com/chaingate/gateway/providers/limits"
@@ -320,7 +320,7 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 	q := r.URL.Query()
 	cfg := c.host.Config()
 	v := &runsView{Chain: q.Get("chain"), Status: q.Get("status"), Since: q.Get("since"), ID: strings.TrimSpace(q.Get("id")), Cursor: q.Get("cursor"),
-		StartedBy: q.Get("started_by"), HideChains: q["hide_chain"], Chains: cfg.ChainNames, Statuses: runStatuses, StartedKinds: gateway.StartedKinds(), Labels: filledIn(q["label"])}
+		StartedBy: q.Get("started_by"), HideChains: q["hide_chain"], Chains: cfg.ChainNames, Statuses: runStatuses, StartedKinds: api.StartedKinds(), Labels: filledIn(q["label"])}
 	v.Live = v.Cursor == ""
 	for _, name := range cfg.TriggerNames {
 		v.StartedNamed = append(v.StartedNamed, store.StartedByTrigger+":"+name)
@@ -347,7 +347,7 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 	}
 	since, err := server.ParseSince(v.Since)
 	if err == nil {
-		err = cmp.Or(server.CheckRunStatus(store.RunStatus(v.Status)), gateway.CheckStartedBy("started by", v.StartedBy), gateway.CheckHideChains("hide chain", v.HideChains))
+		err = cmp.Or(server.CheckRunStatus(store.RunStatus(v.Status)), api.CheckStartedBy("started by", v.StartedBy), api.CheckHideChains("hide chain", v.HideChains))
 	}
 	var labels map[string]string
 	if err == nil {
@@ -969,7 +969,7 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 
 // followReplays counts the replayed runs as they end, until all have or ctx
 // ends.
-func (c *console) followReplays(ctx context.Context, job *bulkJob, running map[string]bool, watch *gateway.RunWatch) {
+func (c *console) followReplays(ctx context.Context, job *bulkJob, running map[string]bool, watch *events.RunWatch) {
 	check := func(id string) {
 		run, err := c.ops.RunHeader(ctx, id)
 		switch {

@@ -23,6 +23,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
+	"github.com/chaingate/gateway/gateway/ops"
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/internal/textx"
 )
@@ -247,7 +248,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	in := engine.Input{Payload: body, Metadata: requestMetadata(r), StartedBy: store.StartedByAPI, Labels: labels}
-	id, status, replayed, err := s.gw.StartKeyed(ctx, name, gateway.StartKeyPrefix(name), r.Header.Get("Idempotency-Key"), gateway.IdempotencyTTL, in)
+	id, status, replayed, err := s.gw.StartKeyed(ctx, name, ops.StartKeyPrefix(name), r.Header.Get("Idempotency-Key"), ops.IdempotencyTTL, in)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -350,7 +351,7 @@ func (s *Server) getChain(w http.ResponseWriter, r *http.Request) {
 func runFilter(r *http.Request) (store.RunFilter, error) {
 	q := r.URL.Query()
 	f := store.RunFilter{Chain: q.Get("chain"), Status: store.RunStatus(q.Get("status")), Cursor: q.Get("cursor"), StartedBy: q.Get("started_by"), HideChains: q["hide_chain"]}
-	if err := cmp.Or(CheckRunStatus(f.Status), gateway.CheckStartedBy("started_by", f.StartedBy), gateway.CheckHideChains("hide_chain", f.HideChains)); err != nil {
+	if err := cmp.Or(CheckRunStatus(f.Status), api.CheckStartedBy("started_by", f.StartedBy), api.CheckHideChains("hide_chain", f.HideChains)); err != nil {
 		return f, err
 	}
 	var err error

@@ -27,6 +27,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/console"
+	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins/host"
@@ -126,7 +127,7 @@ type apiEnv struct {
 	url    string
 	srv    *server.Server
 	gw     *gateway.Gateway
-	hub    *gateway.Hub
+	hub    *events.Hub
 	logs   *testutil.Buffer
 	client *http.Client
 	token  string
@@ -159,7 +160,7 @@ secrets_file = "secrets.env"
 		t.Fatal(err)
 	}
 	exe, _ := os.Executable()
-	hub, metrics := gateway.NewHub(), gateway.NewMetrics()
+	hub, metrics := events.NewHub(), gateway.NewMetrics()
 	logger := slog.New(slog.NewJSONHandler(env.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts := gateway.Options{
 		Config: cfg, State: state, Logger: logger, Executable: exe, Observer: metrics,

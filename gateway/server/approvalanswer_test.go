@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain/engine"
-	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/ops"
 )
 
 // answerFieldsConfig asks before restarting; the step after the question
@@ -122,7 +122,7 @@ func TestApprovalAnswerFields(t *testing.T) {
 		}, "reject", "ops (API)", "", false},
 		{"command line, on the store", func(t *testing.T) string {
 			id := asked(t, "person")
-			if _, err := (&gateway.Local{GW: env.gw}).Signal(engine.WithActor(ctx, "root@ops-1 (CLI)"), id, "ask", "approve", "by hand"); err != nil {
+			if _, err := (&ops.Local{GW: env.gw}).Signal(engine.WithActor(ctx, "root@ops-1 (CLI)"), id, "ask", "approve", "by hand"); err != nil {
 				t.Fatal(err)
 			}
 			return id

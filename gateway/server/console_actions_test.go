@@ -12,8 +12,8 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/ops"
 )
 
 // actionsConfig adds what the console's actions need besides the tour's
@@ -496,7 +496,7 @@ func TestStartRunOps(t *testing.T) {
 	t.Parallel()
 	env := newActionsAPI(t, "")
 	ctx := context.Background()
-	for name, ops := range map[string]api.Ops{"local": &gateway.Local{GW: env.gw}, "client": api.NewClient(env.url, "")} {
+	for name, ops := range map[string]api.Ops{"local": &ops.Local{GW: env.gw}, "client": api.NewClient(env.url, "")} {
 		run, err := ops.StartRun(ctx, "deploy", json.RawMessage(`{"host": "web-1"}`), api.StartOptions{Labels: map[string]string{"via": name}})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -514,7 +514,7 @@ func TestStartRunOps(t *testing.T) {
 			t.Errorf("%s: a label without a key was taken", name)
 		}
 	}
-	local, client := &gateway.Local{GW: env.gw}, api.NewClient(env.url, "")
+	local, client := &ops.Local{GW: env.gw}, api.NewClient(env.url, "")
 	ids := make(chan string, 2)
 	for _, ops := range []api.Ops{local, client} {
 		go func() {

@@ -7,6 +7,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/providers/limits"
 )
 
@@ -46,7 +47,7 @@ func (s *Server) MetricSamples(name string) []gateway.MetricSample { return s.me
 
 // WatchRuns follows every run's status changes, on every gateway sharing
 // the store, as GET /v1/events does; Close ends it.
-func (s *Server) WatchRuns() *gateway.RunWatch { return s.hub.WatchRuns() }
+func (s *Server) WatchRuns() *events.RunWatch { return s.hub.WatchRuns() }
 
 // Stopping ends when the server begins to shut down: work a request left
 // going in the background stops with it, and no run is started any more.

@@ -4,14 +4,14 @@ import (
 	"testing"
 
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/events"
 )
 
 // TestHubWakes checks that a watcher is woken once however many events it
 // misses (it reads them from the store), and only for its own run.
 func TestHubWakes(t *testing.T) {
 	t.Parallel()
-	h := gateway.NewHub()
+	h := events.NewHub()
 	w, other := h.Watch("r1"), h.Watch("r2")
 	defer other.Close()
 	for i := range 1000 {

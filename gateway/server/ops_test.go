@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/ops"
 )
 
 // TestOpsReadsAlike reads what the console reads through Ops, on the
@@ -31,7 +31,7 @@ func TestOpsReadsAlike(t *testing.T) {
 		waitRunEnd(t, env, id)
 	}
 	ctx := context.Background()
-	for name, ops := range map[string]api.Ops{"local": &gateway.Local{GW: env.gw}, "client": api.NewClient(env.url, "")} {
+	for name, ops := range map[string]api.Ops{"local": &ops.Local{GW: env.gw}, "client": api.NewClient(env.url, "")} {
 		h, err := ops.RunHeader(ctx, run.ID)
 		if err != nil || h.ID != run.ID || h.Status != string(store.RunSucceeded) || len(h.Origin.Payload) != 0 {
 			t.Errorf("%s: the run's header: %+v, %v", name, h, err)

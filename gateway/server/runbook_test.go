@@ -14,8 +14,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/ops"
 	"github.com/chaingate/gateway/internal/testutil/sshdtest"
 	"github.com/chaingate/gateway/providers/pagerduty/pagerdutytest"
 	"github.com/chaingate/gateway/providers/slack/slacktest"
@@ -268,7 +268,7 @@ func TestDiskRunbookOverSSH(t *testing.T) {
 		// A 100 KB value is past what the API takes in one request here, so
 		// it comes the way the API's start goes.
 		huge, _ := json.Marshal(map[string]any{"host": "127.0.0.1", "mount": logs, "log_dir": "/var/log/" + strings.Repeat("$(touch "+pwned+")", 100<<10/40)})
-		run, err := (&gateway.Local{GW: env.gw}).StartRun(t.Context(), "disk-full", huge, api.StartOptions{})
+		run, err := (&ops.Local{GW: env.gw}).StartRun(t.Context(), "disk-full", huge, api.StartOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

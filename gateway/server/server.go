@@ -26,14 +26,16 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
+	"github.com/chaingate/gateway/gateway/events"
+	"github.com/chaingate/gateway/gateway/ops"
 )
 
 // Server is a gateway's HTTP API and its lifecycle: intake, adoption of
 // runs other gateways left, reload, graceful shutdown.
 type Server struct {
 	gw      *gateway.Gateway
-	ops     *gateway.Local
-	hub     *gateway.Hub
+	ops     *ops.Local
+	hub     *events.Hub
 	metrics *gateway.Metrics
 	log     *slog.Logger
 	paths   []string // config paths, read again on reload
@@ -88,8 +90,8 @@ const (
 
 // NewServer returns the API of gw. hub and metrics must be the ones gw's
 // events and calls feed; paths are the config paths reload reads again.
-func NewServer(gw *gateway.Gateway, hub *gateway.Hub, metrics *gateway.Metrics, paths []string) *Server {
-	s := &Server{gw: gw, ops: &gateway.Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: gateway.DeliveryBudget, fails: newAuthFailures(time.Now), decide: authz.Decide}
+func NewServer(gw *gateway.Gateway, hub *events.Hub, metrics *gateway.Metrics, paths []string) *Server {
+	s := &Server{gw: gw, ops: &ops.Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: gateway.DeliveryBudget, fails: newAuthFailures(time.Now), decide: authz.Decide}
 	if metrics != nil {
 		gw.Door, gw.Prunes = metrics, metrics
 	}

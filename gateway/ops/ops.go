@@ -1,4 +1,7 @@
-package gateway
+// Package ops runs the operations on runs, dead letters and pauses (api.Ops)
+// on a gateway's own store and engine: what the API serves, the console
+// acts through, and the command line runs when it has the store at hand.
+package ops
 
 import (
 	"bytes"
@@ -13,14 +16,16 @@ import (
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/internal/textx"
 )
 
 // Local runs Ops on a gateway's own store and engine.
 type Local struct {
-	GW  *Gateway
-	Hub *Hub // optional: live events from this gateway without polling
+	GW  *gateway.Gateway
+	Hub *events.Hub // optional: live events from this gateway without polling
 }
 
 var _ api.Ops = (*Local)(nil)
@@ -52,15 +57,15 @@ func (l *Local) StartRun(ctx context.Context, chainName string, payload json.Raw
 
 // checkLabels refuses labels a run's start through the API would refuse.
 func checkLabels(labels map[string]string) error {
-	if len(labels) > MaxLabels {
-		return api.BadRequest("invalid_parameter", "label: %d labels, at most %d", len(labels), MaxLabels)
+	if len(labels) > gateway.MaxLabels {
+		return api.BadRequest("invalid_parameter", "label: %d labels, at most %d", len(labels), gateway.MaxLabels)
 	}
 	for k, v := range labels {
 		switch {
 		case k == "" || strings.Contains(k, "="):
 			return api.BadRequest("invalid_parameter", "label %q: a label is KEY=VALUE, its key neither empty nor holding =", textx.Short(k, 40))
-		case len(k) > MaxLabelKeyBytes || len(v) > MaxLabelValueSize:
-			return api.BadRequest("invalid_parameter", "label %q: a label's key is at most %d bytes and its value %d", textx.Short(k+"="+v, 40), MaxLabelKeyBytes, MaxLabelValueSize)
+		case len(k) > gateway.MaxLabelKeyBytes || len(v) > gateway.MaxLabelValueSize:
+			return api.BadRequest("invalid_parameter", "label %q: a label's key is at most %d bytes and its value %d", textx.Short(k+"="+v, 40), gateway.MaxLabelKeyBytes, gateway.MaxLabelValueSize)
 		}
 	}
 	return nil
@@ -77,19 +82,7 @@ func (l *Local) ListRuns(ctx context.Context, f store.RunFilter) (api.RunPage, e
 
 // Run implements Ops.
 func (l *Local) Run(ctx context.Context, id string, items bool) (*api.RunView, error) {
-	run, err := l.GW.Store.Run(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	v := &api.RunView{Run: api.RunOf(run), Steps: map[string]*api.Step{}, DistributedSplits: []string{}}
-	err = l.GW.Store.ForEachStep(ctx, id, store.StepScan{SkipItems: !items}, func(rec *store.StepRecord) error {
-		v.Steps[rec.Key] = api.StepOf(rec)
-		if api.DistributedSplit(rec) {
-			v.DistributedSplits = append(v.DistributedSplits, rec.Key)
-		}
-		return nil
-	})
-	return v, err
+	return api.ReadRunView(ctx, l.GW.Store, id, items)
 }
 
 // RunHeader implements Ops.
@@ -177,7 +170,7 @@ func (l *Local) StoreEvents(ctx context.Context, id string, after uint64, follow
 // gathers until pace has passed since the last delivery, so a busy run's
 // commits go out together.
 func (l *Local) StoreEventsPaced(ctx context.Context, id string, after uint64, follow bool, pace time.Duration, fn func(store.Event) error) error {
-	var w *Watch
+	var w *events.Watch
 	if follow && l.Hub != nil {
 		w = l.Hub.Watch(id)
 		defer w.Close()
@@ -188,7 +181,7 @@ func (l *Local) StoreEventsPaced(ctx context.Context, id string, after uint64, f
 		var evs []store.Event
 		if !fromStore {
 			var whole bool
-			evs, whole = l.Hub.since(id, after)
+			evs, whole = l.Hub.Since(id, after)
 			fromStore = !whole
 		}
 		if fromStore {
@@ -259,7 +252,7 @@ func (l *Local) StoreEventsPaced(ctx context.Context, id string, after uint64, f
 
 // watchC is the watch's wake-ups, or none without a watch. The events
 // themselves are read from the store, which has them in order.
-func watchC(w *Watch) <-chan struct{} {
+func watchC(w *events.Watch) <-chan struct{} {
 	if w == nil {
 		return nil
 	}
@@ -408,7 +401,7 @@ func (l *Local) replayEntry(ctx context.Context, e *store.DLQEntry, opts engine.
 		}
 		return api.RunOf(run), nil, nil
 	}
-	id, results, err := l.GW.redeliver(ctx, e)
+	id, results, err := l.GW.Redeliver(ctx, e)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,11 +1,10 @@
-package gateway
+package api
 
 import (
 	"slices"
 	"strings"
 
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/gateway/api"
 )
 
 // startedKinds are the ways a run starts, as a runs listing filters by
@@ -25,11 +24,11 @@ func CheckStartedBy(param, v string) error {
 	kind, name, named := strings.Cut(v, ":")
 	switch {
 	case !slices.Contains(startedKinds, kind):
-		return api.BadRequest("invalid_parameter", "%s %q is not one of %s (trigger and schedule may add :NAME)", param, v, strings.Join(startedKinds, ", "))
+		return BadRequest("invalid_parameter", "%s %q is not one of %s (trigger and schedule may add :NAME)", param, v, strings.Join(startedKinds, ", "))
 	case named && kind != store.StartedByTrigger && kind != store.StartedBySchedule:
-		return api.BadRequest("invalid_parameter", "%s %q: only trigger and schedule take a name; %s runs are listed by %q", param, v, kind, kind)
+		return BadRequest("invalid_parameter", "%s %q: only trigger and schedule take a name; %s runs are listed by %q", param, v, kind, kind)
 	case named && name == "":
-		return api.BadRequest("invalid_parameter", "%s %q names no %s: give %s or %s:NAME", param, v, kind, kind, kind)
+		return BadRequest("invalid_parameter", "%s %q names no %s: give %s or %s:NAME", param, v, kind, kind, kind)
 	}
 	return nil
 }
@@ -42,9 +41,9 @@ func CheckHideChains(param string, names []string) error {
 	for _, n := range names {
 		switch {
 		case n == "":
-			return api.BadRequest("invalid_parameter", "%s is empty: give the name of a chain to hide", param)
+			return BadRequest("invalid_parameter", "%s is empty: give the name of a chain to hide", param)
 		case strings.Contains(n, ","):
-			return api.BadRequest("invalid_parameter", "%s %q is not a chain name: repeat %s for each chain to hide", param, n, param)
+			return BadRequest("invalid_parameter", "%s %q is not a chain name: repeat %s for each chain to hide", param, n, param)
 		}
 	}
 	return nil

@@ -1,4 +1,6 @@
-package gateway
+// Package events wakes the streams that follow runs when their events are
+// durable: a run's own events, and every run's status changes.
+package events
 
 import (
 	"context"
@@ -198,9 +200,9 @@ func (w *RunWatch) Close() {
 	w.hub.mu.Unlock()
 }
 
-// since returns the run's events after seq from memory, and whether memory
+// Since returns the run's events after seq from memory, and whether memory
 // has them all: false when the events kept do not reach back to seq+1.
-func (h *Hub) since(runID string, seq uint64) ([]store.Event, bool) {
+func (h *Hub) Since(runID string, seq uint64) ([]store.Event, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r := h.recent[runID]
