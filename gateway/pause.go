@@ -126,6 +126,3 @@ func (gw *Gateway) Pauses(ctx context.Context) ([]*api.Pause, error) {
 	}
 	return out, nil
 }
-
-
-
