@@ -279,7 +279,7 @@ func TestDeployedAlertmanagerTrigger(t *testing.T) {
 	gw := startServe(t, dir, filepath.Join(dir, "gw.db"))
 	post := func(fixture, token string) (int, map[string]any) {
 		t.Helper()
-		body, err := os.Open(filepath.Join(repoRoot, "gateway/testdata/triggers", fixture))
+		body, err := os.Open(filepath.Join(repoRoot, "gateway/server/testdata/triggers", fixture))
 		if err != nil {
 			t.Fatal(err)
 		}
