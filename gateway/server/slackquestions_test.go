@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 	"github.com/chaingate/gateway/providers/slack/slacktest"
@@ -197,6 +198,10 @@ func TestSlackQuestionSettledAcrossGateways(t *testing.T) {
 		id := startRun(t, env, "restart-db", `{"host": "db-1:9100"}`)
 		waitAsking(t, env, id, "ask")
 		waitAskedTwice(t, slack)
+		// Slack has the notification once it is posted; the gateway keeps
+		// it as asking once the answer is back, which a gateway stopped in
+		// between never hears.
+		waitNoted(t, env, id, `approval step "ask": notified through slack`)
 		stop()
 		if code, _, raw := env.call("POST", "/v1/runs/"+id+"/cancel", "", nil, nil); code != http.StatusAccepted {
 			t.Fatalf("cancelling: %d %s", code, raw)
@@ -231,6 +236,25 @@ func TestSlackQuestionSettledAcrossGateways(t *testing.T) {
 			}
 		}
 	})
+}
+
+// waitNoted waits for a note on the run saying msg.
+func waitNoted(t *testing.T, env *apiEnv, id, msg string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		evs, err := env.gw.Store.Events(context.Background(), id, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Type == store.EventNote && ev.Message == msg {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s never noted %q: %+v", id, msg, evs)
+		}
+	}
 }
 
 // questionConfigFor is questionConfig on slack, asking as it does by
