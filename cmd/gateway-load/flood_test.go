@@ -14,6 +14,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/events"
+	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/gateway/server"
 )
 
@@ -30,7 +31,7 @@ func serveGateway(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub, metrics := events.NewHub(), gateway.NewMetrics()
+	hub, metrics := events.NewHub(), metrics.NewMetrics()
 	gw, err := gateway.Open(context.Background(), gateway.Options{Config: cfg, State: filepath.Join(dir, "gw.db"), Logger: slog.New(slog.DiscardHandler),
 		OnEvent: func(ev store.Event) { hub.Publish(ev) }})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/events"
+	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/gateway/server"
 )
 
@@ -54,7 +55,7 @@ func TestParkedDeliveryFromTheCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(server.NewServer(gw, events.NewHub(), gateway.NewMetrics(), []string{cfgFile}).Handler())
+	srv := httptest.NewServer(server.NewServer(gw, events.NewHub(), metrics.NewMetrics(), []string{cfgFile}).Handler())
 	alert := `{"version":"4","groupKey":"g","status":"firing","alerts":[{"status":"firing","labels":{"alertname":"A"},"startsAt":"T1","fingerprint":"fp1"}]}`
 	resp, err := http.Post(srv.URL+"/v1/triggers/am", "application/json", strings.NewReader(alert))
 	if err != nil {

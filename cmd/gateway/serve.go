@@ -16,6 +16,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/console"
 	"github.com/chaingate/gateway/gateway/events"
+	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/gateway/server"
 )
 
@@ -85,7 +86,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 
 	hub := events.NewHub()
-	metrics := gateway.NewMetrics()
+	metrics := metrics.NewMetrics()
 	gw, err := gateway.Open(ctx, gateway.Options{
 		Config: cfg, State: *state, Logger: logger, Observer: metrics, FanoutMetrics: metrics, LogOutcomes: true,
 		OnEvent: func(ev store.Event) { hub.Publish(ev); metrics.Event(ev) },

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/internal/textx"
 )
 
@@ -60,7 +61,7 @@ func cmdWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return exitUsage
 		}
 	}
-	metrics := gateway.NewMetrics()
+	metrics := metrics.NewMetrics()
 	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, ItemsOnly: true, Logger: logger, Observer: metrics, FanoutMetrics: metrics, LogOutcomes: true})
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway worker:", err)
@@ -114,7 +115,7 @@ func tuneWorkerGC() {
 	debug.SetMemoryLimit(workerMemoryLimit)
 }
 
-func workerHandler(m *gateway.Metrics) http.Handler {
+func workerHandler(m *metrics.Metrics) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -28,10 +28,10 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/events"
+	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/providers/limits"
 )
@@ -65,7 +65,7 @@ type Host interface {
 	// ProviderStats, MetricSamples and Distributes are what the Now page
 	// shows of providers and distributed splits.
 	ProviderStats() []limits.Stats
-	MetricSamples(name string) []gateway.MetricSample
+	MetricSamples(name string) []metrics.MetricSample
 	Distributes() bool
 	// WatchRuns follows every run's status changes.
 	WatchRuns() *events.RunWatch

@@ -28,6 +28,7 @@ import (
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/console"
 	"github.com/chaingate/gateway/gateway/events"
+	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins/host"
@@ -160,7 +161,7 @@ secrets_file = "secrets.env"
 		t.Fatal(err)
 	}
 	exe, _ := os.Executable()
-	hub, metrics := events.NewHub(), gateway.NewMetrics()
+	hub, metrics := events.NewHub(), metrics.NewMetrics()
 	logger := slog.New(slog.NewJSONHandler(env.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts := gateway.Options{
 		Config: cfg, State: state, Logger: logger, Executable: exe, Observer: metrics,

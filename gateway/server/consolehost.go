@@ -5,9 +5,9 @@ import (
 	"net/http"
 
 	"github.com/chaingate/gateway/chain"
-	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/events"
+	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/providers/limits"
 )
 
@@ -43,7 +43,7 @@ func (s *Server) Distributes() bool { return s.gw.Fanout != nil }
 
 // MetricSamples are the series of the metric called name, now, as
 // GET /metrics would show them.
-func (s *Server) MetricSamples(name string) []gateway.MetricSample { return s.metrics.Samples(name) }
+func (s *Server) MetricSamples(name string) []metrics.MetricSample { return s.metrics.Samples(name) }
 
 // WatchRuns follows every run's status changes, on every gateway sharing
 // the store, as GET /v1/events does; Close ends it.

@@ -12,6 +12,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/events"
+	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
@@ -131,7 +132,7 @@ func TestScheduleTicks(t *testing.T) {
 	}
 
 	// A gateway restarting after the nightly tick ran starts it no more.
-	restarted := server.NewServer(env.gw, events.NewHub(), gateway.NewMetrics(), nil)
+	restarted := server.NewServer(env.gw, events.NewHub(), metrics.NewMetrics(), nil)
 	if got := restarted.Scheduler().Due(ctx, at(t, "2026-11-26T02:30:00Z")); len(got) != 1 || got[0].Action != "replayed" || got[0].Run != runs[len(runs)-1] {
 		t.Errorf("a restart after the tick: %+v", got)
 	}

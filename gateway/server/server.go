@@ -27,6 +27,7 @@ import (
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/events"
+	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/gateway/ops"
 )
 
@@ -36,7 +37,7 @@ type Server struct {
 	gw      *gateway.Gateway
 	ops     *ops.Local
 	hub     *events.Hub
-	metrics *gateway.Metrics
+	metrics *metrics.Metrics
 	log     *slog.Logger
 	paths   []string // config paths, read again on reload
 
@@ -90,7 +91,7 @@ const (
 
 // NewServer returns the API of gw. hub and metrics must be the ones gw's
 // events and calls feed; paths are the config paths reload reads again.
-func NewServer(gw *gateway.Gateway, hub *events.Hub, metrics *gateway.Metrics, paths []string) *Server {
+func NewServer(gw *gateway.Gateway, hub *events.Hub, metrics *metrics.Metrics, paths []string) *Server {
 	s := &Server{gw: gw, ops: &ops.Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: gateway.DeliveryBudget, fails: newAuthFailures(time.Now), decide: authz.Decide}
 	if metrics != nil {
 		gw.Door, gw.Prunes = metrics, metrics

@@ -1,15 +1,16 @@
-package gateway
+package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/gateway"
 )
 
 // registerApprovals adds the metrics of approval steps, read from the
 // engines' statistics when scraped: those of the runs this process
 // advances, so that a cluster's total is the sum over its gateways.
-func (m *Metrics) registerApprovals(gw *Gateway) {
+func (m *Metrics) registerApprovals(gw *gateway.Gateway) {
 	stats := func() engine.ApprovalStats {
 		st := gw.Engine.Approvals()
 		if gw.Items != nil && gw.Items != gw.Engine {

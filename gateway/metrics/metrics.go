@@ -1,4 +1,7 @@
-package gateway
+// Package metrics is what the gateway counts and measures, as Prometheus
+// metrics: runs, steps, provider calls, trigger deliveries, schedules,
+// retention, approvals, queues and distributed splits.
+package metrics
 
 import (
 	"context"
@@ -13,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/providers/limits"
 )
 
@@ -264,7 +268,7 @@ func (m *Metrics) Write(w io.Writer) error {
 }
 
 // Register adds the gauges the gateway reads when scraped.
-func (m *Metrics) Register(gw *Gateway) {
+func (m *Metrics) Register(gw *gateway.Gateway) {
 	m.gauge("chaingate_dlq_depth", prometheus.GaugeValue, "Entries in the dead-letter queue.", nil, func() []sample {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
