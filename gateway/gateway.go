@@ -122,8 +122,6 @@ type Gateway struct {
 	Limits *limits.Set
 	// Door is told what trigger deliveries and schedule ticks did.
 	Door DoorObserver
-	// Prunes is told what retention removed.
-	Prunes PruneObserver
 	// inboxWake tells RunInbox that this gateway kept a delivery.
 	inboxWake chan struct{}
 	// providers are what steps call providers through, for the calls
@@ -240,7 +238,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	}
 	approvals.config = eng.Config
 	g := &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, ItemStore: itemStore, secrets: secretVals, Limits: lim,
-		Door: noDoorObserver{}, Prunes: noPruneObserver{}, inboxWake: make(chan struct{}, 1), providers: res, approvals: approvals, questions: questions}
+		Door: noDoorObserver{}, inboxWake: make(chan struct{}, 1), providers: res, approvals: approvals, questions: questions}
 	switch {
 	case fo == nil:
 	case opts.ItemsOnly:
@@ -478,4 +476,27 @@ func (r *resolver) spec(p *chain.Provider) host.Spec {
 		spec.Name = p.Name + "@" + hex.EncodeToString(sum[:4])
 	}
 	return spec
+}
+
+// StateURL is the store a command that works on a store without a gateway
+// names: state when given, else the config's [gateway].state, else
+// DefaultState, with the secrets its URL reads filled in.
+func StateURL(cfg *chain.Config, state string) (string, error) {
+	if state == "" && cfg != nil {
+		state = cfg.Gateway.State
+	}
+	if state == "" {
+		return DefaultState, nil
+	}
+	if !strings.Contains(state, "<<") {
+		return state, nil
+	}
+	vals, err := loadSecrets(cfg)
+	if err != nil {
+		return "", err
+	}
+	if state, err = fillURL(state, vals); err != nil {
+		return "", fmt.Errorf("filling in the secrets of the state URL: %w", err)
+	}
+	return state, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/chaingate/gateway/chain/store/backup"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/upkeep"
 	"github.com/chaingate/gateway/internal/textx"
 )
 
@@ -116,10 +117,10 @@ func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			printConfigError(stderr, err)
 			return exitUsage
 		}
-		from = gateway.StateName(url)
+		from = upkeep.StateName(url)
 		logger, _ := newLogger(stderr, "warn")
 		take = func(w io.Writer) (store.SnapshotInfo, error) {
-			info, err := gateway.BackupState(ctx, url, w, logger)
+			info, err := upkeep.BackupState(ctx, url, w, logger)
 			if errors.Is(err, store.ErrInUse) {
 				err = fmt.Errorf("%w; a gateway is running on it: take the backup through it with --server URL", err)
 			}
@@ -264,11 +265,11 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return fail(stderr, "restore", err)
 	}
 	logger, _ := newLogger(stderr, "warn")
-	info, err := gateway.RestoreState(ctx, r, url, logger)
+	info, err := upkeep.RestoreState(ctx, r, url, logger)
 	if err != nil {
 		return fail(stderr, "restore", err)
 	}
-	fmt.Fprintf(stdout, "restored %s (%d unfinished) into %s (%s)\n", textx.Count(info.Runs, "run", "runs"), info.Unfinished, gateway.StateName(url), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "restored %s (%d unfinished) into %s (%s)\n", textx.Count(info.Runs, "run", "runs"), info.Unfinished, upkeep.StateName(url), time.Since(start).Round(time.Millisecond))
 	if info.Unfinished > 0 {
 		fmt.Fprintln(stdout, "gateway resume, or gateway serve, carries the unfinished runs on")
 	}
@@ -295,10 +296,10 @@ func cmdCompact(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitUsage
 	}
 	start := time.Now()
-	info, err := gateway.CompactState(ctx, url)
+	info, err := upkeep.CompactState(ctx, url)
 	if err != nil {
 		return fail(stderr, "compact", err)
 	}
-	fmt.Fprintf(stdout, "compacted %s from %s to %s (%s)\n", gateway.StateName(url), byteSize(info.Before), byteSize(info.After), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "compacted %s from %s to %s (%s)\n", upkeep.StateName(url), byteSize(info.Before), byteSize(info.After), time.Since(start).Round(time.Millisecond))
 	return exitOK
 }

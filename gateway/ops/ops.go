@@ -19,6 +19,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/events"
+	"github.com/chaingate/gateway/gateway/upkeep"
 	"github.com/chaingate/gateway/internal/textx"
 )
 
@@ -26,6 +27,8 @@ import (
 type Local struct {
 	GW  *gateway.Gateway
 	Hub *events.Hub // optional: live events from this gateway without polling
+	// Prunes is told what a prune by hand removed; optional.
+	Prunes upkeep.Observer
 }
 
 var _ api.Ops = (*Local)(nil)
@@ -128,7 +131,7 @@ func (l *Local) DeleteRun(ctx context.Context, id string) (*api.DeleteResult, er
 
 // PruneRuns implements Ops.
 func (l *Local) PruneRuns(ctx context.Context, opts api.PruneOptions) (*api.PruneResult, error) {
-	return l.GW.Prune(ctx, opts)
+	return upkeep.NewRetention(l.GW, l.Prunes).Prune(ctx, opts)
 }
 
 // CancelRun implements Ops.

@@ -13,6 +13,7 @@ import (
 	"github.com/chaingate/gateway/chain/store/backup"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/upkeep"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
@@ -65,7 +66,7 @@ func TestBackupEndpoint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			info, err := gateway.RestoreState(context.Background(), r, fresh, slog.New(slog.DiscardHandler))
+			info, err := upkeep.RestoreState(context.Background(), r, fresh, slog.New(slog.DiscardHandler))
 			if err != nil || info.Runs != 3 || info.Unfinished != 0 {
 				t.Fatalf("restoring: %+v %v", info, err)
 			}
@@ -100,14 +101,14 @@ func TestStateKindsMustMatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = gateway.RestoreState(context.Background(), r, "redis://:secret-pw@127.0.0.1:6379/0?prefix=x:", slog.New(slog.DiscardHandler))
+	_, err = upkeep.RestoreState(context.Background(), r, "redis://:secret-pw@127.0.0.1:6379/0?prefix=x:", slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "the backup holds a bolt store, and redis://:xxxxx@127.0.0.1:6379/0?prefix=x: names a redis one: restore it into an embedded store") {
 		t.Errorf("a bolt backup into Redis: %v", err)
 	}
-	if _, err := gateway.CompactState(context.Background(), "redis://127.0.0.1:6379/0"); err == nil || !strings.Contains(err.Error(), "embedded store file") {
+	if _, err := upkeep.CompactState(context.Background(), "redis://127.0.0.1:6379/0"); err == nil || !strings.Contains(err.Error(), "embedded store file") {
 		t.Errorf("compacting Redis: %v", err)
 	}
-	if _, err := gateway.BackupState(context.Background(), "etcd://x", &buf, nil); err == nil || !strings.Contains(err.Error(), `unsupported state URL scheme "etcd"`) {
+	if _, err := upkeep.BackupState(context.Background(), "etcd://x", &buf, nil); err == nil || !strings.Contains(err.Error(), `unsupported state URL scheme "etcd"`) {
 		t.Errorf("an unknown store: %v", err)
 	}
 }

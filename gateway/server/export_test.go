@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/gateway/authz"
+	"github.com/chaingate/gateway/gateway/upkeep"
 )
 
 // SetDeliveryBudget bounds how long a trigger delivery's alerts are
@@ -33,3 +34,6 @@ func (s *Server) SetDecide(fn func(authz.Subject, authz.Action, authz.Target) er
 	defer s.mu.Unlock()
 	s.decide = fn
 }
+
+// Retention is the server's retention, which Run drives.
+func (s *Server) Retention() *upkeep.Retention { return s.retention }

@@ -91,7 +91,7 @@ func TestRetentionPrunes(t *testing.T) {
 		env := newAPIOn(t, "[gateway.retention]\nsucceeded = \"1s\"\ninterval = \"1s\"\n", state)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		go env.gw.RunRetention(ctx)
+		go env.srv.Retention().Run(ctx)
 		ok := startWait(t, env, "hello", `{}`)
 		failed := startWait(t, env, "breaks", `{}`)
 		// The run is gone before its batch is counted and logged: wait for

@@ -29,6 +29,7 @@ import (
 	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/gateway/ops"
+	"github.com/chaingate/gateway/gateway/upkeep"
 )
 
 // Server is a gateway's HTTP API and its lifecycle: intake, adoption of
@@ -73,6 +74,8 @@ type Server struct {
 	// console builds the web console's handler for its base path; nil
 	// serves none.
 	console func(base string) http.Handler
+	// retention prunes what the config no longer keeps.
+	retention *upkeep.Retention
 	// decide is the authorization seam's rule (authz.Decide).
 	decide func(authz.Subject, authz.Action, authz.Target) error
 }
@@ -93,9 +96,11 @@ const (
 // events and calls feed; paths are the config paths reload reads again.
 func NewServer(gw *gateway.Gateway, hub *events.Hub, metrics *metrics.Metrics, paths []string) *Server {
 	s := &Server{gw: gw, ops: &ops.Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: gateway.DeliveryBudget, fails: newAuthFailures(time.Now), decide: authz.Decide}
+	var prunes upkeep.Observer
 	if metrics != nil {
-		gw.Door, gw.Prunes = metrics, metrics
+		gw.Door, prunes, s.ops.Prunes = metrics, metrics, metrics
 	}
+	s.retention = upkeep.NewRetention(gw, prunes)
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.aborting, s.abort = context.WithCancel(context.Background())
 	metrics.Register(gw)
@@ -307,7 +312,7 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 		defer close(inboxDone)
 		s.gw.RunInbox(s.stopping)
 	}()
-	go s.gw.RunRetention(s.stopping)
+	go s.retention.Run(s.stopping)
 	go s.gw.RunApprovalCalls(s.stopping, s.hub)
 	workerCtx, stopWorker := context.WithCancel(context.Background())
 	defer stopWorker()

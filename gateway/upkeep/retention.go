@@ -1,4 +1,7 @@
-package gateway
+// Package upkeep keeps a gateway's store in shape: retention, which prunes
+// what the config no longer keeps, on a timer and by hand, and the store's
+// backup, restore and compaction.
+package upkeep
 
 import (
 	"context"
@@ -9,29 +12,45 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 )
 
-// PruneObserver is told what retention removed, for metrics.
-type PruneObserver interface {
+// Observer is told what retention removed, for metrics.
+type Observer interface {
 	Pruned(status string, runs int, freed store.Freed)
 	DeadLettersPruned(n int)
 	OldestKept(ended time.Time)
 }
 
-type noPruneObserver struct{}
+type noObserver struct{}
 
-func (noPruneObserver) Pruned(string, int, store.Freed) {}
-func (noPruneObserver) DeadLettersPruned(int)           {}
-func (noPruneObserver) OldestKept(time.Time)            {}
+func (noObserver) Pruned(string, int, store.Freed) {}
+func (noObserver) DeadLettersPruned(int)           {}
+func (noObserver) OldestKept(time.Time)            {}
+
+// Retention prunes a gateway's store as its config says.
+type Retention struct {
+	*gateway.Gateway
+	obs Observer
+}
+
+// NewRetention returns gw's retention, telling obs (nil: no one) what it
+// removes.
+func NewRetention(gw *gateway.Gateway, obs Observer) *Retention {
+	if obs == nil {
+		obs = noObserver{}
+	}
+	return &Retention{Gateway: gw, obs: obs}
+}
 
 // listedPruned bounds how many pruned run ids a result lists.
 const listedPruned = 1000
 
-// RunRetention prunes, every [gateway.retention] interval, what retention
+// Run prunes, every [gateway.retention] interval, what retention
 // no longer keeps, until ctx ends. Of gateways sharing a store, the one
 // that claims a pass does it; the others skip it.
-func (gw *Gateway) RunRetention(ctx context.Context) {
+func (gw *Retention) Run(ctx context.Context) {
 	for {
 		interval := gw.Engine.Config().Gateway.Retention.Interval
 		t := time.NewTimer(interval)
@@ -59,7 +78,7 @@ func (gw *Gateway) RunRetention(ctx context.Context) {
 
 // Prune removes what opts select: the runs that ended longer ago than
 // OlderThan, with retention's exceptions.
-func (gw *Gateway) Prune(ctx context.Context, opts api.PruneOptions) (*api.PruneResult, error) {
+func (gw *Retention) Prune(ctx context.Context, opts api.PruneOptions) (*api.PruneResult, error) {
 	if opts.OlderThan <= 0 {
 		return nil, api.BadRequest("invalid_parameter", "older_than must be a positive duration, e.g. 720h or 30d")
 	}
@@ -71,7 +90,7 @@ func (gw *Gateway) Prune(ctx context.Context, opts api.PruneOptions) (*api.Prune
 
 // prune removes what retention no longer keeps, dead-letter entries
 // included, or, by hand, what opts select.
-func (gw *Gateway) prune(ctx context.Context, opts *api.PruneOptions) (*api.PruneResult, error) {
+func (gw *Retention) prune(ctx context.Context, opts *api.PruneOptions) (*api.PruneResult, error) {
 	cfg := gw.Engine.Config()
 	ret := cfg.Gateway.Retention
 	res := &api.PruneResult{Runs: map[string]int{}, IDs: []string{}}
@@ -97,7 +116,7 @@ func (gw *Gateway) prune(ctx context.Context, opts *api.PruneOptions) (*api.Prun
 			batch.runs++
 			batch.freed.Add(freed)
 			if opts == nil || !opts.DryRun {
-				gw.Prunes.Pruned(string(run.Status), 1, freed)
+				gw.obs.Pruned(string(run.Status), 1, freed)
 			}
 		},
 	}
@@ -123,10 +142,10 @@ func (gw *Gateway) prune(ctx context.Context, opts *api.PruneOptions) (*api.Prun
 	res.Kept = api.PruneKept{DeadLetter: stats.KeptForDeadLetter, Key: stats.KeptForKey, Parent: stats.KeptForParent}
 	res.OldestKept = stats.OldestKept
 	if stats.DeadLetters > 0 {
-		gw.Prunes.DeadLettersPruned(stats.DeadLetters)
+		gw.obs.DeadLettersPruned(stats.DeadLetters)
 	}
 	if opts == nil && !stats.OldestKept.IsZero() {
-		gw.Prunes.OldestKept(stats.OldestKept)
+		gw.obs.OldestKept(stats.OldestKept)
 	}
 	if (stats.Runs > 0 || stats.DeadLetters > 0) && !p.DryRun {
 		args := []any{"runs", batch.runs, "dead_letters", stats.DeadLetters, "freed_records", batch.freed.Records, "freed_bytes", batch.freed.Bytes,

@@ -1,4 +1,4 @@
-package gateway
+package upkeep
 
 import (
 	"context"
@@ -9,39 +9,16 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/backup"
 	"github.com/chaingate/gateway/chain/store/bolt"
 	redisstore "github.com/chaingate/gateway/chain/store/redis"
+	"github.com/chaingate/gateway/gateway"
 )
-
-// StateURL is the store a command that works on a store without a gateway
-// names: state when given, else the config's [gateway].state, else
-// DefaultState, with the secrets its URL reads filled in.
-func StateURL(cfg *chain.Config, state string) (string, error) {
-	if state == "" && cfg != nil {
-		state = cfg.Gateway.State
-	}
-	if state == "" {
-		return DefaultState, nil
-	}
-	if !strings.Contains(state, "<<") {
-		return state, nil
-	}
-	vals, err := loadSecrets(cfg)
-	if err != nil {
-		return "", err
-	}
-	if state, err = fillURL(state, vals); err != nil {
-		return "", fmt.Errorf("filling in the secrets of the state URL: %w", err)
-	}
-	return state, nil
-}
 
 // StateName is a state URL as it may be shown: a Redis password hidden.
 func StateName(state string) string {
-	if file := StateFile(state); file != "" {
+	if file := gateway.StateFile(state); file != "" {
 		return file
 	}
 	if u, err := url.Parse(state); err == nil {
@@ -72,7 +49,7 @@ func BackupState(ctx context.Context, state string, w io.Writer, log *slog.Logge
 		return store.SnapshotInfo{}, err
 	}
 	if kind == bolt.Kind {
-		return bolt.SnapshotFile(ctx, StateFile(state), w, 0)
+		return bolt.SnapshotFile(ctx, gateway.StateFile(state), w, 0)
 	}
 	st, err := redisstore.OpenURL(ctx, state, log)
 	if err != nil {
@@ -98,7 +75,7 @@ func RestoreState(ctx context.Context, r *backup.Reader, state string, log *slog
 		return store.SnapshotInfo{}, fmt.Errorf("the backup holds a %s store, and %s names a %s one: restore it into %s", h.Kind, StateName(state), kind, want)
 	}
 	if kind == bolt.Kind {
-		return bolt.Restore(ctx, r, StateFile(state))
+		return bolt.Restore(ctx, r, gateway.StateFile(state))
 	}
 	st, err := redisstore.OpenURL(ctx, state, log)
 	if err != nil {
@@ -115,5 +92,5 @@ func CompactState(ctx context.Context, state string) (bolt.CompactInfo, error) {
 	} else if kind != bolt.Kind {
 		return bolt.CompactInfo{}, errors.New("compact works on an embedded store file; Redis frees the memory of deleted keys itself")
 	}
-	return bolt.Compact(ctx, StateFile(state), 0)
+	return bolt.Compact(ctx, gateway.StateFile(state), 0)
 }
