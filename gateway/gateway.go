@@ -120,10 +120,6 @@ type Gateway struct {
 	secrets map[string]string
 	// Limits pace and guard calls to each provider, across all runs.
 	Limits *limits.Set
-	// Door is told what trigger deliveries and schedule ticks did.
-	Door DoorObserver
-	// inboxWake tells RunInbox that this gateway kept a delivery.
-	inboxWake chan struct{}
 	// providers are what steps call providers through, for the calls
 	// approval steps make while they wait.
 	providers engine.ProviderResolver
@@ -238,7 +234,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	}
 	approvals.config = eng.Config
 	g := &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, ItemStore: itemStore, secrets: secretVals, Limits: lim,
-		Door: noDoorObserver{}, inboxWake: make(chan struct{}, 1), providers: res, approvals: approvals, questions: questions}
+		providers: res, approvals: approvals, questions: questions}
 	switch {
 	case fo == nil:
 	case opts.ItemsOnly:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/schedules"
 )
 
 const schedulesHelp = `Usage:
@@ -51,7 +52,7 @@ func cmdSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if err != nil {
 			return fail(stderr, "schedules", err)
 		}
-		list = gateway.Schedules(ctx, gw.Config, gw.Store, time.Now())
+		list = schedules.Schedules(ctx, gw.Config, gw.Store, time.Now())
 		done()
 	default:
 		cfg, err := gateway.LoadConfig(t.configs)
@@ -59,7 +60,7 @@ func cmdSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			printConfigError(stderr, err)
 			return exitUsage
 		}
-		list = gateway.Schedules(ctx, cfg, nil, time.Now())
+		list = schedules.Schedules(ctx, cfg, nil, time.Now())
 	}
 	if t.json() {
 		printJSON(stdout, list)

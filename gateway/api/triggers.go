@@ -67,3 +67,27 @@ type Pause struct {
 	At     time.Time `json:"at"`
 	Reason string    `json:"reason,omitempty"`
 }
+
+// What the door did with one alert, group or body, as metrics name it.
+const (
+	OutcomeStarted      = "started"
+	OutcomeDeduplicated = "deduplicated"
+	OutcomeSkipped      = "skipped"
+	// OutcomeResolved is a resolution that started no run but applied
+	// on_resolve to the run its firing started.
+	OutcomeResolved = "resolved"
+	OutcomeParked   = "parked"
+	OutcomeQueued   = "queued"
+	OutcomeFailed   = "failed"
+	OutcomeRefused  = "refused"
+	// OutcomePaused is a schedule's tick skipped while the schedule is
+	// paused (a paused trigger's deliveries are parked).
+	OutcomePaused = "paused"
+)
+
+// Bounds on a run's labels: what is beyond them is left out.
+const (
+	MaxLabels         = 64
+	MaxLabelKeyBytes  = 128
+	MaxLabelValueSize = 1024
+)

@@ -25,6 +25,8 @@ import (
 	"github.com/chaingate/gateway/chain/store/memory"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/door"
+	"github.com/chaingate/gateway/gateway/schedules"
 )
 
 // Options says which cases run and how.
@@ -338,7 +340,7 @@ func (s *Suite) start(ctx context.Context, gw *gateway.Gateway, c *Case, res *Re
 		return []string{run.ID}, nil
 	case c.Schedule != "":
 		sch := gw.Config.Schedules[c.Schedule]
-		in, err := gateway.ScheduleInput(sch, gw.Engine.Clock().Now())
+		in, err := schedules.ScheduleInput(sch, gw.Engine.Clock().Now())
 		if err != nil {
 			return nil, err
 		}
@@ -355,7 +357,7 @@ func (s *Suite) start(ctx context.Context, gw *gateway.Gateway, c *Case, res *Re
 	for k, v := range c.Headers {
 		h.Set(k, v)
 	}
-	resp, err := gw.Deliver(ctx, c.Trigger, c.Request, h)
+	resp, err := door.New(gw, nil).Deliver(ctx, c.Trigger, c.Request, h)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/door"
 	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/upkeep"
 	"github.com/chaingate/gateway/internal/textx"
@@ -29,6 +30,16 @@ type Local struct {
 	Hub *events.Hub // optional: live events from this gateway without polling
 	// Prunes is told what a prune by hand removed; optional.
 	Prunes upkeep.Observer
+	// Door replays deliveries and pauses triggers; without it, one that
+	// tells no one.
+	Door *door.Door
+}
+
+func (l *Local) door() *door.Door {
+	if l.Door != nil {
+		return l.Door
+	}
+	return door.New(l.GW, nil)
 }
 
 var _ api.Ops = (*Local)(nil)
@@ -60,15 +71,15 @@ func (l *Local) StartRun(ctx context.Context, chainName string, payload json.Raw
 
 // checkLabels refuses labels a run's start through the API would refuse.
 func checkLabels(labels map[string]string) error {
-	if len(labels) > gateway.MaxLabels {
-		return api.BadRequest("invalid_parameter", "label: %d labels, at most %d", len(labels), gateway.MaxLabels)
+	if len(labels) > api.MaxLabels {
+		return api.BadRequest("invalid_parameter", "label: %d labels, at most %d", len(labels), api.MaxLabels)
 	}
 	for k, v := range labels {
 		switch {
 		case k == "" || strings.Contains(k, "="):
 			return api.BadRequest("invalid_parameter", "label %q: a label is KEY=VALUE, its key neither empty nor holding =", textx.Short(k, 40))
-		case len(k) > gateway.MaxLabelKeyBytes || len(v) > gateway.MaxLabelValueSize:
-			return api.BadRequest("invalid_parameter", "label %q: a label's key is at most %d bytes and its value %d", textx.Short(k+"="+v, 40), gateway.MaxLabelKeyBytes, gateway.MaxLabelValueSize)
+		case len(k) > api.MaxLabelKeyBytes || len(v) > api.MaxLabelValueSize:
+			return api.BadRequest("invalid_parameter", "label %q: a label's key is at most %d bytes and its value %d", textx.Short(k+"="+v, 40), api.MaxLabelKeyBytes, api.MaxLabelValueSize)
 		}
 	}
 	return nil
@@ -404,7 +415,7 @@ func (l *Local) replayEntry(ctx context.Context, e *store.DLQEntry, opts engine.
 		}
 		return api.RunOf(run), nil, nil
 	}
-	id, results, err := l.GW.Redeliver(ctx, e)
+	id, results, err := l.door().Redeliver(ctx, e)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -8,13 +8,13 @@ import (
 
 // Pause implements Ops.
 func (l *Local) Pause(ctx context.Context, kind, name, reason string) (*api.Pause, error) {
-	return l.GW.Pause(ctx, kind, name, reason)
+	return l.door().Pause(ctx, kind, name, reason)
 }
 
 // Resume implements Ops.
 func (l *Local) Resume(ctx context.Context, kind, name string) (*api.Pause, error) {
-	return l.GW.Resume(ctx, kind, name)
+	return l.door().Resume(ctx, kind, name)
 }
 
 // Pauses implements Ops.
-func (l *Local) Pauses(ctx context.Context) ([]*api.Pause, error) { return l.GW.Pauses(ctx) }
+func (l *Local) Pauses(ctx context.Context) ([]*api.Pause, error) { return l.door().Pauses(ctx) }

@@ -20,7 +20,6 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
-	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/ops"
@@ -382,8 +381,8 @@ func ParseLabels(name string, args []string, values bool) (map[string]string, er
 	if len(args) == 0 {
 		return nil, nil
 	}
-	if len(args) > gateway.MaxLabels {
-		return nil, api.BadRequest("invalid_parameter", "%s: %d labels, at most %d", name, len(args), gateway.MaxLabels)
+	if len(args) > api.MaxLabels {
+		return nil, api.BadRequest("invalid_parameter", "%s: %d labels, at most %d", name, len(args), api.MaxLabels)
 	}
 	out := make(map[string]string, len(args))
 	for _, a := range args {
@@ -393,8 +392,8 @@ func ParseLabels(name string, args []string, values bool) (map[string]string, er
 			return nil, api.BadRequest("invalid_parameter", "%s %q: a label is KEY=VALUE", name, a)
 		case values && !eq:
 			return nil, api.BadRequest("invalid_parameter", "%s %q: a label is KEY=VALUE", name, a)
-		case len(k) > gateway.MaxLabelKeyBytes || len(v) > gateway.MaxLabelValueSize:
-			return nil, api.BadRequest("invalid_parameter", "%s %q: a label's key is at most %d bytes and its value %d", name, textx.Short(a, 40), gateway.MaxLabelKeyBytes, gateway.MaxLabelValueSize)
+		case len(k) > api.MaxLabelKeyBytes || len(v) > api.MaxLabelValueSize:
+			return nil, api.BadRequest("invalid_parameter", "%s %q: a label's key is at most %d bytes and its value %d", name, textx.Short(a, 40), api.MaxLabelKeyBytes, api.MaxLabelValueSize)
 		}
 		out[k] = v
 	}

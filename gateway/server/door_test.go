@@ -72,7 +72,7 @@ func TestConcurrentDeliveriesStartOneRun(t *testing.T) {
 					env := newAPIOn(t, extra, state)
 					// What a delivery keeps past its answer's budget is
 					// started by the inbox, as serve runs it.
-					go env.gw.RunInbox(ctx)
+					go env.srv.Door().RunInbox(ctx)
 					envs = append(envs, env)
 				}
 				type answer struct {
@@ -480,7 +480,7 @@ func largeDelivery(t *testing.T, state string, budget time.Duration) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go env.gw.RunInbox(ctx)
+	go env.srv.Door().RunInbox(ctx)
 	var alerts []string
 	for i := range sent {
 		alerts = append(alerts, fmt.Sprintf("fp%04d T1 firing", i))

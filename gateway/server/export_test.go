@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/gateway/authz"
+	"github.com/chaingate/gateway/gateway/door"
 	"github.com/chaingate/gateway/gateway/upkeep"
 )
 
@@ -37,3 +38,6 @@ func (s *Server) SetDecide(fn func(authz.Subject, authz.Action, authz.Target) er
 
 // Retention is the server's retention, which Run drives.
 func (s *Server) Retention() *upkeep.Retention { return s.retention }
+
+// Door is the server's door.
+func (s *Server) Door() *door.Door { return s.door }

@@ -84,7 +84,7 @@ func TestPauseSchedule(t *testing.T) {
 	t.Parallel()
 	env := newAPI(t, scheduleConfig)
 	ctx := engine.WithActor(context.Background(), "alice")
-	if _, err := env.gw.Pause(ctx, api.PauseSchedule, "every-5m", "maintenance"); err != nil {
+	if _, err := env.srv.Door().Pause(ctx, api.PauseSchedule, "every-5m", "maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range env.srv.Scheduler().Due(ctx, at(t, "2026-11-25T09:06:00Z")) {
@@ -92,7 +92,7 @@ func TestPauseSchedule(t *testing.T) {
 			t.Errorf("a paused schedule's tick: %+v", f)
 		}
 	}
-	if p, err := env.gw.Resume(ctx, api.PauseSchedule, "every-5m"); err != nil || p == nil || p.Reason != "maintenance" {
+	if p, err := env.srv.Door().Resume(ctx, api.PauseSchedule, "every-5m"); err != nil || p == nil || p.Reason != "maintenance" {
 		t.Fatalf("resume: %v %+v", err, p)
 	}
 	for _, f := range env.srv.Scheduler().Due(ctx, at(t, "2026-11-25T09:11:00Z")) {

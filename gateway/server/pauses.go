@@ -13,7 +13,7 @@ type pauseBody struct {
 }
 
 func (s *Server) listPauses(w http.ResponseWriter, r *http.Request) {
-	ps, err := s.gw.Pauses(r.Context())
+	ps, err := s.door.Pauses(r.Context())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -33,12 +33,12 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, api.BadRequest("invalid_parameter", "reason is %d bytes; at most %d", len(b.Reason), MaxComment))
 		return
 	}
-	before, err := s.gw.Paused(r.Context(), r.PathValue("kind"), r.PathValue("name"))
+	before, err := s.door.Paused(r.Context(), r.PathValue("kind"), r.PathValue("name"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	p, err := s.gw.Pause(r.Context(), r.PathValue("kind"), r.PathValue("name"), b.Reason)
+	p, err := s.door.Pause(r.Context(), r.PathValue("kind"), r.PathValue("name"), b.Reason)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -53,7 +53,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 // resume lifts a pause: 200 with the pause lifted, 404 not_paused without
 // one.
 func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
-	p, err := s.gw.Resume(r.Context(), r.PathValue("kind"), r.PathValue("name"))
+	p, err := s.door.Resume(r.Context(), r.PathValue("kind"), r.PathValue("name"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

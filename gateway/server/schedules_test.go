@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/metrics"
+	"github.com/chaingate/gateway/gateway/schedules"
 	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
@@ -50,7 +50,7 @@ func at(t *testing.T, s string) time.Time {
 }
 
 // fired sums up a check's ticks as "schedule tick action".
-func fired(fs []gateway.ScheduleFire) []string {
+func fired(fs []schedules.ScheduleFire) []string {
 	var out []string
 	for _, f := range fs {
 		out = append(out, f.Schedule+" "+f.Tick.UTC().Format(time.RFC3339)+" "+f.Action)
@@ -149,7 +149,7 @@ func TestScheduleClaimedTickStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := env.srv.Scheduler().Due(ctx, at(t, "2026-11-25T09:06:00Z"))
-	var started []gateway.ScheduleFire
+	var started []schedules.ScheduleFire
 	for _, f := range got {
 		if f.Schedule == "every-5m" {
 			started = append(started, f)
@@ -173,7 +173,7 @@ func TestScheduleOnceAcrossGateways(t *testing.T) {
 	}
 	for i, tick := range []string{"2026-11-25T09:05:00Z", "2026-11-25T09:10:00Z", "2026-11-25T09:15:00Z"} {
 		var wg sync.WaitGroup
-		results := make([][]gateway.ScheduleFire, 2)
+		results := make([][]schedules.ScheduleFire, 2)
 		for j, env := range []*apiEnv{a, b} {
 			wg.Go(func() { results[j] = env.srv.Scheduler().Due(ctx, at(t, tick)) })
 		}

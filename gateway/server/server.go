@@ -26,9 +26,11 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
+	"github.com/chaingate/gateway/gateway/door"
 	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/gateway/ops"
+	"github.com/chaingate/gateway/gateway/schedules"
 	"github.com/chaingate/gateway/gateway/upkeep"
 )
 
@@ -62,7 +64,7 @@ type Server struct {
 	reloadErr atomic.Pointer[string]
 	// workItems makes the server work the items of distributed splits too.
 	workItems bool
-	sched     *gateway.Scheduler
+	sched     *schedules.Scheduler
 	// budget bounds how long a trigger delivery's alerts are turned into
 	// runs before the answer goes.
 	budget time.Duration
@@ -74,6 +76,8 @@ type Server struct {
 	// console builds the web console's handler for its base path; nil
 	// serves none.
 	console func(base string) http.Handler
+	// door turns trigger deliveries into runs.
+	door *door.Door
 	// retention prunes what the config no longer keeps.
 	retention *upkeep.Retention
 	// decide is the authorization seam's rule (authz.Decide).
@@ -95,17 +99,20 @@ const (
 // NewServer returns the API of gw. hub and metrics must be the ones gw's
 // events and calls feed; paths are the config paths reload reads again.
 func NewServer(gw *gateway.Gateway, hub *events.Hub, metrics *metrics.Metrics, paths []string) *Server {
-	s := &Server{gw: gw, ops: &ops.Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: gateway.DeliveryBudget, fails: newAuthFailures(time.Now), decide: authz.Decide}
+	s := &Server{gw: gw, ops: &ops.Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: door.DeliveryBudget, fails: newAuthFailures(time.Now), decide: authz.Decide}
 	var prunes upkeep.Observer
+	var delivered door.Observer
 	if metrics != nil {
-		gw.Door, prunes, s.ops.Prunes = metrics, metrics, metrics
+		prunes, delivered, s.ops.Prunes = metrics, metrics, metrics
 	}
 	s.retention = upkeep.NewRetention(gw, prunes)
+	s.door = door.New(gw, delivered)
+	s.ops.Door = s.door
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.aborting, s.abort = context.WithCancel(context.Background())
 	metrics.Register(gw)
 	s.setConfig(gw.Config)
-	s.sched = gateway.NewScheduler(gw, s.log, s.draining.Load)
+	s.sched = schedules.NewScheduler(s.door, s.log, s.draining.Load)
 	// Until the store closes, with the gateway.
 	hub.Follow(context.Background(), gw.Store)
 	return s
@@ -310,7 +317,7 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	inboxDone := make(chan struct{})
 	go func() {
 		defer close(inboxDone)
-		s.gw.RunInbox(s.stopping)
+		s.door.RunInbox(s.stopping)
 	}()
 	go s.retention.Run(s.stopping)
 	go s.gw.RunApprovalCalls(s.stopping, s.hub)

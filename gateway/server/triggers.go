@@ -15,9 +15,9 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
-	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
+	"github.com/chaingate/gateway/gateway/door"
 	"github.com/chaingate/gateway/providers/webhook"
 	"github.com/chaingate/gateway/templates"
 )
@@ -90,7 +90,7 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := s.readBody(w, r)
 	if err != nil {
-		s.gw.Door.Delivered(tr.Name, gateway.OutcomeRefused)
+		s.door.Observer.Delivered(tr.Name, api.OutcomeRefused)
 		s.writeError(w, r, err)
 		return
 	}
@@ -122,7 +122,7 @@ func (s *Server) apiAccess(r *http.Request) (write, read, open bool) {
 // says why.
 func (s *Server) refuseTrigger(w http.ResponseWriter, r *http.Request, tr *chain.Trigger, why string) {
 	if tr != nil {
-		s.gw.Door.Delivered(tr.Name, gateway.OutcomeRefused)
+		s.door.Observer.Delivered(tr.Name, api.OutcomeRefused)
 		s.log.Warn("trigger request refused", "trigger", tr.Name, "remote_addr", r.RemoteAddr, "why", why)
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="chaingate"`)
@@ -210,20 +210,20 @@ func (s *Server) fire(w http.ResponseWriter, r *http.Request, tr *chain.Trigger,
 	if body == nil {
 		var err error
 		if body, err = s.readBody(w, r); err != nil {
-			s.gw.Door.Delivered(tr.Name, gateway.OutcomeRefused)
+			s.door.Observer.Delivered(tr.Name, api.OutcomeRefused)
 			s.writeError(w, r, err)
 			return
 		}
 	}
-	in, err := gateway.NewInbound(tr, body, r.Header, sig, map[string]string{"trigger": tr.Name, "remote_addr": r.RemoteAddr, "user_agent": r.UserAgent()})
+	in, err := door.NewInbound(tr, body, r.Header, sig, map[string]string{"trigger": tr.Name, "remote_addr": r.RemoteAddr, "user_agent": r.UserAgent()})
 	if err != nil {
-		s.gw.Door.Delivered(tr.Name, gateway.OutcomeRefused)
+		s.door.Observer.Delivered(tr.Name, api.OutcomeRefused)
 		s.writeError(w, r, err)
 		return
 	}
 	// What the sender brought is taken whether or not it waits for the
 	// answer.
-	resp := s.gw.DeliverInbound(context.WithoutCancel(r.Context()), in, time.Now().Add(s.budget))
+	resp := s.door.DeliverInbound(context.WithoutCancel(r.Context()), in, time.Now().Add(s.budget))
 	code := http.StatusOK
 	for _, res := range resp.Results {
 		switch res.Action {

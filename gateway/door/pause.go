@@ -1,4 +1,4 @@
-package gateway
+package door
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // pauseTTL keeps a pause until it is lifted, in practice.
 const pauseTTL = 10 * 365 * 24 * time.Hour
 
-func reasonText(reason string) string {
+func ReasonText(reason string) string {
 	if reason == "" {
 		return ""
 	}
@@ -36,7 +36,7 @@ func pauseKey(kind, name string) string { return "pause/" + kind + "/" + keyPart
 // not have.
 var ErrUnknownPausable = errors.New("no such trigger or schedule")
 
-func (gw *Gateway) checkPausable(kind, name string) error {
+func (gw *Door) checkPausable(kind, name string) error {
 	switch {
 	case kind == api.PauseTrigger && gw.Config.Triggers[name] != nil,
 		kind == api.PauseSchedule && gw.Config.Schedules[name] != nil:
@@ -48,7 +48,7 @@ func (gw *Gateway) checkPausable(kind, name string) error {
 }
 
 // Paused returns the pause of a trigger or schedule, or nil.
-func (gw *Gateway) Paused(ctx context.Context, kind, name string) (*api.Pause, error) {
+func (gw *Door) Paused(ctx context.Context, kind, name string) (*api.Pause, error) {
 	v, err := gw.Store.KeyRun(ctx, pauseKey(kind, name))
 	if err != nil || v == "" {
 		return nil, err
@@ -62,7 +62,7 @@ func (gw *Gateway) Paused(ctx context.Context, kind, name string) (*api.Pause, e
 
 // Pause pauses a trigger or schedule; who pauses is the context's actor.
 // Pausing what is paused already returns the first pause.
-func (gw *Gateway) Pause(ctx context.Context, kind, name, reason string) (*api.Pause, error) {
+func (gw *Door) Pause(ctx context.Context, kind, name, reason string) (*api.Pause, error) {
 	if err := gw.checkPausable(kind, name); err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func (gw *Gateway) Pause(ctx context.Context, kind, name, reason string) (*api.P
 // Resume lifts a pause (unpause); it reports the pause lifted, nil when
 // there was none. An unpaused trigger's kept deliveries wait in the
 // dead-letter queue for a replay.
-func (gw *Gateway) Resume(ctx context.Context, kind, name string) (*api.Pause, error) {
+func (gw *Door) Resume(ctx context.Context, kind, name string) (*api.Pause, error) {
 	if err := gw.checkPausable(kind, name); err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func (gw *Gateway) Resume(ctx context.Context, kind, name string) (*api.Pause, e
 }
 
 // Pauses lists what the config can pause that is paused now.
-func (gw *Gateway) Pauses(ctx context.Context) ([]*api.Pause, error) {
+func (gw *Door) Pauses(ctx context.Context) ([]*api.Pause, error) {
 	out := []*api.Pause{}
 	for _, kind := range []string{api.PauseTrigger, api.PauseSchedule} {
 		names := gw.Config.TriggerNames

@@ -1,4 +1,7 @@
-package gateway
+// Package schedules starts the runs of the config's [[schedules]] at their
+// ticks, once between the gateways sharing a store, and lists when each
+// ticks next.
+package schedules
 
 import (
 	"context"
@@ -12,6 +15,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/door"
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/templates"
 )
@@ -35,7 +39,7 @@ const (
 // once between them, and a gateway that dies between claim and start
 // leaves the start to the next one that looks.
 type Scheduler struct {
-	gw  *Gateway
+	gw  *door.Door
 	log *slog.Logger
 	// draining reports that the gateway is shutting down: no tick starts
 	// a run then.
@@ -47,7 +51,7 @@ type Scheduler struct {
 
 // NewScheduler returns the scheduler of gw's [[schedules]]; draining
 // reports that the gateway is shutting down.
-func NewScheduler(gw *Gateway, log *slog.Logger, draining func() bool) *Scheduler {
+func NewScheduler(gw *door.Door, log *slog.Logger, draining func() bool) *Scheduler {
 	return &Scheduler{gw: gw, log: log, draining: draining, last: map[string]time.Time{}}
 }
 
@@ -122,7 +126,7 @@ func (sc *Scheduler) Due(ctx context.Context, now time.Time) []ScheduleFire {
 			continue
 		}
 		if skipped > 0 {
-			sc.gw.Door.Ticked(name, "missed", skipped)
+			sc.gw.Observer.Ticked(name, "missed", skipped)
 			sc.log.Warn("schedule ticks passed while the gateway was not checking; starting the latest only", "schedule", name, "skipped", skipped, "tick", tick)
 		}
 		if f, ok := sc.fire(ctx, s, tick, false, false); ok {
@@ -180,8 +184,8 @@ func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time
 		}
 	}
 	if p, err := sc.gw.Paused(ctx, api.PauseSchedule, s.Name); err == nil && p != nil {
-		f.Action, f.Reason = "paused", fmt.Sprintf("paused by %s at %s%s", p.By, p.At.Format(time.RFC3339), reasonText(p.Reason))
-		sc.gw.Door.Ticked(s.Name, OutcomePaused, 1)
+		f.Action, f.Reason = "paused", fmt.Sprintf("paused by %s at %s%s", p.By, p.At.Format(time.RFC3339), door.ReasonText(p.Reason))
+		sc.gw.Observer.Ticked(s.Name, api.OutcomePaused, 1)
 		log.Info("tick skipped: the schedule is paused", "paused_by", p.By)
 		return f, true
 	}
@@ -191,19 +195,19 @@ func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time
 	}
 	if err != nil {
 		f.Action, f.Reason = "failed", err.Error()
-		sc.gw.Door.Ticked(s.Name, OutcomeFailed, 1)
+		sc.gw.Observer.Ticked(s.Name, api.OutcomeFailed, 1)
 		log.Error("scheduled run could not start", "err", err)
 		return f, true
 	}
 	switch {
 	case f.Action != "started":
-		sc.gw.Door.Ticked(s.Name, OutcomeDeduplicated, 1)
+		sc.gw.Observer.Ticked(s.Name, api.OutcomeDeduplicated, 1)
 		log.Debug("tick already started", "run", f.Run)
 	case catchUp:
-		sc.gw.Door.Ticked(s.Name, "caught_up", 1)
+		sc.gw.Observer.Ticked(s.Name, "caught_up", 1)
 		log.Info("scheduled run started for a tick missed while no gateway was checking", "run", f.Run, "chain", s.Chain)
 	default:
-		sc.gw.Door.Ticked(s.Name, OutcomeStarted, 1)
+		sc.gw.Observer.Ticked(s.Name, api.OutcomeStarted, 1)
 		log.Info("scheduled run started", "run", f.Run, "chain", s.Chain)
 	}
 	return f, true

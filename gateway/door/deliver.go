@@ -1,4 +1,4 @@
-package gateway
+package door
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func NewInbound(tr *chain.Trigger, body []byte, h http.Header, sig string, meta 
 // with those headers and passed the trigger's authentication, and returns
 // what the door did, once every run it started is created: what `gateway
 // test` runs a request fixture through.
-func (gw *Gateway) Deliver(ctx context.Context, trigger string, body []byte, h http.Header) (api.TriggerResponse, error) {
+func (gw *Door) Deliver(ctx context.Context, trigger string, body []byte, h http.Header) (api.TriggerResponse, error) {
 	tr := gw.Config.Triggers[trigger]
 	if tr == nil {
 		return api.TriggerResponse{}, fmt.Errorf("delivering to trigger %q: no such trigger", trigger)

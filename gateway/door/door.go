@@ -1,4 +1,8 @@
-package gateway
+// Package door is where an alert becomes a run: trigger deliveries are
+// checked, mapped to runs and started once each, what cannot start yet is
+// kept in the inbox and started later, and triggers and schedules are
+// paused and resumed.
+package door
 
 import (
 	"context"
@@ -18,6 +22,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/templates"
@@ -29,26 +34,27 @@ import (
 // run is dropped; it is parked in the dead-letter queue, replayable once
 // the config is fixed.
 
-// What the door did with one alert, group or body, as metrics name it.
-const (
-	OutcomeStarted      = "started"
-	OutcomeDeduplicated = "deduplicated"
-	OutcomeSkipped      = "skipped"
-	// OutcomeResolved is a resolution that started no run but applied
-	// on_resolve to the run its firing started.
-	OutcomeResolved = "resolved"
-	OutcomeParked   = "parked"
-	OutcomeQueued   = "queued"
-	OutcomeFailed   = "failed"
-	OutcomeRefused  = "refused"
-	// OutcomePaused is a schedule's tick skipped while the schedule is
-	// paused (a paused trigger's deliveries are parked).
-	OutcomePaused = "paused"
-)
+// Door turns what triggers deliver into runs, keeps what it cannot start
+// yet in its inbox, and pauses triggers and schedules.
+type Door struct {
+	*gateway.Gateway
+	// Observer is told what the door does.
+	Observer Observer
+	// inboxWake tells RunInbox that this gateway kept a delivery.
+	inboxWake chan struct{}
+}
 
-// DoorObserver is told what the door does, for metrics. Its methods must
-// not block.
-type DoorObserver interface {
+// New returns gw's door, telling obs (nil: no one) what it does.
+func New(gw *gateway.Gateway, obs Observer) *Door {
+	if obs == nil {
+		obs = noObserver{}
+	}
+	return &Door{Gateway: gw, Observer: obs, inboxWake: make(chan struct{}, 1)}
+}
+
+// Observer is told what the door does, for metrics. Its methods must not
+// block.
+type Observer interface {
 	// Delivered is one alert, group or body a trigger took, or one request
 	// it refused.
 	Delivered(trigger, outcome string)
@@ -58,10 +64,10 @@ type DoorObserver interface {
 	Ticked(schedule, outcome string, n int)
 }
 
-type noDoorObserver struct{}
+type noObserver struct{}
 
-func (noDoorObserver) Delivered(string, string)   {}
-func (noDoorObserver) Ticked(string, string, int) {}
+func (noObserver) Delivered(string, string)   {}
+func (noObserver) Ticked(string, string, int) {}
 
 const (
 	// triggerTTL is how long a trigger remembers what it started: an alert
@@ -109,7 +115,7 @@ type inbound struct {
 
 // deliver turns a delivery into runs. Alerts not started by until (zero:
 // no bound) are kept, and started after the answer.
-func (gw *Gateway) DeliverInbound(ctx context.Context, in *inbound, until time.Time) api.TriggerResponse {
+func (gw *Door) DeliverInbound(ctx context.Context, in *inbound, until time.Time) api.TriggerResponse {
 	resp := api.TriggerResponse{Trigger: in.tr.Name, Results: []api.TriggerResult{}}
 	defer func() {
 		for _, res := range resp.Results {
@@ -151,7 +157,7 @@ func (gw *Gateway) DeliverInbound(ctx context.Context, in *inbound, until time.T
 }
 
 // pause is the trigger's pause now, or nil.
-func (gw *Gateway) pause(ctx context.Context, trigger string) *api.Pause {
+func (gw *Door) pause(ctx context.Context, trigger string) *api.Pause {
 	p, err := gw.Paused(ctx, api.PauseTrigger, trigger)
 	if err != nil {
 		// A pause that cannot be read holds nothing back.
@@ -164,7 +170,7 @@ func (gw *Gateway) pause(ctx context.Context, trigger string) *api.Pause {
 // that a bug met on it fails that unit, logged with its stack and counted
 // as a failed delivery, rather than take the gateway down: the sender
 // sends it again, or the inbox tries it again.
-func (gw *Gateway) guard(tr *chain.Trigger, res api.TriggerResult, fn func() api.TriggerResult) (out api.TriggerResult) {
+func (gw *Door) guard(tr *chain.Trigger, res api.TriggerResult, fn func() api.TriggerResult) (out api.TriggerResult) {
 	defer func() {
 		if p := recover(); p != nil {
 			gw.Log.Error("the door hit a bug taking a delivery; it failed, to be sent or tried again", "trigger", tr.Name, "alert", res.Alert, "group", res.Group, "panic", p, "stack", string(debug.Stack()))
@@ -178,7 +184,7 @@ func (gw *Gateway) guard(tr *chain.Trigger, res api.TriggerResult, fn func() api
 // takeAlerts starts the runs of a notification's alerts until until, or
 // keeps them while the trigger is paused; it returns what each alert it
 // took did, and the alerts it did not take.
-func (gw *Gateway) takeAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, until time.Time) ([]api.TriggerResult, []any) {
+func (gw *Door) takeAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, until time.Time) ([]api.TriggerResult, []any) {
 	if in.paused != nil {
 		return gw.keepPaused(ctx, in, group, alerts), nil
 	}
@@ -188,7 +194,7 @@ func (gw *Gateway) takeAlerts(ctx context.Context, in *inbound, group map[string
 // fireAlerts starts the runs of alerts, several at once, until until or
 // ctx ends; it returns what each alert it took did, and the alerts it did
 // not take.
-func (gw *Gateway) fireAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, until time.Time) ([]api.TriggerResult, []any) {
+func (gw *Door) fireAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, until time.Time) ([]api.TriggerResult, []any) {
 	results := make([]api.TriggerResult, len(alerts))
 	taken := atOnce(ctx, len(alerts), until, func(i int) {
 		results[i] = gw.guard(in.tr, alertResult(in.tr, alerts[i]), func() api.TriggerResult { return gw.fireAlert(ctx, in, group, alerts[i]) })
@@ -218,7 +224,7 @@ func atOnce(ctx context.Context, n int, until time.Time, fn func(i int)) int {
 
 // queue keeps the alerts of a delivery not started before its answer, and
 // wakes the inbox to start them.
-func (gw *Gateway) queue(ctx context.Context, in *inbound, group map[string]any, rest []any) []api.TriggerResult {
+func (gw *Door) queue(ctx context.Context, in *inbound, group map[string]any, rest []any) []api.TriggerResult {
 	results := make([]api.TriggerResult, len(rest))
 	for i, a := range rest {
 		results[i] = alertResult(in.tr, a)
@@ -248,7 +254,7 @@ func (gw *Gateway) queue(ctx context.Context, in *inbound, group map[string]any,
 // fireAlert starts the run one alert asks for: the trigger's chain when
 // it fires, its resolve chain when it is resolved. Its fingerprint and
 // startsAt key both, so Alertmanager's repeats start nothing new.
-func (gw *Gateway) fireAlert(ctx context.Context, in *inbound, group map[string]any, a any) api.TriggerResult {
+func (gw *Door) fireAlert(ctx context.Context, in *inbound, group map[string]any, a any) api.TriggerResult {
 	tr := in.tr
 	alert, ok := a.(map[string]any)
 	if !ok {
@@ -339,7 +345,7 @@ func resolvedOnly(res api.TriggerResult) api.TriggerResult {
 // in between, whoever joined or left the group, are noted on it; the
 // resolved group starts the resolve chain once, and a later firing starts a
 // run anew.
-func (gw *Gateway) fireGroup(ctx context.Context, in *inbound, group map[string]any, alerts []any) api.TriggerResult {
+func (gw *Door) fireGroup(ctx context.Context, in *inbound, group map[string]any, alerts []any) api.TriggerResult {
 	tr := in.tr
 	status, _ := group["status"].(string)
 	groupKey, _ := group["groupKey"].(string)
@@ -427,7 +433,7 @@ func (gw *Gateway) fireGroup(ctx context.Context, in *inbound, group map[string]
 
 // noteGroup notes a notification of an alert group on its open run, once
 // whichever of an HA pair delivers it.
-func (gw *Gateway) noteGroup(ctx context.Context, run, seen string, group map[string]any, alerts []any) {
+func (gw *Door) noteGroup(ctx context.Context, run, seen string, group map[string]any, alerts []any) {
 	if bound, err := gw.Store.ClaimKey(ctx, seen, store.NewID(), triggerTTL); err != nil || bound != "" {
 		return
 	}
@@ -451,7 +457,7 @@ func (gw *Gateway) noteGroup(ctx context.Context, run, seen string, group map[st
 }
 
 // fireWebhook starts the run a webhook's body asks for.
-func (gw *Gateway) fireWebhook(ctx context.Context, in *inbound) api.TriggerResult {
+func (gw *Door) fireWebhook(ctx context.Context, in *inbound) api.TriggerResult {
 	tr := in.tr
 	scope := map[string]any{"body": in.doc, "headers": in.headers}
 	res := api.TriggerResult{}
@@ -486,7 +492,7 @@ func (gw *Gateway) fireWebhook(ctx context.Context, in *inbound) api.TriggerResu
 // pausedCause says why a paused trigger's delivery is kept.
 func pausedCause(in *inbound) error {
 	p := in.paused
-	return fmt.Errorf("trigger %q is paused (by %s at %s%s): the delivery is kept here; unpause the trigger and replay the entry", in.tr.Name, p.By, p.At.Format(time.RFC3339), reasonText(p.Reason))
+	return fmt.Errorf("trigger %q is paused (by %s at %s%s): the delivery is kept here; unpause the trigger and replay the entry", in.tr.Name, p.By, p.At.Format(time.RFC3339), ReasonText(p.Reason))
 }
 
 // keepPaused keeps the alerts of a notification to a paused trigger in
@@ -494,7 +500,7 @@ func pausedCause(in *inbound) error {
 // notification brought is found in the entry keeping it, the others go
 // in new entries of at most max_alerts alerts. A replay parks nothing
 // anew: its entry stays.
-func (gw *Gateway) keepPaused(ctx context.Context, in *inbound, group map[string]any, alerts []any) []api.TriggerResult {
+func (gw *Door) keepPaused(ctx context.Context, in *inbound, group map[string]any, alerts []any) []api.TriggerResult {
 	cause := pausedCause(in)
 	results := make([]api.TriggerResult, len(alerts))
 	for i, a := range alerts {
@@ -516,7 +522,7 @@ func (gw *Gateway) keepPaused(ctx context.Context, in *inbound, group map[string
 // yet, and says in results where each alert is kept. The notification is
 // claimed whole first, so that the same one sent at once to several
 // gateways is kept in one entry, not spread over several.
-func (gw *Gateway) keepPausedAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, results []api.TriggerResult, cause error) {
+func (gw *Door) keepPausedAlerts(ctx context.Context, in *inbound, group map[string]any, alerts []any, results []api.TriggerResult, cause error) {
 	id := store.NewID()
 	groupKey, _ := group["groupKey"].(string)
 	status, _ := group["status"].(string)
@@ -591,7 +597,7 @@ type start struct {
 // start checks the trigger's condition, maps the payload and starts the
 // run under the start's key; a delivery it cannot start a run for is
 // parked.
-func (gw *Gateway) start(ctx context.Context, in *inbound, res api.TriggerResult, st start) api.TriggerResult {
+func (gw *Door) start(ctx context.Context, in *inbound, res api.TriggerResult, st start) api.TriggerResult {
 	res.Chain = st.chain
 	parkKey := ""
 	if st.key != "" {
@@ -648,7 +654,7 @@ func (gw *Gateway) start(ctx context.Context, in *inbound, res api.TriggerResult
 // recovered). It returns what it did to each. A repeat finds the run no
 // longer waiting, or the step answered by the resolution already, and
 // does nothing.
-func (gw *Gateway) resolveApprovals(ctx context.Context, runID, trigger string) []api.ResolvedStep {
+func (gw *Door) resolveApprovals(ctx context.Context, runID, trigger string) []api.ResolvedStep {
 	if runID == "" {
 		return nil
 	}
@@ -726,22 +732,15 @@ func triggerLabels(tr *chain.Trigger, scope map[string]any) (map[string]string, 
 	return LabelStrings(m), nil
 }
 
-// Bounds on a run's labels: what is beyond them is left out.
-const (
-	MaxLabels         = 64
-	MaxLabelKeyBytes  = 128
-	MaxLabelValueSize = 1024
-)
-
 // LabelStrings makes labels of a table's values, within the bounds: a
 // string as it is, any other value as JSON, a null left out.
 func LabelStrings(m map[string]any) map[string]string {
 	if len(m) == 0 {
 		return nil
 	}
-	out := make(map[string]string, min(len(m), MaxLabels))
+	out := make(map[string]string, min(len(m), api.MaxLabels))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		if len(out) == MaxLabels || len(k) > MaxLabelKeyBytes || k == "" || m[k] == nil {
+		if len(out) == api.MaxLabels || len(k) > api.MaxLabelKeyBytes || k == "" || m[k] == nil {
 			continue
 		}
 		s, ok := m[k].(string)
@@ -749,8 +748,8 @@ func LabelStrings(m map[string]any) map[string]string {
 			b, _ := jsonx.Marshal(m[k])
 			s = string(b)
 		}
-		if len(s) > MaxLabelValueSize {
-			s = strings.ToValidUTF8(s[:MaxLabelValueSize], "")
+		if len(s) > api.MaxLabelValueSize {
+			s = strings.ToValidUTF8(s[:api.MaxLabelValueSize], "")
 		}
 		out[k] = s
 	}
@@ -760,7 +759,7 @@ func LabelStrings(m map[string]any) map[string]string {
 // park keeps what a delivery brought that no run could be started for as
 // a dead-letter entry of its own kind, once per key, and says so loudly.
 // A replay of an entry parks nothing anew: the entry stays.
-func (gw *Gateway) park(ctx context.Context, in *inbound, res api.TriggerResult, kept any, key string, cause error, code string) api.TriggerResult {
+func (gw *Door) park(ctx context.Context, in *inbound, res api.TriggerResult, kept any, key string, cause error, code string) api.TriggerResult {
 	res.Action, res.Reason = "parked", cause.Error()
 	if in.replay != "" {
 		res.DeadLetter = in.replay
@@ -793,7 +792,7 @@ func (gw *Gateway) park(ctx context.Context, in *inbound, res api.TriggerResult,
 // is there binds it, whose id it returns. A key bound to an entry since
 // replayed or deleted is bound anew, so that what comes again is kept
 // again; one bound to an entry still being written is left to it.
-func (gw *Gateway) claimEntry(ctx context.Context, key, id string) (string, error) {
+func (gw *Door) claimEntry(ctx context.Context, key, id string) (string, error) {
 	for {
 		bound, err := gw.Store.ClaimKey(ctx, key, id, triggerTTL)
 		if err != nil || bound == "" {
@@ -812,7 +811,7 @@ func (gw *Gateway) claimEntry(ctx context.Context, key, id string) (string, erro
 }
 
 // addEntry writes what a delivery brought as the dead-letter entry id.
-func (gw *Gateway) addEntry(ctx context.Context, in *inbound, id, chainName string, kept any, cause error, code, alert, group string) error {
+func (gw *Door) addEntry(ctx context.Context, in *inbound, id, chainName string, kept any, cause error, code, alert, group string) error {
 	body, err := jsonx.Marshal(kept)
 	var meta []byte
 	if err == nil {
@@ -841,80 +840,22 @@ func (gw *Gateway) addEntry(ctx context.Context, in *inbound, id, chainName stri
 }
 
 // observe logs and counts what one result did.
-func (gw *Gateway) observe(tr *chain.Trigger, res api.TriggerResult) {
+func (gw *Door) observe(tr *chain.Trigger, res api.TriggerResult) {
 	outcome := res.Action
 	switch res.Action {
 	case "replayed":
-		outcome = OutcomeDeduplicated
+		outcome = api.OutcomeDeduplicated
 	case "started":
 		gw.Log.Info("trigger started a run", "trigger", tr.Name, "chain", res.Chain, "run", res.Run, "alert", res.Alert, "group", res.Group, "alert_status", res.AlertStatus)
 	case "failed":
 		gw.Log.Error("a trigger delivery could not be taken: its sender must send it again", "trigger", tr.Name, "alert", res.Alert, "group", res.Group, "err", res.Reason)
 	}
-	gw.Door.Delivered(tr.Name, outcome)
-}
-
-// startKeyed starts a run of chainName. With a key, it first binds
-// prefix+key to the new run for ttl: a key already bound answers with its
-// run, which is then replayed rather than started again. Requests with one
-// key arriving together, here or on gateways sharing the store, all answer
-// with the one run the first of them bound.
-func (gw *Gateway) StartKeyed(ctx context.Context, chainName, prefix, key string, ttl time.Duration, in engine.Input) (id, status string, replayed bool, err error) {
-	id, status = store.NewID(), string(store.RunRunning)
-	if key != "" {
-		in.KeyUntil = time.Now().Add(ttl).UTC()
-	}
-	if key == "" {
-		run, err := gw.Engine.StartWithID(ctx, chainName, in, id)
-		if err != nil {
-			return "", "", false, err
-		}
-		return id, string(run.Status), false, nil
-	}
-	bound, err := gw.Store.ClaimKey(ctx, prefix+key, id, ttl)
-	if err != nil {
-		return "", "", false, err
-	}
-	if bound != "" {
-		id = bound
-	}
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
-		if bound != "" {
-			existing, err := gw.Store.RunHeader(ctx, id)
-			if err == nil {
-				return id, string(existing.Status), true, nil
-			}
-			if !errors.Is(err, store.ErrNotFound) {
-				return "", "", false, err
-			}
-		}
-		// The run is not there yet: the request that bound the key is
-		// starting it, or its start failed and this request starts it,
-		// which is then no replay.
-		run, err := gw.Engine.StartWithID(ctx, chainName, in, id)
-		switch {
-		case err == nil:
-			return id, string(run.Status), false, nil
-		case errors.Is(err, store.ErrExists):
-			bound = id
-		case errors.Is(err, store.ErrLeaseHeld):
-			// Another gateway is creating it: wait for the run to appear,
-			// or for that start to fail and let go of the lease.
-			bound = id
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return "", "", false, fmt.Errorf("waiting for run %s, which another gateway is starting: %w", id, ctx.Err())
-			}
-		default:
-			return "", "", false, err
-		}
-	}
+	gw.Observer.Delivered(tr.Name, outcome)
 }
 
 // firingRun is what a resolve mapping reads of the run the alert started:
 // its id, status, result, and each top-level step's status and body.
-func (gw *Gateway) firingRun(ctx context.Context, id string) any {
+func (gw *Door) firingRun(ctx context.Context, id string) any {
 	if id == "" {
 		return nil
 	}
@@ -938,7 +879,7 @@ func (gw *Gateway) firingRun(ctx context.Context, id string) any {
 }
 
 // runStatus is a run's status, or "" when it cannot be read.
-func (gw *Gateway) runStatus(ctx context.Context, id string) string {
+func (gw *Door) runStatus(ctx context.Context, id string) string {
 	run, err := gw.Store.RunHeader(ctx, id)
 	if err != nil {
 		return ""
@@ -951,7 +892,7 @@ func (gw *Gateway) runStatus(ctx context.Context, id string) string {
 // gateway kept and did not get to. It returns once it has let go of the
 // deliveries it was working, so that another gateway, or this one
 // started again, takes them up at once.
-func (gw *Gateway) RunInbox(ctx context.Context) {
+func (gw *Door) RunInbox(ctx context.Context) {
 	t := time.NewTicker(inboxRecheck)
 	defer t.Stop()
 	for {
@@ -968,7 +909,7 @@ func (gw *Gateway) RunInbox(ctx context.Context) {
 // drainInbox starts the runs of the kept deliveries no other gateway is
 // working, and lets go of each once every alert in it is started, parked
 // or skipped.
-func (gw *Gateway) drainInbox(ctx context.Context) {
+func (gw *Door) drainInbox(ctx context.Context) {
 	defer gw.survive("going through the kept deliveries")
 	for ctx.Err() == nil {
 		ds, err := gw.Store.Deliveries(ctx, 16)
@@ -1000,7 +941,7 @@ func (gw *Gateway) drainInbox(ctx context.Context) {
 // survive keeps a bug met in the door's background work from ending the
 // process: it is logged with its stack, and what it was doing is done at
 // the next pass over the kept deliveries (a claim no longer kept lapses).
-func (gw *Gateway) survive(doing string) {
+func (gw *Door) survive(doing string) {
 	if p := recover(); p != nil {
 		gw.Log.Error("the door hit a bug taking a delivery; it failed, to be sent or tried again", "doing", doing, "in", inboxRecheck, "panic", p, "stack", string(debug.Stack()))
 	}
@@ -1009,7 +950,7 @@ func (gw *Gateway) survive(doing string) {
 // workClaimed works a kept delivery this gateway has claimed, keeping the
 // claim while it does, and lets go of it after; it reports whether the
 // delivery is done with, and gone.
-func (gw *Gateway) workClaimed(ctx context.Context, claim string, d *store.Delivery) bool {
+func (gw *Door) workClaimed(ctx context.Context, claim string, d *store.Delivery) bool {
 	owner := gw.Engine.Owner()
 	stop := make(chan struct{})
 	var renewing sync.WaitGroup
@@ -1049,12 +990,12 @@ func (gw *Gateway) workClaimed(ctx context.Context, claim string, d *store.Deliv
 // workDelivery starts the runs of one kept delivery, or keeps its alerts
 // while the trigger is paused; it reports whether the delivery is done
 // with. A bug met on it leaves it to be tried again.
-func (gw *Gateway) workDelivery(ctx context.Context, d *store.Delivery) (done bool) {
+func (gw *Door) workDelivery(ctx context.Context, d *store.Delivery) (done bool) {
 	log := gw.Log.With("delivery", d.ID, "trigger", d.Trigger)
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("the door hit a bug taking a delivery; it failed, to be sent or tried again", "in", inboxRecheck, "panic", p, "stack", string(debug.Stack()))
-			gw.Door.Delivered(d.Trigger, OutcomeFailed)
+			gw.Observer.Delivered(d.Trigger, api.OutcomeFailed)
 			done = false
 		}
 	}()
@@ -1098,7 +1039,7 @@ func (gw *Gateway) workDelivery(ctx context.Context, d *store.Delivery) (done bo
 // did, and the run the first of them started or found. The entry goes
 // once each alert in it is started, or found started, or skipped; else it
 // is kept, with a *APIError saying why.
-func (gw *Gateway) Redeliver(ctx context.Context, e *store.DLQEntry) (string, []api.TriggerResult, error) {
+func (gw *Door) Redeliver(ctx context.Context, e *store.DLQEntry) (string, []api.TriggerResult, error) {
 	what := fmt.Sprintf("replaying delivery %s", e.ID)
 	tr := gw.Engine.Config().Triggers[e.Trigger]
 	if tr == nil {
