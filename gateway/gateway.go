@@ -120,15 +120,15 @@ type Gateway struct {
 	secrets map[string]string
 	// Limits pace and guard calls to each provider, across all runs.
 	Limits *limits.Set
-	// providers are what steps call providers through, for the calls
+	// Providers are what steps call providers through, for the calls
 	// approval steps make while they wait.
-	providers engine.ProviderResolver
-	// approvals brings what the gateway hears of approval steps to its
-	// approval loop (RunApprovalCalls).
-	approvals *approvalFeed
-	// questions keeps the Slack messages that ask approval steps'
+	Providers engine.ProviderResolver
+	// ApprovalFeed brings what the gateway hears of approval steps to its
+	// approval loop (gateway/approvals).
+	ApprovalFeed *ApprovalFeed
+	// Questions keeps the Slack messages that ask approval steps'
 	// questions.
-	questions *slackQuestions
+	Questions *SlackQuestions
 }
 
 // Open opens the store and prepares the engine. Plugin processes start when
@@ -199,7 +199,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	lim := limits.New(log.With("component", "limits"))
 	lim.Configure(LimitPolicies(cfg))
 	approvals := newApprovalFeed()
-	questions := &slackQuestions{store: st, redactor: red, log: log.With("component", "slack"), look: approvals.look}
+	questions := &SlackQuestions{store: st, redactor: red, log: log.With("component", "slack"), look: approvals.look}
 	var res engine.ProviderResolver = &resolver{m: pm, limits: lim, first: map[string]host.Spec{}, secrets: secretVals, redactor: red, questions: questions}
 	if opts.Providers != nil {
 		res = opts.Providers(res)
@@ -234,7 +234,7 @@ func Open(ctx context.Context, opts Options) (*Gateway, error) {
 	}
 	approvals.config = eng.Config
 	g := &Gateway{Config: cfg, Store: st, Plugins: pm, Engine: eng, Log: log, Redactor: red, StoreFile: file, Fanout: fo, ItemStore: itemStore, secrets: secretVals, Limits: lim,
-		providers: res, approvals: approvals, questions: questions}
+		Providers: res, ApprovalFeed: approvals, Questions: questions}
 	switch {
 	case fo == nil:
 	case opts.ItemsOnly:
@@ -430,7 +430,7 @@ type resolver struct {
 	checks   pluginChecks
 	// questions records the Slack messages that ask approval steps'
 	// questions, which Slack providers' calls post.
-	questions *slackQuestions
+	questions *SlackQuestions
 }
 
 func (r *resolver) Resolve(p *chain.Provider) (providers.Provider, error) {

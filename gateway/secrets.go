@@ -255,12 +255,12 @@ func (g *Gateway) CheckReloadSecrets(cfg *chain.Config) error {
 	}
 	var changed []string
 	for name, v := range vals {
-		if old, ok := g.secrets[name]; !ok || old != v {
+		if old, ok := g.SecretValues()[name]; !ok || old != v {
 			changed = append(changed, name)
 		}
 	}
 	if len(changed) == 0 {
-		if diags := checkResolvedBuiltins(context.Background(), cfg, g.secrets, g.Redactor); len(diags) > 0 {
+		if diags := checkResolvedBuiltins(context.Background(), cfg, g.SecretValues(), g.Redactor); len(diags) > 0 {
 			return &chain.ConfigError{Diagnostics: diags}
 		}
 		return nil

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain"
-	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/secrets"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/internal/jsonx"
@@ -34,9 +33,9 @@ import (
 // an update that says the same whoever makes it, so two gateways may
 // both make it.
 
-// questionPrefix names the records of the messages that asked a question:
-// questionPrefix + RUN/STEP holds them, as a JSON array.
-const questionPrefix = "slack/question/"
+// QuestionPrefix names the records of the messages that asked a question:
+// QuestionPrefix + RUN/STEP holds them, as a JSON array.
+const QuestionPrefix = "slack/question/"
 
 // questionLockPrefix names the lock taken to change a question's record.
 const questionLockPrefix = "slack/question-lock/"
@@ -52,12 +51,12 @@ const questionLockTTL = 10 * time.Second
 // step that posted it waits for.
 const questionRecordTime = 15 * time.Second
 
-// errQuestionChanged is a question whose messages changed while they were
+// ErrQuestionChanged is a question whose messages changed while they were
 // being settled: settling it again takes in the new ones.
-var errQuestionChanged = errors.New("messages were recorded while the question's were settled")
+var ErrQuestionChanged = errors.New("messages were recorded while the question's were settled")
 
-// questionMessage is a message that asked a question, as it was sent.
-type questionMessage struct {
+// QuestionMessage is a message that asked a question, as it was sent.
+type QuestionMessage struct {
 	Provider string            `json:"provider"`
 	Channel  string            `json:"channel"`
 	TS       string            `json:"ts"`
@@ -65,8 +64,8 @@ type questionMessage struct {
 	Blocks   []json.RawMessage `json:"blocks"`
 }
 
-// slackQuestions keeps the messages that ask questions.
-type slackQuestions struct {
+// SlackQuestions keeps the messages that ask questions.
+type SlackQuestions struct {
 	store    store.Store
 	redactor *secrets.Redactor
 	log      *slog.Logger
@@ -113,7 +112,7 @@ func validQuestion(v string) bool {
 
 // record keeps the message a successful call posted or updated as one
 // that asks each of questions.
-func (q *slackQuestions) record(ctx context.Context, provider string, req providers.Request, resp providers.Response, questions []string) {
+func (q *SlackQuestions) record(ctx context.Context, provider string, req providers.Request, resp providers.Response, questions []string) {
 	var posted struct {
 		Channel string `json:"channel"`
 		TS      string `json:"ts"`
@@ -127,12 +126,12 @@ func (q *slackQuestions) record(ctx context.Context, provider string, req provid
 	}
 	// As the store keeps payloads: with no secret in them.
 	_ = json.Unmarshal(q.redactor.JSON(req.Payload), &content)
-	m := questionMessage{Provider: provider, Channel: posted.Channel, TS: posted.TS, Text: content.Text, Blocks: content.Blocks}
+	m := QuestionMessage{Provider: provider, Channel: posted.Channel, TS: posted.TS, Text: content.Text, Blocks: content.Blocks}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), questionRecordTime)
 	defer cancel()
 	for _, id := range questions {
-		err := q.locked(ctx, id, func() error {
-			list, bound, err := q.read(ctx, id)
+		err := q.Locked(ctx, id, func() error {
+			list, bound, err := q.Read(ctx, id)
 			if err != nil {
 				return err
 			}
@@ -142,25 +141,25 @@ func (q *slackQuestions) record(ctx context.Context, provider string, req provid
 					kept = append(kept, e)
 				}
 			}
-			return q.write(ctx, id, bound, append(kept, m))
+			return q.Write(ctx, id, bound, append(kept, m))
 		})
 		if err != nil {
 			q.log.Warn("recording a Slack message that asks an approval step's question; its buttons stay once it is answered", "question", id, "channel", m.Channel, "ts", m.TS, "err", err)
 			continue
 		}
-		runID, _ := splitQuestion(id)
+		runID, _ := SplitQuestion(id)
 		q.look(runID)
 	}
 }
 
 // read returns the messages kept for question id, and the record as it
 // is bound.
-func (q *slackQuestions) read(ctx context.Context, id string) ([]questionMessage, string, error) {
-	bound, err := q.store.KeyRun(ctx, questionPrefix+id)
+func (q *SlackQuestions) Read(ctx context.Context, id string) ([]QuestionMessage, string, error) {
+	bound, err := q.store.KeyRun(ctx, QuestionPrefix+id)
 	if err != nil || bound == "" {
 		return nil, "", err
 	}
-	var list []questionMessage
+	var list []QuestionMessage
 	if err := json.Unmarshal([]byte(bound), &list); err != nil {
 		return nil, "", fmt.Errorf("reading the Slack messages of question %s: %w", id, err)
 	}
@@ -169,8 +168,8 @@ func (q *slackQuestions) read(ctx context.Context, id string) ([]questionMessage
 
 // write replaces question id's record, bound as old, with list; the caller
 // holds its lock.
-func (q *slackQuestions) write(ctx context.Context, id, old string, list []questionMessage) error {
-	key := questionPrefix + id
+func (q *SlackQuestions) Write(ctx context.Context, id, old string, list []QuestionMessage) error {
+	key := QuestionPrefix + id
 	if old != "" {
 		if err := q.store.ReleaseKey(ctx, key, old); err != nil {
 			return err
@@ -192,7 +191,7 @@ func (q *slackQuestions) write(ctx context.Context, id, old string, list []quest
 
 // locked runs fn holding question id's lock, which gateways sharing the
 // store take to change its record.
-func (q *slackQuestions) locked(ctx context.Context, id string, fn func() error) error {
+func (q *SlackQuestions) Locked(ctx context.Context, id string, fn func() error) error {
 	key, me := questionLockPrefix+id, store.NewID()
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
 		bound, err := q.store.ClaimKey(ctx, key, me, questionLockTTL)
@@ -218,14 +217,14 @@ func (q *slackQuestions) locked(ctx context.Context, id string, fn func() error)
 
 // forget drops the messages settled from question id's record, and says
 // whether messages came that were not among those read.
-func (q *slackQuestions) forget(ctx context.Context, id string, read, settled []questionMessage) (bool, error) {
+func (q *SlackQuestions) Forget(ctx context.Context, id string, read, settled []QuestionMessage) (bool, error) {
 	changed := false
-	err := q.locked(ctx, id, func() error {
-		list, bound, err := q.read(ctx, id)
+	err := q.Locked(ctx, id, func() error {
+		list, bound, err := q.Read(ctx, id)
 		if err != nil {
 			return err
 		}
-		var kept []questionMessage
+		var kept []QuestionMessage
 		for _, m := range list {
 			if !holds(settled, m) {
 				kept = append(kept, m)
@@ -235,13 +234,13 @@ func (q *slackQuestions) forget(ctx context.Context, id string, read, settled []
 		if len(kept) == len(list) {
 			return nil
 		}
-		return q.write(ctx, id, bound, kept)
+		return q.Write(ctx, id, bound, kept)
 	})
 	return changed, err
 }
 
 // holds reports whether list holds m as it is.
-func holds(list []questionMessage, m questionMessage) bool {
+func holds(list []QuestionMessage, m QuestionMessage) bool {
 	want, _ := jsonx.Marshal(m)
 	for _, e := range list {
 		if got, _ := jsonx.Marshal(e); bytes.Equal(got, want) {
@@ -251,111 +250,10 @@ func holds(list []questionMessage, m questionMessage) bool {
 	return false
 }
 
-// splitQuestion is the run and the step question id names.
-func splitQuestion(id string) (runID, step string) {
+// SplitQuestion is the run and the step question id names.
+func SplitQuestion(id string) (runID, step string) {
 	i := strings.LastIndexByte(id, '/')
 	return id[:i], id[i+1:]
-}
-
-// settleQuestion settles the messages that asked question id (RUN/STEP),
-// once it no longer stands: each is updated without its answer buttons,
-// saying what became of the question. A message its provider cannot
-// update for good (deleted, say) is given up on; any other failure is
-// returned, for the loop to try again.
-func (gw *Gateway) settleQuestion(ctx context.Context, id string) error {
-	list, _, err := gw.questions.read(ctx, id)
-	if err != nil || len(list) == 0 {
-		return err
-	}
-	said, stands, err := gw.questionOutcome(ctx, id)
-	if err != nil || stands {
-		return err
-	}
-	var failed error
-	var settled []questionMessage
-	for _, m := range list {
-		err := gw.settleMessage(ctx, id, m, said)
-		var pe *providers.Error
-		if err != nil && (!errors.As(err, &pe) || providers.IsRetryable(err)) {
-			failed = errors.Join(failed, err)
-			continue
-		}
-		if err != nil {
-			gw.Log.Warn("a Slack message that asked an approval step's question cannot be settled; it is left as it is", "question", id, "channel", m.Channel, "ts", m.TS, "err", err)
-		} else {
-			gw.Log.Info("settled a Slack message of an approval step's question", "question", id, "channel", m.Channel, "ts", m.TS, "said", said)
-		}
-		settled = append(settled, m)
-	}
-	changed, err := gw.questions.forget(ctx, id, list, settled)
-	switch {
-	case failed != nil || err != nil:
-		return errors.Join(failed, err)
-	case changed:
-		return errQuestionChanged
-	}
-	return nil
-}
-
-// settleMessage updates m, a message that asked question id, to say what
-// became of it.
-func (gw *Gateway) settleMessage(ctx context.Context, id string, m questionMessage, said string) error {
-	p := gw.Engine.Config().Providers[m.Provider]
-	if p == nil {
-		return providers.Permanent("no_provider", "no provider %q in the config to update the message through", m.Provider)
-	}
-	update := map[string]any{"channel": m.Channel, "ts": m.TS, "blocks": settledBlocks(m.Blocks, id, said)}
-	if m.Text != "" {
-		update["text"] = m.Text
-	}
-	payload, err := jsonx.Marshal(update)
-	if err != nil {
-		return fmt.Errorf("encoding the update of a Slack message: %w", err)
-	}
-	runID, step := splitQuestion(id)
-	return gw.callProvider(ctx, p, providers.Request{ActionType: slack.UpdateMessage, Payload: payload,
-		DedupKey: "slack-settle/" + id + "/" + m.Channel + "/" + m.TS, Attempt: 1, RunID: runID, Step: step})
-}
-
-// questionOutcome says what became of question id (RUN/STEP), or that it
-// still stands: its run goes on and the step has not ended, whether it
-// waits or is still to come.
-func (gw *Gateway) questionOutcome(ctx context.Context, id string) (said string, stands bool, err error) {
-	runID, step := splitQuestion(id)
-	run, err := gw.Store.RunHeader(ctx, runID)
-	if errors.Is(err, store.ErrNotFound) {
-		return ":no_entry_sign: No longer asked: the run is no longer kept", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("reading the run of question %s: %w", id, err)
-	}
-	var rec *store.StepRecord
-	err = gw.Store.ForEachStep(ctx, runID, store.StepScan{Prefix: step, Exact: true}, func(r *store.StepRecord) error {
-		rec = r
-		return nil
-	})
-	if err != nil {
-		return "", false, fmt.Errorf("reading the step of question %s: %w", id, err)
-	}
-	stepEnded := rec != nil && rec.Status.Final()
-	if !run.Status.Final() && !stepEnded {
-		return "", true, nil
-	}
-	var d engine.Decision
-	switch {
-	case stepEnded && json.Unmarshal(rec.Body, &d) == nil && (d.Decision == chain.DecisionApprove || d.Decision == chain.DecisionReject):
-		return decisionLine(&d), false, nil
-	case stepEnded && rec.Status == store.StepTimedOut && run.Status != store.RunTimedOut:
-		// The step's own deadline; the run's is said below.
-		return fmt.Sprintf(":hourglass: No answer before the step's deadline, %s: it timed out", rec.FinishedAt.UTC().Format(slackStamp)), false, nil
-	case run.Status.Final():
-		why := "the run ended " + string(run.Status)
-		if run.Error != nil && run.Error.Message != "" {
-			why = run.Error.Message
-		}
-		return fmt.Sprintf(":no_entry_sign: No longer asked: %s at %s", why, run.FinishedAt.UTC().Format(slackStamp)), false, nil
-	}
-	return fmt.Sprintf(":no_entry_sign: No longer asked: the step ended %s", rec.Status), false, nil
 }
 
 // questionAsker is a Slack provider whose calls that ask a question have
@@ -363,7 +261,7 @@ func (gw *Gateway) questionOutcome(ctx context.Context, id string) (said string,
 type questionAsker struct {
 	providers.Provider
 	name string
-	q    *slackQuestions
+	q    *SlackQuestions
 }
 
 // callStarter is a provider that makes a call without a goroutine waiting
@@ -405,3 +303,12 @@ func (a *questionAsker) Start(ctx context.Context, req providers.Request, done f
 	}
 	go func() { done(a.Provider.Execute(ctx, req)) }()
 }
+
+type SlackAction struct {
+	ActionID string `json:"action_id"`
+	Value    string `json:"value"`
+}
+
+// SlackActionPrefix starts the action_id of an answer button; the
+// decision follows it.
+const SlackActionPrefix = "chaingate:"

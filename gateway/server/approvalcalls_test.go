@@ -14,6 +14,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/approvals"
 )
 
 // fakeClock is a clock that moves only when a test moves it, so a test of
@@ -98,7 +99,7 @@ func runApprovalLoop(t *testing.T, env *apiEnv) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		env.gw.RunApprovalCalls(ctx, env.hub)
+		approvals.New(env.gw).Run(ctx, env.hub)
 	}()
 	stop = func() {
 		cancel()

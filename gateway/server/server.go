@@ -25,6 +25,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/approvals"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/door"
 	"github.com/chaingate/gateway/gateway/events"
@@ -72,7 +73,7 @@ type Server struct {
 	fails *authFailures
 	// slackOut, when set, posts Slack replies in place of
 	// DefaultSlackResponder.
-	slackOut atomic.Pointer[gateway.SlackResponder]
+	slackOut atomic.Pointer[approvals.SlackResponder]
 	// console builds the web console's handler for its base path; nil
 	// serves none.
 	console func(base string) http.Handler
@@ -320,7 +321,7 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 		s.door.RunInbox(s.stopping)
 	}()
 	go s.retention.Run(s.stopping)
-	go s.gw.RunApprovalCalls(s.stopping, s.hub)
+	go approvals.New(s.gw).Run(s.stopping, s.hub)
 	workerCtx, stopWorker := context.WithCancel(context.Background())
 	defer stopWorker()
 	workerDone := make(chan struct{})

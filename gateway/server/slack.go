@@ -17,6 +17,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/approvals"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
@@ -33,7 +34,7 @@ func (s *Server) slackInteractions(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &api.APIError{Status: http.StatusNotFound, Code: "not_found", Message: "Slack interactions are not configured: the config has no [gateway.slack]"})
 		return
 	}
-	if r.Header.Get(gateway.SlackSignatureHeader) != "" {
+	if r.Header.Get(approvals.SlackSignatureHeader) != "" {
 		if wait := s.credentialWait(r); wait > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(wait))
 			s.writeError(w, r, &api.APIError{Status: http.StatusTooManyRequests, Code: "too_many_auth_failures", Message: fmt.Sprintf("too many wrong credentials came from this address; the next one is checked in %d s", wait)})
@@ -45,7 +46,7 @@ func (s *Server) slackInteractions(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sig, err := gateway.CheckSlackSignature([]byte(s.gw.SecretValues()[sl.SigningSecret]), r.Header, body, time.Now())
+	sig, err := approvals.CheckSlackSignature([]byte(s.gw.SecretValues()[sl.SigningSecret]), r.Header, body, time.Now())
 	if err != nil {
 		s.refuseSlack(w, r, err)
 		return
@@ -53,7 +54,7 @@ func (s *Server) slackInteractions(w http.ResponseWriter, r *http.Request) {
 	// Slack never sends an interaction twice, so a second one is a copy
 	// of a captured request. The record is in the store, so a copy sent
 	// to another gateway sharing it is refused too.
-	switch bound, err := s.gw.Store.ClaimKey(r.Context(), "slack/request/"+sig, store.NewID(), gateway.SlackSeenTTL); {
+	switch bound, err := s.gw.Store.ClaimKey(r.Context(), "slack/request/"+sig, store.NewID(), approvals.SlackSeenTTL); {
 	case err != nil:
 		s.writeError(w, r, fmt.Errorf("recording a Slack request as taken: %w", err))
 		return
@@ -61,7 +62,7 @@ func (s *Server) slackInteractions(w http.ResponseWriter, r *http.Request) {
 		s.refuseSlack(w, r, errors.New("the same signed request was taken before"))
 		return
 	}
-	in, err := gateway.ParseSlackInteraction(body)
+	in, err := approvals.ParseSlackInteraction(body)
 	if err != nil {
 		s.writeError(w, r, api.BadRequest("invalid_payload", "%v", err))
 		return
@@ -84,7 +85,7 @@ func (s *Server) slackInteractions(w http.ResponseWriter, r *http.Request) {
 // first, and counts a signature it brought against the sender's address;
 // the log says why.
 func (s *Server) refuseSlack(w http.ResponseWriter, r *http.Request, why error) {
-	if r.Header.Get(gateway.SlackSignatureHeader) != "" {
+	if r.Header.Get(approvals.SlackSignatureHeader) != "" {
 		s.failedCredential(r)
 	}
 	s.log.Warn("Slack request refused", "remote_addr", r.RemoteAddr, "why", why.Error())
@@ -93,12 +94,12 @@ func (s *Server) refuseSlack(w http.ResponseWriter, r *http.Request, why error) 
 
 // slackAnswer answers the approval step button a names, as the person the
 // config maps the Slack user to, and says what came of it.
-func (s *Server) slackAnswer(ctx context.Context, sl *chain.Slack, in *gateway.SlackInteraction, a gateway.SlackAction) gateway.SlackReply {
+func (s *Server) slackAnswer(ctx context.Context, sl *chain.Slack, in *approvals.SlackInteraction, a gateway.SlackAction) approvals.SlackReply {
 	decision := strings.TrimPrefix(a.ActionID, gateway.SlackActionPrefix)
 	i := strings.LastIndexByte(a.Value, '/')
 	if (decision != chain.DecisionApprove && decision != chain.DecisionReject) || i <= 0 || i == len(a.Value)-1 {
 		s.log.Warn("Slack click refused: not an answer button", "action_id", a.ActionID, "value", a.Value, "slack_user", in.User.ID)
-		return gateway.SlackNote(fmt.Sprintf("This button answers nothing: an answer button's action_id is %q or %q, and its value is the run and the step, \"<<run.id>>/STEP\"; this one has %q and %q.",
+		return approvals.SlackNote(fmt.Sprintf("This button answers nothing: an answer button's action_id is %q or %q, and its value is the run and the step, \"<<run.id>>/STEP\"; this one has %q and %q.",
 			gateway.SlackActionPrefix+chain.DecisionApprove, gateway.SlackActionPrefix+chain.DecisionReject, a.ActionID, a.Value))
 	}
 	runID, step := a.Value[:i], a.Value[i+1:]
@@ -106,13 +107,13 @@ func (s *Server) slackAnswer(ctx context.Context, sl *chain.Slack, in *gateway.S
 	name, ok := sl.Users[in.User.ID]
 	if !ok {
 		log.Warn("Slack answer refused: [gateway.slack] users does not name the Slack user")
-		return gateway.SlackNote(fmt.Sprintf("Your answer was not recorded: the gateway takes answers from Slack only from the people its [gateway.slack] users names, and your Slack user ID, %s, is not one of them.", in.User.ID))
+		return approvals.SlackNote(fmt.Sprintf("Your answer was not recorded: the gateway takes answers from Slack only from the people its [gateway.slack] users names, and your Slack user ID, %s, is not one of them.", in.User.ID))
 	}
 	if err := s.Authorize(ctx, authz.Subject{Kind: authz.Slack, Name: name}, authz.Approve, authz.Target{Kind: authz.OnRun, Name: runID}); err != nil {
 		log.Warn("Slack answer refused", "err", err)
-		return gateway.SlackNote("Your answer was not recorded: " + err.Error())
+		return approvals.SlackNote("Your answer was not recorded: " + err.Error())
 	}
-	ctx, cancel := context.WithTimeout(engine.WithActor(ctx, name+" (Slack)"), gateway.SlackAnswerTime)
+	ctx, cancel := context.WithTimeout(engine.WithActor(ctx, name+" (Slack)"), approvals.SlackAnswerTime)
 	defer cancel()
 	d, err := s.ops.Signal(ctx, runID, step, decision, "")
 	if err != nil {
@@ -121,25 +122,25 @@ func (s *Server) slackAnswer(ctx context.Context, sl *chain.Slack, in *gateway.S
 		} else {
 			log.Info("Slack answer refused", "err", err)
 		}
-		return gateway.SlackNote("Your answer was not recorded: " + s.gw.Redactor.String(err.Error()))
+		return approvals.SlackNote("Your answer was not recorded: " + s.gw.Redactor.String(err.Error()))
 	}
-	return gateway.AnsweredMessage(in, a, d)
+	return approvals.AnsweredMessage(in, a, d)
 }
 
-func (s *Server) SlackResponder() *gateway.SlackResponder {
+func (s *Server) SlackResponder() *approvals.SlackResponder {
 	if out := s.slackOut.Load(); out != nil {
 		return out
 	}
-	return gateway.DefaultSlackResponder
+	return approvals.DefaultSlackResponder
 }
 
 // slackRespond posts reply to an interaction's response_url. A response
 // URL lets anyone holding it post to the channel for a while, so the log
 // names its host only.
-func (s *Server) slackRespond(ctx context.Context, responseURL string, reply gateway.SlackReply) {
+func (s *Server) slackRespond(ctx context.Context, responseURL string, reply approvals.SlackReply) {
 	out := s.SlackResponder()
 	u, err := url.Parse(responseURL)
-	if err != nil || !out.Allowed(u, gateway.ResponseURLHosts(s.Config().Gateway.Slack)) {
+	if err != nil || !out.Allowed(u, approvals.ResponseURLHosts(s.Config().Gateway.Slack)) {
 		host := ""
 		if u != nil {
 			host = u.Host
@@ -147,7 +148,7 @@ func (s *Server) slackRespond(ctx context.Context, responseURL string, reply gat
 		s.log.Warn("not posting an answer's outcome to Slack: the interaction's response_url is not on a host [gateway.slack] response_url_hosts allows", "host", host)
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, gateway.SlackReplyTime)
+	ctx, cancel := context.WithTimeout(ctx, approvals.SlackReplyTime)
 	defer cancel()
 	b, err := jsonx.Marshal(reply)
 	if err != nil {

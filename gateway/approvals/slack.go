@@ -1,4 +1,4 @@
-package gateway
+package approvals
 
 import (
 	"crypto/hmac"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
 
@@ -30,9 +31,6 @@ import (
 const (
 	SlackSignatureHeader = "X-Slack-Signature"
 	slackTimestampHeader = "X-Slack-Request-Timestamp"
-	// SlackActionPrefix starts the action_id of an answer button; the
-	// decision follows it.
-	SlackActionPrefix = "chaingate:"
 	// slackSkew is how far a request's timestamp may be from this
 	// gateway's clock, either way, as Slack advises.
 	slackSkew = 5 * time.Minute
@@ -56,18 +54,13 @@ type SlackInteraction struct {
 		ID       string `json:"id"`
 		Username string `json:"username"`
 	} `json:"user"`
-	Actions     []SlackAction `json:"actions"`
-	ResponseURL string        `json:"response_url"`
+	Actions     []gateway.SlackAction `json:"actions"`
+	ResponseURL string                `json:"response_url"`
 	// Message is the message the button is on.
 	Message *struct {
 		Text   string            `json:"text"`
 		Blocks []json.RawMessage `json:"blocks"`
 	} `json:"message"`
-}
-
-type SlackAction struct {
-	ActionID string `json:"action_id"`
-	Value    string `json:"value"`
 }
 
 // SlackReply is a message posted to an interaction's response_url: the
@@ -137,21 +130,21 @@ func ParseSlackInteraction(body []byte) (*SlackInteraction, error) {
 }
 
 // answerAction is the click on an answer button, if it was one.
-func (in *SlackInteraction) AnswerAction() (SlackAction, bool) {
+func (in *SlackInteraction) AnswerAction() (gateway.SlackAction, bool) {
 	if in.Type != "block_actions" {
-		return SlackAction{}, false
+		return gateway.SlackAction{}, false
 	}
 	for _, a := range in.Actions {
-		if strings.HasPrefix(a.ActionID, SlackActionPrefix) {
+		if strings.HasPrefix(a.ActionID, gateway.SlackActionPrefix) {
 			return a, true
 		}
 	}
-	return SlackAction{}, false
+	return gateway.SlackAction{}, false
 }
 
 // AnsweredMessage is the clicked message as it reads once answered: its
 // answer buttons for the step gone, and who answered said below it.
-func AnsweredMessage(in *SlackInteraction, a SlackAction, d *engine.Decision) SlackReply {
+func AnsweredMessage(in *SlackInteraction, a gateway.SlackAction, d *engine.Decision) SlackReply {
 	said := decisionLine(d)
 	if in.Message == nil {
 		return SlackNote(said)
@@ -197,8 +190,8 @@ func withoutAnswerButtons(blocks []json.RawMessage, value string) []json.RawMess
 		}
 		var kept []json.RawMessage
 		for _, e := range b.Elements {
-			var btn SlackAction
-			if json.Unmarshal(e, &btn) == nil && strings.HasPrefix(btn.ActionID, SlackActionPrefix) && btn.Value == value {
+			var btn gateway.SlackAction
+			if json.Unmarshal(e, &btn) == nil && strings.HasPrefix(btn.ActionID, gateway.SlackActionPrefix) && btn.Value == value {
 				continue
 			}
 			kept = append(kept, e)

@@ -1,4 +1,8 @@
-package gateway
+// Package approvals serves approval steps while they wait: the calls
+// their notify, remind and escalate make, and the Slack messages that ask
+// their questions, answered with Slack's buttons and settled once the
+// question ends, whichever gateway ends it.
+package approvals
 
 import (
 	"context"
@@ -8,119 +12,39 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/providers"
 	"github.com/chaingate/gateway/templates"
 )
 
-// An approval step that waits tells people so through its notify call,
-// reminds them every notify.remind_every, and escalates once through its
-// escalate call, escalate.after it asked. Each call is claimed in the
-// store under the step's wait before it is made, so that gateways sharing
-// the store make it once between them: a call is made at most once, and a
-// gateway dying between the claim and the call loses that one call (a
-// reminder follows). The run's events say what was sent, or why not.
-//
-// The approval loop follows the waits it hears of, as they happen: this
-// gateway's runs through their events, other gateways' through the
-// store's feed of status changes. Each wait's next call is timed on the
-// engine's clock for when it is due, so the notification goes out as the
-// step starts waiting and a reminder on the second it is due. A look at
-// every waiting run when the loop starts, and every approvalResync, finds
-// what it did not hear. When a wait ends, or its run does, the loop has
-// the Slack messages that asked it settled (slackquestions.go).
+// Approvals serves the approval steps of a gateway's runs.
+type Approvals struct {
+	*gateway.Gateway
+}
+
+// New returns the approvals of gw's runs.
+func New(gw *gateway.Gateway) *Approvals { return &Approvals{Gateway: gw} }
 
 // approvalResync is how often the loop reads every waiting run again.
 const approvalResync = time.Minute
 
-// approvalNewsBuffer is how many runs to look at the loop may be behind
-// on; past it, it looks at everything again at its next resync.
-const approvalNewsBuffer = 1024
-
-// approvalFeed carries what the gateway hears of approval steps to its
-// approval loop, while one runs: the runs to look at again.
-type approvalFeed struct {
-	c chan string
-	// on is set while a loop takes news; news is dropped otherwise.
-	on atomic.Bool
-	// missed says news was dropped: the loop looks at everything again
-	// at its next resync.
-	missed atomic.Bool
-	// config is the config the engine runs.
-	config func() *chain.Config
-}
-
-func newApprovalFeed() *approvalFeed {
-	return &approvalFeed{c: make(chan string, approvalNewsBuffer)}
-}
-
-// look asks the loop to look at run id again.
-func (f *approvalFeed) look(id string) {
-	if !f.on.Load() {
-		return
-	}
-	select {
-	case f.c <- id:
-	default:
-		f.missed.Store(true)
-	}
-}
-
-// heard takes a run event: one that may start or end a wait, or end a
-// question, has the loop look at its run.
-func (f *approvalFeed) heard(ev store.Event) {
-	if f.on.Load() && f.concerns(ev) {
-		f.look(ev.RunID)
-	}
-}
-
-func (f *approvalFeed) concerns(ev store.Event) bool {
-	var c *chain.Chain
-	if ev.Chain != "" {
-		c = f.config().Chains[ev.Chain]
-	}
-	switch ev.Type {
-	case store.EventRunWaiting:
-		return true
-	case store.EventRunSucceeded, store.EventRunFailed, store.EventRunCancelled, store.EventRunTimedOut, store.EventRunSkipped:
-		// A chain the config no longer has may still have asked.
-		return c == nil || hasApprovalStep(c)
-	case store.EventStepSucceeded, store.EventStepFailed, store.EventStepTimedOut, store.EventStepCancelled, store.EventStepSkipped:
-		if c == nil {
-			return !strings.ContainsAny(ev.Step, "/[")
-		}
-		s := c.Step(ev.Step)
-		return s != nil && s.Kind == chain.KindApproval
-	}
-	return false
-}
-
-func hasApprovalStep(c *chain.Chain) bool {
-	for _, s := range c.Steps {
-		if s.Kind == chain.KindApproval {
-			return true
-		}
-	}
-	return false
-}
-
-// RunApprovalCalls makes the calls of waiting approval steps as they come
+// Run makes the calls of waiting approval steps as they come
 // due, and settles the Slack messages of questions that no longer stand,
 // until ctx ends. hub, when the store is shared, brings other gateways'
 // runs; it may be nil.
-func (gw *Gateway) RunApprovalCalls(ctx context.Context, hub *events.Hub) {
+func (gw *Approvals) Run(ctx context.Context, hub *events.Hub) {
 	l := &approvalLoop{gw: gw, ctx: ctx, clock: gw.Engine.Clock(), waits: map[string]*approvalWait{},
 		resolving: map[string]bool{}, retry: map[string]*questionRetry{}, done: make(chan questionResolved), swept: make(chan []string, 1),
 		settlers: make(chan struct{}, questionSettlers)}
-	feed := gw.approvals
-	feed.on.Store(true)
-	defer feed.on.Store(false)
+	feed := gw.ApprovalFeed
+	feed.On.Store(true)
+	defer feed.On.Store(false)
 	defer l.busy.Wait()
 
 	var runs <-chan store.Event
@@ -148,14 +72,14 @@ func (gw *Gateway) RunApprovalCalls(ctx context.Context, hub *events.Hub) {
 		select {
 		case <-ctx.Done():
 			return
-		case id := <-feed.c:
+		case id := <-feed.C:
 			l.look(id)
 		case ev := <-runs:
-			if ev.RunID != "" && feed.concerns(ev) {
+			if ev.RunID != "" && feed.Concerns(ev) {
 				l.look(ev.RunID)
 			}
 			if l.watch.Lost() {
-				feed.missed.Store(true)
+				feed.Missed.Store(true)
 			}
 		case <-timer.C():
 			l.fire()
@@ -172,17 +96,17 @@ func (gw *Gateway) RunApprovalCalls(ctx context.Context, hub *events.Hub) {
 			l.resync()
 			// What was missed is looked for at this pace, so that a
 			// gateway behind on its news does not fall further behind.
-			if feed.missed.Swap(false) {
+			if feed.Missed.Swap(false) {
 				l.sweep()
 			}
 		}
 	}
 }
 
-// approvalLoop is RunApprovalCalls's state; only its goroutine touches
+// approvalLoop is Run's state; only its goroutine touches
 // it.
 type approvalLoop struct {
-	gw    *Gateway
+	gw    *Approvals
 	ctx   context.Context
 	clock engine.Clock
 	watch *events.RunWatch
@@ -460,7 +384,7 @@ func (l *approvalLoop) resolved(r questionResolved) {
 	again := l.resolving[r.id]
 	delete(l.resolving, r.id)
 	switch {
-	case again || errors.Is(r.err, errQuestionChanged):
+	case again || errors.Is(r.err, gateway.ErrQuestionChanged):
 		l.resolve(r.id)
 	case r.err != nil:
 		prev := l.retry[r.id]
@@ -484,8 +408,8 @@ func (l *approvalLoop) sweep() {
 	ctx, gw := l.ctx, l.gw
 	l.busy.Go(func() {
 		var ids []string
-		err := gw.Store.ForEachKey(ctx, questionPrefix, func(key, _ string) error {
-			ids = append(ids, strings.TrimPrefix(key, questionPrefix))
+		err := gw.Store.ForEachKey(ctx, gateway.QuestionPrefix, func(key, _ string) error {
+			ids = append(ids, strings.TrimPrefix(key, gateway.QuestionPrefix))
 			return nil
 		})
 		if err != nil {
@@ -503,7 +427,7 @@ func (l *approvalLoop) sweep() {
 
 // approvalCall makes one call of an approval step's wait, unless a gateway
 // has claimed it already.
-func (gw *Gateway) approvalCall(ctx context.Context, run *store.Run, rec *store.StepRecord, c *chain.ApprovalCall, what string, n int) {
+func (gw *Approvals) approvalCall(ctx context.Context, run *store.Run, rec *store.StepRecord, c *chain.ApprovalCall, what string, n int) {
 	key := "approval-call/" + run.ID + "/" + rec.Key + "/" + strconv.FormatInt(rec.StartedAt.UnixNano(), 10) + "/" + what + "/" + strconv.Itoa(n)
 	// The notification and the escalation are claimed for as long as a
 	// wait may last; a reminder only until well past the next one, after
@@ -544,7 +468,7 @@ func (gw *Gateway) approvalCall(ctx context.Context, run *store.Run, rec *store.
 
 // callApproval renders and makes the call; its dedup key is the claim's,
 // so a provider that dedupes sends it once even if it is made again.
-func (gw *Gateway) callApproval(ctx context.Context, run *store.Run, rec *store.StepRecord, c *chain.ApprovalCall, key string, n int) error {
+func (gw *Approvals) callApproval(ctx context.Context, run *store.Run, rec *store.StepRecord, c *chain.ApprovalCall, key string, n int) error {
 	cfg := gw.Engine.Config()
 	p := cfg.Providers[c.Provider]
 	if p == nil {
@@ -589,7 +513,7 @@ func (gw *Gateway) callApproval(ctx context.Context, run *store.Run, rec *store.
 // callProvider makes a call of p outside any step, as the approval loop
 // does: with p's config filled in, bounded like a step's call by default,
 // and a provider's error redacted.
-func (gw *Gateway) callProvider(ctx context.Context, p *chain.Provider, req providers.Request) error {
+func (gw *Approvals) callProvider(ctx context.Context, p *chain.Provider, req providers.Request) error {
 	config := p.Config
 	if p.ConfigTemplate != nil {
 		var err error
@@ -597,7 +521,7 @@ func (gw *Gateway) callProvider(ctx context.Context, p *chain.Provider, req prov
 			return fmt.Errorf("rendering the provider's config: %w", err)
 		}
 	}
-	prov, err := gw.providers.Resolve(p)
+	prov, err := gw.Providers.Resolve(p)
 	if err != nil {
 		return err
 	}
@@ -614,9 +538,9 @@ func (gw *Gateway) callProvider(ctx context.Context, p *chain.Provider, req prov
 }
 
 // secretScope is the secrets as templates read them.
-func (gw *Gateway) secretScope() map[string]any {
-	out := make(map[string]any, len(gw.secrets))
-	for k, v := range gw.secrets {
+func (gw *Approvals) secretScope() map[string]any {
+	out := make(map[string]any, len(gw.SecretValues()))
+	for k, v := range gw.SecretValues() {
 		out[k] = v
 	}
 	return out
