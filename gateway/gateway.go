@@ -1,5 +1,8 @@
-// Package gateway wires a config, a store, the plugin processes and the
-// engine into one running gateway, and serves its HTTP API.
+// Package gateway is the core of a running gateway: a config, a store, the
+// plugin processes, the provider limits and the engine wired into one
+// Gateway, with config loading, secrets and provider checks. The packages
+// beside it build on it: the door, schedules, approvals, upkeep, metrics,
+// operations and the HTTP server.
 //
 // It is the gateway's own package, with no compatibility promise.
 package gateway

@@ -3,6 +3,8 @@
 // every entry point offers (the API serves them, the console acts through
 // them, the command line runs them through the API or on a store), and
 // Client, which runs them against a gateway over HTTP.
+//
+// It is the gateway's own package, with no compatibility promise.
 package api
 
 import (

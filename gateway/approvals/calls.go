@@ -2,6 +2,8 @@
 // their notify, remind and escalate make, and the Slack messages that ask
 // their questions, answered with Slack's buttons and settled once the
 // question ends, whichever gateway ends it.
+//
+// It is the gateway's own package, with no compatibility promise.
 package approvals
 
 import (

@@ -2,6 +2,8 @@
 // one place that decides: the API's routes, the console's actions, Slack's
 // interactions and trigger deliveries each say who is asking, for what, on
 // what, and act only when Decide says yes.
+//
+// It is the gateway's own package, with no compatibility promise.
 package authz
 
 import (

@@ -2,6 +2,8 @@
 // checked, mapped to runs and started once each, what cannot start yet is
 // kept in the inbox and started later, and triggers and schedules are
 // paused and resumed.
+//
+// It is the gateway's own package, with no compatibility promise.
 package door
 
 import (

@@ -1,5 +1,7 @@
 // Package events wakes the streams that follow runs when their events are
 // durable: a run's own events, and every run's status changes.
+//
+// It is the gateway's own package, with no compatibility promise.
 package events
 
 import (

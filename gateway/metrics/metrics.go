@@ -1,6 +1,8 @@
 // Package metrics is what the gateway counts and measures, as Prometheus
 // metrics: runs, steps, provider calls, trigger deliveries, schedules,
 // retention, approvals, queues and distributed splits.
+//
+// It is the gateway's own package, with no compatibility promise.
 package metrics
 
 import (

@@ -1,6 +1,8 @@
 // Package ops runs the operations on runs, dead letters and pauses (api.Ops)
 // on a gateway's own store and engine: what the API serves, the console
 // acts through, and the command line runs when it has the store at hand.
+//
+// It is the gateway's own package, with no compatibility promise.
 package ops
 
 import (

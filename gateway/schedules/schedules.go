@@ -1,6 +1,8 @@
 // Package schedules starts the runs of the config's [[schedules]] at their
 // ticks, once between the gateways sharing a store, and lists when each
 // ticks next.
+//
+// It is the gateway's own package, with no compatibility promise.
 package schedules
 
 import (

@@ -1,3 +1,10 @@
+// Package server is a gateway's HTTP server and its lifecycle: the API's
+// routes and handlers, connection limits, token checks and the
+// authorization seam every entry point asks (Server.Authorize), reload and
+// graceful shutdown, and the loops a serving gateway runs (the door's
+// inbox, schedules, retention, approval calls, taking over lapsed runs).
+//
+// It is the gateway's own package, with no compatibility promise.
 package server
 
 import (

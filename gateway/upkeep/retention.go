@@ -1,6 +1,8 @@
 // Package upkeep keeps a gateway's store in shape: retention, which prunes
 // what the config no longer keeps, on a timer and by hand, and the store's
 // backup, restore and compaction.
+//
+// It is the gateway's own package, with no compatibility promise.
 package upkeep
 
 import (
