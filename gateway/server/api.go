@@ -23,6 +23,7 @@ import (
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/ops"
+	"github.com/chaingate/gateway/gateway/server/internal/connguard"
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/internal/textx"
 )
@@ -105,20 +106,20 @@ func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer s.recoverRequest(r)
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &bodyWatch{ReadCloser: r.Body}
+			r.Body = &connguard.BodyWatch{ReadCloser: r.Body}
 		}
 		defer func() {
-			if bodyUnread(r) {
-				closeUnread(w, r)
+			if connguard.BodyUnread(r) {
+				connguard.CloseUnread(w, r)
 			}
 		}()
-		if c := reserveConn(r); c != nil {
+		if c := connguard.ReserveConn(r); c != nil {
 			// Answered once; only the health checks are served.
 			w.Header().Set("Connection", "close")
 			if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
-				s.metrics.Refused(c.over.Code)
+				s.metrics.Refused(c.Over.Code)
 				w.Header().Set("Retry-After", "1")
-				s.writeError(w, r, c.over)
+				s.writeError(w, r, c.Over)
 				return
 			}
 		}
@@ -261,7 +262,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	}
 	if wait > 0 {
 		// The wait, and then the time any answer may take to write.
-		holdOpen(w, wait+time.Duration(s.Config().Gateway.Limits.RequestTimeoutSeconds)*time.Second)
+		connguard.HoldOpen(w, wait+time.Duration(s.Config().Gateway.Limits.RequestTimeoutSeconds)*time.Second)
 		wctx, cancel := s.untilStop(ctx)
 		wctx, cancelWait := context.WithTimeout(wctx, wait)
 		run, err := s.waitRun(wctx, id)
@@ -500,7 +501,7 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		n++
 		if out.Available() < len(key)+len(body)+1 {
-			holdOpen(w, streamWriteTimeout)
+			connguard.HoldOpen(w, streamWriteTimeout)
 		}
 		out.Write(key)
 		out.WriteByte(':')
@@ -572,7 +573,7 @@ func (s *Server) ServeRunEvents(w http.ResponseWriter, r *http.Request, id strin
 	if fromNow {
 		after = run.Seq
 	}
-	holdOpen(w, streamWriteTimeout)
+	connguard.HoldOpen(w, streamWriteTimeout)
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -594,7 +595,7 @@ func (s *Server) ServeRunEvents(w http.ResponseWriter, r *http.Request, id strin
 			if !unsent && time.Since(lastWrite) < heartbeat {
 				return nil
 			}
-			holdOpen(w, streamWriteTimeout)
+			connguard.HoldOpen(w, streamWriteTimeout)
 			var err error
 			if !unsent {
 				_, err = fmt.Fprint(w, ": heartbeat\n\n")
@@ -607,7 +608,7 @@ func (s *Server) ServeRunEvents(w http.ResponseWriter, r *http.Request, id strin
 		}
 		// The write deadline is set once for what is sent together.
 		if !unsent {
-			holdOpen(w, streamWriteTimeout)
+			connguard.HoldOpen(w, streamWriteTimeout)
 		}
 		_, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, s.hub.EventJSON(ev))
 		unsent = true
@@ -625,7 +626,7 @@ func (s *Server) ServeRunEvents(w http.ResponseWriter, r *http.Request, id strin
 func (s *Server) ServeRunChanges(w http.ResponseWriter, r *http.Request) {
 	watch := s.hub.WatchRuns()
 	defer watch.Close()
-	holdOpen(w, streamWriteTimeout)
+	connguard.HoldOpen(w, streamWriteTimeout)
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -636,7 +637,7 @@ func (s *Server) ServeRunChanges(w http.ResponseWriter, r *http.Request) {
 	beat := time.NewTicker(heartbeat)
 	defer beat.Stop()
 	send := func(format string, args ...any) bool {
-		holdOpen(w, streamWriteTimeout)
+		connguard.HoldOpen(w, streamWriteTimeout)
 		if _, err := fmt.Fprintf(w, format, args...); err != nil {
 			return false
 		}
@@ -982,7 +983,7 @@ func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
 	}
 	// Thousands of entries may take longer than a request may; the caller
 	// holds a write token, so it is no slow client to guard against.
-	holdOpen(w, BulkTimeout)
+	connguard.HoldOpen(w, BulkTimeout)
 	opts, err := ParseReplayOptions(b.Mode, b.Definition)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -1004,7 +1005,7 @@ func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteRun(w http.ResponseWriter, r *http.Request) {
 	// A run of a million split items takes a while to go.
-	holdOpen(w, BulkTimeout)
+	connguard.HoldOpen(w, BulkTimeout)
 	res, err := s.ops.DeleteRun(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
@@ -1024,7 +1025,7 @@ func (s *Server) pruneRuns(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, api.BadRequest("invalid_parameter", `older_than must be a positive duration such as "36h", "30d" or "2w"`))
 		return
 	}
-	holdOpen(w, BulkTimeout)
+	connguard.HoldOpen(w, BulkTimeout)
 	ctx, cancel := context.WithTimeout(r.Context(), BulkTimeout)
 	defer cancel()
 	res, err := s.ops.PruneRuns(ctx, api.PruneOptions{OlderThan: older, Chain: b.Chain, Status: store.RunStatus(b.Status), DryRun: b.DryRun})
@@ -1054,7 +1055,7 @@ func (s *Server) purgeDLQ(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	holdOpen(w, BulkTimeout)
+	connguard.HoldOpen(w, BulkTimeout)
 	n, err := s.ops.PurgeDLQ(r.Context(), f)
 	if err != nil {
 		s.writeError(w, r, err)

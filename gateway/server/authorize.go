@@ -7,6 +7,7 @@ import (
 
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
+	"github.com/chaingate/gateway/gateway/server/internal/connguard"
 )
 
 // Authorize is where every entry point asks whether a subject may act: the
@@ -39,3 +40,7 @@ func on(kind, key string) func(*http.Request) authz.Target {
 func pausable(r *http.Request) authz.Target {
 	return authz.Target{Kind: r.PathValue("kind"), Name: r.PathValue("name")}
 }
+
+// LoopbackOnly refuses a request from another machine, as an API without
+// tokens does; the console, served beside it, refuses the same.
+func LoopbackOnly(r *http.Request) *api.APIError { return connguard.LoopbackOnly(r) }

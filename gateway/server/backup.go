@@ -9,6 +9,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/server/internal/connguard"
 )
 
 // backupWriteTimeout bounds each write of a backup to its client: a client
@@ -25,7 +26,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	}
 	// A backup outlasts the request timeout: the read deadline goes, and
 	// each write moves the write deadline.
-	holdOpen(w, backupWriteTimeout)
+	connguard.HoldOpen(w, backupWriteTimeout)
 	dw := &deadlineWriter{w: w, rc: http.NewResponseController(w)}
 	buf := bufio.NewWriterSize(dw, 256<<10)
 	w.Header().Set("Content-Type", api.BackupContentType)

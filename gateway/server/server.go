@@ -39,6 +39,7 @@ import (
 	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/gateway/ops"
 	"github.com/chaingate/gateway/gateway/schedules"
+	"github.com/chaingate/gateway/gateway/server/internal/connguard"
 	"github.com/chaingate/gateway/gateway/upkeep"
 )
 
@@ -77,7 +78,7 @@ type Server struct {
 	// runs before the answer goes.
 	budget time.Duration
 	// fails counts wrong credentials per remote address.
-	fails *authFailures
+	fails *connguard.AuthFailures
 	// slackOut, when set, posts Slack replies in place of
 	// DefaultSlackResponder.
 	slackOut atomic.Pointer[approvals.SlackResponder]
@@ -107,7 +108,7 @@ const (
 // NewServer returns the API of gw. hub and metrics must be the ones gw's
 // events and calls feed; paths are the config paths reload reads again.
 func NewServer(gw *gateway.Gateway, hub *events.Hub, metrics *metrics.Metrics, paths []string) *Server {
-	s := &Server{gw: gw, ops: &ops.Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: door.DeliveryBudget, fails: newAuthFailures(time.Now), decide: authz.Decide}
+	s := &Server{gw: gw, ops: &ops.Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: door.DeliveryBudget, fails: connguard.NewAuthFailures(time.Now), decide: authz.Decide}
 	var prunes upkeep.Observer
 	var delivered door.Observer
 	if metrics != nil {
@@ -319,7 +320,7 @@ func (s *Server) Run(ctx context.Context, l net.Listener, grace time.Duration) e
 	lim := s.Config().Gateway.Limits
 	srv := s.httpServer(lim)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(limitConns(l, lim, s.metrics.Refused)) }()
+	go func() { errc <- srv.Serve(connguard.LimitConns(l, lim, s.metrics.Refused)) }()
 	go s.adopt(ctx)
 	go s.sched.Run(s.stopping)
 	inboxDone := make(chan struct{})
@@ -426,7 +427,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case ae.Status >= 500:
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	if bodyUnread(r) {
+	if connguard.BodyUnread(r) {
 		// Refused before its body was read: answered at once, and the
 		// connection closes rather than waiting for the rest.
 		w.Header().Set("Connection", "close")
@@ -466,7 +467,7 @@ func (s *Server) guard(a authz.Action, target func(*http.Request) authz.Target, 
 // one itself, and reports false.
 func (s *Server) subject(w http.ResponseWriter, r *http.Request) (authz.Subject, bool) {
 	if !s.AuthEnabled() {
-		if err := LoopbackOnly(r); err != nil {
+		if err := connguard.LoopbackOnly(r); err != nil {
 			s.writeError(w, r, err)
 			return authz.Subject{}, false
 		}
@@ -547,7 +548,7 @@ func (s *Server) CheckToken(r *http.Request, tok string) (Credential, error) {
 // credentialWait is how many seconds r's address must wait before a
 // credential it presents is checked; 0 when it may present one now.
 func (s *Server) credentialWait(r *http.Request) int {
-	d, first := s.fails.wait(requestAddress(r))
+	d, first := s.fails.Wait(connguard.RequestAddress(r))
 	if d == 0 {
 		return 0
 	}
@@ -562,7 +563,7 @@ func (s *Server) credentialWait(r *http.Request) int {
 // failedCredential counts a wrong credential against r's address.
 func (s *Server) failedCredential(r *http.Request) {
 	s.metrics.Refused("wrong_credential")
-	s.fails.fail(requestAddress(r))
+	s.fails.Fail(connguard.RequestAddress(r))
 }
 
 // tokenName is the name [gateway.auth] or the environment gives tok, or,

@@ -18,6 +18,7 @@ import (
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/door"
+	"github.com/chaingate/gateway/gateway/server/internal/connguard"
 	"github.com/chaingate/gateway/providers/webhook"
 	"github.com/chaingate/gateway/templates"
 )
@@ -49,7 +50,7 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 	tr := cfg.Triggers[name]
 	write, read, open := s.apiAccess(r)
 	if open {
-		if err := LoopbackOnly(r); err != nil {
+		if err := connguard.LoopbackOnly(r); err != nil {
 			s.writeError(w, r, err)
 			return
 		}

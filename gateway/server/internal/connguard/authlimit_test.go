@@ -1,4 +1,4 @@
-package server
+package connguard
 
 import (
 	"net/netip"
@@ -12,7 +12,7 @@ import (
 func TestAuthFailuresRefill(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	a := newAuthFailures(func() time.Time { return now })
+	a := NewAuthFailures(func() time.Time { return now })
 	guesser := netip.MustParsePrefix("192.0.2.7/32")
 	other := netip.MustParsePrefix("2001:db8:1:2::/64")
 	tests := []struct {
@@ -32,12 +32,12 @@ func TestAuthFailuresRefill(t *testing.T) {
 	for _, tt := range tests {
 		now = now.Add(tt.advance)
 		for range tt.failures {
-			a.fail(guesser)
+			a.Fail(guesser)
 		}
-		if got, _ := a.wait(guesser); got != tt.wait {
+		if got, _ := a.Wait(guesser); got != tt.wait {
 			t.Errorf("%s: wait %v, want %v", tt.name, got, tt.wait)
 		}
-		if got, _ := a.wait(other); got != 0 {
+		if got, _ := a.Wait(other); got != 0 {
 			t.Errorf("%s: another address waits %v", tt.name, got)
 		}
 	}
@@ -51,22 +51,22 @@ func TestAuthFailuresRefill(t *testing.T) {
 func TestAuthFailuresFirstRefusalLogged(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	a := newAuthFailures(func() time.Time { return now })
+	a := NewAuthFailures(func() time.Time { return now })
 	addr := netip.MustParsePrefix("192.0.2.7/32")
 	for range authBurst {
-		a.fail(addr)
+		a.Fail(addr)
 	}
 	var firsts []bool
 	for range 2 {
-		_, first := a.wait(addr)
+		_, first := a.Wait(addr)
 		firsts = append(firsts, first)
 	}
 	now = now.Add(authRefill)
-	if d, _ := a.wait(addr); d != 0 {
+	if d, _ := a.Wait(addr); d != 0 {
 		t.Fatalf("wait %v after a refill", d)
 	}
-	a.fail(addr)
-	_, first := a.wait(addr)
+	a.Fail(addr)
+	_, first := a.Wait(addr)
 	firsts = append(firsts, first)
 	if firsts[0] != true || firsts[1] != false || firsts[2] != true {
 		t.Errorf("first refusals %v, want [true false true]", firsts)
@@ -78,12 +78,12 @@ func TestAuthFailuresFirstRefusalLogged(t *testing.T) {
 func TestAuthFailuresTableBounded(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	a := newAuthFailures(func() time.Time { return now })
+	a := NewAuthFailures(func() time.Time { return now })
 	base := netip.MustParseAddr("10.0.0.0").As4()
 	for i := range authTable + 500 {
 		ip := base
 		ip[1], ip[2], ip[3] = byte(i>>16), byte(i>>8), byte(i)
-		a.fail(prefixOf(netip.AddrFrom4(ip)))
+		a.Fail(prefixOf(netip.AddrFrom4(ip)))
 		now = now.Add(time.Millisecond)
 	}
 	if len(a.entries) > authTable {

@@ -1,4 +1,4 @@
-package server
+package connguard
 
 import (
 	"math"
@@ -21,11 +21,11 @@ const (
 	authTable = 10_000
 )
 
-// authFailures is the table of addresses that presented wrong credentials.
+// AuthFailures is the table of addresses that presented wrong credentials.
 // An address leaves it once its count has refilled; when it is full of
 // addresses still counting, a random one is forgotten, so its size stays
 // bounded whatever the number of addresses guessing.
-type authFailures struct {
+type AuthFailures struct {
 	now func() time.Time
 
 	mu      sync.Mutex
@@ -43,8 +43,8 @@ type failCount struct {
 	warned bool
 }
 
-func newAuthFailures(now func() time.Time) *authFailures {
-	return &authFailures{now: now, entries: map[netip.Prefix]*failCount{}}
+func NewAuthFailures(now func() time.Time) *AuthFailures {
+	return &AuthFailures{now: now, entries: map[netip.Prefix]*failCount{}}
 }
 
 // refill brings f up to t and reports whether it is full again.
@@ -57,7 +57,7 @@ func (f *failCount) refill(t time.Time) bool {
 // wait is how long addr must wait before a credential it presents is
 // checked; 0 when it may present one now. first is true the first time a
 // refusal is reported for this wait, so it is logged once.
-func (a *authFailures) wait(addr netip.Prefix) (d time.Duration, first bool) {
+func (a *AuthFailures) Wait(addr netip.Prefix) (d time.Duration, first bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	f := a.entries[addr]
@@ -79,7 +79,7 @@ func (a *authFailures) wait(addr netip.Prefix) (d time.Duration, first bool) {
 }
 
 // fail counts a wrong credential from addr.
-func (a *authFailures) fail(addr netip.Prefix) {
+func (a *AuthFailures) Fail(addr netip.Prefix) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	t := a.now()
@@ -97,7 +97,7 @@ func (a *authFailures) fail(addr netip.Prefix) {
 
 // makeRoom drops the addresses whose count has refilled, at most once a
 // second, and one at random if that freed nothing.
-func (a *authFailures) makeRoom(t time.Time) {
+func (a *AuthFailures) makeRoom(t time.Time) {
 	if t.Sub(a.swept) >= time.Second {
 		a.swept = t
 		for k, f := range a.entries {
