@@ -24,7 +24,6 @@ import (
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/chaintest"
 	"github.com/chaingate/gateway/gateway/ops"
-	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/internal/jsonx"
 	"github.com/chaingate/gateway/internal/textx"
 )
@@ -258,7 +257,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, `gateway runs prune: --older-than must be a positive duration such as "36h", "30d" or "2w"`)
 			return exitUsage
 		}
-		if err := server.CheckRunStatus(store.RunStatus(*status)); err != nil || !store.RunStatus(*status).Final() && *status != "" {
+		if err := api.CheckRunStatus(store.RunStatus(*status)); err != nil || !store.RunStatus(*status).Final() && *status != "" {
 			fmt.Fprintln(stderr, "gateway runs prune: --status must be one a run ends with: succeeded, failed, cancelled, timed_out or skipped")
 			return exitUsage
 		}
@@ -266,8 +265,8 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if sub == "list" {
 		// The API's own checks, so a store and a server refuse alike.
-		_, labelErr := server.ParseLabels("--label", labels, false)
-		if err := errors.Join(server.CheckRunStatus(store.RunStatus(*status)), api.CheckStartedBy("--started-by", *startedBy), api.CheckHideChains("--hide-chain", hideChains), server.CheckRange("limit", *limit, api.MaxPageLimit), labelErr); err != nil {
+		_, labelErr := api.ParseLabels("--label", labels, false)
+		if err := errors.Join(api.CheckRunStatus(store.RunStatus(*status)), api.CheckStartedBy("--started-by", *startedBy), api.CheckHideChains("--hide-chain", hideChains), api.CheckRange("limit", *limit, api.MaxPageLimit), labelErr); err != nil {
 			fmt.Fprintf(stderr, "gateway runs list: %v\n", err)
 			return exitUsage
 		}
@@ -284,12 +283,12 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer done()
 	switch sub {
 	case "list":
-		since, err := server.ParseSince(*sinceArg)
+		since, err := api.ParseSince(*sinceArg)
 		if err != nil {
 			return fail(stderr, "runs", err)
 		}
 		// The table shows no payload; JSON carries the runs whole.
-		byLabel, _ := server.ParseLabels("--label", labels, false)
+		byLabel, _ := api.ParseLabels("--label", labels, false)
 		page, err := ops.ListRuns(ctx, store.RunFilter{Chain: *chainName, Status: store.RunStatus(*status), Since: since, Limit: *limit, Cursor: *cursor, NoOrigins: !t.json(),
 			StartedBy: *startedBy, HideChains: hideChains, Labels: byLabel})
 		if err != nil {
@@ -604,7 +603,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return parseExit(err)
 	}
-	since, err := server.ParseSince(*sinceArg)
+	since, err := api.ParseSince(*sinceArg)
 	if err != nil {
 		return fail(stderr, "dlq", err)
 	}
@@ -634,13 +633,13 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var checks []error
 	switch {
 	case sub == "list" && isSet(fs.FlagSet, "limit"):
-		checks = append(checks, server.CheckRange("limit", *limit, api.MaxPageLimit))
+		checks = append(checks, api.CheckRange("limit", *limit, api.MaxPageLimit))
 	case (sub == "replay" || sub == "purge") && *limit != 0:
 		// 0 means every entry the filter selects, as in the API.
-		checks = append(checks, server.CheckRange("limit", *limit, api.MaxBulkLimit))
+		checks = append(checks, api.CheckRange("limit", *limit, api.MaxBulkLimit))
 	}
 	if sub == "replay" && len(pos) == 0 {
-		checks = append(checks, server.CheckRange("concurrency", *concurrency, api.MaxConcurrency))
+		checks = append(checks, api.CheckRange("concurrency", *concurrency, api.MaxConcurrency))
 	}
 	if err := errors.Join(checks...); err != nil {
 		fmt.Fprintf(stderr, "gateway dlq %s: %v\n", sub, err)

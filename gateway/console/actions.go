@@ -16,7 +16,6 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway/api"
-	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/internal/jsonx"
 )
 
@@ -268,8 +267,8 @@ func (c *console) pauseAction(w http.ResponseWriter, r *http.Request, _ *uiSessi
 	switch r.PostFormValue("action") {
 	case "pause":
 		reason := strings.TrimSpace(r.PostFormValue("reason"))
-		if len(reason) > server.MaxComment {
-			c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("the reason is %d bytes; at most %d", len(reason), server.MaxComment))
+		if len(reason) > api.MaxComment {
+			c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("the reason is %d bytes; at most %d", len(reason), api.MaxComment))
 			return
 		}
 		if _, err := c.ops.Pause(r.Context(), kind, name, reason); err != nil {
@@ -463,7 +462,7 @@ func (c *console) startRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		refuse(&api.APIError{Status: http.StatusBadRequest, Code: "invalid_parameter", Message: "the form's nonce is not one the console gave; send the form again"})
 		return
 	}
-	labels, err := server.ParseLabels("labels", labelLines(form.Labels), true)
+	labels, err := api.ParseLabels("labels", labelLines(form.Labels), true)
 	if err != nil {
 		refuse(err)
 		return

@@ -21,7 +21,6 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/events"
-	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/internal/textx"
 	"github.com/chaingate/gateway/providers/limits"
 )
@@ -345,13 +344,13 @@ func (c *console) runsPage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 			return
 		}
 	}
-	since, err := server.ParseSince(v.Since)
+	since, err := api.ParseSince(v.Since)
 	if err == nil {
-		err = cmp.Or(server.CheckRunStatus(store.RunStatus(v.Status)), api.CheckStartedBy("started by", v.StartedBy), api.CheckHideChains("hide chain", v.HideChains))
+		err = cmp.Or(api.CheckRunStatus(store.RunStatus(v.Status)), api.CheckStartedBy("started by", v.StartedBy), api.CheckHideChains("hide chain", v.HideChains))
 	}
 	var labels map[string]string
 	if err == nil {
-		labels, err = server.ParseLabels("label", v.Labels, false)
+		labels, err = api.ParseLabels("label", v.Labels, false)
 	}
 	if err != nil {
 		c.failErr(w, r, err)
@@ -690,7 +689,7 @@ func (c *console) itemsPage(w http.ResponseWriter, r *http.Request, sess *uiSess
 		c.fail(w, r, http.StatusBadRequest, "status must be succeeded, failed or skipped")
 		return
 	}
-	offset, err := server.IntParam(q.Get("offset"), "offset", 0, 0, 1<<31-1)
+	offset, err := api.IntParam(q.Get("offset"), "offset", 0, 0, 1<<31-1)
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -728,7 +727,7 @@ func (c *console) deleteRun(w http.ResponseWriter, r *http.Request, _ *uiSession
 }
 
 func (c *console) replayRun(w http.ResponseWriter, r *http.Request, _ *uiSession) {
-	opts, err := server.ParseReplayOptions(r.PostFormValue("mode"), r.PostFormValue("definition"))
+	opts, err := api.ParseReplayOptions(r.PostFormValue("mode"), r.PostFormValue("definition"))
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -754,8 +753,8 @@ func (c *console) answer(w http.ResponseWriter, r *http.Request, _ *uiSession) {
 		c.fail(w, r, http.StatusBadRequest, "decision must be approve or reject")
 		return
 	}
-	if len(comment) > server.MaxComment {
-		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("the comment is %d bytes; at most %d", len(comment), server.MaxComment))
+	if len(comment) > api.MaxComment {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("the comment is %d bytes; at most %d", len(comment), api.MaxComment))
 		return
 	}
 	if _, err := c.ops.Signal(r.Context(), id, step, decision, comment); err != nil {
@@ -786,7 +785,7 @@ type dlqView struct {
 // dlqMatches lists the entries a console filter selects: the store's
 // filter, and the error text on top.
 func (c *console) dlqMatches(ctx context.Context, chainName, step, text, sinceArg string) ([]*api.DLQEntry, error) {
-	since, err := server.ParseSince(sinceArg)
+	since, err := api.ParseSince(sinceArg)
 	if err != nil {
 		return nil, err
 	}
@@ -829,7 +828,7 @@ func (c *console) dlqEntryPage(w http.ResponseWriter, r *http.Request, sess *uiS
 }
 
 func (c *console) replayEntry(w http.ResponseWriter, r *http.Request, _ *uiSession) {
-	opts, err := server.ParseReplayOptions(r.PostFormValue("mode"), r.PostFormValue("definition"))
+	opts, err := api.ParseReplayOptions(r.PostFormValue("mode"), r.PostFormValue("definition"))
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -893,7 +892,7 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 		c.fail(w, r, http.StatusBadRequest, "action must be replay or purge")
 		return
 	}
-	opts, err := server.ParseReplayOptions(r.PostFormValue("mode"), "")
+	opts, err := api.ParseReplayOptions(r.PostFormValue("mode"), "")
 	if err != nil {
 		c.failErr(w, r, err)
 		return
@@ -925,7 +924,7 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 	c.mu.Unlock()
 	// The work outlives the request, up to the server's shutdown; who
 	// asked for it stays on it.
-	ctx, cancel := context.WithTimeout(c.host.Stopping(), server.BulkTimeout)
+	ctx, cancel := context.WithTimeout(c.host.Stopping(), api.BulkTimeout)
 	ctx = engine.WithActor(ctx, engine.Actor(r.Context()))
 	go func() {
 		defer cancel()

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"path"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +24,6 @@ import (
 	"github.com/chaingate/gateway/gateway/ops"
 	"github.com/chaingate/gateway/gateway/server/internal/connguard"
 	"github.com/chaingate/gateway/internal/jsonx"
-	"github.com/chaingate/gateway/internal/textx"
 )
 
 // apiRoute is one of the API's routes and what a request to it asks to do,
@@ -241,7 +239,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, api.BadRequest("invalid_json", "the request body is the run's payload and must be one JSON value: %v", err))
 		return
 	}
-	labels, err := ParseLabels("label", r.URL.Query()["label"], true)
+	labels, err := api.ParseLabels("label", r.URL.Query()["label"], true)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -351,87 +349,20 @@ func (s *Server) getChain(w http.ResponseWriter, r *http.Request) {
 func runFilter(r *http.Request) (store.RunFilter, error) {
 	q := r.URL.Query()
 	f := store.RunFilter{Chain: q.Get("chain"), Status: store.RunStatus(q.Get("status")), Cursor: q.Get("cursor"), StartedBy: q.Get("started_by"), HideChains: q["hide_chain"]}
-	if err := cmp.Or(CheckRunStatus(f.Status), api.CheckStartedBy("started_by", f.StartedBy), api.CheckHideChains("hide_chain", f.HideChains)); err != nil {
+	if err := cmp.Or(api.CheckRunStatus(f.Status), api.CheckStartedBy("started_by", f.StartedBy), api.CheckHideChains("hide_chain", f.HideChains)); err != nil {
 		return f, err
 	}
 	var err error
-	if f.Labels, err = ParseLabels("label", q["label"], false); err != nil {
+	if f.Labels, err = api.ParseLabels("label", q["label"], false); err != nil {
 		return f, err
 	}
-	if f.Since, err = ParseSince(q.Get("since")); err != nil {
+	if f.Since, err = api.ParseSince(q.Get("since")); err != nil {
 		return f, err
 	}
-	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
+	if f.Limit, err = api.ParseLimit(q.Get("limit")); err != nil {
 		return f, err
 	}
 	return f, nil
-}
-
-// CheckRunStatus refuses a status no run has; "" means any.
-func CheckRunStatus(status store.RunStatus) error {
-	if status == "" || slices.Contains(store.RunStatuses, status) {
-		return nil
-	}
-	return api.BadRequest("invalid_parameter", "status %q is not one of %s", status, api.StatusList(store.RunStatuses))
-}
-
-// ParseLabels reads labels written KEY=VALUE, as the label parameter and
-// --label take them; with values false a bare KEY (any value) is allowed
-// too, as a filter.
-func ParseLabels(name string, args []string, values bool) (map[string]string, error) {
-	if len(args) == 0 {
-		return nil, nil
-	}
-	if len(args) > api.MaxLabels {
-		return nil, api.BadRequest("invalid_parameter", "%s: %d labels, at most %d", name, len(args), api.MaxLabels)
-	}
-	out := make(map[string]string, len(args))
-	for _, a := range args {
-		k, v, eq := strings.Cut(a, "=")
-		switch {
-		case k == "":
-			return nil, api.BadRequest("invalid_parameter", "%s %q: a label is KEY=VALUE", name, a)
-		case values && !eq:
-			return nil, api.BadRequest("invalid_parameter", "%s %q: a label is KEY=VALUE", name, a)
-		case len(k) > api.MaxLabelKeyBytes || len(v) > api.MaxLabelValueSize:
-			return nil, api.BadRequest("invalid_parameter", "%s %q: a label's key is at most %d bytes and its value %d", name, textx.Short(a, 40), api.MaxLabelKeyBytes, api.MaxLabelValueSize)
-		}
-		out[k] = v
-	}
-	return out, nil
-}
-
-// CheckRange refuses a value of the named parameter outside 1 to max.
-func CheckRange(name string, n, max int) error {
-	if n < 1 || n > max {
-		return api.BadRequest("invalid_parameter", "%s must be a number from 1 to %d", name, max)
-	}
-	return nil
-}
-
-// ParseSince reads an RFC 3339 time, or a duration meaning that long ago.
-func ParseSince(v string) (time.Time, error) {
-	if v == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.RFC3339, v); err == nil {
-		return t, nil
-	}
-	if d, err := time.ParseDuration(v); err == nil && d > 0 {
-		return time.Now().Add(-d), nil
-	}
-	return time.Time{}, api.BadRequest("invalid_parameter", "since %q is neither an RFC 3339 time nor a duration such as 1h", v)
-}
-
-func parseLimit(v string) (int, error) {
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, api.BadRequest("invalid_parameter", "limit must be a number from 1 to %d", api.MaxPageLimit)
-	}
-	return n, CheckRange("limit", n, api.MaxPageLimit)
 }
 
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
@@ -533,9 +464,6 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 // heartbeat is how often an idle event stream sends a comment, so proxies
 // keep it open.
 const heartbeat = 15 * time.Second
-
-// BulkTimeout bounds a replay or purge of many dead-letter entries.
-const BulkTimeout = 30 * time.Minute
 
 // streamWriteTimeout bounds each write of an event stream: a client that
 // stops reading is let go, one that reads is kept as long as the run goes.
@@ -689,9 +617,6 @@ func (s *Server) runDAG(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, d)
 }
 
-// MaxItemPage bounds a page of split items.
-const MaxItemPage = 1000
-
 func (s *Server) splitItems(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	split := q.Get("split")
@@ -704,12 +629,12 @@ func (s *Server) splitItems(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, api.BadRequest("invalid_parameter", "status must be a finished item's: succeeded, failed or skipped; got %q", status))
 		return
 	}
-	offset, err := IntParam(q.Get("offset"), "offset", 0, 0, math.MaxInt32)
+	offset, err := api.IntParam(q.Get("offset"), "offset", 0, 0, math.MaxInt32)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	limit, err := IntParam(q.Get("limit"), "limit", 100, 1, MaxItemPage)
+	limit, err := api.IntParam(q.Get("limit"), "limit", 100, 1, api.MaxItemPage)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -720,20 +645,6 @@ func (s *Server) splitItems(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
-}
-
-// IntParam reads a whole-number query parameter from least to most; def
-// when it is missing. The console reads its pages' parameters with it, so
-// that it refuses what the API refuses, in the same words.
-func IntParam(v, name string, def, least, most int) (int, error) {
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < least || n > most {
-		return 0, api.BadRequest("invalid_parameter", "%s must be a number from %d to %d", name, least, most)
-	}
-	return n, nil
 }
 
 // readJSON reads a request body into v; an empty body leaves v as it is.
@@ -753,12 +664,12 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 
 func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit, err := parseLimit(q.Get("limit"))
+	limit, err := api.ParseLimit(q.Get("limit"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	since, err := ParseSince(q.Get("since"))
+	since, err := api.ParseSince(q.Get("since"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -780,30 +691,6 @@ func (s *Server) getDLQ(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, e)
 }
 
-// ParseReplayOptions checks a replay's mode and definition and fills in
-// their defaults, for the API's replays and the console's alike.
-func ParseReplayOptions(mode, def string) (engine.ReplayOptions, error) {
-	o := engine.ReplayOptions{Mode: engine.ReplayMode(mode), Definition: engine.ReplayDefinition(def)}
-	switch o.Mode {
-	case "", engine.ReplayResume:
-		o.Mode = engine.ReplayResume
-	case engine.ReplayRestart:
-	default:
-		return o, api.BadRequest("invalid_parameter", "mode %q is not resume or restart", mode)
-	}
-	switch o.Definition {
-	case "":
-		o.Definition = engine.ReplayCurrent
-	case engine.ReplayCurrent, engine.ReplayPinned:
-	default:
-		return o, api.BadRequest("invalid_parameter", "definition %q is not current or pinned", def)
-	}
-	if err := o.Check(); err != nil {
-		return o, api.BadRequest("invalid_parameter", "%s", strings.TrimPrefix(err.Error(), engine.ErrNotReplayable.Error()+": "))
-	}
-	return o, nil
-}
-
 // replayBody is the body of a replay of one entry.
 type replayBody struct {
 	Mode       string `json:"mode"`
@@ -822,7 +709,7 @@ func (s *Server) readReplay(w http.ResponseWriter, r *http.Request) (engine.Repl
 	if d := r.URL.Query().Get("definition"); d != "" {
 		b.Definition = d
 	}
-	return ParseReplayOptions(b.Mode, b.Definition)
+	return api.ParseReplayOptions(b.Mode, b.Definition)
 }
 
 // signalBody answers an approval step.
@@ -830,10 +717,6 @@ type signalBody struct {
 	Decision string `json:"decision"`
 	Comment  string `json:"comment"`
 }
-
-// MaxComment bounds an answer's comment and a pause's reason, which are
-// stored.
-const MaxComment = 2000
 
 // signal answers a waiting approval step; the first answer wins.
 func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
@@ -846,8 +729,8 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, api.BadRequest("invalid_parameter", `decision must be "approve" or "reject", got %q`, b.Decision))
 		return
 	}
-	if len(b.Comment) > MaxComment {
-		s.writeError(w, r, api.BadRequest("invalid_parameter", "comment is %d bytes; at most %d", len(b.Comment), MaxComment))
+	if len(b.Comment) > api.MaxComment {
+		s.writeError(w, r, api.BadRequest("invalid_parameter", "comment is %d bytes; at most %d", len(b.Comment), api.MaxComment))
 		return
 	}
 	d, err := s.ops.Signal(r.Context(), r.PathValue("id"), r.PathValue("step"), b.Decision, b.Comment)
@@ -950,12 +833,12 @@ func (b bulkBody) filter(verb string) (store.DLQFilter, error) {
 	if b.Chain == "" && b.Step == "" && b.Since == "" && !b.All {
 		return store.DLQFilter{}, api.BadRequest("filter_required", `give chain, step or since, or "all": true to %s every entry`, verb)
 	}
-	since, err := ParseSince(b.Since)
+	since, err := api.ParseSince(b.Since)
 	if err != nil {
 		return store.DLQFilter{}, err
 	}
 	if b.Limit != 0 {
-		if err := CheckRange("limit", b.Limit, api.MaxBulkLimit); err != nil {
+		if err := api.CheckRange("limit", b.Limit, api.MaxBulkLimit); err != nil {
 			return store.DLQFilter{}, err
 		}
 	}
@@ -983,14 +866,14 @@ func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
 	}
 	// Thousands of entries may take longer than a request may; the caller
 	// holds a write token, so it is no slow client to guard against.
-	connguard.HoldOpen(w, BulkTimeout)
-	opts, err := ParseReplayOptions(b.Mode, b.Definition)
+	connguard.HoldOpen(w, api.BulkTimeout)
+	opts, err := api.ParseReplayOptions(b.Mode, b.Definition)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if b.Concurrency != 0 {
-		if err := CheckRange("concurrency", b.Concurrency, api.MaxConcurrency); err != nil {
+		if err := api.CheckRange("concurrency", b.Concurrency, api.MaxConcurrency); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
@@ -1005,7 +888,7 @@ func (s *Server) replayManyDLQ(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteRun(w http.ResponseWriter, r *http.Request) {
 	// A run of a million split items takes a while to go.
-	connguard.HoldOpen(w, BulkTimeout)
+	connguard.HoldOpen(w, api.BulkTimeout)
 	res, err := s.ops.DeleteRun(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
@@ -1025,8 +908,8 @@ func (s *Server) pruneRuns(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, api.BadRequest("invalid_parameter", `older_than must be a positive duration such as "36h", "30d" or "2w"`))
 		return
 	}
-	connguard.HoldOpen(w, BulkTimeout)
-	ctx, cancel := context.WithTimeout(r.Context(), BulkTimeout)
+	connguard.HoldOpen(w, api.BulkTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), api.BulkTimeout)
 	defer cancel()
 	res, err := s.ops.PruneRuns(ctx, api.PruneOptions{OlderThan: older, Chain: b.Chain, Status: store.RunStatus(b.Status), DryRun: b.DryRun})
 	if err != nil {
@@ -1055,7 +938,7 @@ func (s *Server) purgeDLQ(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	connguard.HoldOpen(w, BulkTimeout)
+	connguard.HoldOpen(w, api.BulkTimeout)
 	n, err := s.ops.PurgeDLQ(r.Context(), f)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -29,8 +29,8 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if len(b.Reason) > MaxComment {
-		s.writeError(w, r, api.BadRequest("invalid_parameter", "reason is %d bytes; at most %d", len(b.Reason), MaxComment))
+	if len(b.Reason) > api.MaxComment {
+		s.writeError(w, r, api.BadRequest("invalid_parameter", "reason is %d bytes; at most %d", len(b.Reason), api.MaxComment))
 		return
 	}
 	before, err := s.door.Paused(r.Context(), r.PathValue("kind"), r.PathValue("name"))
