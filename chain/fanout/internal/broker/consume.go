@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -107,8 +108,14 @@ func (b *Broker) consume(ctx context.Context, c *amqp.Connection, q Queue, prefe
 	}
 	r.ok()
 	b.log.Debug("consuming", "queue", b.names[q], "prefetch", prefetch)
+	check := time.NewTicker(subscriptionCheck)
+	defer check.Stop()
 	for {
 		select {
+		case <-check.C:
+			if err := b.stillSubscribed(c, q); err != nil {
+				return err
+			}
 		case d, ok := <-ds:
 			if !ok {
 				return ended(closes, cancels)
@@ -125,6 +132,31 @@ func (b *Broker) consume(ctx context.Context, c *amqp.Connection, q Queue, prefe
 			return ctx.Err()
 		}
 	}
+}
+
+// subscriptionCheck is how often a consumer makes sure its queue still
+// counts it among its consumers.
+const subscriptionCheck = 5 * time.Second
+
+// stillSubscribed looks at q on a channel of its own. A queue deleted while
+// a consumer was being subscribed to it can leave that consumer on the old
+// queue, never cancelled (RabbitMQ 3.10 with quorum queues), while the queue
+// declared anew in its place has no consumer: the subscription must start
+// again. A queue that is gone ends it too.
+func (b *Broker) stillSubscribed(c *amqp.Connection, q Queue) error {
+	ch, err := c.Channel()
+	if err != nil {
+		return fmt.Errorf("opening a channel to look at the queue: %w", err)
+	}
+	defer ch.Close()
+	info, err := ch.QueueDeclarePassive(b.names[q], true, false, false, false, nil)
+	switch {
+	case err != nil:
+		return fmt.Errorf("looking at the queue: %w", err)
+	case info.Consumers == 0:
+		return errors.New("the queue counts no consumer: it was deleted and declared anew while this one was subscribed")
+	}
+	return nil
 }
 
 // ended says why a subscription's deliveries stopped.
