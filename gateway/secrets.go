@@ -244,7 +244,7 @@ func secretFix(cfg *chain.Config, name string) string {
 	return fix
 }
 
-// checkReloadSecrets refuses a config whose secrets the running gateway
+// CheckReloadSecrets refuses a config whose secrets the running gateway
 // cannot give its runs: one a template reads that is missing, or values
 // other than those it started with, which the engine takes only at start.
 // Refusing keeps runs from going on with a value the operator replaced.

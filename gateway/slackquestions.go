@@ -152,7 +152,7 @@ func (q *SlackQuestions) record(ctx context.Context, provider string, req provid
 	}
 }
 
-// read returns the messages kept for question id, and the record as it
+// Read returns the messages kept for question id, and the record as it
 // is bound.
 func (q *SlackQuestions) Read(ctx context.Context, id string) ([]QuestionMessage, string, error) {
 	bound, err := q.store.KeyRun(ctx, QuestionPrefix+id)
@@ -166,7 +166,7 @@ func (q *SlackQuestions) Read(ctx context.Context, id string) ([]QuestionMessage
 	return list, bound, nil
 }
 
-// write replaces question id's record, bound as old, with list; the caller
+// Write replaces question id's record, bound as old, with list; the caller
 // holds its lock.
 func (q *SlackQuestions) Write(ctx context.Context, id, old string, list []QuestionMessage) error {
 	key := QuestionPrefix + id
@@ -189,7 +189,7 @@ func (q *SlackQuestions) Write(ctx context.Context, id, old string, list []Quest
 	return err
 }
 
-// locked runs fn holding question id's lock, which gateways sharing the
+// Locked runs fn holding question id's lock, which gateways sharing the
 // store take to change its record.
 func (q *SlackQuestions) Locked(ctx context.Context, id string, fn func() error) error {
 	key, me := questionLockPrefix+id, store.NewID()
@@ -215,7 +215,7 @@ func (q *SlackQuestions) Locked(ctx context.Context, id string, fn func() error)
 	return fn()
 }
 
-// forget drops the messages settled from question id's record, and says
+// Forget drops the messages settled from question id's record, and says
 // whether messages came that were not among those read.
 func (q *SlackQuestions) Forget(ctx context.Context, id string, read, settled []QuestionMessage) (bool, error) {
 	changed := false

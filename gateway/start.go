@@ -10,7 +10,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 )
 
-// startKeyed starts a run of chainName. With a key, it first binds
+// StartKeyed starts a run of chainName. With a key, it first binds
 // prefix+key to the new run for ttl: a key already bound answers with its
 // run, which is then replayed rather than started again. Requests with one
 // key arriving together, here or on gateways sharing the store, all answer

@@ -123,7 +123,7 @@ type StartOptions struct {
 	Labels map[string]string
 	// IdempotencyKey is the Idempotency-Key POST /v1/chains/{name}/runs
 	// takes: the starts of a chain that carry the same key within
-	// idempotencyTTL start one run, however many are sent at once. Empty
+	// ops.IdempotencyTTL start one run, however many are sent at once. Empty
 	// starts a run each time.
 	IdempotencyKey string
 }

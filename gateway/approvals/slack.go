@@ -129,7 +129,7 @@ func ParseSlackInteraction(body []byte) (*SlackInteraction, error) {
 	return &in, nil
 }
 
-// answerAction is the click on an answer button, if it was one.
+// AnswerAction is the click on an answer button, if it was one.
 func (in *SlackInteraction) AnswerAction() (gateway.SlackAction, bool) {
 	if in.Type != "block_actions" {
 		return gateway.SlackAction{}, false

@@ -1,6 +1,6 @@
 // Package console is the operator's web UI, served under [gateway.ui]
 // base_path. Its pages are rendered here from the same operations the API
-// serves (gateway.Ops), never from the store; a little script follows runs
+// serves (api.Ops), never from the store; a little script follows runs
 // live. Everything it needs is compiled in: no CDN, no font, nothing
 // fetched from elsewhere. It is the gateway's own, with no compatibility
 // promise.

@@ -220,7 +220,7 @@ func (h *Hub) Since(runID string, seq uint64) ([]store.Event, bool) {
 	return out, true
 }
 
-// eventJSON is ev as a stream sends it, encoded once for every stream
+// EventJSON is ev as a stream sends it, encoded once for every stream
 // while the hub keeps the event.
 func (h *Hub) EventJSON(ev store.Event) []byte {
 	h.mu.Lock()

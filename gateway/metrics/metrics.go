@@ -357,7 +357,7 @@ type MetricSample struct {
 	Value  float64
 }
 
-// samples reads the series of the metric called name, now.
+// Samples reads the series of the metric called name, now.
 func (m *Metrics) Samples(name string) []MetricSample {
 	families, err := m.reg.Gather()
 	if err != nil {

@@ -173,7 +173,7 @@ func (l *Local) Events(ctx context.Context, id string, after uint64, follow bool
 	})
 }
 
-// events is Events for a run known to exist, calling fn with a zero Event
+// StoreEvents is Events for a run known to exist, calling fn with a zero Event
 // whenever it has delivered what there is and waits for more, so that a
 // stream writes a batch of events at once and sends heartbeats while the
 // run is quiet.
@@ -181,7 +181,7 @@ func (l *Local) StoreEvents(ctx context.Context, id string, after uint64, follow
 	return l.StoreEventsPaced(ctx, id, after, follow, 0, fn)
 }
 
-// eventsPaced is events, delivering news at most once per pace: news that
+// StoreEventsPaced is StoreEvents, delivering news at most once per pace: news that
 // finds the follower quiet goes at once, news that follows close behind
 // gathers until pace has passed since the last delivery, so a busy run's
 // commits go out together.
@@ -400,7 +400,7 @@ func (l *Local) Replay(ctx context.Context, id string, opts engine.ReplayOptions
 	return run, err
 }
 
-// replay is Replay, and for a delivery what each of its alerts did.
+// ReplayWithResults is Replay, and for a delivery what each of its alerts did.
 func (l *Local) ReplayWithResults(ctx context.Context, id string, opts engine.ReplayOptions) (*api.Run, []api.TriggerResult, error) {
 	e, err := l.GW.Store.DLQ(ctx, id)
 	if err != nil {

@@ -54,7 +54,7 @@ func (f *failCount) refill(t time.Time) bool {
 	return f.left >= authBurst
 }
 
-// wait is how long addr must wait before a credential it presents is
+// Wait is how long addr must wait before a credential it presents is
 // checked; 0 when it may present one now. first is true the first time a
 // refusal is reported for this wait, so it is logged once.
 func (a *AuthFailures) Wait(addr netip.Prefix) (d time.Duration, first bool) {
@@ -78,7 +78,7 @@ func (a *AuthFailures) Wait(addr netip.Prefix) (d time.Duration, first bool) {
 	return time.Duration(math.Ceil((1 - f.left) * float64(authRefill))), first
 }
 
-// fail counts a wrong credential from addr.
+// Fail counts a wrong credential from addr.
 func (a *AuthFailures) Fail(addr netip.Prefix) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
