@@ -115,7 +115,7 @@ type inbound struct {
 	paused *api.Pause
 }
 
-// deliver turns a delivery into runs. Alerts not started by until (zero:
+// DeliverInbound turns a delivery into runs. Alerts not started by until (zero:
 // no bound) are kept, and started after the answer.
 func (gw *Door) DeliverInbound(ctx context.Context, in *inbound, until time.Time) api.TriggerResponse {
 	resp := api.TriggerResponse{Trigger: in.tr.Name, Results: []api.TriggerResult{}}
