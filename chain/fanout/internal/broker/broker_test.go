@@ -505,3 +505,22 @@ func BenchmarkDelivery(b *testing.B) {
 	slices.Sort(took)
 	b.ReportMetric(float64(took[len(took)/2].Microseconds()), "µs-to-delivery")
 }
+
+// TestSubscriptionKeptAcrossChecks holds a delivery unacknowledged past two
+// of the consumer's looks at its queue: a healthy subscription counts as the
+// queue's consumer, so it is kept and the delivery is not sent again.
+func TestSubscriptionKeptAcrossChecks(t *testing.T) {
+	t.Parallel()
+	u, prefix := brokertest.Open(t)
+	b := open(t, u, prefix, 3)
+	var tl tally
+	consume(t, b, broker.Items, 10, func(d *broker.Delivery) { tl.add(d) })
+	if err := b.Publish(t.Context(), messages(1)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a first delivery", 30*time.Second, func() bool { ids, _ := tl.distinct(); return ids == 1 })
+	time.Sleep(2*broker.SubscriptionCheck + time.Second)
+	if ids, deliveries := tl.distinct(); ids != 1 || deliveries != 1 {
+		t.Fatalf("%d messages delivered %d times, want one delivery: the subscription was started again", ids, deliveries)
+	}
+}

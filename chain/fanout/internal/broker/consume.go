@@ -108,7 +108,7 @@ func (b *Broker) consume(ctx context.Context, c *amqp.Connection, q Queue, prefe
 	}
 	r.ok()
 	b.log.Debug("consuming", "queue", b.names[q], "prefetch", prefetch)
-	check := time.NewTicker(subscriptionCheck)
+	check := time.NewTicker(SubscriptionCheck)
 	defer check.Stop()
 	for {
 		select {
@@ -134,9 +134,9 @@ func (b *Broker) consume(ctx context.Context, c *amqp.Connection, q Queue, prefe
 	}
 }
 
-// subscriptionCheck is how often a consumer makes sure its queue still
+// SubscriptionCheck is how often a consumer makes sure its queue still
 // counts it among its consumers.
-const subscriptionCheck = 5 * time.Second
+const SubscriptionCheck = 5 * time.Second
 
 // stillSubscribed looks at q on a channel of its own. A queue deleted while
 // a consumer was being subscribed to it can leave that consumer on the old
