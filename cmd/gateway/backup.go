@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/backup"
+	"github.com/chaingate/gateway/cmd/gateway/internal/show"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/upkeep"
@@ -114,7 +114,7 @@ func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	} else {
 		url, err := stateOf(*state, configs)
 		if err != nil {
-			printConfigError(stderr, err)
+			show.ConfigError(stderr, err)
 			return exitUsage
 		}
 		from = upkeep.StateName(url)
@@ -129,7 +129,7 @@ func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	start := time.Now()
 	out := pos[0]
-	info, size, err := writeBackup(out, stdout, take)
+	info, size, err := upkeep.WriteBackup(out, stdout, take)
 	if err != nil {
 		return fail(stderr, "backup", err)
 	}
@@ -137,98 +137,8 @@ func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if out == "-" {
 		report = stderr
 	}
-	fmt.Fprintf(report, "backed up %s from the %s store %s to %s (%s, %s)\n", textx.Count(info.Runs, "run", "runs"), info.Kind, from, out, byteSize(size), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(report, "backed up %s from the %s store %s to %s (%s, %s)\n", textx.Count(info.Runs, "run", "runs"), info.Kind, from, out, show.ByteSize(size), time.Since(start).Round(time.Millisecond))
 	return exitOK
-}
-
-// writeBackup writes the backup take writes to out, and returns what it
-// holds and its size. A file is written beside out, synced and checked
-// whole before it is renamed to out; "-" is stdout, checked as it goes.
-func writeBackup(out string, stdout io.Writer, take func(io.Writer) (store.SnapshotInfo, error)) (store.SnapshotInfo, int64, error) {
-	if out == "-" {
-		cw := &countWriter{w: stdout}
-		pr, pw := io.Pipe()
-		checked := make(chan error, 1)
-		var info store.SnapshotInfo
-		go func() {
-			h, tr, err := backup.Check(io.TeeReader(pr, cw))
-			info = store.SnapshotInfo{Kind: h.Kind, Runs: tr.Runs}
-			_, _ = io.Copy(io.Discard, pr)
-			checked <- err
-		}()
-		_, err := take(pw)
-		pw.CloseWithError(err)
-		err = errors.Join(err, <-checked)
-		return info, cw.n, err
-	}
-	dir := filepath.Dir(out)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(out)+".tmp-*")
-	if err != nil {
-		return store.SnapshotInfo{}, 0, fmt.Errorf("writing the backup: %w", err)
-	}
-	done := false
-	defer func() {
-		if !done {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if _, err := take(f); err != nil {
-		return store.SnapshotInfo{}, 0, err
-	}
-	size, err := f.Seek(0, io.SeekCurrent)
-	if err == nil {
-		err = f.Sync()
-	}
-	if err == nil {
-		_, err = f.Seek(0, io.SeekStart)
-	}
-	if err != nil {
-		return store.SnapshotInfo{}, 0, fmt.Errorf("writing the backup: %w", err)
-	}
-	h, tr, err := backup.Check(f)
-	if err != nil {
-		return store.SnapshotInfo{}, 0, fmt.Errorf("checking the backup written: %w", err)
-	}
-	info := store.SnapshotInfo{Kind: h.Kind, Runs: tr.Runs}
-	if err := f.Close(); err != nil {
-		return info, 0, fmt.Errorf("writing the backup: %w", err)
-	}
-	if err := os.Rename(f.Name(), out); err != nil {
-		return info, 0, fmt.Errorf("writing the backup: %w", err)
-	}
-	done = true
-	d, err := os.Open(dir)
-	if err == nil {
-		err = errors.Join(d.Sync(), d.Close())
-	}
-	if err != nil {
-		return info, size, fmt.Errorf("writing the backup: %w", err)
-	}
-	return info, size, nil
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}
-
-func byteSize(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KB", float64(n)/(1<<10))
-	}
-	return textx.Count(int(n), "byte", "bytes")
 }
 
 func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -247,7 +157,7 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	url, err := stateOf(*state, configs)
 	if err != nil {
-		printConfigError(stderr, err)
+		show.ConfigError(stderr, err)
 		return exitUsage
 	}
 	in := io.Reader(os.Stdin)
@@ -292,7 +202,7 @@ func cmdCompact(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	url, err := stateOf(*state, configs)
 	if err != nil {
-		printConfigError(stderr, err)
+		show.ConfigError(stderr, err)
 		return exitUsage
 	}
 	start := time.Now()
@@ -300,6 +210,6 @@ func cmdCompact(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return fail(stderr, "compact", err)
 	}
-	fmt.Fprintf(stdout, "compacted %s from %s to %s (%s)\n", upkeep.StateName(url), byteSize(info.Before), byteSize(info.After), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "compacted %s from %s to %s (%s)\n", upkeep.StateName(url), show.ByteSize(info.Before), show.ByteSize(info.After), time.Since(start).Round(time.Millisecond))
 	return exitOK
 }

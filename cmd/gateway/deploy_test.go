@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chaingate/gateway/gateway/server"
+	"github.com/chaingate/gateway/gateway/authz"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -183,8 +183,8 @@ func TestImageRefusesToStartWithoutTokens(t *testing.T) {
 		a = strings.Replace(a, "/etc/chaingate", filepath.Join(repoRoot, "configs"), 1)
 		args[i] = strings.Replace(a, "/var/lib/chaingate", dir, 1)
 	}
-	t.Setenv(server.EnvTokens, "")
-	t.Setenv(server.EnvReadTokens, "")
+	t.Setenv(authz.EnvTokens, "")
+	t.Setenv(authz.EnvReadTokens, "")
 	// Were it to start, it would serve until this ends.
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

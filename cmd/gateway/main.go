@@ -2,9 +2,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,18 +11,17 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/cmd/gateway/internal/show"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/local"
 	"github.com/chaingate/gateway/gateway/server"
 	"github.com/chaingate/gateway/internal/textx"
 	"github.com/chaingate/gateway/plugins/conformance"
@@ -255,7 +252,7 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fs.Usage()
 		return exitUsage
 	}
-	rep := validation{Errors: []diagnosticJSON{}, Warnings: []diagnosticJSON{}, Notes: []string{}}
+	rep := show.Validation{Errors: []show.Diagnostic{}, Warnings: []show.Diagnostic{}, Notes: []string{}}
 	cfg, err := gateway.LoadConfig(paths)
 	var external []string
 	if err == nil {
@@ -274,18 +271,18 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	switch {
 	case errors.As(err, &ce):
 		for _, d := range ce.Diagnostics {
-			rep.add(d)
+			rep.Add(d)
 		}
 	case err != nil:
-		rep.Errors = append(rep.Errors, diagnosticJSON{Message: err.Error(), Severity: "error"})
+		rep.Errors = append(rep.Errors, show.Diagnostic{Message: err.Error(), Severity: "error"})
 	default:
 		for _, d := range cfg.Warnings {
-			rep.add(d)
+			rep.Add(d)
 		}
 		rep.OK, rep.Chains, rep.Providers = true, len(cfg.Chains), len(cfg.Providers)
 		rep.Triggers, rep.Schedules = len(cfg.Triggers), len(cfg.Schedules)
 		for _, c := range cfg.Chains {
-			rep.Steps += countSteps(c.Steps)
+			rep.Steps += show.CountSteps(c.Steps)
 		}
 		if *skipSecrets {
 			rep.Notes = append(rep.Notes, "the secrets and API tokens serve needs were not checked (--skip-secrets)")
@@ -295,87 +292,14 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 	}
 	if *output == "json" {
-		printJSON(stdout, rep)
+		show.JSON(stdout, rep)
 	} else {
-		printConfigError(stdout, err)
-		if err == nil {
-			for _, w := range cfg.Warnings {
-				fmt.Fprintln(stdout, w.String())
-			}
-			summary := "ok: " + textx.Count(rep.Chains, "chain", "chains") + ", " + textx.Count(rep.Steps, "step", "steps") + ", " + textx.Count(rep.Providers, "provider", "providers")
-			if rep.Triggers > 0 || rep.Schedules > 0 {
-				summary += ", " + textx.Count(rep.Triggers, "trigger", "triggers") + ", " + textx.Count(rep.Schedules, "schedule", "schedules")
-			}
-			fmt.Fprintln(stdout, summary)
-			for _, n := range rep.Notes {
-				fmt.Fprintln(stdout, "note:", n)
-			}
-		}
+		rep.Text(stdout, err, cfg)
 	}
 	if !rep.OK {
 		return exitFailed
 	}
 	return exitOK
-}
-
-// validation is what validate --output json prints.
-type validation struct {
-	OK        bool             `json:"ok"`
-	Chains    int              `json:"chains"`
-	Steps     int              `json:"steps"`
-	Providers int              `json:"providers"`
-	Triggers  int              `json:"triggers"`
-	Schedules int              `json:"schedules"`
-	Errors    []diagnosticJSON `json:"errors"`
-	Warnings  []diagnosticJSON `json:"warnings"`
-	Notes     []string         `json:"notes"`
-}
-
-// diagnosticJSON is one problem, as validate --output json prints it.
-type diagnosticJSON struct {
-	File     string `json:"file,omitempty"`
-	Line     int    `json:"line,omitempty"`
-	Col      int    `json:"col,omitempty"`
-	Path     string `json:"path,omitempty"`
-	Message  string `json:"message"`
-	Severity string `json:"severity"`
-}
-
-func (v *validation) add(d chain.Diagnostic) {
-	j := diagnosticJSON{File: d.File, Line: d.Line, Col: d.Col, Path: d.Path, Message: d.Message, Severity: "error"}
-	if d.Severity == chain.SeverityWarning {
-		j.Severity = "warning"
-		v.Warnings = append(v.Warnings, j)
-		return
-	}
-	v.Errors = append(v.Errors, j)
-}
-
-func countSteps(steps []*chain.Step) int {
-	n := len(steps)
-	for _, s := range steps {
-		if s.Parallel != nil {
-			n += countSteps(s.Parallel.Steps)
-		}
-		if s.Split != nil {
-			n += countSteps(s.Split.Steps)
-		}
-	}
-	return n
-}
-
-func printConfigError(w io.Writer, err error) {
-	if err == nil {
-		return
-	}
-	var ce *chain.ConfigError
-	if errors.As(err, &ce) {
-		for _, d := range ce.Diagnostics {
-			fmt.Fprintln(w, d.String())
-		}
-		return
-	}
-	fmt.Fprintln(w, err)
 }
 
 const runHelp = `Usage: gateway run CHAIN --config PATH... [--payload JSON|@FILE] [--state PATH]
@@ -394,24 +318,12 @@ each call is listed with the request it would have sent.
 
 `
 
-// session is a gateway opened by a command that advances runs.
-type session struct {
-	gw     *gateway.Gateway
-	log    *slog.Logger
-	stdout io.Writer
-	stderr io.Writer
-	// stopWorker ends the worker that runs distributed splits' items here.
-	stopWorker func()
-	// stopControl closes the control socket and removes its file.
-	stopControl func()
-}
-
 // loadConfig loads the configs of a command that advances runs, printing
 // what is wrong with them, or their warnings; nil when they do not load.
 func loadConfig(configs []string, stderr io.Writer) *chain.Config {
 	cfg, err := gateway.LoadConfig(configs)
 	if err != nil {
-		printConfigError(stderr, err)
+		show.ConfigError(stderr, err)
 		return nil
 	}
 	for _, w := range cfg.Warnings {
@@ -420,70 +332,36 @@ func loadConfig(configs []string, stderr io.Writer) *chain.Config {
 	return cfg
 }
 
-// openSession opens the store and plugins for cfg, and listens on the
-// store's control socket so "gateway cancel" can reach this process.
-func openSession(ctx context.Context, cfg *chain.Config, state, logLevel string, work bool, stdout, stderr io.Writer) (*session, int) {
+// openSession opens a gateway that advances runs here, printing each step
+// event to stderr.
+func openSession(ctx context.Context, cfg *chain.Config, state, logLevel string, work bool, stderr io.Writer) (*local.Session, int) {
 	logger, err := newLogger(stderr, logLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway:", err)
 		return nil, exitUsage
 	}
-	progress := newProgressPrinter(stderr)
-	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: state, Logger: logger, OnEvent: func(ev store.Event) { progress.print(api.EventOf(ev)) }})
+	progress := show.NewProgress(stderr)
+	s, err := local.Open(ctx, local.Options{Config: cfg, State: state, Logger: logger, Work: work, OnEvent: func(ev store.Event) { progress.Print(api.EventOf(ev)) }})
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway:", err)
 		return nil, exitUsage
 	}
-	s := &session{gw: gw, log: logger, stdout: stdout, stderr: stderr, stopWorker: func() {}, stopControl: func() {}}
-	if gw.StoreFile != "" {
-		stop, err := gateway.ServeControl(ctx, gateway.ControlPath(gw.StoreFile), gw.Engine, logger)
-		if err != nil {
-			logger.Warn("gateway cancel will not reach this process", "err", err)
-		} else {
-			s.stopControl = stop
-		}
-	}
-	if gw.Fanout != nil && work {
-		// One process is enough: the items it hands out, it runs too.
-		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if err := gw.WorkItems(wctx); err != nil {
-				logger.Error("working split items stopped", "err", err)
-			}
-		}()
-		s.stopWorker = func() { cancel(); <-done }
-	}
 	return s, exitOK
 }
 
-func (s *session) close() {
-	s.stopControl()
-	s.stopWorker()
-	if err := s.gw.Close(); err != nil {
-		s.log.Error("closing gateway", "err", err)
-	}
-}
-
 // finish waits for a run and prints it; it returns the run's exit status.
-func (s *session) finish(ctx context.Context, id string, indent bool) int {
-	run, err := s.gw.Engine.Wait(ctx, id)
+func finish(ctx context.Context, s *local.Session, id string, indent bool, stdout, stderr io.Writer) int {
+	res, err := s.Result(ctx, id)
 	if err != nil {
 		if ctx.Err() != nil {
-			fmt.Fprintf(s.stderr, "gateway: interrupted; run %s is persisted and \"gateway resume\" continues it\n", id)
+			fmt.Fprintf(stderr, "gateway: interrupted; run %s is persisted and \"gateway resume\" continues it\n", id)
 			return exitInterrupt
 		}
-		fmt.Fprintln(s.stderr, "gateway:", err)
+		fmt.Fprintln(stderr, "gateway:", err)
 		return exitFailed
 	}
-	res, err := s.gw.Engine.Result(context.WithoutCancel(ctx), run.ID, false)
-	if err != nil {
-		fmt.Fprintln(s.stderr, "gateway:", err)
-		return exitFailed
-	}
-	if err := writeResult(s.stdout, res, indent); err != nil {
-		fmt.Fprintln(s.stderr, "gateway: writing result:", err)
+	if err := show.Result(stdout, res, indent); err != nil {
+		fmt.Fprintln(stderr, "gateway: writing result:", err)
 		return exitFailed
 	}
 	if res.Status != store.RunSucceeded {
@@ -545,19 +423,19 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gateway run: unknown chain %q; the config defines %s\n", chainName, strings.Join(cfg.ChainNames, ", "))
 		return exitUsage
 	}
-	s, code := openSession(ctx, cfg, *state, *logLevel, !*noWorker, stdout, stderr)
+	s, code := openSession(ctx, cfg, *state, *logLevel, !*noWorker, stderr)
 	if s == nil {
 		return code
 	}
-	defer s.close()
-	if ids, err := s.gw.Store.UnfinishedRuns(ctx); err == nil && len(ids) > 0 {
+	defer s.Close()
+	if ids, err := s.GW.Store.UnfinishedRuns(ctx); err == nil && len(ids) > 0 {
 		them := "them"
 		if len(ids) == 1 {
 			them = "it"
 		}
 		fmt.Fprintf(stderr, "note: this store holds %s; \"gateway resume\" continues %s\n", textx.Count(len(ids), "unfinished run", "unfinished runs"), them)
 	}
-	started, err := s.gw.Engine.Start(ctx, chainName, engine.Input{Payload: payload, StartedBy: store.StartedByCLI})
+	started, err := s.GW.Engine.Start(ctx, chainName, engine.Input{Payload: payload, StartedBy: store.StartedByCLI})
 	var ie *chain.InputError
 	if errors.As(err, &ie) {
 		fmt.Fprintln(stderr, "gateway run: --payload:", ie)
@@ -571,7 +449,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gateway run:", err)
 		return exitFailed
 	}
-	return s.finish(ctx, started.ID, true)
+	return finish(ctx, s, started.ID, true, stdout, stderr)
 }
 
 const resumeHelp = `Usage: gateway resume --config PATH... [--state PATH]
@@ -608,28 +486,27 @@ func resumeAll(ctx context.Context, configs []string, state, logLevel string, wo
 	if cfg == nil {
 		return exitUsage
 	}
-	s, code := openSession(ctx, cfg, state, logLevel, work, stdout, stderr)
+	s, code := openSession(ctx, cfg, state, logLevel, work, stderr)
 	if s == nil {
 		return code
 	}
-	defer s.close()
-	unfinished, _ := s.gw.Store.UnfinishedRuns(ctx)
-	ids, err := s.gw.Engine.Resume(ctx)
+	defer s.Close()
+	res, err := s.Resume(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway resume:", err)
 		code = exitFailed
 	}
-	fmt.Fprintf(stderr, "resuming %s\n", textx.Count(len(ids), "run", "runs"))
-	for _, d := range s.gw.Engine.Damaged() {
+	fmt.Fprintf(stderr, "resuming %s\n", textx.Count(len(res.Runs), "run", "runs"))
+	for _, d := range res.Damaged {
 		fmt.Fprintf(stderr, "skipped run %s: its record cannot be read back (%s); gateway runs list shows it as damaged\n", d.ID, d.Error)
 	}
-	if elsewhere := leasedElsewhere(ctx, s.gw.Store, unfinished, ids); len(elsewhere) > 0 && err == nil {
+	if len(res.Elsewhere) > 0 {
 		fmt.Fprintf(stderr, "note: not resumed here, leased by another gateway: %s. A live gateway is advancing them; "+
 			"a dead one's lease lapses within [gateway].lease_ttl_seconds, after which run resume again or let gateway serve take them over\n",
-			strings.Join(elsewhere, ", "))
+			strings.Join(res.Elsewhere, ", "))
 	}
-	for _, id := range ids {
-		switch c := s.finish(ctx, id, false); c {
+	for _, id := range res.Runs {
+		switch c := finish(ctx, s, id, false, stdout, stderr); c {
 		case exitOK:
 		case exitInterrupt:
 			return c
@@ -638,21 +515,6 @@ func resumeAll(ctx context.Context, configs []string, state, logLevel string, wo
 		}
 	}
 	return code
-}
-
-// leasedElsewhere lists the runs that were unfinished before a resume,
-// were not resumed, and are still unfinished: another gateway holds them.
-func leasedElsewhere(ctx context.Context, st store.Store, unfinished, resumed []string) []string {
-	var out []string
-	for _, id := range unfinished {
-		if slices.Contains(resumed, id) {
-			continue
-		}
-		if run, err := st.Run(ctx, id); err == nil && !run.Status.Final() {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 const cancelHelp = `Usage: gateway cancel RUN_ID [--state PATH] [--config PATH...]
@@ -682,7 +544,7 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	cfg := &chain.Config{Chains: map[string]*chain.Chain{}, Providers: map[string]*chain.Provider{}}
 	if len(configs) > 0 {
 		if cfg, err = gateway.LoadConfig(configs); err != nil {
-			printConfigError(stderr, err)
+			show.ConfigError(stderr, err)
 			return exitUsage
 		}
 	}
@@ -693,24 +555,12 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		*state = gateway.DefaultState
 	}
 	logger, _ := newLogger(stderr, "warn")
-	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: *state, Logger: logger, Existing: true})
-	switch {
-	case errors.Is(err, store.ErrInUse):
-		file := gateway.StateFile(*state)
-		if err := gateway.SendControl(ctx, gateway.ControlPath(file), "cancel "+id); err != nil {
-			fmt.Fprintln(stderr, "gateway cancel:", err)
-			return exitFailed
-		}
-	case err != nil:
+	if err := local.Cancel(ctx, cfg, *state, logger, id); err != nil {
 		fmt.Fprintln(stderr, "gateway cancel:", err)
-		return exitUsage
-	default:
-		err = gw.Engine.Cancel(ctx, id)
-		_ = gw.Close()
-		if err != nil {
-			fmt.Fprintln(stderr, "gateway cancel:", err)
-			return exitFailed
+		if errors.Is(err, local.ErrOpening) {
+			return exitUsage
 		}
+		return exitFailed
 	}
 	fmt.Fprintf(stdout, "cancelled run %s\n", id)
 	return exitOK
@@ -741,115 +591,4 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("bad --log-level %q: want debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
-}
-
-// progressPrinter writes one line per step event. On a terminal, a split's
-// progress events rewrite one live line instead.
-type progressPrinter struct {
-	w    io.Writer
-	live bool
-
-	mu      sync.Mutex
-	pending bool // a live line is on screen without its newline
-}
-
-func newProgressPrinter(w io.Writer) *progressPrinter {
-	p := &progressPrinter{w: w}
-	if f, ok := w.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			p.live = true
-		}
-	}
-	return p
-}
-
-func (p *progressPrinter) print(ev api.Event) {
-	line := progressLine(ev)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.live && ev.Type == string(store.EventStepProgress) {
-		fmt.Fprintf(p.w, "\r\033[K%s", line)
-		p.pending = true
-		return
-	}
-	if p.pending {
-		fmt.Fprintln(p.w)
-		p.pending = false
-	}
-	fmt.Fprintln(p.w, line)
-}
-
-func progressLine(ev api.Event) string {
-	subject := ev.Step
-	if subject == "" {
-		subject = "run " + ev.RunID
-	}
-	what := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(ev.Type, "step_"), "run_"), "_", " ")
-	line := fmt.Sprintf("%s  %-24s %s", ev.Time.Local().Format(time.TimeOnly+".000"), subject, what)
-	if ev.Attempt > 1 || (ev.Type == string(store.EventStepStarted) && ev.Attempt > 0) {
-		line += fmt.Sprintf(" (attempt %d)", ev.Attempt)
-	}
-	if ev.Message != "" {
-		line += ": " + ev.Message
-	}
-	return line
-}
-
-// bigBody is the size above which a step's body is written as stored, not
-// indented: a split over a million items has a body of tens of megabytes,
-// and indenting it took several times its size in memory, and seconds.
-const bigBody = 1 << 20
-
-// writeResult writes res as JSON, indented when asked. Bodies above bigBody
-// are left out of the encoding and written in its place as they are: still
-// one JSON document, with those bodies on one line.
-func writeResult(w io.Writer, res *engine.Result, indent bool) error {
-	var marks [][]byte
-	bodies := map[string]json.RawMessage{}
-	if indent {
-		var nonce [8]byte
-		_, _ = rand.Read(nonce[:])
-		for key, st := range res.Steps {
-			if len(st.Body) > bigBody {
-				mark := fmt.Sprintf("@@body-%x-%d@@", nonce, len(marks))
-				bodies[mark] = st.Body
-				marks = append(marks, []byte(strconv.Quote(mark)))
-				st.Body = json.RawMessage(strconv.Quote(mark))
-				res.Steps[key] = st
-			}
-		}
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if indent {
-		enc.SetIndent("", "  ")
-	}
-	if err := enc.Encode(res); err != nil {
-		return err
-	}
-	out := buf.Bytes()
-	for len(marks) > 0 {
-		i, which := -1, 0
-		for n, m := range marks {
-			if j := bytes.Index(out, m); j >= 0 && (i < 0 || j < i) {
-				i, which = j, n
-			}
-		}
-		if i < 0 {
-			break
-		}
-		m := marks[which]
-		if _, err := w.Write(out[:i]); err != nil {
-			return err
-		}
-		mark, _ := strconv.Unquote(string(m))
-		if _, err := w.Write(bodies[mark]); err != nil {
-			return err
-		}
-		out = out[i+len(m):]
-		marks = append(marks[:which], marks[which+1:]...)
-	}
-	_, err := w.Write(out)
-	return err
 }

@@ -2,20 +2,18 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
 	"os/user"
 	"slices"
-	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
+
+	"github.com/chaingate/gateway/cmd/gateway/internal/show"
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
@@ -58,19 +56,16 @@ func (t *target) open(ctx context.Context, stderr io.Writer) (api.Ops, *gateway.
 	if len(t.configs) > 0 {
 		var err error
 		if cfg, err = gateway.LoadConfig(t.configs); err != nil {
-			printConfigError(stderr, err)
+			show.ConfigError(stderr, err)
 			return nil, nil, nil, errUsage
 		}
 	}
 	logger, _ := newLogger(stderr, "warn")
-	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: *t.state, Logger: logger, Existing: true})
-	if errors.Is(err, store.ErrInUse) {
-		return nil, nil, nil, fmt.Errorf("%w; a gateway is running on it: reach it with --server", err)
-	}
+	l, err := ops.OpenStore(ctx, cfg, *t.state, logger)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return &ops.Local{GW: gw}, gw, func() { _ = gw.Close() }, nil
+	return l, l.GW, func() { _ = l.GW.Close() }, nil
 }
 
 var errUsage = errors.New("usage")
@@ -97,13 +92,6 @@ func fail(stderr io.Writer, cmd string, err error) int {
 }
 
 func (t *target) json() bool { return *t.output == "json" }
-
-func printJSON(w io.Writer, v any) {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-}
 
 const runsHelp = `Usage:
   gateway runs list [--chain C] [--status S] [--since T] [--started-by KIND[:NAME]]
@@ -165,38 +153,6 @@ on_timeout says.
 
 // runsCommands are the sub-commands of "gateway runs".
 var runsCommands = []string{"list", "show", "cancel", "replay", "redrive", "approve", "reject", "events", "dag", "delete", "prune", "export"}
-
-// showPrune prints what a prune removed, or would remove.
-func showPrune(w io.Writer, res *api.PruneResult) {
-	n := 0
-	var by []string
-	for _, st := range store.FinalRunStatuses {
-		if c := res.Runs[string(st)]; c > 0 {
-			n += c
-			by = append(by, fmt.Sprintf("%d %s", c, st))
-		}
-	}
-	verb := "pruned"
-	if res.DryRun {
-		verb = "would prune"
-	}
-	line := verb + " " + textx.Count(n, "run", "runs")
-	if len(by) > 0 {
-		line += " (" + strings.Join(by, ", ") + ")"
-	}
-	if !res.DryRun {
-		line += ", " + textx.Count(res.Freed.Records, "record", "records") + " freed"
-	}
-	fmt.Fprintln(w, line)
-	if k := res.Kept; k.DeadLetter+k.Key+k.Parent > 0 {
-		fmt.Fprintf(w, "kept %d with a dead-letter entry, %d whose idempotency key still holds, %d whose parent run is kept\n", k.DeadLetter, k.Key, k.Parent)
-	}
-	if res.DryRun {
-		for _, id := range res.IDs {
-			fmt.Fprintln(w, id)
-		}
-	}
-}
 
 func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -298,21 +254,10 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if page.Damaged == nil {
 				page.Damaged = []api.DamagedRun{}
 			}
-			printJSON(stdout, page)
+			show.JSON(stdout, page)
 			return exitOK
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tCHAIN\tSTATUS\tSTARTED\tSTARTED BY\tTOOK\tERROR")
-		for _, r := range page.Runs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Chain, r.Status, r.CreatedAt.Local().Format(timeLayout), howStarted(r), took(r), short(errMsg(r.Error), 60))
-		}
-		for _, d := range page.Damaged {
-			fmt.Fprintf(tw, "%s\t?\tdamaged\t\t\t\t%s\n", d.ID, short(d.Error, 60))
-		}
-		_ = tw.Flush()
-		if page.Next != "" {
-			fmt.Fprintf(stdout, "more: --cursor %s\n", page.Next)
-		}
+		show.Runs(stdout, page)
 	case "export":
 		b, err := chaintest.Export(ctx, ops, pos[0])
 		if err != nil {
@@ -332,10 +277,10 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "runs", err)
 		}
 		if t.json() {
-			printJSON(stdout, v)
+			show.JSON(stdout, v)
 			return exitOK
 		}
-		showRun(stdout, v)
+		show.Run(stdout, v)
 	case "cancel":
 		if err := ops.CancelRun(ctx, pos[0]); err != nil {
 			return fail(stderr, "runs", err)
@@ -350,7 +295,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				continue
 			}
 			if t.json() {
-				printJSON(stdout, res)
+				show.JSON(stdout, res)
 				continue
 			}
 			fmt.Fprintf(stdout, "deleted run %s (%s, %s)\n", id, textx.Count(res.Freed.Records, "record", "records"), textx.Count(len(res.DeadLetters), "dead-letter entry", "dead-letter entries"))
@@ -362,10 +307,10 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "runs", err)
 		}
 		if t.json() {
-			printJSON(stdout, res)
+			show.JSON(stdout, res)
 			return exitOK
 		}
-		showPrune(stdout, res)
+		show.Prune(stdout, res)
 	case "approve", "reject":
 		if gw != nil {
 			// Straight on a store, the answer is the machine user's.
@@ -416,14 +361,14 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "run %s %s\n", run.ID, final.Status)
 		}
 	case "events":
-		p := &progressPrinter{w: stdout}
+		p := show.NewProgress(stdout)
 		err := ops.Events(ctx, pos[0], 0, *follow, func(ev api.Event) error {
 			if t.json() {
 				b, _ := jsonx.Marshal(ev)
 				_, err := fmt.Fprintln(stdout, string(b))
 				return err
 			}
-			p.print(ev)
+			p.Print(ev)
 			return nil
 		})
 		if err != nil && ctx.Err() == nil {
@@ -435,116 +380,12 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "runs", err)
 		}
 		if t.json() {
-			printJSON(stdout, d)
+			show.JSON(stdout, d)
 			return exitOK
 		}
-		showDAG(stdout, d.Nodes, "")
+		show.DAG(stdout, d.Nodes, "")
 	}
 	return exitOK
-}
-
-// timeLayout is how the CLI's tables print a time: to the second, with its
-// zone, so a time read off one machine's table means the same on another.
-const timeLayout = "2006-01-02 15:04:05 MST"
-
-func took(r *api.Run) string {
-	end := r.FinishedAt
-	if end.IsZero() {
-		end = time.Now()
-	}
-	return end.Sub(r.CreatedAt).Round(time.Millisecond).String()
-}
-
-// howStarted is how a run started, as --started-by takes it; "-" for a run
-// an older version started, which did not record it.
-func howStarted(r *api.Run) string {
-	if r.StartedBy == "" {
-		return "-"
-	}
-	return r.StartedBy
-}
-
-func errMsg(e *api.ErrorInfo) string {
-	if e == nil {
-		return ""
-	}
-	return e.Message
-}
-
-func short(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > n {
-		return s[:n-1] + "…"
-	}
-	return s
-}
-
-func showRun(w io.Writer, v *api.RunView) {
-	by := ""
-	if v.StartedBy != "" {
-		by = " by " + v.StartedBy
-	}
-	fmt.Fprintf(w, "run      %s\nchain    %s\nstatus   %s\nstarted  %s%s\ntook     %s\n", v.ID, v.Chain, v.Status, v.CreatedAt.Local().Format(timeLayout), by, took(v.Run))
-	if v.ParentRun != "" {
-		fmt.Fprintf(w, "parent   %s (step %s)\n", v.ParentRun, v.ParentStep)
-	}
-	if len(v.Labels) > 0 {
-		var parts []string
-		for _, k := range slices.Sorted(maps.Keys(v.Labels)) {
-			parts = append(parts, k+"="+v.Labels[k])
-		}
-		fmt.Fprintf(w, "labels   %s\n", strings.Join(parts, " "))
-	}
-	if v.Error != nil {
-		fmt.Fprintf(w, "error    %s\n", v.Error.Message)
-	}
-	showQueue(w, v.Queue)
-	showFailure(w, v.Run)
-	fmt.Fprintf(w, "path     %s\n\n", strings.Join(v.Path, " → "))
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STEP\tSTATUS\tATTEMPTS\tRESULT")
-	for _, k := range sortedStepKeys(v.Steps) {
-		rec := v.Steps[k]
-		result := string(rec.Body)
-		if rec.Error != nil {
-			result = rec.Error.Message
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", k, rec.Status, rec.Attempts, short(result, 70))
-	}
-	_ = tw.Flush()
-}
-
-func sortedStepKeys(m map[string]*api.Step) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	// The order the run reached them in, roughly: by start time, then key.
-	sort.SliceStable(keys, func(i, j int) bool {
-		ta, tb := m[keys[i]].StartedAt, m[keys[j]].StartedAt
-		if !ta.Equal(tb) {
-			return ta.Before(tb)
-		}
-		return keys[i] < keys[j]
-	})
-	return keys
-}
-
-func showDAG(w io.Writer, nodes []*api.DAGNode, indent string) {
-	for _, n := range nodes {
-		extra := ""
-		switch {
-		case n.Split != nil:
-			extra = fmt.Sprintf(" %d/%d items (%d ok, %d failed, %d skipped)", n.Split.Succeeded+n.Split.Failed+n.Split.Skipped, n.Split.Total, n.Split.Succeeded, n.Split.Failed, n.Split.Skipped)
-			if n.Split.Distributed {
-				extra += ", on workers"
-			}
-		case n.ChildRun != "":
-			extra = " run " + n.ChildRun
-		}
-		fmt.Fprintf(w, "%s%s [%s] %s%s\n", indent, n.Name, n.Kind, n.Status, extra)
-		showDAG(w, n.Children, indent+"  ")
-	}
 }
 
 const dlqHelp = `Usage:
@@ -568,16 +409,6 @@ started with. Working on a store (no --server), replay needs --config and
 waits for the replayed runs.
 
 `
-
-// replayedEntry says what a replay of an entry started: a run, or, for a
-// delivery whose every alert was skipped, nothing.
-func replayedEntry(w io.Writer, entry, run string) {
-	if run == "" {
-		fmt.Fprintf(w, "replayed entry %s: it started no run (each of its alerts was skipped), and is removed\n", entry)
-		return
-	}
-	fmt.Fprintf(w, "replaying entry %s as run %s\n", entry, run)
-}
 
 func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -657,26 +488,16 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "dlq", err)
 		}
 		if t.json() {
-			printJSON(stdout, map[string]any{"entries": entries})
+			show.JSON(stdout, map[string]any{"entries": entries})
 			return exitOK
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tCHAIN\tSTEP\tRUN\tATTEMPTS\tPARKED\tERROR")
-		for _, e := range entries {
-			step, run := e.Step, e.RunID
-			if e.Kind == store.DLQDelivery {
-				// No run started: the trigger it came to stands in.
-				step, run = "(trigger "+e.Trigger+")", "-"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Chain, step, run, e.Attempts, e.CreatedAt.Local().Format(timeLayout), short(e.Error.Message, 60))
-		}
-		_ = tw.Flush()
+		show.DeadLetters(stdout, entries)
 	case "show":
 		e, err := ops.DLQEntry(ctx, pos[0])
 		if err != nil {
 			return fail(stderr, "dlq", err)
 		}
-		printJSON(stdout, e)
+		show.JSON(stdout, e)
 	case "delete":
 		if err := ops.DeleteDLQ(ctx, pos[0]); err != nil {
 			return fail(stderr, "dlq", err)
@@ -700,7 +521,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if err != nil {
 				return fail(stderr, "dlq", err)
 			}
-			replayedEntry(stdout, pos[0], run.ID)
+			show.ReplayedEntry(stdout, pos[0], run.ID)
 			if run.ID != "" {
 				runs = append(runs, run.ID)
 			}
@@ -710,10 +531,10 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				return fail(stderr, "dlq", err)
 			}
 			if t.json() {
-				printJSON(stdout, res)
+				show.JSON(stdout, res)
 			} else {
 				for _, r := range res.Replayed {
-					replayedEntry(stdout, r.Entry, r.Run)
+					show.ReplayedEntry(stdout, r.Entry, r.Run)
 				}
 				for _, f := range res.Failed {
 					fmt.Fprintf(stdout, "could not replay entry %s: %s\n", f.Entry, f.Error)
@@ -771,7 +592,7 @@ func cmdGraph(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	cfg, err := gateway.LoadConfig(t.configs)
 	if err != nil {
-		printConfigError(stderr, err)
+		show.ConfigError(stderr, err)
 		return exitUsage
 	}
 	c := cfg.Chains[pos[0]]

@@ -6,6 +6,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/chaingate/gateway/cmd/gateway/internal/show"
 	"github.com/chaingate/gateway/gateway/api"
 )
 
@@ -57,13 +58,13 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer, unpa
 			return fail(stderr, name, err)
 		}
 		if t.json() {
-			printJSON(stdout, ps)
+			show.JSON(stdout, ps)
 			return exitOK
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "KIND\tNAME\tBY\tSINCE\tREASON")
 		for _, p := range ps {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Kind, p.Name, p.By, p.At.Local().Format(timeLayout), p.Reason)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Kind, p.Name, p.By, p.At.Local().Format(show.TimeLayout), p.Reason)
 		}
 		_ = tw.Flush()
 	case unpause:
@@ -75,7 +76,7 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer, unpa
 			fmt.Fprintf(stdout, "%s %s was not paused\n", pos[0], pos[1])
 			return exitOK
 		}
-		fmt.Fprintf(stdout, "unpaused %s %s (paused by %s at %s)\n", pos[0], pos[1], p.By, p.At.Local().Format(timeLayout))
+		fmt.Fprintf(stdout, "unpaused %s %s (paused by %s at %s)\n", pos[0], pos[1], p.By, p.At.Local().Format(show.TimeLayout))
 		if pos[0] == api.PauseTrigger {
 			fmt.Fprintln(stdout, "the deliveries it kept while paused wait in the dead-letter queue (code trigger_paused): gateway dlq list, then gateway dlq replay")
 		}
@@ -84,7 +85,7 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer, unpa
 		if err != nil {
 			return fail(stderr, name, err)
 		}
-		fmt.Fprintf(stdout, "%s %s paused by %s at %s\n", pos[0], pos[1], p.By, p.At.Local().Format(timeLayout))
+		fmt.Fprintf(stdout, "%s %s paused by %s at %s\n", pos[0], pos[1], p.By, p.At.Local().Format(show.TimeLayout))
 	}
 	return exitOK
 }

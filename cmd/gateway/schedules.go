@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/chaingate/gateway/cmd/gateway/internal/show"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/schedules"
@@ -57,13 +58,13 @@ func cmdSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	default:
 		cfg, err := gateway.LoadConfig(t.configs)
 		if err != nil {
-			printConfigError(stderr, err)
+			show.ConfigError(stderr, err)
 			return exitUsage
 		}
 		list = schedules.Schedules(ctx, cfg, nil, time.Now())
 	}
 	if t.json() {
-		printJSON(stdout, list)
+		show.JSON(stdout, list)
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -78,11 +79,11 @@ func cmdSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		next := make([]string, len(s.Next))
 		for i, n := range s.Next {
-			next[i] = n.Format(timeLayout)
+			next[i] = n.Format(show.TimeLayout)
 		}
 		last := ""
 		if !s.LastTick.IsZero() {
-			last = s.LastTick.Format(timeLayout)
+			last = s.LastTick.Format(show.TimeLayout)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Chain, when, strings.Join(next, ", "), last, s.LastRun)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
-	"github.com/chaingate/gateway/gateway/server"
+	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/internal/testutil/proctest"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
@@ -415,8 +415,8 @@ func TestServeChecksBeforeOpening(t *testing.T) {
 // environment, validate reports too, in the same words and with the
 // variable to set; with it set, both go on.
 func TestValidateAgreesWithServe(t *testing.T) {
-	t.Setenv(server.EnvTokens, "")
-	t.Setenv(server.EnvReadTokens, "")
+	t.Setenv(authz.EnvTokens, "")
+	t.Setenv(authz.EnvReadTokens, "")
 	const chains = `
 [[providers]]
 name = "echo"
@@ -480,7 +480,7 @@ token = "<<secrets.AM_TOKEN>>"
 			if tc.unset != "" {
 				t.Setenv("CHAINGATE_SECRET_"+tc.unset, secrets[tc.unset])
 			} else {
-				t.Setenv(server.EnvTokens, "tok-5b0e")
+				t.Setenv(authz.EnvTokens, "tok-5b0e")
 			}
 			if code, out, _ := runCLI(t, "validate", cfg); code != exitOK {
 				t.Errorf("validate with it set: exit %d\n%s", code, out)

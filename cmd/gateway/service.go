@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/chaingate/gateway/chain"
+	"github.com/chaingate/gateway/cmd/gateway/internal/show"
 	"github.com/chaingate/gateway/gateway"
 )
 
@@ -53,7 +54,7 @@ func (sf *serviceFlags) start(args []string, stderr io.Writer) (logger *slog.Log
 	}
 	logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if cfg, err = gateway.LoadConfig(sf.configs); err != nil {
-		printConfigError(stderr, err)
+		show.ConfigError(stderr, err)
 		stopProfile()
 		return nil, nil, nil, exitUsage, false
 	}

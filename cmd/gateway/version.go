@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+
+	"github.com/chaingate/gateway/cmd/gateway/internal/show"
 )
 
 const versionHelp = `Usage: gateway version [--output json]
@@ -74,7 +76,7 @@ func cmdVersion(args []string, stdout, stderr io.Writer) int {
 	}
 	v := readBuildVersion()
 	if *output == "json" {
-		printJSON(stdout, v)
+		show.JSON(stdout, v)
 		return exitOK
 	}
 	fmt.Fprintln(stdout, v)

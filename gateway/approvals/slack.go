@@ -1,12 +1,16 @@
 package approvals
 
 import (
+	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -248,4 +252,46 @@ func ResponseURLHosts(sl *chain.Slack) []string {
 		return chain.DefaultSlackResponseURLHosts
 	}
 	return sl.ResponseURLHosts
+}
+
+// Respond posts reply to an interaction's response_url. A response
+// URL lets anyone holding it post to the channel for a while, so the log
+// names its host only.
+func (out *SlackResponder) Respond(ctx context.Context, log *slog.Logger, responseURL string, hosts []string, reply SlackReply) {
+	u, err := url.Parse(responseURL)
+	if err != nil || !out.Allowed(u, hosts) {
+		host := ""
+		if u != nil {
+			host = u.Host
+		}
+		log.Warn("not posting an answer's outcome to Slack: the interaction's response_url is not on a host [gateway.slack] response_url_hosts allows", "host", host)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, SlackReplyTime)
+	defer cancel()
+	b, err := jsonx.Marshal(reply)
+	if err != nil {
+		log.Error("encoding an answer's outcome for Slack", "err", err)
+		return
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(b))
+	if err != nil {
+		log.Error("posting an answer's outcome to Slack", "err", err)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	resp, err := out.Client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		log.Warn("posting an answer's outcome to Slack", "host", u.Host, "err", err)
+		return
+	}
+	defer resp.Body.Close()
+	said, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode/100 != 2 {
+		log.Warn("Slack refused an answer's outcome", "status", resp.StatusCode, "said", string(said))
+	}
 }

@@ -58,7 +58,7 @@ type Host interface {
 	AuthEnabled() bool
 	// CheckToken checks a token signing in, counting a wrong one against
 	// the request's address as the API does.
-	CheckToken(r *http.Request, tok string) (server.Credential, error)
+	CheckToken(r *http.Request, tok string) (authz.Subject, error)
 	// Authorize is the gateway's authorization seam: every page and action
 	// asks it whether the session's subject may act, before acting.
 	Authorize(ctx context.Context, sub authz.Subject, a authz.Action, t authz.Target) error
@@ -465,7 +465,7 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	tok := strings.TrimSpace(r.PostFormValue("token"))
 	next := map[string]string{"Next": safeNext(c.base, r.PostFormValue("next"))}
-	cred, err := server.Credential{}, server.ErrUnknownToken
+	cred, err := authz.Subject{}, server.ErrUnknownToken
 	if tok != "" {
 		cred, err = c.host.CheckToken(r, tok)
 	}

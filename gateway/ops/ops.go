@@ -11,11 +11,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
@@ -35,6 +37,20 @@ type Local struct {
 	// Door replays deliveries and pauses triggers; without it, one that
 	// tells no one.
 	Door *door.Door
+}
+
+// OpenStore opens the store at state for Ops without a server: the command
+// line's, when no gateway holds the store. A replay there also needs cfg's
+// chains and providers. Close the gateway when done.
+func OpenStore(ctx context.Context, cfg *chain.Config, state string, logger *slog.Logger) (*Local, error) {
+	gw, err := gateway.Open(ctx, gateway.Options{Config: cfg, State: state, Logger: logger, Existing: true})
+	if errors.Is(err, store.ErrInUse) {
+		return nil, fmt.Errorf("%w; a gateway is running on it: reach it with --server", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Local{GW: gw}, nil
 }
 
 func (l *Local) door() *door.Door {

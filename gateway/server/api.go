@@ -21,6 +21,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
+	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/ops"
 	"github.com/chaingate/gateway/gateway/server/internal/connguard"
 	"github.com/chaingate/gateway/internal/jsonx"
@@ -501,15 +502,7 @@ func (s *Server) ServeRunEvents(w http.ResponseWriter, r *http.Request, id strin
 	if fromNow {
 		after = run.Seq
 	}
-	connguard.HoldOpen(w, streamWriteTimeout)
-	flusher, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	if flusher != nil {
-		flusher.Flush()
-	}
+	sse := events.OpenSSE(w, func() { connguard.HoldOpen(w, streamWriteTimeout) })
 	follow := r.URL.Query().Get("follow") != "false"
 	lastWrite := time.Now()
 	ctx, cancel := s.untilStop(r.Context())
@@ -523,22 +516,20 @@ func (s *Server) ServeRunEvents(w http.ResponseWriter, r *http.Request, id strin
 			if !unsent && time.Since(lastWrite) < heartbeat {
 				return nil
 			}
-			connguard.HoldOpen(w, streamWriteTimeout)
+			sse.Hold()
 			var err error
 			if !unsent {
-				_, err = fmt.Fprint(w, ": heartbeat\n\n")
+				err = sse.Write(": heartbeat\n\n")
 			}
 			unsent, lastWrite = false, time.Now()
-			if flusher != nil {
-				flusher.Flush()
-			}
+			sse.Flush()
 			return err
 		}
 		// The write deadline is set once for what is sent together.
 		if !unsent {
-			connguard.HoldOpen(w, streamWriteTimeout)
+			sse.Hold()
 		}
-		_, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, s.hub.EventJSON(ev))
+		err := sse.Write("id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, s.hub.EventJSON(ev))
 		unsent = true
 		return err
 	})
@@ -552,51 +543,10 @@ func (s *Server) ServeRunEvents(w http.ResponseWriter, r *http.Request, id strin
 // the store's feed, on the others sharing its store. A client that falls
 // behind gets a "resync" event and reads the runs again.
 func (s *Server) ServeRunChanges(w http.ResponseWriter, r *http.Request) {
-	watch := s.hub.WatchRuns()
-	defer watch.Close()
-	connguard.HoldOpen(w, streamWriteTimeout)
-	flusher, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	sse := events.OpenSSE(w, func() { connguard.HoldOpen(w, streamWriteTimeout) })
 	ctx, cancel := s.untilStop(r.Context())
 	defer cancel()
-	beat := time.NewTicker(heartbeat)
-	defer beat.Stop()
-	send := func(format string, args ...any) bool {
-		connguard.HoldOpen(w, streamWriteTimeout)
-		if _, err := fmt.Fprintf(w, format, args...); err != nil {
-			return false
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return true
-	}
-	if !send(": following every run's status\n\n") {
-		return
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-beat.C:
-			if !send(": heartbeat\n\n") {
-				return
-			}
-		case ev := <-watch.C:
-			if watch.Lost() && !send("event: resync\ndata: {}\n\n") {
-				return
-			}
-			if ev.RunID == "" {
-				continue
-			}
-			if !send("event: %s\ndata: %s\n\n", ev.Type, s.hub.EventJSON(ev)) {
-				return
-			}
-		}
-	}
+	s.hub.StreamRunChanges(ctx, sse, heartbeat)
 }
 
 func (s *Server) getStep(w http.ResponseWriter, r *http.Request) {

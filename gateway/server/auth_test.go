@@ -9,6 +9,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/server"
 )
 
@@ -20,9 +21,9 @@ import (
 func TestAPITokensFromSecretsAndEnvironment(t *testing.T) {
 	t.Setenv("CHAINGATE_SECRET_ALICE_TOKEN", "alice-from-a-secret")
 	t.Setenv("CHAINGATE_SECRET_VIEWER_TOKEN", "viewer-from-a-secret")
-	t.Setenv(server.EnvTokens, "plain:with-colon, plain-two")
-	t.Setenv(server.EnvTokenPrefix+"carol", "carol:tok,with=separators")
-	t.Setenv(server.EnvReadTokenPrefix+"dave", "dave-reads")
+	t.Setenv(authz.EnvTokens, "plain:with-colon, plain-two")
+	t.Setenv(authz.EnvTokenPrefix+"carol", "carol:tok,with=separators")
+	t.Setenv(authz.EnvReadTokenPrefix+"dave", "dave-reads")
 	env := newAPI(t, strings.Replace(approvalConfig, `[gateway.auth]
 tokens = [{ name = "alice", token = "alice-tok" }, { name = "bob", token = "bob-tok" }]
 read_tokens = ["read-tok"]`, `[gateway.auth]

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/server"
 )
 
@@ -95,7 +96,7 @@ token = "<<secrets.AM_TOKEN>>"
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, k := range []string{server.EnvTokens, server.EnvReadTokens} {
+			for _, k := range []string{authz.EnvTokens, authz.EnvReadTokens} {
 				t.Setenv(k, "")
 			}
 			for _, kv := range os.Environ() {

@@ -10,9 +10,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,12 +50,9 @@ type Server struct {
 	log     *slog.Logger
 	paths   []string // config paths, read again on reload
 
-	mu       sync.RWMutex
-	cfg      *chain.Config
-	writeTok [][]byte
-	readTok  [][]byte
-	// tokNames are the names given to tokens, by token.
-	tokNames map[string]string
+	mu     sync.RWMutex
+	cfg    *chain.Config
+	tokens *authz.Tokens
 
 	draining atomic.Bool
 	// stopping ends event streams and waits when shutdown begins, so
@@ -93,18 +87,6 @@ type Server struct {
 	decide func(authz.Subject, authz.Action, authz.Target) error
 }
 
-// Token environment variables; they add to [gateway.auth]. EnvTokens and
-// EnvReadTokens are comma-separated lists of unnamed tokens. Each variable
-// EnvTokenPrefix+NAME (EnvReadTokenPrefix+NAME) holds one token, named
-// NAME: the whole value is the token, so no character in it is taken for
-// a separator.
-const (
-	EnvTokens          = "CHAINGATE_API_TOKENS"
-	EnvReadTokens      = "CHAINGATE_API_READ_TOKENS"
-	EnvTokenPrefix     = "CHAINGATE_API_TOKEN_"
-	EnvReadTokenPrefix = "CHAINGATE_API_READ_TOKEN_"
-)
-
 // NewServer returns the API of gw. hub and metrics must be the ones gw's
 // events and calls feed; paths are the config paths reload reads again.
 func NewServer(gw *gateway.Gateway, hub *events.Hub, metrics *metrics.Metrics, paths []string) *Server {
@@ -135,62 +117,11 @@ func (s *Server) WorkItems() {
 }
 
 func (s *Server) setConfig(cfg *chain.Config) {
-	toks := apiTokens(cfg, s.gw.SecretValues())
+	toks := authz.LoadTokens(cfg, s.gw.SecretValues(), os.Environ())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cfg = cfg
-	s.writeTok, s.readTok, s.tokNames = toks.write, toks.read, toks.names
-}
-
-// tokens are the API's tokens, and the names given to them.
-type tokens struct {
-	write, read [][]byte
-	names       map[string]string
-}
-
-// apiTokens are the tokens cfg, the secrets its tokens read (vals) and the
-// environment give the API. A name given to the same token twice is the
-// first one.
-func apiTokens(cfg *chain.Config, vals map[string]string) tokens {
-	out := tokens{names: map[string]string{}}
-	add := func(list *[][]byte, tok, name string) {
-		if tok = strings.TrimSpace(tok); tok == "" {
-			return
-		}
-		*list = append(*list, []byte(tok))
-		if _, ok := out.names[tok]; !ok && name != "" {
-			out.names[tok] = name
-		}
-	}
-	for _, t := range cfg.Gateway.Auth.Tokens {
-		add(&out.write, tokenValue(t, vals), t.Name)
-	}
-	for _, t := range cfg.Gateway.Auth.ReadTokens {
-		add(&out.read, tokenValue(t, vals), t.Name)
-	}
-	for _, t := range strings.Split(os.Getenv(EnvTokens), ",") {
-		add(&out.write, t, "")
-	}
-	for _, t := range strings.Split(os.Getenv(EnvReadTokens), ",") {
-		add(&out.read, t, "")
-	}
-	for _, kv := range os.Environ() {
-		k, v, _ := strings.Cut(kv, "=")
-		if name, ok := strings.CutPrefix(k, EnvTokenPrefix); ok && name != "" {
-			add(&out.write, v, name)
-		} else if name, ok := strings.CutPrefix(k, EnvReadTokenPrefix); ok && name != "" {
-			add(&out.read, v, name)
-		}
-	}
-	return out
-}
-
-// tokenValue is t's value: as written, or the secret it reads.
-func tokenValue(t chain.Token, vals map[string]string) string {
-	if t.Secret != "" {
-		return vals[t.Secret]
-	}
-	return t.Value
+	s.tokens = toks
 }
 
 // Config is the config the gateway serves now: as loaded, or as last
@@ -206,8 +137,7 @@ func (s *Server) Config() *chain.Config {
 // the secrets are read, a token that reads one counts (a gateway without
 // the secret does not start).
 func AuthConfigured(cfg *chain.Config) bool {
-	toks := apiTokens(cfg, nil)
-	return len(cfg.Gateway.Auth.Tokens)+len(cfg.Gateway.Auth.ReadTokens)+len(toks.write)+len(toks.read) > 0
+	return len(cfg.Gateway.Auth.Tokens)+len(cfg.Gateway.Auth.ReadTokens)+authz.LoadTokens(cfg, nil, os.Environ()).Len() > 0
 }
 
 // DefaultListen is where serve listens when neither --listen nor
@@ -220,7 +150,7 @@ func CheckAuth(cfg *chain.Config, addr string) error {
 	if AuthConfigured(cfg) || loopback(addr) {
 		return nil
 	}
-	return fmt.Errorf("refusing to serve %s without API tokens; set [gateway.auth] tokens or %s, or listen on a loopback address", addr, EnvTokens)
+	return fmt.Errorf("refusing to serve %s without API tokens; set [gateway.auth] tokens or %s, or listen on a loopback address", addr, authz.EnvTokens)
 }
 
 // CheckServe reports, as a *chain.ConfigError, what serve (without
@@ -266,7 +196,7 @@ func loopback(addr string) bool {
 func (s *Server) AuthEnabled() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return len(s.writeTok)+len(s.readTok) > 0
+	return s.tokens.Len() > 0
 }
 
 // Reload loads the config, and the secrets it reads, again. A config with
@@ -474,7 +404,7 @@ func (s *Server) subject(w http.ResponseWriter, r *http.Request) (authz.Subject,
 		return authz.Subject{Kind: authz.Loopback, Name: "a loopback client"}, true
 	}
 	presented := r.Header.Get("Authorization")
-	var cred Credential
+	var sub authz.Subject
 	var err error
 	if presented == "" {
 		err = ErrUnknownToken
@@ -484,7 +414,7 @@ func (s *Server) subject(w http.ResponseWriter, r *http.Request) (authz.Subject,
 			// Counted as a wrong token, whatever it holds.
 			tok = ""
 		}
-		cred, err = s.CheckToken(r, tok)
+		sub, err = s.CheckToken(r, tok)
 	}
 	var wait *CredentialWaitError
 	switch {
@@ -497,22 +427,7 @@ func (s *Server) subject(w http.ResponseWriter, r *http.Request) (authz.Subject,
 		s.writeError(w, r, &api.APIError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid bearer token is required"})
 		return authz.Subject{}, false
 	}
-	return cred.Subject(), true
-}
-
-// Credential is what an API token may do, and the name what it does is
-// recorded under.
-type Credential struct {
-	// Name is the name [gateway.auth] or the environment gives the token,
-	// or the start of its SHA-256 for a token without one.
-	Name string
-	// Write is a full token's: it may change things, not only read.
-	Write bool
-}
-
-// Subject is who holds the credential, as the authorization seam sees it.
-func (c Credential) Subject() authz.Subject {
-	return authz.Subject{Kind: authz.Token, Name: c.Name, Write: c.Write}
+	return sub, true
 }
 
 // ErrUnknownToken is a token that is none of the API's.
@@ -531,18 +446,18 @@ func (e *CredentialWaitError) Error() string {
 // wrong ones against the same address: a *CredentialWaitError while that
 // address must wait, ErrUnknownToken (counted) for a token that is none
 // of the API's.
-func (s *Server) CheckToken(r *http.Request, tok string) (Credential, error) {
+func (s *Server) CheckToken(r *http.Request, tok string) (authz.Subject, error) {
 	if wait := s.credentialWait(r); wait > 0 {
-		return Credential{}, &CredentialWaitError{Seconds: wait}
+		return authz.Subject{}, &CredentialWaitError{Seconds: wait}
 	}
 	s.mu.RLock()
-	write, read := matches(tok, s.writeTok), matches(tok, s.readTok)
+	sub, ok := s.tokens.Lookup(tok)
 	s.mu.RUnlock()
-	if !write && !read {
+	if !ok {
 		s.failedCredential(r)
-		return Credential{}, ErrUnknownToken
+		return authz.Subject{}, ErrUnknownToken
 	}
-	return Credential{Name: s.tokenName(tok), Write: write}, nil
+	return sub, nil
 }
 
 // credentialWait is how many seconds r's address must wait before a
@@ -564,30 +479,6 @@ func (s *Server) credentialWait(r *http.Request) int {
 func (s *Server) failedCredential(r *http.Request) {
 	s.metrics.Refused("wrong_credential")
 	s.fails.Fail(connguard.RequestAddress(r))
-}
-
-// tokenName is the name [gateway.auth] or the environment gives tok, or,
-// for a token without one, the start of its SHA-256: enough to tell tokens
-// apart in a run's events, nothing to replay it with.
-func (s *Server) tokenName(tok string) string {
-	s.mu.RLock()
-	name := s.tokNames[tok]
-	s.mu.RUnlock()
-	if name != "" {
-		return name
-	}
-	sum := sha256.Sum256([]byte(tok))
-	return "token sha256:" + hex.EncodeToString(sum[:4])
-}
-
-func matches(tok string, list [][]byte) bool {
-	found := false
-	for _, t := range list {
-		if subtle.ConstantTimeCompare([]byte(tok), t) == 1 {
-			found = true
-		}
-	}
-	return found
 }
 
 // readBody reads a request body up to the configured limit.

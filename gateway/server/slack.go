@@ -1,13 +1,10 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -19,7 +16,6 @@ import (
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/approvals"
 	"github.com/chaingate/gateway/gateway/authz"
-	"github.com/chaingate/gateway/internal/jsonx"
 )
 
 // slackInteractions serves POST /v1/slack/interactions, Slack's callback
@@ -77,7 +73,7 @@ func (s *Server) slackInteractions(w http.ResponseWriter, r *http.Request) {
 	reply := s.slackAnswer(r.Context(), sl, in, a)
 	w.WriteHeader(http.StatusOK)
 	if in.ResponseURL != "" {
-		go s.slackRespond(context.WithoutCancel(r.Context()), in.ResponseURL, reply)
+		go s.SlackResponder().Respond(context.WithoutCancel(r.Context()), s.log, in.ResponseURL, approvals.ResponseURLHosts(s.Config().Gateway.Slack), reply)
 	}
 }
 
@@ -127,52 +123,10 @@ func (s *Server) slackAnswer(ctx context.Context, sl *chain.Slack, in *approvals
 	return approvals.AnsweredMessage(in, a, d)
 }
 
+// SlackResponder is what posts answers' outcomes back to Slack.
 func (s *Server) SlackResponder() *approvals.SlackResponder {
 	if out := s.slackOut.Load(); out != nil {
 		return out
 	}
 	return approvals.DefaultSlackResponder
-}
-
-// slackRespond posts reply to an interaction's response_url. A response
-// URL lets anyone holding it post to the channel for a while, so the log
-// names its host only.
-func (s *Server) slackRespond(ctx context.Context, responseURL string, reply approvals.SlackReply) {
-	out := s.SlackResponder()
-	u, err := url.Parse(responseURL)
-	if err != nil || !out.Allowed(u, approvals.ResponseURLHosts(s.Config().Gateway.Slack)) {
-		host := ""
-		if u != nil {
-			host = u.Host
-		}
-		s.log.Warn("not posting an answer's outcome to Slack: the interaction's response_url is not on a host [gateway.slack] response_url_hosts allows", "host", host)
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, approvals.SlackReplyTime)
-	defer cancel()
-	b, err := jsonx.Marshal(reply)
-	if err != nil {
-		s.log.Error("encoding an answer's outcome for Slack", "err", err)
-		return
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(b))
-	if err != nil {
-		s.log.Error("posting an answer's outcome to Slack", "err", err)
-		return
-	}
-	req.Header.Set("Content-Type", "application/json; charset=utf-8")
-	resp, err := out.Client.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		s.log.Warn("posting an answer's outcome to Slack", "host", u.Host, "err", err)
-		return
-	}
-	defer resp.Body.Close()
-	said, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode/100 != 2 {
-		s.log.Warn("Slack refused an answer's outcome", "status", resp.StatusCode, "said", string(said))
-	}
 }

@@ -48,7 +48,7 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 	cfg := s.gw.Engine.Config()
 	name := r.PathValue("name")
 	tr := cfg.Triggers[name]
-	write, read, open := s.apiAccess(r)
+	tokenSub, isToken, open := s.apiAccess(r)
 	if open {
 		if err := connguard.LoopbackOnly(r); err != nil {
 			s.writeError(w, r, err)
@@ -58,7 +58,7 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 	if tr == nil {
 		// Only a client the API trusts learns which triggers there are:
 		// anyone else is refused as at a trigger that exists.
-		if !open && !write && !read {
+		if !open && !isToken {
 			refuse(nil, "no such trigger")
 			return
 		}
@@ -82,8 +82,8 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case open:
 			deliver(authz.Subject{Kind: authz.Loopback, Name: "a loopback client"}, nil, "")
-		case write || read:
-			deliver(authz.Subject{Kind: authz.Token, Name: "an API token", Write: write}, nil, "")
+		case isToken:
+			deliver(tokenSub, nil, "")
 		default:
 			refuse(tr, "the trigger takes the API's full tokens")
 		}
@@ -103,19 +103,20 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 	deliver(authz.Subject{Kind: authz.Trigger, Name: "trigger " + tr.Name, Trigger: tr.Name}, body, sig)
 }
 
-// apiAccess says what the request's bearer token may do with the API, or
-// that the API is open (no tokens configured).
-func (s *Server) apiAccess(r *http.Request) (write, read, open bool) {
+// apiAccess is the subject the request's bearer token proves, if it is one
+// of the API's, or that the API is open (no tokens configured).
+func (s *Server) apiAccess(r *http.Request) (sub authz.Subject, ok, open bool) {
 	if !s.AuthEnabled() {
-		return false, false, true
+		return authz.Subject{}, false, true
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		return false, false, false
+	tok, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !bearer {
+		return authz.Subject{}, false, false
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return matches(tok, s.writeTok), matches(tok, s.readTok), false
+	sub, ok = s.tokens.Lookup(tok)
+	return sub, ok, false
 }
 
 // refuseTrigger answers a request that brought no credential the trigger

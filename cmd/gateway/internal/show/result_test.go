@@ -1,4 +1,4 @@
-package main
+package show
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ func TestWriteResultBigBody(t *testing.T) {
 		"after": {Status: store.StepSucceeded, Body: json.RawMessage(`{"n": 1}`), Attempts: 1},
 	}}
 	var out bytes.Buffer
-	if err := writeResult(&out, res, true); err != nil {
+	if err := Result(&out, res, true); err != nil {
 		t.Fatal(err)
 	}
 	var got struct {

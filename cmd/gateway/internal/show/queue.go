@@ -1,4 +1,4 @@
-package main
+package show
 
 import (
 	"fmt"
@@ -8,8 +8,8 @@ import (
 	"github.com/chaingate/gateway/gateway/api"
 )
 
-// showQueue prints where a queued run waits for its concurrency key.
-func showQueue(w io.Writer, q *api.QueuePlace) {
+// queue prints where a queued run waits for its concurrency key.
+func queue(w io.Writer, q *api.QueuePlace) {
 	if q == nil {
 		return
 	}
@@ -21,5 +21,5 @@ func showQueue(w io.Writer, q *api.QueuePlace) {
 	if len(q.WaitingFor) > 0 {
 		waiting = ", waiting for " + strings.Join(q.WaitingFor, ", ")
 	}
-	fmt.Fprintf(w, "queue    key %q, %s%s, since %s\n", q.Key, place, waiting, q.Since.Local().Format(timeLayout))
+	fmt.Fprintf(w, "queue    key %q, %s%s, since %s\n", q.Key, place, waiting, q.Since.Local().Format(TimeLayout))
 }

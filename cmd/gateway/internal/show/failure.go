@@ -1,4 +1,4 @@
-package main
+package show
 
 import (
 	"fmt"
@@ -8,10 +8,10 @@ import (
 	"github.com/chaingate/gateway/gateway/api"
 )
 
-// showFailure prints what failed in a run and what handled it, for runs
+// failure prints what failed in a run and what handled it, for runs
 // show: the failed step and why, the catch route it took, the handler
 // steps that ran and those that failed.
-func showFailure(w io.Writer, r *api.Run) {
+func failure(w io.Writer, r *api.Run) {
 	if r.Phase != "" {
 		fmt.Fprintf(w, "phase    %s (the run ends %s after its handlers)\n", r.Phase, r.Ending)
 	}
