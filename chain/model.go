@@ -191,10 +191,72 @@ const (
 // one named token each), and a token written here may read a secret, so
 // none needs to be written in a config file.
 type Auth struct {
-	// Tokens may do anything.
+	// Tokens may do anything, unless they name roles.
 	Tokens []Token
-	// ReadTokens may only read (GET).
+	// ReadTokens may only read (GET), unless they name roles.
 	ReadTokens []Token
+	// Roles are the roles [gateway.auth.roles] defines, by name.
+	Roles map[string]*Role
+	// Users gives people roles by the name they sign in or answer under
+	// ([gateway.auth.users]).
+	Users map[string][]string
+	// Groups gives the members of a sign-in group roles
+	// ([gateway.auth.groups]).
+	Groups map[string][]string
+	// Source is where [gateway.auth] is written.
+	Source Source
+}
+
+// Built-in roles, which a config may give but not define.
+const (
+	// RoleAdmin may do every action on everything: what a full token may do
+	// without roles.
+	RoleAdmin = "admin"
+	// RoleReader may read everything: what a read token may do without
+	// roles.
+	RoleReader = "reader"
+	// RoleApprover may read and answer approvals of every chain: what a
+	// Slack user may do when the config defines no roles.
+	RoleApprover = "approver"
+)
+
+// Action is what a subject may be granted, and asks, to do.
+type Action string
+
+// The actions a role may grant.
+const (
+	ActionRead    Action = "read"    // list and show runs, chains, the DLQ, schedules, metrics
+	ActionStart   Action = "start"   // start a run of a chain
+	ActionDeliver Action = "deliver" // deliver an alert or a webhook to a trigger
+	ActionApprove Action = "approve" // answer an approval step
+	ActionCancel  Action = "cancel"  // cancel a run
+	ActionReplay  Action = "replay"  // replay a run or a dead-letter entry
+	ActionRedrive Action = "redrive" // run a split's failed items again
+	ActionPause   Action = "pause"   // pause or resume a trigger or a schedule
+	ActionDelete  Action = "delete"  // delete runs or dead-letter entries, prune
+	ActionBackup  Action = "backup"  // take a backup of the store
+	ActionAdmin   Action = "admin"   // reload the config, read the audit log
+)
+
+// Actions lists every action, in the order above.
+var Actions = []Action{ActionRead, ActionStart, ActionDeliver, ActionApprove, ActionCancel, ActionReplay, ActionRedrive, ActionPause, ActionDelete, ActionBackup, ActionAdmin}
+
+// Role is one role of [gateway.auth.roles]: what its holders may do.
+type Role struct {
+	Name   string
+	Grants []Grant
+	Source Source
+}
+
+// Grant is one grant of a role: actions on the chains, triggers and
+// schedules whose names match its patterns. A grant with no patterns is
+// on everything, the gateway itself included.
+type Grant struct {
+	Actions   []Action
+	Chains    []string
+	Triggers  []string
+	Schedules []string
+	Source    Source
 }
 
 // Token is one API token of [gateway.auth]: its value as written, or the
@@ -208,6 +270,9 @@ type Token struct {
 	// Secret is NAME for a token written as <<secrets.NAME>>: its value
 	// is that secret's, which the gateway reads when it starts.
 	Secret string
+	// Roles are the roles the token's holder has; none leaves a full token
+	// every action and a read token reading.
+	Roles []string
 	// Source is where the token is written, so that a secret it reads and
 	// the gateway lacks is reported there.
 	Source Source

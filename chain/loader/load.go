@@ -222,9 +222,7 @@ func (l *loader) gateway(t *table) {
 		decodeRetention(rt, &l.cfg.Gateway.Retention)
 	}
 	if at, ok := t.sub("auth"); ok {
-		l.cfg.Gateway.Auth.Tokens = at.tokens("tokens")
-		l.cfg.Gateway.Auth.ReadTokens = at.tokens("read_tokens")
-		at.finish([]string{"tokens", "read_tokens"})
+		l.cfg.Gateway.Auth = l.auth(at)
 	}
 	if f := t.str("secrets_file"); f != "" {
 		if !filepath.IsAbs(f) {
@@ -238,8 +236,9 @@ func (l *loader) gateway(t *table) {
 }
 
 // tokens reads an array of API tokens: each a string, or a table
-// { name = "...", token = "..." } that names its holder; either may be
-// "<<secrets.NAME>>", a secret that holds the token.
+// { name = "...", token = "...", roles = [...] } that names its holder and
+// what it may do; either may be "<<secrets.NAME>>", a secret that holds
+// the token.
 func (t *table) tokens(k string) []chain.Token {
 	v, ok := t.value(k)
 	if !ok {
@@ -265,12 +264,16 @@ func (t *table) tokens(k string) []chain.Token {
 		case map[string]any:
 			tt := &table{d: t.d, path: at, m: x}
 			name, val := tt.requiredStr("name"), tt.requiredStr("token")
-			tt.finish([]string{"name", "token"})
+			roles := tt.strings("roles")
+			if r, given := x["roles"].([]any); given && len(r) == 0 {
+				tt.d.errorf(at.Key("roles"), `gives no role: name at least one, or leave roles out for what a token of this kind may do by default`)
+			}
+			tt.finish([]string{"name", "token", "roles"})
 			if name == "" || val == "" {
 				continue
 			}
 			if tok, ok := t.d.token(at.Key("token"), val); ok {
-				tok.Name = name
+				tok.Name, tok.Roles = name, roles
 				out = append(out, tok)
 			}
 		default:

@@ -37,7 +37,11 @@ func NewID() string {
 	hi := ms<<16 | uint64(idState.rnd)
 	lo := idState.seq
 	idState.Unlock()
+	return encodeID(hi, lo)
+}
 
+// encodeID writes the 128 bits hi, lo as 26 Crockford base-32 characters.
+func encodeID(hi, lo uint64) string {
 	var out [26]byte
 	for i := 25; i >= 0; i-- {
 		out[i] = crockford[lo&31]

@@ -147,6 +147,14 @@ type Store interface {
 	// bound to it are left to their own lifetimes.
 	DeleteRun(ctx context.Context, id string) (Freed, error)
 
+	// AppendAudit adds an entry to the audit log, durably when it returns.
+	AppendAudit(ctx context.Context, e *AuditEntry) error
+	// WalkAudit calls fn with each audit entry scan selects, in its order,
+	// until fn returns false or an error.
+	WalkAudit(ctx context.Context, scan AuditScan, fn func(*AuditEntry) (bool, error)) error
+	// PruneAudit removes the audit entries made before t and says how many.
+	PruneAudit(ctx context.Context, before time.Time) (int, error)
+
 	// Close releases the store; it waits for commits under way.
 	Close() error
 }

@@ -1,7 +1,9 @@
 // Package authz decides whether a subject may act on a target. It is the
 // one place that decides: the API's routes, the console's actions, Slack's
 // interactions and trigger deliveries each say who is asking, for what, on
-// what, and act only when Decide says yes.
+// what, and act only when a Policy's Decide says yes. A Policy is the
+// config's [gateway.auth]: roles granting actions on chains, triggers and
+// schedules by name pattern, given to tokens, people and sign-in groups.
 //
 // It is the gateway's own package, with no compatibility promise.
 package authz
@@ -9,6 +11,9 @@ package authz
 import (
 	"errors"
 	"fmt"
+	"slices"
+
+	"github.com/chaingate/gateway/chain"
 )
 
 // Kind is how a subject proved who it is.
@@ -27,6 +32,9 @@ const (
 	// Loopback is a client on this machine of a gateway that has no API
 	// tokens: it may do anything, as whoever runs the gateway may.
 	Loopback Kind = "loopback"
+	// Person is someone signed in to the console through the OpenID
+	// Provider the config names.
+	Person Kind = "person"
 )
 
 // Subject is who asks.
@@ -38,35 +46,46 @@ type Subject struct {
 	Write bool
 	// Trigger is the trigger whose credential a Trigger subject proved.
 	Trigger string
+	// Roles are a token's own roles, from the config.
+	Roles []string
+	// Groups are a person's groups, as the OpenID Provider says.
+	Groups []string
 }
 
-// Action is what a subject asks to do.
-type Action string
+// Action is what a subject asks to do: one of chain.Actions.
+type Action = chain.Action
 
+// The actions, as the config names them.
 const (
-	Read    Action = "read"    // list and show runs, chains, the DLQ, metrics
-	Start   Action = "start"   // start a run of a chain
-	Deliver Action = "deliver" // deliver an alert or a webhook to a trigger
-	Approve Action = "approve" // answer an approval step
-	Cancel  Action = "cancel"  // cancel a run
-	Replay  Action = "replay"  // replay a run or a dead-letter entry
-	Redrive Action = "redrive" // run a split's failed items again
-	Pause   Action = "pause"   // pause or resume a trigger or a schedule
-	Delete  Action = "delete"  // delete runs or dead-letter entries, prune
-	Backup  Action = "backup"  // take a backup of the store
-	Admin   Action = "admin"   // reload the config
+	Read    = chain.ActionRead
+	Start   = chain.ActionStart
+	Deliver = chain.ActionDeliver
+	Approve = chain.ActionApprove
+	Cancel  = chain.ActionCancel
+	Replay  = chain.ActionReplay
+	Redrive = chain.ActionRedrive
+	Pause   = chain.ActionPause
+	Delete  = chain.ActionDelete
+	Backup  = chain.ActionBackup
+	Admin   = chain.ActionAdmin
 )
 
-// Actions lists every action, in the order above.
-func Actions() []Action {
-	return []Action{Read, Start, Deliver, Approve, Cancel, Replay, Redrive, Pause, Delete, Backup, Admin}
-}
+// Actions lists every action.
+func Actions() []Action { return slices.Clone(chain.Actions) }
 
 // Target is what an action is on: a chain, a run, a trigger, a schedule, a
-// dead-letter entry, or the gateway itself.
+// dead-letter entry, or the gateway itself. A target with no name is every
+// one of its kind: listing runs, pruning, replaying dead letters in bulk.
 type Target struct {
 	Kind string
 	Name string
+	// Chain is the chain of a run or a dead-letter entry, found by who asks
+	// (Server.Authorize reads it from the store); empty when it has none or
+	// was not found, which only a grant on every chain covers.
+	Chain string
+	// Trigger is the trigger of a dead-letter entry that holds a delivery
+	// no run was started for.
+	Trigger string
 }
 
 // Target kinds.
@@ -104,31 +123,3 @@ func (d *Denied) Error() string {
 
 func (d *Denied) Unwrap() error { return ErrDenied }
 
-// Decide answers whether s may do a on t: nil, or a *Denied saying what is
-// missing. The rules: a loopback client of a gateway without tokens may do
-// anything; a full token anything; a read-only token only read; a
-// trigger's credential only deliver to that trigger; a Slack user only
-// answer an approval.
-func Decide(s Subject, a Action, t Target) error {
-	deny := func(missing string) error { return &Denied{Subject: s, Action: a, Target: t, Missing: missing} }
-	switch s.Kind {
-	case Loopback:
-		return nil
-	case Token:
-		if a == Read || s.Write {
-			return nil
-		}
-		return deny("this token may only read")
-	case Trigger:
-		if a == Deliver && t.Kind == OnTrigger && t.Name == s.Trigger {
-			return nil
-		}
-		return deny(fmt.Sprintf("trigger %q's credential may only deliver to that trigger", s.Trigger))
-	case Slack:
-		if a == Approve && t.Kind == OnRun {
-			return nil
-		}
-		return deny("a Slack user may only answer approvals")
-	}
-	return deny("the subject proved no identity")
-}

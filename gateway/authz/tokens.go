@@ -36,20 +36,20 @@ type token struct {
 func LoadTokens(cfg *chain.Config, vals map[string]string, environ []string) *Tokens {
 	t := &Tokens{}
 	names := map[string]string{}
-	add := func(tok, name string, write bool) {
+	add := func(tok, name string, write bool, roles []string) {
 		if tok = strings.TrimSpace(tok); tok == "" {
 			return
 		}
 		if _, ok := names[tok]; !ok && name != "" {
 			names[tok] = name
 		}
-		t.list = append(t.list, token{value: []byte(tok), sub: Subject{Kind: Token, Write: write}})
+		t.list = append(t.list, token{value: []byte(tok), sub: Subject{Kind: Token, Write: write, Roles: roles}})
 	}
 	for _, tok := range cfg.Gateway.Auth.Tokens {
-		add(tokenValue(tok, vals), tok.Name, true)
+		add(tokenValue(tok, vals), tok.Name, true, tok.Roles)
 	}
 	for _, tok := range cfg.Gateway.Auth.ReadTokens {
-		add(tokenValue(tok, vals), tok.Name, false)
+		add(tokenValue(tok, vals), tok.Name, false, tok.Roles)
 	}
 	env := map[string]string{}
 	for _, kv := range environ {
@@ -57,17 +57,17 @@ func LoadTokens(cfg *chain.Config, vals map[string]string, environ []string) *To
 		env[k] = v
 	}
 	for _, tok := range strings.Split(env[EnvTokens], ",") {
-		add(tok, "", true)
+		add(tok, "", true, nil)
 	}
 	for _, tok := range strings.Split(env[EnvReadTokens], ",") {
-		add(tok, "", false)
+		add(tok, "", false, nil)
 	}
 	for _, kv := range environ {
 		k, v, _ := strings.Cut(kv, "=")
 		if name, ok := strings.CutPrefix(k, EnvTokenPrefix); ok && name != "" {
-			add(v, name, true)
+			add(v, name, true, nil)
 		} else if name, ok := strings.CutPrefix(k, EnvReadTokenPrefix); ok && name != "" {
-			add(v, name, false)
+			add(v, name, false, nil)
 		}
 	}
 	for i := range t.list {

@@ -62,6 +62,9 @@ type Host interface {
 	// Authorize is the gateway's authorization seam: every page and action
 	// asks it whether the session's subject may act, before acting.
 	Authorize(ctx context.Context, sub authz.Subject, a authz.Action, t authz.Target) error
+	// MayChange reports whether sub may do anything but read, somewhere:
+	// whether the pages offer it forms.
+	MayChange(sub authz.Subject) bool
 	// ProviderStats, MetricSamples and Distributes are what the Now page
 	// shows of providers and distributed splits.
 	ProviderStats() []limits.Stats
@@ -103,9 +106,11 @@ type console struct {
 }
 
 // uiSession is one signed-in browser. The API token it signed in with is
-// not kept: only what it may do.
+// not kept: only who it proved to be.
 type uiSession struct {
-	who     string // as a run's events name who acted
+	sub authz.Subject
+	// write is whether the subject may change anything at all, so that the
+	// pages offer the forms that do; the seam decides each action.
 	write   bool
 	csrf    string
 	expires time.Time
@@ -306,7 +311,7 @@ func (c *console) signedIn(ask func(*http.Request) (authz.Action, authz.Target),
 		if sess == nil && !c.host.AuthEnabled() {
 			// Without tokens the console, like the API, answers loopback
 			// requests only; a session still carries the CSRF token.
-			sess = c.newSession(w, r, true, "a loopback client")
+			sess = c.newSession(w, r, authz.Subject{Kind: authz.Loopback, Name: "a loopback client"})
 		}
 		if sess == nil {
 			if r.Method == http.MethodGet {
@@ -335,16 +340,17 @@ func (c *console) signedIn(ask func(*http.Request) (authz.Action, authz.Target),
 			c.fail(w, r, http.StatusForbidden, "the console is read-only ([gateway.ui] read_only)")
 			return
 		}
-		h(w, r.WithContext(engine.WithActor(r.Context(), sess.who+" (console)")), sess)
+		h(w, r.WithContext(engine.WithActor(r.Context(), sess.sub.Name+" (console)")), sess)
 	}
 }
 
-// subject is who a session acts as, for the authorization seam.
+// subject is who a session acts as, for the authorization seam. A session
+// begun while the gateway had no tokens acts as nobody once it has some.
 func (c *console) subject(sess *uiSession) authz.Subject {
-	if !c.host.AuthEnabled() {
-		return authz.Subject{Kind: authz.Loopback, Name: sess.who}
+	if sess.sub.Kind == authz.Loopback && c.host.AuthEnabled() {
+		return authz.Subject{Name: sess.sub.Name}
 	}
-	return authz.Subject{Kind: authz.Token, Name: sess.who, Write: sess.write}
+	return sess.sub
 }
 
 // do asks to do a on the target the request names by the path value key,
@@ -404,9 +410,9 @@ func (c *console) session(r *http.Request) *uiSession {
 	return sess
 }
 
-func (c *console) newSession(w http.ResponseWriter, r *http.Request, write bool, who string) *uiSession {
+func (c *console) newSession(w http.ResponseWriter, r *http.Request, sub authz.Subject) *uiSession {
 	id, csrf := randomToken(), randomToken()
-	sess := &uiSession{who: who, write: write, csrf: csrf, expires: time.Now().Add(sessionTTL)}
+	sess := &uiSession{sub: sub, write: c.host.MayChange(sub), csrf: csrf, expires: time.Now().Add(sessionTTL)}
 	c.mu.Lock()
 	if len(c.sessions) >= maxSessions {
 		// Expired sessions go first; past the cap, the one to expire
@@ -480,7 +486,7 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, http.StatusUnauthorized, "login.html", pageData{Title: "Sign in", Base: c.base, Flash: "that token is not one of the gateway's API tokens", Body: next})
 		return
 	}
-	c.newSession(w, r, cred.Write, cred.Name)
+	c.newSession(w, r, cred)
 	http.Redirect(w, r, safeNext(c.base, r.PostFormValue("next")), http.StatusSeeOther)
 }
 

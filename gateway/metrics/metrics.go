@@ -46,6 +46,7 @@ type Metrics struct {
 	freed       *prometheus.CounterVec
 	oldestKept  prometheus.Gauge
 	refused     *prometheus.CounterVec
+	denied      *prometheus.CounterVec
 
 	// series holds each provider's call series, looked up once: resolving
 	// label values on every call was a measurable share of a worker's CPU.
@@ -146,12 +147,15 @@ func NewMetrics() *Metrics {
 		oldestKept: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "chaingate_retention_oldest_kept_timestamp_seconds", Help: "When the oldest run retention kept ended, as of the last pass (Unix time).",
 		}),
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chaingate_denied_total", Help: "Requests the authorization seam refused, by action, kind of target and kind of subject (token, person, slack, trigger).",
+		}, []string{"action", "target", "subject"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chaingate_api_refused_total", Help: "API connections and requests refused by the per-address and server limits, by reason.",
 		}, []string{"reason"}),
 	}
 	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.runTimes, m.calls, m.inFlight, m.latency,
-		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned, m.deliveries, m.ticks, m.refused, m.pruned, m.prunedDLQ, m.freed, m.oldestKept,
+		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned, m.deliveries, m.ticks, m.refused, m.denied, m.pruned, m.prunedDLQ, m.freed, m.oldestKept,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registerFailureRoutes()
 	return m
@@ -225,6 +229,11 @@ func (m *Metrics) ItemsRedelivered(n int) { m.redelivered.Add(float64(n)) }
 
 // ItemsInFlight implements fanout.Metrics.
 func (m *Metrics) ItemsInFlight(delta int) { m.fanInFlight.Add(float64(delta)) }
+
+// Denied counts a request the authorization seam refused.
+func (m *Metrics) Denied(action, target, subject string) {
+	m.denied.WithLabelValues(action, target, subject).Inc()
+}
 
 // Refused counts a connection or request the API's limits refused.
 func (m *Metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }

@@ -57,7 +57,7 @@ func (s *Server) routes() []apiRoute {
 		{"POST /v1/pauses/{kind}/{name}", authz.Pause, pausable, s.pause},
 		{"DELETE /v1/pauses/{kind}/{name}", authz.Pause, pausable, s.resume},
 
-		{"GET /v1/runs", authz.Read, on(authz.OnRun, ""), s.listRuns},
+		{"GET /v1/runs", authz.Read, ofChain(authz.OnRun), s.listRuns},
 		{"GET /v1/runs/{id}", authz.Read, runs, s.getRun},
 		{"GET /v1/events", authz.Read, on(authz.OnRun, ""), s.ServeRunChanges},
 		{"POST /v1/runs/{id}/cancel", authz.Cancel, runs, s.cancelRun},
@@ -71,7 +71,7 @@ func (s *Server) routes() []apiRoute {
 		{"GET /v1/runs/{id}/steps/{key...}", authz.Read, runs, s.getStep},
 		{"GET /v1/runs/{id}/items", authz.Read, runs, s.splitItems},
 
-		{"GET /v1/dlq", authz.Read, on(authz.OnDLQ, ""), s.listDLQ},
+		{"GET /v1/dlq", authz.Read, ofChain(authz.OnDLQ), s.listDLQ},
 		{"GET /v1/dlq/{id}", authz.Read, dlq, s.getDLQ},
 		{"POST /v1/dlq/{id}/replay", authz.Replay, dlq, s.replayDLQ},
 		{"POST /v1/dlq/replay", authz.Replay, on(authz.OnDLQ, ""), s.replayManyDLQ},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/server/internal/connguard"
@@ -12,17 +13,62 @@ import (
 
 // Authorize is where every entry point asks whether a subject may act: the
 // API's routes, trigger deliveries, Slack's interactions and, through its
-// host, the console. A refusal is a 403 *APIError naming what was missing.
+// host, the console. The config's policy decides; a run's or a dead-letter
+// entry's chain is read from the store when what the subject may do
+// depends on it. A refusal is logged, counted, and returned as a 403
+// *APIError naming what was missing.
 func (s *Server) Authorize(ctx context.Context, sub authz.Subject, a authz.Action, t authz.Target) error {
 	s.mu.RLock()
-	decide := s.decide
+	policy, decide := s.policy, s.decide
 	s.mu.RUnlock()
+	if decide == nil {
+		if policy.Scoped(sub) {
+			t = s.resolve(ctx, t)
+		}
+		decide = policy.Decide
+	}
 	err := decide(sub, a, t)
 	var d *authz.Denied
 	if errors.As(err, &d) {
+		s.log.Warn("denied", "subject", sub.Name, "subject_kind", string(sub.Kind), "action", string(a), "target", t.String(), "missing", d.Missing)
+		if s.metrics != nil {
+			s.metrics.Denied(string(a), t.Kind, string(sub.Kind))
+		}
 		return &api.APIError{Status: http.StatusForbidden, Code: "forbidden", Message: d.Missing}
 	}
 	return err
+}
+
+// MayChange reports whether sub may do anything but read, somewhere.
+func (s *Server) MayChange(sub authz.Subject) bool {
+	s.mu.RLock()
+	policy := s.policy
+	s.mu.RUnlock()
+	return policy.MayChange(sub)
+}
+
+// resolve fills in the chain of a run, or the chain or trigger of a
+// dead-letter entry, that t names. One that cannot be read is left
+// without: only a grant on every chain covers it, and a refusal says no
+// more of it than a run that is not there would.
+func (s *Server) resolve(ctx context.Context, t authz.Target) authz.Target {
+	if t.Name == "" {
+		return t
+	}
+	switch t.Kind {
+	case authz.OnRun:
+		if run, err := s.gw.Store.RunHeader(ctx, t.Name); err == nil {
+			t.Chain = run.Chain
+		}
+	case authz.OnDLQ:
+		if e, err := s.gw.Store.DLQ(ctx, t.Name); err == nil {
+			t.Chain = e.Chain
+			if e.Kind == store.DLQDelivery {
+				t.Trigger = e.Trigger
+			}
+		}
+	}
+	return t
 }
 
 // on is the target a route's request names by the path value key, or the
@@ -33,6 +79,14 @@ func on(kind, key string) func(*http.Request) authz.Target {
 			return authz.Target{Kind: kind}
 		}
 		return authz.Target{Kind: kind, Name: r.PathValue(key)}
+	}
+}
+
+// ofChain is every one of kind, or those of the chain the request's query
+// names: a role that may read some chains' runs lists them chain by chain.
+func ofChain(kind string) func(*http.Request) authz.Target {
+	return func(r *http.Request) authz.Target {
+		return authz.Target{Kind: kind, Chain: r.URL.Query().Get("chain")}
 	}
 }
 

@@ -3,6 +3,7 @@ package server_test
 import (
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -133,7 +134,7 @@ func TestSlackAnswerAsksTheSeam(t *testing.T) {
 		t.Fatalf("the click: %d %s", code, body)
 	}
 	asked := rec.take()
-	if len(asked) != 1 || asked[0].action != authz.Approve || asked[0].target != (authz.Target{Kind: authz.OnRun, Name: "r1"}) || asked[0].sub != (authz.Subject{Kind: authz.Slack, Name: "alice"}) {
+	if len(asked) != 1 || asked[0].action != authz.Approve || asked[0].target != (authz.Target{Kind: authz.OnRun, Name: "r1"}) || !reflect.DeepEqual(asked[0].sub, authz.Subject{Kind: authz.Slack, Name: "alice"}) {
 		t.Errorf("the click asked the seam %+v, want once to approve on run r1 as alice", asked)
 	}
 }

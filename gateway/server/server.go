@@ -83,14 +83,16 @@ type Server struct {
 	door *door.Door
 	// retention prunes what the config no longer keeps.
 	retention *upkeep.Retention
-	// decide is the authorization seam's rule (authz.Decide).
+	// policy is who may do what, from the config's [gateway.auth].
+	policy *authz.Policy
+	// decide, when set, replaces policy's rule (tests).
 	decide func(authz.Subject, authz.Action, authz.Target) error
 }
 
 // NewServer returns the API of gw. hub and metrics must be the ones gw's
 // events and calls feed; paths are the config paths reload reads again.
 func NewServer(gw *gateway.Gateway, hub *events.Hub, metrics *metrics.Metrics, paths []string) *Server {
-	s := &Server{gw: gw, ops: &ops.Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: door.DeliveryBudget, fails: connguard.NewAuthFailures(time.Now), decide: authz.Decide}
+	s := &Server{gw: gw, ops: &ops.Local{GW: gw, Hub: hub}, hub: hub, metrics: metrics, log: gw.Log.With("component", "api"), paths: paths, budget: door.DeliveryBudget, fails: connguard.NewAuthFailures(time.Now)}
 	var prunes upkeep.Observer
 	var delivered door.Observer
 	if metrics != nil {
@@ -122,6 +124,7 @@ func (s *Server) setConfig(cfg *chain.Config) {
 	defer s.mu.Unlock()
 	s.cfg = cfg
 	s.tokens = toks
+	s.policy = authz.NewPolicy(cfg.Gateway.Auth)
 }
 
 // Config is the config the gateway serves now: as loaded, or as last

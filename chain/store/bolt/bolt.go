@@ -46,7 +46,7 @@ var (
 	bucketKeyExpiry  = []byte("idempotency_expiry") // expires-at | key → nothing, for sweeping
 	bucketInbox      = []byte("deliveries")         // id → a kept trigger delivery
 	allBuckets       = [][]byte{bucketMeta, bucketHeaders, bucketOrigins, bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs, bucketKeys, bucketKeyExpiry, bucketInbox,
-		bucketFinished, bucketFinishedBy, bucketDeleting}
+		bucketFinished, bucketFinishedBy, bucketDeleting, bucketAudit}
 )
 
 // formatKey holds the file's layout version in the meta bucket.

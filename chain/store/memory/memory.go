@@ -52,6 +52,9 @@ type Store struct {
 	fence   uint64 // one counter for all runs: it only has to grow
 	// slots are the concurrency keys held or queued for (slots.go).
 	slots map[string]*store.SlotState
+	// audit is the audit log by id, auditIDs its ids in order.
+	audit    map[string]*store.AuditEntry
+	auditIDs []string
 }
 
 var _ store.Store = (*Store)(nil)
@@ -94,7 +97,7 @@ func New() *Store {
 	return &Store{
 		runs: map[string]*runState{}, unfinished: map[string]struct{}{}, finished: map[string]finishedEntry{},
 		dlq: map[string]*store.DLQEntry{}, deliveries: map[string]*store.Delivery{}, defs: map[string][]byte{},
-		keys: map[string]binding{}, sweepAt: minSweep, leases: map[string]store.Lease{},
+		keys: map[string]binding{}, sweepAt: minSweep, leases: map[string]store.Lease{}, audit: map[string]*store.AuditEntry{},
 	}
 }
 
@@ -949,4 +952,63 @@ func cloneRaw(v json.RawMessage) json.RawMessage {
 		return nil
 	}
 	return bytes.Clone(v)
+}
+
+// AppendAudit implements store.Store.
+func (s *Store) AppendAudit(ctx context.Context, e *store.AuditEntry) error {
+	if err := store.CheckAudit(e); err != nil {
+		return err
+	}
+	c := *e
+	c.Roles, c.Groups = slices.Clone(e.Roles), slices.Clone(e.Groups)
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	s.auditIDs = insertID(s.auditIDs, s.audit, c.ID)
+	s.audit[c.ID] = &c
+	return nil
+}
+
+// WalkAudit implements store.Store.
+func (s *Store) WalkAudit(ctx context.Context, scan store.AuditScan, fn func(*store.AuditEntry) (bool, error)) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	lo, hi := scan.Bounds()
+	i, _ := slices.BinarySearch(s.auditIDs, lo)
+	j := len(s.auditIDs)
+	if hi != "" {
+		j, _ = slices.BinarySearch(s.auditIDs, hi)
+	}
+	var picked []store.AuditEntry
+	if i < j {
+		for _, id := range s.auditIDs[i:j] {
+			picked = append(picked, *s.audit[id])
+		}
+	}
+	s.mu.Unlock()
+	if !scan.Oldest {
+		slices.Reverse(picked)
+	}
+	for k := range picked {
+		if more, err := fn(&picked[k]); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// PruneAudit implements store.Store.
+func (s *Store) PruneAudit(ctx context.Context, before time.Time) (int, error) {
+	if err := s.lock(); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	n, _ := slices.BinarySearch(s.auditIDs, store.IDFloor(before))
+	for _, id := range s.auditIDs[:n] {
+		delete(s.audit, id)
+	}
+	s.auditIDs = slices.Delete(s.auditIDs, 0, n)
+	return n, nil
 }

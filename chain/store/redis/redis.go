@@ -21,6 +21,8 @@
 //	                before they existed
 //	P inbox         hash: delivery id → a kept trigger delivery
 //	P inboxids      sorted set, score 0, of kept delivery ids, for ordering
+//	P audit         hash: audit entry id → entry (audit.go)
+//	P auditids      sorted set, score 0, of audit entry ids, which sort by time
 //	P def:HASH      chain definition source
 //	P idem:KEY      run id an idempotency key is bound to, with its TTL
 //	P backup:T:...  a backup's copy of a large run's keys, for an hour at most (backup.go)

@@ -64,6 +64,7 @@ func Run(t *testing.T, f Factory) {
 		{"LargeValues", testLargeValues},
 		{"Slots", testSlots},
 		{"SlotsConcurrent", testSlotsConcurrent},
+		{"Audit", testAudit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
