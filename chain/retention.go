@@ -19,6 +19,8 @@ type Retention struct {
 	// Skipped is how long runs that ended skipped are kept (their
 	// concurrency key was taken).
 	Skipped time.Duration
+	// Audit is how long the audit log's entries are kept.
+	Audit time.Duration
 }
 
 // Retention's defaults, for a fresh install: a week of what went well, a
@@ -31,13 +33,15 @@ const (
 	DefaultKeepDeadLetters = 30 * 24 * time.Hour
 	DefaultPruneInterval   = time.Minute
 	DefaultKeepSkipped     = 7 * 24 * time.Hour
+	// DefaultKeepAudit is a year: what a yearly access review reads.
+	DefaultKeepAudit = 365 * 24 * time.Hour
 )
 
 // DefaultRetention is the retention of a config that sets none.
 func DefaultRetention() Retention {
 	return Retention{
 		Succeeded: DefaultKeepSucceeded, Failed: DefaultKeepFailed, Cancelled: DefaultKeepCancelled, TimedOut: DefaultKeepTimedOut,
-		DeadLetters: DefaultKeepDeadLetters, Interval: DefaultPruneInterval, Skipped: DefaultKeepSkipped,
+		DeadLetters: DefaultKeepDeadLetters, Interval: DefaultPruneInterval, Skipped: DefaultKeepSkipped, Audit: DefaultKeepAudit,
 	}
 }
 

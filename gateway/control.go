@@ -28,7 +28,10 @@ func ControlPath(storeFile string) string { return storeFile + ".sock" }
 // it returns, so a process that calls stop on every way out leaves no socket
 // behind (ctx being done only starts the close, which a process exiting at
 // once can outrun).
-func ServeControl(ctx context.Context, path string, eng *engine.Engine, log *slog.Logger) (stop func(), err error) {
+//
+// cancelled, when set, is told of each cancel asked for, and what came of
+// it, for the audit log.
+func ServeControl(ctx context.Context, path string, eng *engine.Engine, log *slog.Logger, cancelled func(ctx context.Context, run string, err error)) (stop func(), err error) {
 	// A socket left by a gateway that was killed is stale: the store's file
 	// lock, already held by this process, proves nobody else serves it.
 	_ = os.Remove(path)
@@ -49,13 +52,13 @@ func ServeControl(ctx context.Context, path string, eng *engine.Engine, log *slo
 			if err != nil {
 				return
 			}
-			go handleControl(ctx, conn, eng, log)
+			go handleControl(ctx, conn, eng, log, cancelled)
 		}
 	}()
 	return stop, nil
 }
 
-func handleControl(ctx context.Context, conn net.Conn, eng *engine.Engine, log *slog.Logger) {
+func handleControl(ctx context.Context, conn net.Conn, eng *engine.Engine, log *slog.Logger, cancelled func(context.Context, string, error)) {
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 	line, err := bufio.NewReader(conn).ReadString('\n')
@@ -65,8 +68,12 @@ func handleControl(ctx context.Context, conn net.Conn, eng *engine.Engine, log *
 	reply := "ok"
 	switch verb, arg, _ := strings.Cut(strings.TrimSpace(line), " "); verb {
 	case "cancel":
-		if err := eng.Cancel(ctx, arg); err != nil {
+		err := eng.Cancel(ctx, arg)
+		if err != nil {
 			reply = "error: " + err.Error()
+		}
+		if cancelled != nil {
+			cancelled(ctx, arg, err)
 		}
 		log.Info("control command", "command", verb, "run", arg, "reply", reply)
 	default:

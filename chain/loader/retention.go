@@ -18,7 +18,7 @@ func decodeRetention(t *table, r *chain.Retention) {
 	r.Source = t.d.source(t.path)
 	for k, d := range map[string]*time.Duration{
 		"succeeded": &r.Succeeded, "failed": &r.Failed, "cancelled": &r.Cancelled, "timed_out": &r.TimedOut, "dead_letters": &r.DeadLetters,
-		"skipped": &r.Skipped,
+		"skipped": &r.Skipped, "audit": &r.Audit,
 	} {
 		if v, ok := t.keep(k); ok {
 			*d = v
@@ -33,7 +33,7 @@ func decodeRetention(t *table, r *chain.Retention) {
 			}
 		}
 	}
-	t.finish(append(append([]string{}, chain.RetentionKeys...), "dead_letters", "interval"))
+	t.finish(append(append([]string{}, chain.RetentionKeys...), "dead_letters", "audit", "interval"))
 }
 
 // retentionOverride reads the retention table of a chain (which may also

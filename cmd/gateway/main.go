@@ -59,6 +59,7 @@ Usage:
   gateway compact --state FILE                  give a store file's free pages back to the disk
   gateway schedules list                        the schedules' next fire times
   gateway pause|unpause trigger|schedule NAME   stop a trigger or schedule on every gateway, and start it again
+  gateway audit list|export                     read the audit log: who did what, and what was refused
   gateway plugin check|new                      check a provider plugin, or start writing one
 
 The runs, dlq and graph commands talk to a gateway's API (--server URL,
@@ -116,6 +117,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdGraph(ctx, args[1:], stdout, stderr)
 	case "schedules":
 		return cmdSchedules(ctx, args[1:], stdout, stderr)
+	case "audit":
+		return cmdAudit(ctx, args[1:], stdout, stderr)
 	case "backup":
 		return cmdBackup(ctx, args[1:], stdout, stderr)
 	case "restore":

@@ -20,6 +20,8 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/audit"
+	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/chaintest"
 	"github.com/chaingate/gateway/gateway/ops"
 	"github.com/chaingate/gateway/internal/jsonx"
@@ -65,7 +67,8 @@ func (t *target) open(ctx context.Context, stderr io.Writer) (api.Ops, *gateway.
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return l, l.GW, func() { _ = l.GW.Close() }, nil
+	audited := &ops.Audited{Ops: l, Log: audit.New(l.GW.Store, logger), Subject: authz.Subject{Kind: authz.CLI, Name: cliUser()}}
+	return audited, l.GW, func() { _ = l.GW.Close() }, nil
 }
 
 var errUsage = errors.New("usage")
@@ -314,11 +317,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "approve", "reject":
 		if gw != nil {
 			// Straight on a store, the answer is the machine user's.
-			who := "unknown user"
-			if u, err := user.Current(); err == nil {
-				who = u.Username
-			}
-			ctx = engine.WithActor(ctx, who+" (CLI)")
+			ctx = engine.WithActor(ctx, cliUser()+" (CLI)")
 		}
 		d, err := ops.Signal(ctx, pos[0], pos[1], sub, *comment)
 		if err != nil {
@@ -602,4 +601,12 @@ func cmdGraph(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fmt.Fprint(stdout, c.Mermaid())
 	return exitOK
+}
+
+// cliUser is who works straight on a store: this machine's user.
+func cliUser() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return "unknown user"
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/console"
 	"github.com/chaingate/gateway/gateway/events"
+	"github.com/chaingate/gateway/gateway/local"
 	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/gateway/server"
 )
@@ -111,7 +112,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	if gw.StoreFile != "" {
-		stopControl, err := gateway.ServeControl(ctx, gateway.ControlPath(gw.StoreFile), gw.Engine, logger)
+		stopControl, err := gateway.ServeControl(ctx, gateway.ControlPath(gw.StoreFile), gw.Engine, logger, local.ControlAudit(gw, logger))
 		if err != nil {
 			logger.Warn("gateway cancel will not reach this process", "err", err)
 		} else {

@@ -27,6 +27,8 @@ type StartResponse struct {
 const (
 	// MaxPageLimit bounds a listing of runs or dead-letter entries.
 	MaxPageLimit = 1000
+	// DefaultAuditLimit is a listing of the audit log's page without a limit.
+	DefaultAuditLimit = 100
 	// MaxBulkLimit bounds a bulk replay or purge.
 	MaxBulkLimit = 100000
 	// MaxConcurrency bounds a bulk replay's replays at a time.
@@ -113,6 +115,10 @@ type Ops interface {
 	Replay(ctx context.Context, id string, opts engine.ReplayOptions) (*Run, error)
 	ReplayMany(ctx context.Context, f store.DLQFilter, opts engine.ReplayOptions, concurrency int) (*BulkReplay, error)
 	DeleteDLQ(ctx context.Context, id string) error
+	// ListAudit lists a page of the audit log, newest first; ExportAudit
+	// calls fn with every entry f selects, oldest first.
+	ListAudit(ctx context.Context, f AuditFilter) (AuditPage, error)
+	ExportAudit(ctx context.Context, f AuditFilter, fn func(*AuditEntry) error) error
 	PurgeDLQ(ctx context.Context, f store.DLQFilter) (int, error)
 }
 

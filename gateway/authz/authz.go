@@ -35,6 +35,9 @@ const (
 	// Person is someone signed in to the console through the OpenID
 	// Provider the config names.
 	Person Kind = "person"
+	// CLI is the user of this machine working straight on a store file,
+	// with no gateway between them and it: recorded, not asked.
+	CLI Kind = "cli"
 )
 
 // Subject is who asks.

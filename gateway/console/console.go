@@ -29,6 +29,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/audit"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/metrics"
@@ -62,6 +63,9 @@ type Host interface {
 	// Authorize is the gateway's authorization seam: every page and action
 	// asks it whether the session's subject may act, before acting.
 	Authorize(ctx context.Context, sub authz.Subject, a authz.Action, t authz.Target) error
+	// Record appends to the audit log what came of an action the seam let
+	// through, as the API records its own.
+	Record(ctx context.Context, sub authz.Subject, a authz.Action, t authz.Target, status int, detail string)
 	// MayChange reports whether sub may do anything but read, somewhere:
 	// whether the pages offer it forms.
 	MayChange(sub authz.Subject) bool
@@ -136,7 +140,7 @@ func (c *console) routes() []uiRoute {
 	return []uiRoute{
 		{"POST /logout", do(authz.Read, authz.OnGateway, ""), c.logout},
 		{"GET /{$}", do(authz.Read, authz.OnGateway, ""), c.nowPage},
-		{"GET /runs", do(authz.Read, authz.OnRun, ""), c.runsPage},
+		{"GET /runs", ofChain(authz.OnRun), c.runsPage},
 		{"GET /runs/{id}", do(authz.Read, authz.OnRun, "id"), c.runPage},
 		{"GET /runs-stream", do(authz.Read, authz.OnRun, ""), func(w http.ResponseWriter, r *http.Request, _ *uiSession) { c.host.ServeRunChanges(w, r) }},
 		{"GET /runs/{id}/live", do(authz.Read, authz.OnRun, "id"), c.runLive},
@@ -149,13 +153,14 @@ func (c *console) routes() []uiRoute {
 		{"POST /runs/{id}/answer/{step}", do(authz.Approve, authz.OnRun, "id"), c.answer},
 		{"POST /runs/{id}/redrive/{step}", do(authz.Redrive, authz.OnRun, "id"), c.redrive},
 		{"GET /approvals", do(authz.Read, authz.OnRun, ""), c.approvalsPage},
-		{"GET /dlq", do(authz.Read, authz.OnDLQ, ""), c.dlqPage},
+		{"GET /dlq", ofChain(authz.OnDLQ), c.dlqPage},
 		{"GET /dlq/{id}", do(authz.Read, authz.OnDLQ, "id"), c.dlqEntryPage},
 		{"POST /dlq/{id}/replay", do(authz.Replay, authz.OnDLQ, "id"), c.replayEntry},
 		{"POST /dlq/{id}/delete", do(authz.Delete, authz.OnDLQ, "id"), c.deleteEntry},
 		{"POST /dlq-bulk", bulk, c.bulkDLQ},
 		{"GET /dlq-jobs/{id}", do(authz.Read, authz.OnDLQ, ""), c.jobPage},
 		{"GET /chains", do(authz.Read, authz.OnChain, ""), c.chainsPage},
+		{"GET /audit", do(authz.Admin, authz.OnGateway, ""), c.auditPage},
 		{"GET /chains/{name}", do(authz.Read, authz.OnChain, "name"), c.chainPage},
 		{"POST /chains/{name}/run", do(authz.Start, authz.OnChain, "name"), c.startRun},
 		{"POST /pauses/{kind}/{name}", pauseTarget, c.pauseAction},
@@ -171,7 +176,7 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("GET "+b+"/login", c.loginPage)
 	mux.HandleFunc("POST "+b+"/login", c.login)
 	for _, rt := range c.routes() {
-		mux.HandleFunc(strings.Replace(rt.pattern, " ", " "+b, 1), c.signedIn(rt.ask, rt.handler))
+		mux.HandleFunc(strings.Replace(rt.pattern, " ", " "+b, 1), c.signedIn(rt.pattern, rt.ask, rt.handler))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -290,6 +295,7 @@ func (c *console) render(w http.ResponseWriter, status int, name string, d any) 
 }
 
 func (c *console) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	audit.NoteDetail(r.Context(), msg)
 	c.render(w, status, "error.html", pageData{Title: http.StatusText(status), Base: c.base, Body: map[string]any{"Status": status, "Message": msg}})
 }
 
@@ -305,8 +311,11 @@ func (c *console) canWrite(sess *uiSession) bool { return sess.write && !c.readO
 
 // signedIn guards a page or action: the browser needs a session, and an
 // action needs write access and the session's CSRF token.
-func (c *console) signedIn(ask func(*http.Request) (authz.Action, authz.Target), h func(http.ResponseWriter, *http.Request, *uiSession)) http.HandlerFunc {
+func (c *console) signedIn(pattern string, ask func(*http.Request) (authz.Action, authz.Target), h func(http.ResponseWriter, *http.Request, *uiSession)) http.HandlerFunc {
+	route := strings.Replace(pattern, " ", " "+c.base, 1)
 	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, _ := audit.WithNote(audit.WithOrigin(r.Context(), audit.From(r, audit.ViaConsole, route)))
+		r = r.WithContext(ctx)
 		sess := c.session(r)
 		if sess == nil && !c.host.AuthEnabled() {
 			// Without tokens the console, like the API, answers loopback
@@ -332,15 +341,22 @@ func (c *console) signedIn(ask func(*http.Request) (authz.Action, authz.Target),
 			}
 		}
 		a, target := ask(r)
-		if err := c.host.Authorize(r.Context(), c.subject(sess), a, target); err != nil {
+		sub := c.subject(sess)
+		if err := c.host.Authorize(ctx, sub, a, target); err != nil {
 			c.failErr(w, r, err)
 			return
 		}
-		if a != authz.Read && c.readOnly() {
+		if r.Method != http.MethodGet && c.readOnly() {
 			c.fail(w, r, http.StatusForbidden, "the console is read-only ([gateway.ui] read_only)")
 			return
 		}
-		h(w, r.WithContext(engine.WithActor(r.Context(), sess.sub.Name+" (console)")), sess)
+		if a == authz.Read {
+			h(w, r.WithContext(engine.WithActor(ctx, sess.sub.Name+" (console)")), sess)
+			return
+		}
+		sw := &audit.StatusWriter{ResponseWriter: w}
+		h(sw, r.WithContext(engine.WithActor(ctx, sess.sub.Name+" (console)")), sess)
+		c.host.Record(ctx, sub, a, target, sw.Status, "")
 	}
 }
 
@@ -361,6 +377,14 @@ func do(a authz.Action, kind, key string) func(*http.Request) (authz.Action, aut
 			return a, authz.Target{Kind: kind}
 		}
 		return a, authz.Target{Kind: kind, Name: r.PathValue(key)}
+	}
+}
+
+// ofChain asks to read every one of kind, or those of the chain the query
+// names: a role that may read some chains' runs lists them chain by chain.
+func ofChain(kind string) func(*http.Request) (authz.Action, authz.Target) {
+	return func(r *http.Request) (authz.Action, authz.Target) {
+		return authz.Read, authz.Target{Kind: kind, Chain: r.URL.Query().Get("chain")}
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/internal/textx"
 	"github.com/chaingate/gateway/providers/limits"
@@ -1167,4 +1168,35 @@ func timelineHTML(events []api.Event) template.HTML {
 		b.WriteString("</li>\n")
 	}
 	return template.HTML(b.String())
+}
+
+type auditView struct {
+	Filter   api.AuditFilter
+	Since    string
+	Page     api.AuditPage
+	More     string
+	Actions  []authz.Action
+	Outcomes []string
+}
+
+// auditPage shows the audit log, newest first, a hundred entries a page.
+func (c *console) auditPage(w http.ResponseWriter, r *http.Request, sess *uiSession) {
+	q := r.URL.Query()
+	f, err := api.ParseAuditFilter(q)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	page, err := c.ops.ListAudit(r.Context(), f)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	v := &auditView{Filter: f, Since: q.Get("since"), Page: page, Actions: authz.Actions(), Outcomes: []string{store.AuditOK, store.AuditDenied, store.AuditFailed}}
+	if page.Next != "" {
+		more := f
+		more.Cursor = page.Next
+		v.More = more.Values().Encode()
+	}
+	c.page(w, r, sess, "audit.html", "Audit log", "audit", v)
 }

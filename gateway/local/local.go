@@ -10,12 +10,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/gateway/audit"
+	"github.com/chaingate/gateway/gateway/authz"
 )
 
 // Options configure a Session.
@@ -49,7 +52,7 @@ func Open(ctx context.Context, opts Options) (*Session, error) {
 	}
 	s := &Session{GW: gw, log: opts.Logger, stopWorker: func() {}, stopControl: func() {}}
 	if gw.StoreFile != "" {
-		stop, err := gateway.ServeControl(ctx, gateway.ControlPath(gw.StoreFile), gw.Engine, opts.Logger)
+		stop, err := gateway.ServeControl(ctx, gateway.ControlPath(gw.StoreFile), gw.Engine, opts.Logger, ControlAudit(gw, opts.Logger))
 		if err != nil {
 			opts.Logger.Warn("gateway cancel will not reach this process", "err", err)
 		} else {
@@ -69,6 +72,21 @@ func Open(ctx context.Context, opts Options) (*Session, error) {
 		s.stopWorker = func() { cancel(); <-done }
 	}
 	return s, nil
+}
+
+// ControlAudit records in gw's audit log each cancel asked for on its
+// control socket: by a user of this machine who may write the socket, the
+// store's owner.
+func ControlAudit(gw *gateway.Gateway, logger *slog.Logger) func(context.Context, string, error) {
+	log := audit.New(gw.Store, logger)
+	return func(ctx context.Context, run string, err error) {
+		outcome, status, detail := store.AuditOK, http.StatusOK, ""
+		if err != nil {
+			outcome, status, detail = store.AuditFailed, http.StatusConflict, err.Error()
+		}
+		ctx = audit.WithOrigin(ctx, audit.Origin{EntryPoint: audit.ViaCLI, Route: "gateway cancel (control socket)"})
+		log.Record(ctx, audit.Attempt{Subject: authz.Subject{Kind: authz.CLI, Name: "the store's owner"}, Action: authz.Cancel, Target: authz.Target{Kind: authz.OnRun, Name: run}}, outcome, status, detail)
+	}
 }
 
 // Close stops the control socket and the worker, then the gateway.
@@ -135,5 +153,7 @@ func Cancel(ctx context.Context, cfg *chain.Config, state string, logger *slog.L
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrOpening, err)
 	}
-	return errors.Join(gw.Engine.Cancel(ctx, id), gw.Close())
+	err = gw.Engine.Cancel(ctx, id)
+	ControlAudit(gw, logger)(ctx, id, err)
+	return errors.Join(err, gw.Close())
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/audit"
 	"github.com/chaingate/gateway/gateway/door"
 	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/upkeep"
@@ -80,6 +81,7 @@ func (l *Local) StartRun(ctx context.Context, chainName string, payload json.Raw
 	if err != nil {
 		return nil, err
 	}
+	audit.NoteRun(ctx, id)
 	if replayed {
 		return l.RunHeader(ctx, id)
 	}
@@ -431,6 +433,7 @@ func (l *Local) replayEntry(ctx context.Context, e *store.DLQEntry, opts engine.
 		if err != nil {
 			return nil, nil, err
 		}
+		audit.NoteRun(ctx, run.ID)
 		return api.RunOf(run), nil, nil
 	}
 	id, results, err := l.door().Redeliver(ctx, e)
@@ -440,6 +443,7 @@ func (l *Local) replayEntry(ctx context.Context, e *store.DLQEntry, opts engine.
 	if id == "" {
 		return &api.Run{}, results, nil
 	}
+	audit.NoteRun(ctx, id)
 	run, err := l.GW.Store.RunHeader(ctx, id)
 	if err != nil {
 		return nil, nil, err
@@ -449,7 +453,11 @@ func (l *Local) replayEntry(ctx context.Context, e *store.DLQEntry, opts engine.
 
 // Signal implements Ops.
 func (l *Local) Signal(ctx context.Context, id, step, decision, comment string) (*engine.Decision, error) {
-	return l.GW.Engine.Signal(ctx, id, step, decision, comment)
+	d, err := l.GW.Engine.Signal(ctx, id, step, decision, comment)
+	if err == nil {
+		audit.NoteDetail(ctx, decision+" step "+step)
+	}
+	return d, err
 }
 
 // ReplayRun implements Ops.
@@ -458,6 +466,7 @@ func (l *Local) ReplayRun(ctx context.Context, id string, opts engine.ReplayOpti
 	if err != nil {
 		return nil, err
 	}
+	audit.NoteRun(ctx, run.ID)
 	return api.RunOf(run), nil
 }
 
@@ -467,6 +476,7 @@ func (l *Local) RedriveSplit(ctx context.Context, id, step string, opts engine.R
 	if err != nil {
 		return nil, err
 	}
+	audit.NoteRun(ctx, run.ID)
 	return api.RunOf(run), nil
 }
 
@@ -548,3 +558,13 @@ const IdempotencyTTL = 24 * time.Hour
 // StartKeyPrefix is where a chain's start keys are claimed in the store:
 // the same key given to two chains starts a run of each.
 func StartKeyPrefix(chainName string) string { return "run/" + chainName + "/" }
+
+// ListAudit implements api.Ops.
+func (l *Local) ListAudit(ctx context.Context, f api.AuditFilter) (api.AuditPage, error) {
+	return api.ListAuditIn(ctx, l.GW.Store, f)
+}
+
+// ExportAudit implements api.Ops.
+func (l *Local) ExportAudit(ctx context.Context, f api.AuditFilter, fn func(*api.AuditEntry) error) error {
+	return api.ExportAuditIn(ctx, l.GW.Store, f, fn)
+}

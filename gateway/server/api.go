@@ -20,6 +20,7 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/audit"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/ops"
@@ -78,6 +79,8 @@ func (s *Server) routes() []apiRoute {
 		{"DELETE /v1/dlq/{id}", authz.Delete, dlq, s.deleteDLQ},
 		{"POST /v1/dlq/purge", authz.Delete, on(authz.OnDLQ, ""), s.purgeDLQ},
 
+		{"GET /v1/audit", authz.Admin, gw, s.listAudit},
+		{"GET /v1/audit/export", authz.Admin, gw, s.exportAudit},
 		{"POST /v1/admin/reload", authz.Admin, gw, s.reload},
 		{"POST /v1/admin/backup", authz.Backup, gw, s.backup},
 	}
@@ -91,7 +94,7 @@ func (s *Server) Handler() http.Handler {
 	for _, rt := range s.routes() {
 		h := rt.handler
 		if rt.action != "" {
-			h = s.guard(rt.action, rt.target, h)
+			h = s.guard(rt.pattern, rt.action, rt.target, h)
 		}
 		mux.HandleFunc(rt.pattern, h)
 	}
@@ -251,6 +254,10 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	audit.NoteRun(ctx, id)
+	if replayed {
+		audit.NoteDetail(ctx, "the idempotency key's run, started before")
 	}
 	resp := api.StartResponse{ID: id, Chain: name, Status: status, Replayed: replayed, Links: map[string]string{
 		"self": "/v1/runs/" + id, "events": "/v1/runs/" + id + "/events", "dag": "/v1/runs/" + id + "/dag",
@@ -904,4 +911,48 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"chains": len(cfg.Chains), "providers": len(cfg.Providers)})
+}
+
+func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
+	f, err := api.ParseAuditFilter(r.URL.Query())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	page, err := s.ops.ListAudit(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// exportAudit streams the entries the query selects, oldest first, as JSON
+// lines: one entry a line, for a SIEM to take in.
+func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
+	f, err := api.ParseAuditFilter(r.URL.Query())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	out := bufio.NewWriterSize(w, 64<<10)
+	err = s.ops.ExportAudit(r.Context(), f, func(e *api.AuditEntry) error {
+		b, err := jsonx.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if out.Available() < len(b)+1 {
+			connguard.HoldOpen(w, streamWriteTimeout)
+		}
+		out.Write(b)
+		return out.WriteByte('\n')
+	})
+	if err != nil {
+		// The status is sent: cutting the answer short says it is not whole.
+		s.log.Error("exporting the audit log failed", "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	_ = out.Flush()
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/audit"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/server/internal/connguard"
 )
@@ -22,7 +23,7 @@ func (s *Server) Authorize(ctx context.Context, sub authz.Subject, a authz.Actio
 	policy, decide := s.policy, s.decide
 	s.mu.RUnlock()
 	if decide == nil {
-		if policy.Scoped(sub) {
+		if policy.Scoped(sub) || a != authz.Read {
 			t = s.resolve(ctx, t)
 		}
 		decide = policy.Decide
@@ -34,9 +35,24 @@ func (s *Server) Authorize(ctx context.Context, sub authz.Subject, a authz.Actio
 		if s.metrics != nil {
 			s.metrics.Denied(string(a), t.Kind, string(sub.Kind))
 		}
+		s.audit.Record(ctx, audit.Attempt{Subject: sub, Roles: policy.RolesOf(sub), Action: a, Target: t}, store.AuditDenied, http.StatusForbidden, d.Missing)
 		return &api.APIError{Status: http.StatusForbidden, Code: "forbidden", Message: d.Missing}
 	}
 	return err
+}
+
+// Record appends to the audit log what came of an action the seam let
+// through: ok for a status below 400, else failed with the error the
+// answer gave. ctx carries where the request came from (audit.WithOrigin)
+// and what the action noted (audit.WithNote).
+func (s *Server) Record(ctx context.Context, sub authz.Subject, a authz.Action, t authz.Target, status int, detail string) {
+	s.mu.RLock()
+	policy := s.policy
+	s.mu.RUnlock()
+	// A run deleted by the action has no chain left to read: the way in
+	// resolves the target before acting where it matters.
+	t = s.resolve(ctx, t)
+	s.audit.Record(ctx, audit.Attempt{Subject: sub, Roles: policy.RolesOf(sub), Action: a, Target: t}, audit.Outcome(status), status, detail)
 }
 
 // MayChange reports whether sub may do anything but read, somewhere.
@@ -52,7 +68,7 @@ func (s *Server) MayChange(sub authz.Subject) bool {
 // without: only a grant on every chain covers it, and a refusal says no
 // more of it than a run that is not there would.
 func (s *Server) resolve(ctx context.Context, t authz.Target) authz.Target {
-	if t.Name == "" {
+	if t.Name == "" || t.Chain != "" || t.Trigger != "" {
 		return t
 	}
 	switch t.Kind {

@@ -30,6 +30,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/approvals"
+	"github.com/chaingate/gateway/gateway/audit"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/door"
 	"github.com/chaingate/gateway/gateway/events"
@@ -83,6 +84,8 @@ type Server struct {
 	door *door.Door
 	// retention prunes what the config no longer keeps.
 	retention *upkeep.Retention
+	// audit is the audit log, in the store.
+	audit *audit.Log
 	// policy is who may do what, from the config's [gateway.auth].
 	policy *authz.Policy
 	// decide, when set, replaces policy's rule (tests).
@@ -99,6 +102,7 @@ func NewServer(gw *gateway.Gateway, hub *events.Hub, metrics *metrics.Metrics, p
 		prunes, delivered, s.ops.Prunes = metrics, metrics, metrics
 	}
 	s.retention = upkeep.NewRetention(gw, prunes)
+	s.audit = audit.New(gw.Store, s.log)
 	s.door = door.New(gw, delivered)
 	s.ops.Door = s.door
 	s.stopping, s.stop = context.WithCancel(context.Background())
@@ -367,6 +371,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	out := *ae
 	out.Message = s.gw.Redactor.String(out.Message)
+	audit.NoteDetail(r.Context(), out.Message)
 	writeJSON(w, ae.Status, map[string]any{"error": out})
 }
 
@@ -379,18 +384,32 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // guard asks the authorization seam whether the request's subject may do
-// a on the route's target, and serves it only if so.
-func (s *Server) guard(a authz.Action, target func(*http.Request) authz.Target, h http.HandlerFunc) http.HandlerFunc {
+// a on the route's target, and serves it only if so. What it lets through
+// that may change something is recorded in the audit log with what came
+// of it; the seam records what it refuses.
+func (s *Server) guard(pattern string, a authz.Action, target func(*http.Request) authz.Target, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, _ := audit.WithNote(audit.WithOrigin(r.Context(), audit.From(r, audit.ViaAPI, pattern)))
+		r = r.WithContext(ctx)
 		sub, ok := s.subject(w, r)
 		if !ok {
 			return
 		}
-		if err := s.Authorize(r.Context(), sub, a, target(r)); err != nil {
+		t := target(r)
+		if a != authz.Read {
+			t = s.resolve(ctx, t)
+		}
+		if err := s.Authorize(ctx, sub, a, t); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
-		h(w, r.WithContext(engine.WithActor(r.Context(), sub.Name+" (API)")))
+		if a == authz.Read {
+			h(w, r.WithContext(engine.WithActor(ctx, sub.Name+" (API)")))
+			return
+		}
+		sw := &audit.StatusWriter{ResponseWriter: w}
+		h(sw, r.WithContext(engine.WithActor(ctx, sub.Name+" (API)")))
+		s.Record(ctx, sub, a, t, sw.Status, "")
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/gateway/approvals"
+	"github.com/chaingate/gateway/gateway/audit"
 	"github.com/chaingate/gateway/gateway/authz"
 )
 
@@ -70,7 +71,8 @@ func (s *Server) slackInteractions(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	reply := s.slackAnswer(r.Context(), sl, in, a)
+	actx, _ := audit.WithNote(audit.WithOrigin(r.Context(), audit.From(r, audit.ViaSlack, "POST /v1/slack/interactions")))
+	reply := s.slackAnswer(actx, sl, in, a)
 	w.WriteHeader(http.StatusOK)
 	if in.ResponseURL != "" {
 		go s.SlackResponder().Respond(context.WithoutCancel(r.Context()), s.log, in.ResponseURL, approvals.ResponseURLHosts(s.Config().Gateway.Slack), reply)
@@ -105,13 +107,19 @@ func (s *Server) slackAnswer(ctx context.Context, sl *chain.Slack, in *approvals
 		log.Warn("Slack answer refused: [gateway.slack] users does not name the Slack user")
 		return approvals.SlackNote(fmt.Sprintf("Your answer was not recorded: the gateway takes answers from Slack only from the people its [gateway.slack] users names, and your Slack user ID, %s, is not one of them.", in.User.ID))
 	}
-	if err := s.Authorize(ctx, authz.Subject{Kind: authz.Slack, Name: name}, authz.Approve, authz.Target{Kind: authz.OnRun, Name: runID}); err != nil {
+	sub, target := authz.Subject{Kind: authz.Slack, Name: name}, s.resolve(ctx, authz.Target{Kind: authz.OnRun, Name: runID})
+	if err := s.Authorize(ctx, sub, authz.Approve, target); err != nil {
 		log.Warn("Slack answer refused", "err", err)
 		return approvals.SlackNote("Your answer was not recorded: " + err.Error())
 	}
 	ctx, cancel := context.WithTimeout(engine.WithActor(ctx, name+" (Slack)"), approvals.SlackAnswerTime)
 	defer cancel()
 	d, err := s.ops.Signal(ctx, runID, step, decision, "")
+	if err != nil {
+		s.Record(ctx, sub, authz.Approve, target, api.AsAPIError(err).Status, s.gw.Redactor.String(err.Error()))
+	} else {
+		s.Record(ctx, sub, authz.Approve, target, http.StatusOK, "")
+	}
 	if err != nil {
 		if api.AsAPIError(err).Status >= http.StatusInternalServerError {
 			log.Error("recording an answer from Slack", "err", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/gateway/api"
+	"github.com/chaingate/gateway/gateway/audit"
 	"github.com/chaingate/gateway/gateway/authz"
 	"github.com/chaingate/gateway/gateway/door"
 	"github.com/chaingate/gateway/gateway/server/internal/connguard"
@@ -69,13 +70,18 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &api.APIError{Status: http.StatusNotFound, Code: "not_found", Message: msg})
 		return
 	}
-	ctx := engine.WithActor(r.Context(), "trigger "+tr.Name)
+	actx, _ := audit.WithNote(audit.WithOrigin(r.Context(), audit.From(r, audit.ViaTrigger, "POST /v1/triggers/{name}")))
+	r = r.WithContext(actx)
+	ctx := engine.WithActor(actx, "trigger "+tr.Name)
 	deliver := func(sub authz.Subject, body []byte, sig string) {
-		if err := s.Authorize(r.Context(), sub, authz.Deliver, authz.Target{Kind: authz.OnTrigger, Name: tr.Name}); err != nil {
+		target := authz.Target{Kind: authz.OnTrigger, Name: tr.Name}
+		if err := s.Authorize(actx, sub, authz.Deliver, target); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
-		s.fire(w, r.WithContext(ctx), tr, body, sig)
+		sw := &audit.StatusWriter{ResponseWriter: w}
+		s.fire(sw, r.WithContext(ctx), tr, body, sig)
+		s.Record(actx, sub, authz.Deliver, target, sw.Status, "")
 	}
 	if tr.Token == nil && tr.Secret == nil {
 		// No credential of its own: the API's tokens.
@@ -227,7 +233,12 @@ func (s *Server) fire(w http.ResponseWriter, r *http.Request, tr *chain.Trigger,
 	// answer.
 	resp := s.door.DeliverInbound(context.WithoutCancel(r.Context()), in, time.Now().Add(s.budget))
 	code := http.StatusOK
+	var did []string
 	for _, res := range resp.Results {
+		did = append(did, res.Action)
+		if res.Run != "" && len(resp.Results) == 1 {
+			audit.NoteRun(r.Context(), res.Run)
+		}
 		switch res.Action {
 		case "failed":
 			code = http.StatusServiceUnavailable
@@ -240,5 +251,6 @@ func (s *Server) fire(w http.ResponseWriter, r *http.Request, tr *chain.Trigger,
 	if code == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "5")
 	}
+	audit.NoteDetail(r.Context(), strings.Join(did, ", "))
 	writeJSON(w, code, resp)
 }

@@ -75,6 +75,12 @@ func (gw *Retention) Run(ctx context.Context) {
 		if _, err := gw.prune(ctx, nil); err != nil && ctx.Err() == nil {
 			gw.Log.Error("pruning by retention", "err", err)
 		}
+		keep := gw.Engine.Config().Gateway.Retention.Audit
+		if n, err := gw.Store.PruneAudit(ctx, time.Now().Add(-keep)); err != nil && ctx.Err() == nil {
+			gw.Log.Error("pruning the audit log", "err", err)
+		} else if n > 0 {
+			gw.Log.Info("retention pruned the audit log", "entries", n, "older_than", keep.String())
+		}
 	}
 }
 
