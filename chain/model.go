@@ -627,7 +627,15 @@ type Approval struct {
 	// Notify.Every after (reminders); Escalate calls once, Escalate.After
 	// the step asked, while it still waits. Nil when not set.
 	Notify, Escalate *ApprovalCall
+	// Approvers are who may answer: people by name, groups as
+	// "group:NAME"; none leaves it to whoever may approve the chain.
+	Approvers []string
+	// FourEyes refuses an answer from whoever started the run.
+	FourEyes bool
 }
+
+// GroupPrefix marks a group among an approval step's approvers.
+const GroupPrefix = "group:"
 
 // ApprovalCall is a provider call an approval step makes while it waits.
 // Its payload reads approval (step, message, asked_at, deadline, url,

@@ -23,3 +23,41 @@ func by(ctx context.Context) string {
 	}
 	return ""
 }
+
+type identityKey struct{}
+
+// Identity is who acts, as the gateway's authorization proved them: a run
+// records who started it, and an approval step that names its approvers or
+// asks for four eyes checks who answers.
+type Identity struct {
+	Name   string
+	Groups []string
+}
+
+// WithIdentity is ctx saying id acts.
+func WithIdentity(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// IdentityOf is who ctx says acts, if it says.
+func IdentityOf(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(Identity)
+	return id, ok
+}
+
+// startedBy is who ctx says starts a run, for its origin.
+func startedBy(ctx context.Context) string {
+	id, _ := IdentityOf(ctx)
+	return id.Name
+}
+
+// Acting is ctx saying id acts, through via (API, console, Slack…): its
+// runs record id as who started them, its answers are checked as id's, and
+// its events name "NAME (via)".
+func Acting(ctx context.Context, id Identity, via string) context.Context {
+	who := id.Name
+	if via != "" {
+		who += " (" + via + ")"
+	}
+	return WithActor(WithIdentity(ctx, id), who)
+}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -78,6 +80,37 @@ func (e *LateError) Error() string {
 
 // stampMillis shows the times that decide whether an answer was late.
 const stampMillis = "2006-01-02T15:04:05.000Z07:00"
+
+// NotApproverError refuses an answer from someone an approval step does
+// not take answers from: not among its approvers, or, with four eyes, who
+// started the run.
+type NotApproverError struct{ Why string }
+
+func (e *NotApproverError) Error() string { return e.Why }
+
+// mayAnswer checks who ctx says answers against a's approvers and four
+// eyes. Who answers must be known for either to hold.
+func mayAnswer(ctx context.Context, a *chain.Approval, run *store.Run) error {
+	if a == nil || (len(a.Approvers) == 0 && !a.FourEyes) {
+		return nil
+	}
+	id, ok := IdentityOf(ctx)
+	if !ok || id.Name == "" {
+		return &NotApproverError{Why: "this step takes answers only from people it can tell apart (approvers or four eyes), and who answers is not known"}
+	}
+	if a.FourEyes && run.Origin.Subject != "" && id.Name == run.Origin.Subject {
+		return &NotApproverError{Why: fmt.Sprintf("four eyes: %s started this run, so another person must answer", id.Name)}
+	}
+	if len(a.Approvers) == 0 {
+		return nil
+	}
+	for _, who := range a.Approvers {
+		if g, isGroup := strings.CutPrefix(who, chain.GroupPrefix); isGroup && slices.Contains(id.Groups, g) || !isGroup && who == id.Name {
+			return nil
+		}
+	}
+	return &NotApproverError{Why: fmt.Sprintf("%s is not among the step's approvers (%s)", id.Name, strings.Join(a.Approvers, ", "))}
+}
 
 // AnsweredError is a signal to an approval step someone already answered.
 type AnsweredError struct{ First Decision }
@@ -158,6 +191,10 @@ func (e *Engine) Signal(ctx context.Context, runID, step, decision, comment stri
 			status = string(rec.Status)
 		}
 		return nil, fmt.Errorf("%s: %w: it is %s", what, ErrNotWaiting, status)
+	}
+	if err := mayAnswer(ctx, s.Approval, run); err != nil {
+		e.log.Warn("approval answer refused", "run", runID, "chain", run.Chain, "step", step, "decision", decision, "by", who, "why", err.Error())
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	d := Decision{Decision: decision, By: who, Comment: comment}
 	first, err := e.claimAnswer(ctx, runID, rec, s, &d)

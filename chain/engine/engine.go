@@ -375,7 +375,7 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 		Chain:     def.Name,
 		ChainHash: def.Hash,
 		Status:    store.RunRunning,
-		Origin:    store.Origin{ID: originID, Payload: payload, Metadata: metadata, ReceivedAt: now},
+		Origin:    store.Origin{ID: originID, Payload: payload, Metadata: metadata, ReceivedAt: now, Subject: startedBy(ctx)},
 		Path:      []string{},
 		Cursor:    def.Steps[0].Name,
 		CreatedAt: now,

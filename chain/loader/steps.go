@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/internal/condition"
@@ -557,6 +558,28 @@ func (b *chainBuild) approval(t *table, sc *scope) *chain.Approval {
 			t.d.errorf(t.path.Key("escalate").Key("after"), `an escalation needs after, how long after the step asked it calls ("45m")`)
 		}
 	}
-	t.finish([]string{"message", "on_timeout", "on_reject", "on_resolve", "notify", "escalate"})
+	if v, ok := t.value("approvers"); ok {
+		arr, isArr := v.([]any)
+		if !isArr {
+			t.d.errorf(t.path.Key("approvers"), `must be an array of people ("alice") and groups ("group:sre"), got %s`, describe(v))
+		} else if len(arr) == 0 {
+			t.d.errorf(t.path.Key("approvers"), `names no one, so no one could answer: name people ("alice") or groups ("group:sre"), or leave it out`)
+		}
+		for i, e := range arr {
+			at := t.path.Key("approvers").Elem(i, "")
+			who, isStr := e.(string)
+			name, group := strings.CutPrefix(who, chain.GroupPrefix)
+			switch {
+			case !isStr || strings.TrimSpace(name) == "" || strings.ContainsFunc(name, unicode.IsControl):
+				t.d.errorf(at, `must be a person's name ("alice") or a group ("group:sre"), got %s`, describe(e))
+			case !group && strings.Contains(who, ":"):
+				t.d.errorf(at, `%q: a group is written "group:NAME"; a name holds no other prefix`, who)
+			default:
+				a.Approvers = append(a.Approvers, who)
+			}
+		}
+	}
+	a.FourEyes = t.boolean("four_eyes", false)
+	t.finish([]string{"message", "on_timeout", "on_reject", "on_resolve", "notify", "escalate", "approvers", "four_eyes"})
 	return a
 }

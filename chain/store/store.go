@@ -293,6 +293,9 @@ type Origin struct {
 	Payload    json.RawMessage `json:"payload,omitempty"`
 	Metadata   json.RawMessage `json:"metadata,omitempty"`
 	ReceivedAt time.Time       `json:"received_at"`
+	// Subject is who started the run, as the gateway proved them: a
+	// token's or a person's name, "trigger NAME"; empty when no one did.
+	Subject string `json:"subject,omitempty"`
 }
 
 // ErrorInfo is a failure as recorded and shown to operators.

@@ -317,7 +317,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "approve", "reject":
 		if gw != nil {
 			// Straight on a store, the answer is the machine user's.
-			ctx = engine.WithActor(ctx, cliUser()+" (CLI)")
+			ctx = engine.Acting(ctx, engine.Identity{Name: cliUser()}, "CLI")
 		}
 		d, err := ops.Signal(ctx, pos[0], pos[1], sub, *comment)
 		if err != nil {

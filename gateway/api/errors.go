@@ -72,6 +72,8 @@ func AsAPIError(err error) *APIError {
 		return &APIError{Status: http.StatusConflict, Code: "run_elsewhere", Message: err.Error()}
 	case errors.As(err, new(*engine.LateError)):
 		return &APIError{Status: http.StatusConflict, Code: "past_deadline", Message: err.Error()}
+	case errors.As(err, new(*engine.NotApproverError)):
+		return &APIError{Status: http.StatusForbidden, Code: "not_an_approver", Message: err.Error()}
 	case errors.As(err, new(*engine.AnsweredError)):
 		return &APIError{Status: http.StatusConflict, Code: "already_answered", Message: err.Error()}
 	case errors.Is(err, engine.ErrNotWaiting):

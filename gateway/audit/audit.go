@@ -186,9 +186,14 @@ func (w *StatusWriter) Flush() {
 // Unwrap lets http.ResponseController reach the connection beneath.
 func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// Outcome is what an answer's status says came of an action.
+// Outcome is what an answer's status says came of an action: a 403 is a
+// refusal, whichever rule made it (the seam's, an approval step's four
+// eyes).
 func Outcome(status int) string {
-	if status >= 400 {
+	switch {
+	case status == http.StatusForbidden:
+		return store.AuditDenied
+	case status >= 400:
 		return store.AuditFailed
 	}
 	return store.AuditOK

@@ -351,11 +351,11 @@ func (c *console) signedIn(pattern string, ask func(*http.Request) (authz.Action
 			return
 		}
 		if a == authz.Read {
-			h(w, r.WithContext(engine.WithActor(ctx, sess.sub.Name+" (console)")), sess)
+			h(w, r.WithContext(engine.Acting(ctx, engine.Identity{Name: sess.sub.Name, Groups: sess.sub.Groups}, "console")), sess)
 			return
 		}
 		sw := &audit.StatusWriter{ResponseWriter: w}
-		h(sw, r.WithContext(engine.WithActor(ctx, sess.sub.Name+" (console)")), sess)
+		h(sw, r.WithContext(engine.Acting(ctx, engine.Identity{Name: sess.sub.Name, Groups: sess.sub.Groups}, "console")), sess)
 		c.host.Record(ctx, sub, a, target, sw.Status, "")
 	}
 }

@@ -927,6 +927,9 @@ func (c *console) bulkDLQ(w http.ResponseWriter, r *http.Request, _ *uiSession) 
 	// asked for it stays on it.
 	ctx, cancel := context.WithTimeout(c.host.Stopping(), api.BulkTimeout)
 	ctx = engine.WithActor(ctx, engine.Actor(r.Context()))
+	if id, ok := engine.IdentityOf(r.Context()); ok {
+		ctx = engine.WithIdentity(ctx, id)
+	}
 	go func() {
 		defer cancel()
 		// Watched from before the first replay, so that no run's end is

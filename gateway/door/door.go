@@ -630,7 +630,7 @@ func (gw *Door) start(ctx context.Context, in *inbound, res api.TriggerResult, s
 		return gw.park(ctx, in, res, st.kept, parkKey, fmt.Errorf("mapping the labels: %w", err), "trigger_mapping")
 	}
 	mb, _ := jsonx.Marshal(st.meta)
-	ctx = engine.WithActor(ctx, "trigger "+in.tr.Name)
+	ctx = engine.Acting(ctx, engine.Identity{Name: "trigger " + in.tr.Name}, "")
 	input := engine.Input{Payload: payload, Metadata: mb, StartedBy: store.StartedByTrigger + ":" + in.tr.Name, Labels: labels}
 	id, status, replayed, err := gw.StartKeyed(ctx, st.chain, "", st.key, triggerTTL, input)
 	switch {

@@ -216,7 +216,7 @@ func (sc *Scheduler) fire(ctx context.Context, s *chain.Schedule, tick time.Time
 }
 
 func (sc *Scheduler) start(ctx context.Context, s *chain.Schedule, tick time.Time, key string, in engine.Input) (id, status, action string, err error) {
-	id, status, replayed, err := sc.gw.StartKeyed(engine.WithActor(ctx, "schedule "+s.Name), s.Chain, "", key, tickTTL(s, tick), in)
+	id, status, replayed, err := sc.gw.StartKeyed(engine.Acting(ctx, engine.Identity{Name: "schedule " + s.Name}, ""), s.Chain, "", key, tickTTL(s, tick), in)
 	if err != nil {
 		return "", "", "", err
 	}

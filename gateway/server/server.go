@@ -404,11 +404,11 @@ func (s *Server) guard(pattern string, a authz.Action, target func(*http.Request
 			return
 		}
 		if a == authz.Read {
-			h(w, r.WithContext(engine.WithActor(ctx, sub.Name+" (API)")))
+			h(w, r.WithContext(engine.Acting(ctx, engine.Identity{Name: sub.Name, Groups: sub.Groups}, "API")))
 			return
 		}
 		sw := &audit.StatusWriter{ResponseWriter: w}
-		h(sw, r.WithContext(engine.WithActor(ctx, sub.Name+" (API)")))
+		h(sw, r.WithContext(engine.Acting(ctx, engine.Identity{Name: sub.Name, Groups: sub.Groups}, "API")))
 		s.Record(ctx, sub, a, t, sw.Status, "")
 	}
 }

@@ -112,7 +112,7 @@ func (s *Server) slackAnswer(ctx context.Context, sl *chain.Slack, in *approvals
 		log.Warn("Slack answer refused", "err", err)
 		return approvals.SlackNote("Your answer was not recorded: " + err.Error())
 	}
-	ctx, cancel := context.WithTimeout(engine.WithActor(ctx, name+" (Slack)"), approvals.SlackAnswerTime)
+	ctx, cancel := context.WithTimeout(engine.Acting(ctx, engine.Identity{Name: name}, "Slack"), approvals.SlackAnswerTime)
 	defer cancel()
 	d, err := s.ops.Signal(ctx, runID, step, decision, "")
 	if err != nil {
