@@ -100,7 +100,39 @@ type UI struct {
 	// ReadOnly shows no write actions, and refuses them, whatever the
 	// token.
 	ReadOnly bool
+	// OIDC signs people in through an OpenID Provider; nil: token sign-in
+	// only.
+	OIDC *OIDC
 }
+
+// OIDC is [gateway.ui.oidc]: the OpenID Provider the console signs people
+// in through, with the authorization code flow and PKCE.
+type OIDC struct {
+	// Issuer is the provider's issuer URL, where its discovery document is.
+	Issuer   string
+	ClientID string
+	// ClientSecret names the secret that holds the client's secret.
+	ClientSecret string
+	Scopes       []string
+	// UsernameClaim and GroupsClaim name the claims a person's name and
+	// groups are read from.
+	UsernameClaim, GroupsClaim string
+	// SessionTTL is how long a console session lasts once signed in.
+	SessionTTL time.Duration
+	// AllowTokens keeps token sign-in beside the provider's.
+	AllowTokens bool
+	Source      Source
+}
+
+// OIDC's defaults.
+const (
+	DefaultUsernameClaim = "preferred_username"
+	DefaultGroupsClaim   = "groups"
+	DefaultSessionTTL    = 12 * time.Hour
+)
+
+// DefaultOIDCScopes are the scopes asked for unless the config says.
+var DefaultOIDCScopes = []string{"openid", "profile", "email"}
 
 // DefaultUIBasePath is where the console is served unless [gateway.ui]
 // base_path says otherwise.

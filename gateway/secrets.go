@@ -59,6 +59,15 @@ func loadSecrets(cfg *chain.Config) (map[string]string, error) {
 			diags = append(diags, at.Errorf("<<secrets.%s>>: the secret %s is empty, and the Slack app's signing secret must not be", sl.SigningSecret, sl.SigningSecret))
 		}
 	}
+	if o := cfg.Gateway.UI.OIDC; o != nil && o.ClientSecret != "" {
+		at := o.Source.Key("client_secret")
+		switch v, ok := vals[o.ClientSecret]; {
+		case !ok:
+			diags = append(diags, at.Errorf("<<secrets.%s>>: no secret %s for the OpenID client's secret: %s", o.ClientSecret, o.ClientSecret, secretFix(cfg, o.ClientSecret)))
+		case strings.TrimSpace(v) == "":
+			diags = append(diags, at.Errorf("<<secrets.%s>>: the secret %s is empty, and the OpenID client's secret must not be", o.ClientSecret, o.ClientSecret))
+		}
+	}
 	urls := map[string]string{"state": cfg.Gateway.State}
 	if f := cfg.Gateway.Fanout; f != nil {
 		urls["fanout.rabbitmq_url"], urls["fanout.redis_url"] = f.RabbitMQURL, f.RedisURL

@@ -8,6 +8,7 @@
 package loader
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -22,6 +23,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
@@ -214,6 +216,9 @@ func (l *loader) gateway(t *table) {
 	}
 	if ut, ok := t.sub("ui"); ok {
 		l.cfg.Gateway.UI = decodeUI(ut)
+		if l.cfg.Gateway.UI.OIDC != nil && l.cfg.Gateway.ExternalURL == "" {
+			t.d.errorf(ut.path.Key("oidc"), `needs [gateway] external_url, the address people reach the gateway at: the provider sends them back to it, at EXTERNAL_URL%s/auth/callback`, cmp.Or(l.cfg.Gateway.UI.BasePath, chain.DefaultUIBasePath))
+		}
 	}
 	if st, ok := t.sub("slack"); ok {
 		l.cfg.Gateway.Slack = decodeSlack(st)
@@ -344,8 +349,53 @@ func decodeUI(t *table) chain.UI {
 		}
 		ui.BasePath = p
 	}
-	t.finish([]string{"enabled", "base_path", "read_only"})
+	if ot, ok := t.sub("oidc"); ok {
+		ui.OIDC = decodeOIDC(ot)
+	}
+	t.finish([]string{"enabled", "base_path", "read_only", "oidc"})
 	return ui
+}
+
+// decodeOIDC decodes [gateway.ui.oidc].
+func decodeOIDC(t *table) *chain.OIDC {
+	o := &chain.OIDC{Source: t.d.source(t.path), UsernameClaim: chain.DefaultUsernameClaim, GroupsClaim: chain.DefaultGroupsClaim, SessionTTL: chain.DefaultSessionTTL}
+	o.Issuer = t.requiredStr("issuer")
+	if o.Issuer != "" {
+		if u, err := url.Parse(o.Issuer); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			t.d.errorf(t.path.Key("issuer"), `must be the OpenID Provider's issuer URL, such as "https://sso.example.com/realms/ops", got %q`, o.Issuer)
+		}
+	}
+	o.ClientID = t.requiredStr("client_id")
+	if !t.has("client_secret") {
+		t.d.errorf(t.path, `missing required key "client_secret": the client's secret, read from a secret, e.g. client_secret = "<<secrets.OIDC_CLIENT_SECRET>>"`)
+	} else if v := t.nonEmpty("client_secret"); v != "" {
+		o.ClientSecret = t.d.secretName(t.path.Key("client_secret"), v)
+	}
+	o.Scopes = chain.DefaultOIDCScopes
+	if t.has("scopes") {
+		o.Scopes = t.strings("scopes")
+		if !slices.Contains(o.Scopes, "openid") {
+			t.d.errorf(t.path.Key("scopes"), `must include "openid", which makes the request an OpenID Connect one`)
+		}
+	}
+	if v := t.str("username_claim"); v != "" {
+		o.UsernameClaim = v
+	}
+	if v := t.str("groups_claim"); v != "" {
+		o.GroupsClaim = v
+	}
+	if t.has("session_ttl") {
+		if d, ok := t.duration("session_ttl"); ok {
+			if d < time.Second || d > 30*24*time.Hour {
+				t.d.errorf(t.path.Key("session_ttl"), "must be from 1s to 30d, got %s", d)
+			} else {
+				o.SessionTTL = d
+			}
+		}
+	}
+	o.AllowTokens = t.boolean("allow_tokens", false)
+	t.finish([]string{"issuer", "client_id", "client_secret", "scopes", "username_claim", "groups_claim", "session_ttl", "allow_tokens"})
+	return o
 }
 
 var (

@@ -34,6 +34,7 @@ import (
 	"github.com/chaingate/gateway/gateway/events"
 	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/gateway/server"
+	"github.com/chaingate/gateway/gateway/signin"
 	"github.com/chaingate/gateway/providers/limits"
 )
 
@@ -66,6 +67,8 @@ type Host interface {
 	// Record appends to the audit log what came of an action the seam let
 	// through, as the API records its own.
 	Record(ctx context.Context, sub authz.Subject, a authz.Action, t authz.Target, status int, detail string)
+	// SecretValue is the value of the secret the config names name.
+	SecretValue(name string) string
 	// MayChange reports whether sub may do anything but read, somewhere:
 	// whether the pages offer it forms.
 	MayChange(sub authz.Subject) bool
@@ -107,6 +110,9 @@ type console struct {
 	mu       sync.Mutex
 	sessions map[string]*uiSession
 	jobs     map[string]*bulkJob
+	// rp signs people in through the config's OpenID Provider, built for
+	// the [gateway.ui.oidc] it holds.
+	rp *signin.RP
 }
 
 // uiSession is one signed-in browser. The API token it signed in with is
@@ -138,8 +144,10 @@ type uiRoute struct {
 
 func (c *console) routes() []uiRoute {
 	return []uiRoute{
-		{"POST /logout", do(authz.Read, authz.OnGateway, ""), c.logout},
-		{"GET /{$}", do(authz.Read, authz.OnGateway, ""), c.nowPage},
+		// Signing out asks nothing: no role may keep anyone signed in.
+		{"POST /logout", func(*http.Request) (authz.Action, authz.Target) { return "", authz.Target{} }, c.logout},
+		// The Now page shows every chain's runs.
+		{"GET /{$}", do(authz.Read, authz.OnRun, ""), c.nowPage},
 		{"GET /runs", ofChain(authz.OnRun), c.runsPage},
 		{"GET /runs/{id}", do(authz.Read, authz.OnRun, "id"), c.runPage},
 		{"GET /runs-stream", do(authz.Read, authz.OnRun, ""), func(w http.ResponseWriter, r *http.Request, _ *uiSession) { c.host.ServeRunChanges(w, r) }},
@@ -175,6 +183,8 @@ func (c *console) handler() http.Handler {
 	mux.Handle("GET "+b+"/static/", http.StripPrefix(b+"/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET "+b+"/login", c.loginPage)
 	mux.HandleFunc("POST "+b+"/login", c.login)
+	mux.HandleFunc("GET "+b+"/auth/start", c.signinStart)
+	mux.HandleFunc("GET "+b+"/auth/callback", c.signinCallback)
 	for _, rt := range c.routes() {
 		mux.HandleFunc(strings.Replace(rt.pattern, " ", " "+b, 1), c.signedIn(rt.pattern, rt.ask, rt.handler))
 	}
@@ -187,7 +197,7 @@ func (c *console) handler() http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
-		if !c.host.AuthEnabled() {
+		if !c.signInNeeded() {
 			if err := server.LoopbackOnly(r); err != nil {
 				c.fail(w, r, err.Status, err.Message)
 				return
@@ -209,6 +219,8 @@ type pageData struct {
 	CanWrite bool
 	ReadOnly bool
 	CSRF     string
+	// Who is the signed-in subject's name.
+	Who string
 	Flash    string
 	Auth     bool
 	// Refresh reloads the page every second, for progress that has no
@@ -258,12 +270,12 @@ func (c *console) livePage(w http.ResponseWriter, r *http.Request, sess *uiSessi
 // pageStatus is page, answering status: a form sent back with what was
 // wrong with it.
 func (c *console) pageStatus(w http.ResponseWriter, r *http.Request, sess *uiSession, status int, name, title, nav string, body any) {
-	d := pageData{Title: title, Base: c.base, Nav: nav, Body: body, Flash: flashes[r.URL.Query().Get("done")], Auth: c.host.AuthEnabled(), ReadOnly: c.readOnly()}
+	d := pageData{Title: title, Base: c.base, Nav: nav, Body: body, Flash: flashes[r.URL.Query().Get("done")], Auth: c.signInNeeded(), ReadOnly: c.readOnly()}
 	if job, ok := body.(*bulkJob); ok {
 		d.Refresh = !job.Finished
 	}
 	if sess != nil {
-		d.CanWrite, d.CSRF = c.canWrite(sess), sess.csrf
+		d.CanWrite, d.CSRF, d.Who = c.canWrite(sess), sess.csrf, sess.sub.Name
 	}
 	c.render(w, status, name, d)
 }
@@ -296,7 +308,12 @@ func (c *console) render(w http.ResponseWriter, status int, name string, d any) 
 
 func (c *console) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	audit.NoteDetail(r.Context(), msg)
-	c.render(w, status, "error.html", pageData{Title: http.StatusText(status), Base: c.base, Body: map[string]any{"Status": status, "Message": msg}})
+	d := pageData{Title: http.StatusText(status), Base: c.base, Body: map[string]any{"Status": status, "Message": msg}}
+	// Someone refused can still sign out, to sign in as someone else.
+	if sess := c.session(r); sess != nil && c.signInNeeded() {
+		d.Auth, d.CSRF, d.Who = true, sess.csrf, sess.sub.Name
+	}
+	c.render(w, status, "error.html", d)
 }
 
 // failErr answers an operation's error with the status the API gives it.
@@ -317,10 +334,10 @@ func (c *console) signedIn(pattern string, ask func(*http.Request) (authz.Action
 		ctx, _ := audit.WithNote(audit.WithOrigin(r.Context(), audit.From(r, audit.ViaConsole, route)))
 		r = r.WithContext(ctx)
 		sess := c.session(r)
-		if sess == nil && !c.host.AuthEnabled() {
+		if sess == nil && !c.signInNeeded() {
 			// Without tokens the console, like the API, answers loopback
 			// requests only; a session still carries the CSRF token.
-			sess = c.newSession(w, r, authz.Subject{Kind: authz.Loopback, Name: "a loopback client"})
+			sess = c.newSession(w, r, authz.Subject{Kind: authz.Loopback, Name: "a loopback client"}, sessionTTL)
 		}
 		if sess == nil {
 			if r.Method == http.MethodGet {
@@ -342,6 +359,10 @@ func (c *console) signedIn(pattern string, ask func(*http.Request) (authz.Action
 		}
 		a, target := ask(r)
 		sub := c.subject(sess)
+		if a == "" {
+			h(w, r, sess)
+			return
+		}
 		if err := c.host.Authorize(ctx, sub, a, target); err != nil {
 			c.failErr(w, r, err)
 			return
@@ -363,7 +384,7 @@ func (c *console) signedIn(pattern string, ask func(*http.Request) (authz.Action
 // subject is who a session acts as, for the authorization seam. A session
 // begun while the gateway had no tokens acts as nobody once it has some.
 func (c *console) subject(sess *uiSession) authz.Subject {
-	if sess.sub.Kind == authz.Loopback && c.host.AuthEnabled() {
+	if sess.sub.Kind == authz.Loopback && c.signInNeeded() {
 		return authz.Subject{Name: sess.sub.Name}
 	}
 	return sess.sub
@@ -434,9 +455,9 @@ func (c *console) session(r *http.Request) *uiSession {
 	return sess
 }
 
-func (c *console) newSession(w http.ResponseWriter, r *http.Request, sub authz.Subject) *uiSession {
+func (c *console) newSession(w http.ResponseWriter, r *http.Request, sub authz.Subject, ttl time.Duration) *uiSession {
 	id, csrf := randomToken(), randomToken()
-	sess := &uiSession{sub: sub, write: c.host.MayChange(sub), csrf: csrf, expires: time.Now().Add(sessionTTL)}
+	sess := &uiSession{sub: sub, write: c.host.MayChange(sub), csrf: csrf, expires: time.Now().Add(ttl)}
 	c.mu.Lock()
 	if len(c.sessions) >= maxSessions {
 		// Expired sessions go first; past the cap, the one to expire
@@ -457,7 +478,7 @@ func (c *console) newSession(w http.ResponseWriter, r *http.Request, sub authz.S
 	c.sessions[id] = sess
 	c.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: id, Path: c.base, MaxAge: int(sessionTTL / time.Second),
+		Name: sessionCookie, Value: id, Path: c.base, MaxAge: int(ttl / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 	return sess
@@ -480,11 +501,11 @@ func isToken(s string) bool {
 }
 
 func (c *console) loginPage(w http.ResponseWriter, r *http.Request) {
-	if !c.host.AuthEnabled() {
+	if !c.signInNeeded() {
 		http.Redirect(w, r, c.base+"/", http.StatusSeeOther)
 		return
 	}
-	c.render(w, http.StatusOK, "login.html", pageData{Title: "Sign in", Base: c.base, Body: map[string]string{"Next": safeNext(c.base, r.URL.Query().Get("next"))}})
+	c.render(w, http.StatusOK, "login.html", pageData{Title: "Sign in", Base: c.base, Body: c.loginBody(safeNext(c.base, r.URL.Query().Get("next")))})
 }
 
 // login exchanges an API token for a session cookie, once.
@@ -493,8 +514,12 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusForbidden, err.Error())
 		return
 	}
+	if !c.tokensSignIn() {
+		c.fail(w, r, http.StatusForbidden, "sign in through the OpenID Provider: token sign-in is off while [gateway.ui.oidc] is set (allow_tokens keeps both)")
+		return
+	}
 	tok := strings.TrimSpace(r.PostFormValue("token"))
-	next := map[string]string{"Next": safeNext(c.base, r.PostFormValue("next"))}
+	next := c.loginBody(safeNext(c.base, r.PostFormValue("next")))
 	cred, err := authz.Subject{}, server.ErrUnknownToken
 	if tok != "" {
 		cred, err = c.host.CheckToken(r, tok)
@@ -510,7 +535,7 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, http.StatusUnauthorized, "login.html", pageData{Title: "Sign in", Base: c.base, Flash: "that token is not one of the gateway's API tokens", Body: next})
 		return
 	}
-	c.newSession(w, r, cred)
+	c.newSession(w, r, cred, sessionTTL)
 	http.Redirect(w, r, safeNext(c.base, r.PostFormValue("next")), http.StatusSeeOther)
 }
 

@@ -114,3 +114,7 @@ func pausable(r *http.Request) authz.Target {
 // LoopbackOnly refuses a request from another machine, as an API without
 // tokens does; the console, served beside it, refuses the same.
 func LoopbackOnly(r *http.Request) *api.APIError { return connguard.LoopbackOnly(r) }
+
+// SecretValue is the value of the secret the config names name, as the
+// gateway read it when it started.
+func (s *Server) SecretValue(name string) string { return s.gw.SecretValues()[name] }
