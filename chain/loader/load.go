@@ -229,6 +229,9 @@ func (l *loader) gateway(t *table) {
 	if at, ok := t.sub("auth"); ok {
 		l.cfg.Gateway.Auth = l.auth(at)
 	}
+	if a := l.cfg.Gateway.Auth; l.cfg.Gateway.UI.OIDC != nil && len(a.Users)+len(a.Groups) == 0 {
+		t.d.errorf(t.path.Key("ui").Key("oidc"), "signs people in, but [gateway.auth] gives no person or group a role, so whoever signs in may do nothing: give them roles, e.g.\n%s", authExample)
+	}
 	if f := t.str("secrets_file"); f != "" {
 		if !filepath.IsAbs(f) {
 			f = filepath.Join(filepath.Dir(t.d.file), f)
