@@ -54,10 +54,14 @@ func withOIDC(t *testing.T, env *apiEnv, op *oidcop.OP, ttl string) {
 func TestBrowserSignInThroughOpenIDProvider(t *testing.T) {
 	t.Setenv("CHAINGATE_SECRET_OIDC_SECRET", "gw-secret")
 	op := oidcop.Start(t)
-	env := newConsoleAPI(t, oidcRoles)
+	env := newActionsAPI(t, oidcRoles)
+	env.write(strings.Replace(mustRead(t, env.cfg), `approval = { message = "Restart <<origin.payload.host>>?" }`,
+		`approval = { message = "Restart <<origin.payload.host>>?", four_eyes = true, approvers = ["group:dba"] }`, 1))
 	withOIDC(t, env, op, "12h")
 	env.token = "root-tok"
 	hello := startWait(t, env, "hello", `{"who": "ops"}`)
+	restart := startRun(t, env, "restart-db", `{"host": "db-1"}`)
+	waitAsking(t, env, restart, "ask")
 
 	ctx := chrome(t)
 	login := func(person string) {
@@ -74,6 +78,13 @@ func TestBrowserSignInThroughOpenIDProvider(t *testing.T) {
 	poll(t, ctx, "alice's run page", `location.pathname.endsWith('/ui/runs/`+hello+`') && document.getElementById('who') && document.getElementById('who').textContent === 'alice' && document.querySelector('svg.graph') !== null`)
 	if status := eval[int](t, ctx, `fetch('/ui/audit').then(r => r.status)`); status != http.StatusForbidden {
 		t.Errorf("alice's role has no admin, yet the audit page answered %d", status)
+	}
+	// The step takes answers from group dba, which alice is in, and not
+	// from root, who started the run.
+	do(t, ctx, "approving as alice", chromedp.Navigate(env.url+"/ui/runs/"+restart+"/steps/ask"), chromedp.WaitVisible(chromedp.CSS("#answer-approve")),
+		chromedp.Click(chromedp.CSS("#answer-approve")))
+	if v := waitRunEnd(t, env, restart); v.Status != string(store.RunSucceeded) || v.Steps["ask"] == nil || !strings.Contains(string(v.Steps["ask"].Body), "alice (console)") {
+		t.Errorf("after alice's approval the run is %s: %+v", v.Status, v.Steps["ask"])
 	}
 
 	// Signing out ends the session.
