@@ -125,4 +125,3 @@ func (d *Denied) Error() string {
 }
 
 func (d *Denied) Unwrap() error { return ErrDenied }
-

@@ -220,9 +220,9 @@ type pageData struct {
 	ReadOnly bool
 	CSRF     string
 	// Who is the signed-in subject's name.
-	Who string
-	Flash    string
-	Auth     bool
+	Who   string
+	Flash string
+	Auth  bool
 	// Refresh reloads the page every second, for progress that has no
 	// stream of its own.
 	Refresh bool
