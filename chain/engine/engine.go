@@ -770,12 +770,15 @@ func (e *Engine) reserve(id string) bool {
 func (e *Engine) reserveStart(ctx context.Context, id string) error {
 	for {
 		e.mu.Lock()
-		if e.runners[id] != nil {
-			e.mu.Unlock()
-			return fmt.Errorf("starting run %s: %w", id, store.ErrExists)
-		}
+		// The reservation first: a start under way has admitted its runner
+		// before its create is durable, and a caller told ErrExists then
+		// would look for a run that is not there yet.
 		busy := e.reserved[id]
 		if busy == nil {
+			if e.runners[id] != nil {
+				e.mu.Unlock()
+				return fmt.Errorf("starting run %s: %w", id, store.ErrExists)
+			}
 			e.reserved[id] = make(chan struct{})
 			e.mu.Unlock()
 			return nil

@@ -197,26 +197,25 @@ func (l *approvalLoop) next() (time.Time, bool) {
 }
 
 // resync looks at every waiting run, and again at the runs of the waits
-// it knew that no longer wait.
+// it knew that no longer wait. It reads the index of unfinished runs and
+// their headers only, never the runs that ended: over a store of a million
+// runs with none waiting, it reads an empty index.
 func (l *approvalLoop) resync() {
 	waiting := map[string]bool{}
-	f := store.RunFilter{Status: store.RunWaiting, Limit: 200, NoOrigins: true}
-	for {
-		page, err := l.gw.Store.ListRuns(l.ctx, f)
-		if err != nil {
-			if l.ctx.Err() == nil {
-				l.gw.Log.Warn("listing waiting runs for their approval steps' calls", "err", err)
-			}
-			return
+	ids, err := l.gw.Store.UnfinishedRuns(l.ctx)
+	if err != nil {
+		if l.ctx.Err() == nil {
+			l.gw.Log.Warn("listing unfinished runs for their approval steps' calls", "err", err)
 		}
-		for _, run := range page.Runs {
-			waiting[run.ID] = true
-			l.lookRun(run)
+		return
+	}
+	for _, id := range ids {
+		run, err := l.gw.Store.RunHeader(l.ctx, id)
+		if err != nil || run.Status != store.RunWaiting {
+			continue
 		}
-		if page.Next == "" {
-			break
-		}
-		f.Cursor = page.Next
+		waiting[run.ID] = true
+		l.lookRun(run)
 	}
 	gone := map[string]bool{}
 	for _, w := range l.waits {
