@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/templates"
@@ -27,6 +28,55 @@ func decodeJSON(raw json.RawMessage) any {
 		return string(raw)
 	}
 	return v
+}
+
+// decodeScalar is decodeJSON for a JSON scalar, without a decoder for the
+// common ones: a string with nothing escaped, a whole number, true, false,
+// null. Anything else goes through decodeJSON, so both read alike.
+func decodeScalar(raw []byte) any {
+	t := bytes.Trim(raw, " \t\r\n")
+	if len(t) == 0 {
+		return decodeJSON(raw)
+	}
+	switch c := t[0]; {
+	case c == '"':
+		if len(t) < 2 || t[len(t)-1] != '"' {
+			break
+		}
+		if s := t[1 : len(t)-1]; utf8.Valid(s) && !bytes.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == '\\' || r == '"' }) {
+			return string(s)
+		}
+	case string(t) == "true":
+		return true
+	case string(t) == "false":
+		return false
+	case string(t) == "null":
+		return nil
+	case c == '-' || (c >= '0' && c <= '9'):
+		if i, ok := jsonInt(t); ok {
+			return i
+		}
+	}
+	return decodeJSON(raw)
+}
+
+// jsonInt reads t if it is a JSON number with no fraction or exponent that
+// fits an int64.
+func jsonInt(t []byte) (int64, bool) {
+	d := t
+	if d[0] == '-' {
+		d = d[1:]
+	}
+	if len(d) == 0 || (d[0] == '0' && len(d) > 1) {
+		return 0, false
+	}
+	for _, b := range d {
+		if b < '0' || b > '9' {
+			return 0, false
+		}
+	}
+	i, err := strconv.ParseInt(string(t), 10, 64)
+	return i, err == nil
 }
 
 // DecodeJSON decodes one JSON value as templates and conditions read it:
@@ -267,7 +317,7 @@ func (l *lazyJSON) Field(name string) (any, bool) {
 	// so that a null reads as null (to `??`, say) and not as a value.
 	var v any = &lazyJSON{raw: raw}
 	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) > 0 && t[0] != '{' && t[0] != '[' {
-		v = decodeJSON(raw)
+		v = decodeScalar(raw)
 	}
 	l.fields[name] = v
 	return v, true
