@@ -108,16 +108,21 @@ func (rp *RP) Begin(ctx context.Context, next string) (authURL, state string, er
 	pend := &pending{verifier: oauth2.GenerateVerifier(), nonce: random(), next: next, expires: time.Now().Add(pendingTTL)}
 	rp.mu.Lock()
 	if len(rp.pending) >= maxPending {
+		// Past the bound, the expired go, then the oldest: a flood of
+		// sign-ins begun and never finished costs a person at most a
+		// second try, never a refusal for as long as the flood lasts.
 		now := time.Now()
+		var oldest string
 		for k, v := range rp.pending {
 			if now.After(v.expires) {
 				delete(rp.pending, k)
+			} else if oldest == "" || v.expires.Before(rp.pending[oldest].expires) {
+				oldest = k
 			}
 		}
-	}
-	if len(rp.pending) >= maxPending {
-		rp.mu.Unlock()
-		return "", "", errors.New("too many sign-ins are under way; try again in a few minutes")
+		if len(rp.pending) >= maxPending {
+			delete(rp.pending, oldest)
+		}
 	}
 	rp.pending[state] = pend
 	rp.mu.Unlock()

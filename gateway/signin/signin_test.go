@@ -101,3 +101,32 @@ func TestSignIn(t *testing.T) {
 		t.Errorf("the other client's own ID token: %v", err)
 	}
 }
+
+// TestSignInsBegunAreBounded: sign-ins begun and never finished, past the
+// bound, push the oldest out rather than refuse the next one.
+func TestSignInsBegunAreBounded(t *testing.T) {
+	op := oidcop.Start(t)
+	op.AddClient("gw", "gw-secret", "http://gw.invalid/ui/auth/callback")
+	rp := newRP(op, "gw", "gw-secret")
+	ctx := context.Background()
+	first := ""
+	for i := range maxPending + 10 {
+		_, state, err := rp.Begin(ctx, "/ui/")
+		if err != nil {
+			t.Fatalf("begin %d: %v", i, err)
+		}
+		if i == 0 {
+			first = state
+		}
+	}
+	rp.mu.Lock()
+	n, kept := len(rp.pending), rp.pending[first] != nil
+	rp.mu.Unlock()
+	if n != maxPending || kept {
+		t.Errorf("%d sign-ins kept (the first among them: %v), want %d without the first", n, kept, maxPending)
+	}
+	state, q := signIn(t, op, rp, "alice")
+	if person, _, err := rp.Finish(ctx, state, q); err != nil || person.Name != "alice" {
+		t.Errorf("a sign-in after the flood: %+v %v", person, err)
+	}
+}
