@@ -609,9 +609,16 @@ func (r *runner) start(ctx context.Context, l launch) {
 		r.startChild(ctx, l)
 		return
 	}
-	// The clock may not be the system's: the call's context gets as long
-	// as the clock leaves it.
-	cctx, cancel := context.WithTimeout(ctx, l.deadline.Sub(r.e.clock.Now()))
+	// On the system's clock the call's context ends at the request's own
+	// deadline, so the plugin host needs no timer of its own for it; on
+	// another clock it gets as long as that clock leaves it.
+	var cctx context.Context
+	var cancel context.CancelFunc
+	if _, system := r.e.clock.(SystemClock); system {
+		cctx, cancel = context.WithDeadline(ctx, l.deadline)
+	} else {
+		cctx, cancel = context.WithTimeout(ctx, l.deadline.Sub(r.e.clock.Now()))
+	}
 	l.fl.cancel = cancel
 	r.e.act.Begin()
 	obs := r.e.observer
