@@ -1174,10 +1174,12 @@ func timelineHTML(events []api.Event) template.HTML {
 }
 
 type auditView struct {
-	Filter   api.AuditFilter
-	Since    string
-	Page     api.AuditPage
-	More     string
+	Filter api.AuditFilter
+	Since  string
+	Page   api.AuditPage
+	// More is the query of the next page: built by url.Values, so
+	// trusted as a URL's query, which the template would escape whole.
+	More     template.URL
 	Actions  []authz.Action
 	Outcomes []string
 }
@@ -1199,7 +1201,7 @@ func (c *console) auditPage(w http.ResponseWriter, r *http.Request, sess *uiSess
 	if page.Next != "" {
 		more := f
 		more.Cursor = page.Next
-		v.More = more.Values().Encode()
+		v.More = template.URL(more.Values().Encode())
 	}
 	c.page(w, r, sess, "audit.html", "Audit log", "audit", v)
 }

@@ -47,6 +47,7 @@ type Metrics struct {
 	oldestKept  prometheus.Gauge
 	refused     *prometheus.CounterVec
 	denied      *prometheus.CounterVec
+	auditLost   prometheus.Counter
 
 	// series holds each provider's call series, looked up once: resolving
 	// label values on every call was a measurable share of a worker's CPU.
@@ -147,6 +148,9 @@ func NewMetrics() *Metrics {
 		oldestKept: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "chaingate_retention_oldest_kept_timestamp_seconds", Help: "When the oldest run retention kept ended, as of the last pass (Unix time).",
 		}),
+		auditLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chaingate_audit_entries_lost_total", Help: "Audit entries the store could not keep, for actions that happened: each is also logged as an error.",
+		}),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chaingate_denied_total", Help: "Requests the authorization seam refused, by action, kind of target and kind of subject (token, person, slack, trigger).",
 		}, []string{"action", "target", "subject"}),
@@ -155,7 +159,7 @@ func NewMetrics() *Metrics {
 		}, []string{"reason"}),
 	}
 	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.runTimes, m.calls, m.inFlight, m.latency,
-		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned, m.deliveries, m.ticks, m.refused, m.denied, m.pruned, m.prunedDLQ, m.freed, m.oldestKept,
+		m.published, m.done, m.fanInFlight, m.redelivered, m.poisoned, m.deliveries, m.ticks, m.refused, m.denied, m.auditLost, m.pruned, m.prunedDLQ, m.freed, m.oldestKept,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registerFailureRoutes()
 	return m
@@ -229,6 +233,9 @@ func (m *Metrics) ItemsRedelivered(n int) { m.redelivered.Add(float64(n)) }
 
 // ItemsInFlight implements fanout.Metrics.
 func (m *Metrics) ItemsInFlight(delta int) { m.fanInFlight.Add(float64(delta)) }
+
+// AuditLost counts an audit entry the store could not keep.
+func (m *Metrics) AuditLost() { m.auditLost.Inc() }
 
 // Denied counts a request the authorization seam refused.
 func (m *Metrics) Denied(action, target, subject string) {

@@ -128,6 +128,11 @@ func TestRolesMatrix(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, "no role of dep (deployer) grants start on chain change") || strings.Contains(body, ">chg <") {
 		t.Errorf("the audit page as root: %d\n%.2000s", code, body)
 	}
+	// A page of one entry links to the next, its filter kept.
+	_, _, body = root.get("/ui/audit?outcome=denied&limit=1")
+	if !strings.Contains(body, `id="older"`) || !strings.Contains(body, "cursor=") || !strings.Contains(body, "outcome=denied") {
+		t.Errorf("the audit page's link to older entries:\n%.3000s", body)
+	}
 }
 
 // TestSlackAnswersFollowRoles: with roles, a Slack user answers what the

@@ -103,6 +103,9 @@ func NewServer(gw *gateway.Gateway, hub *events.Hub, metrics *metrics.Metrics, p
 	}
 	s.retention = upkeep.NewRetention(gw, prunes)
 	s.audit = audit.New(gw.Store, s.log)
+	if metrics != nil {
+		s.audit.Failed = metrics.AuditLost
+	}
 	s.door = door.New(gw, delivered)
 	s.ops.Door = s.door
 	s.stopping, s.stop = context.WithCancel(context.Background())
