@@ -3,6 +3,7 @@ package server_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chromedp/chromedp"
@@ -60,16 +61,29 @@ func TestBrowserFailureRoutes(t *testing.T) {
 	}
 	id := startRun(t, env, "failing-runbook", `{}`)
 	waitRun(t, env, id)
-	_, _, metrics := env.call("GET", "/metrics", "", nil, nil)
-	for _, want := range []string{
+	wants := []string{
 		`chaingate_runs_finished_total{chain="failing-runbook",status="failed"} 1`,
 		`chaingate_failure_routes_total{chain="failing-runbook",class="permanent",step="verify",target="page"} 1`,
 		`chaingate_failure_handlers_total{chain="failing-runbook",ending="failed",phase="on_failure"} 1`,
 		`chaingate_failure_handlers_total{chain="failing-runbook",ending="failed",phase="finally"} 1`,
-	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("the metrics lack %s", want)
+	}
+	// The metrics hear of the run's end from its events, which are handed
+	// on once the end is durable: the API may show the end a moment first.
+	var missing []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, _, metrics := env.call("GET", "/metrics", "", nil, nil)
+		missing = missing[:0]
+		for _, want := range wants {
+			if !strings.Contains(metrics, want) {
+				missing = append(missing, want)
+			}
 		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, m := range missing {
+		t.Errorf("the metrics lack %s", m)
 	}
 	ctx := chrome(t)
 	do(t, ctx, "opening the run", chromedp.Navigate(env.url+"/ui/runs/"+id), chromedp.WaitVisible(chromedp.CSS("svg.graph")))

@@ -6,6 +6,7 @@ package oidcop
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -80,6 +81,10 @@ func Start(t testing.TB) *OP {
 	}
 	o := &OP{URL: issuer, clients: map[string]*storage.Client{}}
 	st := groupsStorage{storage.NewStorageWithClients(users, o.clients)}
+	// The example provider logs each request through the default logger;
+	// the gateway logs only through the loggers it is given, so quieting
+	// the default quiets the provider alone.
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	srv := &http.Server{Handler: exampleop.SetupServer(issuer, st, nil, false)}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
