@@ -17,8 +17,10 @@ import (
 
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/chain/store/bolt"
 	"github.com/chaingate/gateway/internal/testutil"
 	"github.com/chaingate/gateway/plugins/host"
+	"github.com/chaingate/gateway/providers"
 )
 
 // tenEchoSteps is a chain of ten echo steps, each reading the one before.
@@ -70,20 +72,107 @@ func percentile(d []time.Duration, p float64) time.Duration {
 }
 
 // BenchmarkSequentialRun runs a 10-step echo chain at a time and reports the
-// per-step latency percentiles.
+// per-step latency percentiles against the floor measured in the same run:
+// between runs, a bare durable commit of a step's records on a second bbolt
+// file in the same folder, and a bare call to the same plugin process.
+// x-floor is the step's p50 over the sum of those two p50s. commit-µs and
+// call-µs are the p50s of the run's own commits and calls, as the engine
+// saw them.
 func BenchmarkSequentialRun(b *testing.B) {
 	clock := &stepClock{last: map[string]time.Time{}}
-	h := newBenchHarness(b, tenEchoSteps(), clock.observe)
+	commits := &commitTimer{}
+	calls := &callSpans{}
+	h := newBenchHarness(b, tenEchoSteps(), clock.observe, withObserver(calls),
+		wrapStore(func(s store.Store) store.Store { commits.Store = s; return commits }))
+	floor, err := bolt.Open(filepath.Join(b.TempDir(), "floor.db"), bolt.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer floor.Close()
 	ctx := context.Background()
 	h.runOnce(ctx, b) // start the plugin process outside the timing
-	clock.spans = nil
-	b.ResetTimer()
+	echo := h.pm.Provider(host.Spec{Name: "echo", Builtin: "echo"})
+	floorRun := &store.Run{ID: store.NewID(), Chain: "ten", Status: store.RunRunning, Seq: 1,
+		Origin: store.Origin{Payload: []byte(`{"alert":"disk-full"}`)}, CreatedAt: time.Now(), UpdatedAt: time.Now()}
+	if err := floor.Commit(ctx, &store.Batch{Run: floorRun, Create: true, Events: []store.Event{{Seq: 1, Type: store.EventRunStarted}}}); err != nil {
+		b.Fatal(err)
+	}
+	req := providers.Request{ActionType: "post", Payload: []byte(`{"alert":"disk-full","text":"step 3 done","n":4}`), DedupKey: floorRun.ID + "/s", Attempt: 1}
+	var bareCommits, bareCalls []time.Duration
+	clock.spans, commits.spans, calls.spans = nil, nil, nil
 	for b.Loop() {
 		h.runOnce(ctx, b)
+		b.StopTimer()
+		for i := range 10 {
+			floorRun.Seq++
+			batch := &store.Batch{Run: floorRun, Steps: []*store.StepRecord{{Key: "s" + strconv.Itoa(i), Name: "s", Status: store.StepSucceeded,
+				DedupKey: req.DedupKey, Attempts: 1, Body: req.Payload}},
+				Events: []store.Event{{Seq: floorRun.Seq, Time: time.Now(), Type: store.EventStepSucceeded, Step: "s"}}}
+			start := time.Now()
+			if err := floor.Commit(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			bareCommits = append(bareCommits, time.Since(start))
+			start = time.Now()
+			if _, err := echo.Execute(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+			bareCalls = append(bareCalls, time.Since(start))
+		}
+		b.StartTimer()
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(percentile(clock.spans, 0.5).Microseconds()), "p50-step-µs")
+	step := percentile(clock.spans, 0.5)
+	bare := percentile(bareCommits, 0.5) + percentile(bareCalls, 0.5)
+	b.ReportMetric(float64(step.Microseconds()), "p50-step-µs")
 	b.ReportMetric(float64(percentile(clock.spans, 0.99).Microseconds()), "p99-step-µs")
+	b.ReportMetric(float64(percentile(bareCommits, 0.5).Microseconds()), "floor-commit-µs")
+	b.ReportMetric(float64(percentile(bareCalls, 0.5).Microseconds()), "floor-call-µs")
+	b.ReportMetric(float64(percentile(commits.spanList(), 0.5).Microseconds()), "commit-µs")
+	b.ReportMetric(float64(percentile(calls.spanList(), 0.5).Microseconds()), "call-µs")
+	b.ReportMetric(step.Seconds()/bare.Seconds(), "x-floor")
+}
+
+// commitTimer times the engine's commits.
+type commitTimer struct {
+	store.Store
+	mu    sync.Mutex
+	spans []time.Duration
+}
+
+func (c *commitTimer) Commit(ctx context.Context, batch *store.Batch) error {
+	start := time.Now()
+	err := c.Store.Commit(ctx, batch)
+	c.mu.Lock()
+	c.spans = append(c.spans, time.Since(start))
+	c.mu.Unlock()
+	return err
+}
+
+func (c *commitTimer) spanList() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.spans)
+}
+
+// callSpans keeps how long each provider call took, as the engine saw it.
+type callSpans struct {
+	mu    sync.Mutex
+	spans []time.Duration
+}
+
+func (c *callSpans) CallStarted(string) {}
+
+func (c *callSpans) CallEnded(_ string, took time.Duration, _ error) {
+	c.mu.Lock()
+	c.spans = append(c.spans, took)
+	c.mu.Unlock()
+}
+
+func (c *callSpans) spanList() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.spans)
 }
 
 // BenchmarkConcurrentRuns keeps many 10-step runs in flight and reports
@@ -133,7 +222,12 @@ type benchHarness struct {
 	*harness
 }
 
+// newBenchHarness keeps no events unless onEvent does: the test harness's
+// own record of them grows with every step and would be timed too.
 func newBenchHarness(b *testing.B, config string, onEvent func(store.Event), options ...harnessOption) *benchHarness {
+	if onEvent == nil {
+		onEvent = func(store.Event) {}
+	}
 	return &benchHarness{newHarness(b, config, append(options, onEvents(onEvent))...)}
 }
 
