@@ -345,7 +345,12 @@ func (r *runner) loop() {
 				}
 			}
 		}
-		r.handOff(r.e.clock.Now())
+		if c := r.handOff(ctx, r.e.clock.Now()); c != nil {
+			if !r.acked(ctx, c) {
+				return
+			}
+			continue
+		}
 		if r.committing == nil && (r.run.Status.Final() || (r.draining && !r.hasCalls())) {
 			return
 		}
@@ -459,26 +464,52 @@ const DefaultRunLinger = 5 * time.Millisecond
 // those of the calls still out, unless something waits on them (see
 // linger). On a worker every commit is a round trip to Redis and news for
 // the split's owner; on a run, page writes and an fsync.
-func (r *runner) handOff(now time.Time) {
+//
+// When no call is out the run has nothing to do but wait for the batch, so
+// it commits the batch itself and returns it, written: a run of single
+// steps saves the two hand-offs between goroutines on every step.
+func (r *runner) handOff(ctx context.Context, now time.Time) *commit {
 	if !r.hasChanges() {
 		r.lingerUntil = time.Time{}
-		return
+		return nil
 	}
 	if r.committing != nil {
-		return
+		return nil
 	}
 	if d := r.linger(); d > 0 {
 		if r.lingerUntil.IsZero() {
 			r.lingerUntil = now.Add(d)
 		}
 		if now.Before(r.lingerUntil) {
-			return
+			return nil
 		}
 	}
 	r.lingerUntil = time.Time{}
+	if r.idle() {
+		c := r.takeBatch()
+		c.err = r.commitWithRetry(ctx, c.batch)
+		return c
+	}
 	r.committing = r.takeBatch()
 	r.e.act.Begin()
 	r.toCommit <- r.committing
+	return nil
+}
+
+// idle reports that nothing the run started is under way: no call has gone
+// out, and no split is out on workers; what arrives meanwhile (an answer
+// to an approval, a cancel) waits in the run's inbox the length of one
+// commit. A worker's items always commit through the committer.
+func (r *runner) idle() bool {
+	if r.onWorker() || len(r.splits) > 0 {
+		return false
+	}
+	for _, fl := range r.calls {
+		if fl.cancel != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // linger is how long the pending batch may wait for more results: none

@@ -112,13 +112,17 @@ type Store struct {
 	mu     sync.RWMutex // guards closed and sends on reqs
 	closed bool
 	done   chan struct{}
-	// seqs caches each unfinished run's last event sequence number; only
-	// the writer goroutine touches it.
+	// applying is held by whoever applies a group of commits: the writer
+	// goroutine, or a committer that found no commit under way and writes
+	// its own, with any that queue meanwhile, without waking the writer.
+	// It guards seqs, written and format.
+	applying sync.Mutex
+	// seqs caches each unfinished run's last event sequence number.
 	seqs map[string]uint64
-	// written counts bytes committed since the writer last handed the
-	// file mapping's pages back.
+	// written counts bytes committed since the mapping's pages were last
+	// handed back.
 	written int
-	// format is the file's layout version; only the writer changes it.
+	// format is the file's layout version.
 	format string
 	// background finishes, after a restart, the deletions of runs a
 	// gateway began and did not finish.
@@ -290,6 +294,12 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) error {
 		s.mu.RUnlock()
 		return store.ErrClosed
 	}
+	if s.applying.TryLock() {
+		s.apply(s.collect(req))
+		s.applying.Unlock()
+		s.mu.RUnlock()
+		return <-req.done
+	}
 	select {
 	case s.reqs <- req:
 	case <-ctx.Done():
@@ -376,23 +386,30 @@ func markApart(head, apart []byte) ([]byte, error) {
 // writer applies queued commits, as many as are waiting, in one transaction.
 func (s *Store) writer() {
 	defer close(s.done)
-	group := make([]*commitReq, 0, maxGroup)
 	for req := range s.reqs {
-		group = append(group[:0], req)
-	drain:
-		for len(group) < maxGroup {
-			select {
-			case r, ok := <-s.reqs:
-				if !ok {
-					break drain
-				}
-				group = append(group, r)
-			default:
-				break drain
-			}
-		}
-		s.apply(group)
+		s.applying.Lock()
+		s.apply(s.collect(req))
+		s.applying.Unlock()
 	}
+}
+
+// collect is first and the commits queued behind it, up to maxGroup; the
+// caller holds applying.
+func (s *Store) collect(first *commitReq) []*commitReq {
+	group := make([]*commitReq, 1, 8)
+	group[0] = first
+	for len(group) < maxGroup {
+		select {
+		case r, ok := <-s.reqs:
+			if !ok {
+				return group
+			}
+			group = append(group, r)
+		default:
+			return group
+		}
+	}
+	return group
 }
 
 func (s *Store) apply(group []*commitReq) {
