@@ -15,8 +15,8 @@ import (
 // bucketAudit holds the audit log: entry id (sorting by time) → entry.
 var bucketAudit = []byte("audit")
 
-// AppendAudit implements store.Store. Entries arriving together share one
-// fsync.
+// AppendAudit implements store.Store. An entry shares the transaction, and
+// the fsync, of the commits waiting with it.
 func (s *Store) AppendAudit(ctx context.Context, e *store.AuditEntry) error {
 	if err := store.CheckAudit(e); err != nil {
 		return err
@@ -25,10 +25,7 @@ func (s *Store) AppendAudit(ctx context.Context, e *store.AuditEntry) error {
 	if err != nil {
 		return fmt.Errorf("encoding audit entry %s: %w", e.ID, err)
 	}
-	if err := s.batch(func(tx *bbolt.Tx) error { return tx.Bucket(bucketAudit).Put([]byte(e.ID), v) }); err != nil {
-		return fmt.Errorf("appending audit entry %s: %w", e.ID, err)
-	}
-	return nil
+	return s.writeShared(ctx, "appending audit entry "+e.ID, func(tx *bbolt.Tx) error { return tx.Bucket(bucketAudit).Put([]byte(e.ID), v) })
 }
 
 // auditPage is how many entries a walk reads in one read transaction: a

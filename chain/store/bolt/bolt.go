@@ -150,6 +150,24 @@ type commitReq struct {
 	// last of them.
 	purged    store.Freed
 	purgedAll bool
+	// write, set instead of b, is a small write (an audit entry, a key's
+	// claim) that shares the transaction of the commits waiting with it. It
+	// must make no change before a check that can fail, since a failed one
+	// leaves the others to commit.
+	write func(tx *bbolt.Tx) error
+	what  string // what write does, for its error
+}
+
+// failed words the error of a transaction that did not commit.
+func (r *commitReq) failed(err error) error {
+	switch {
+	case r.purge != "":
+		return fmt.Errorf("deleting records of run %s: %w", r.purge, err)
+	case r.write != nil:
+		return fmt.Errorf("%s: %w", r.what, err)
+	default:
+		return fmt.Errorf("committing run %s: %w", r.b.Run.ID, err)
+	}
 }
 
 // encodedBatch is a batch marshalled by the committing goroutine, so JSON
@@ -288,7 +306,18 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) error {
 	if err != nil {
 		return fmt.Errorf("committing run %s: %w", b.Run.ID, err)
 	}
-	req := &commitReq{b: b, enc: enc, done: make(chan error, 1)}
+	return s.submit(ctx, &commitReq{b: b, enc: enc, done: make(chan error, 1)})
+}
+
+// writeShared runs fn in the transaction of the commits waiting with it:
+// one fsync for all of them. See commitReq.write for what fn may do.
+func (s *Store) writeShared(ctx context.Context, what string, fn func(tx *bbolt.Tx) error) error {
+	return s.submit(ctx, &commitReq{write: fn, what: what, done: make(chan error, 1)})
+}
+
+// submit has req applied in the next transaction: by the caller itself when
+// none is under way, by the writer goroutine otherwise.
+func (s *Store) submit(ctx context.Context, req *commitReq) error {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -307,7 +336,7 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) error {
 		return ctx.Err()
 	}
 	s.mu.RUnlock()
-	// Once queued, the commit happens; report its real outcome rather than
+	// Once queued, the write happens; report its real outcome rather than
 	// ctx's, so a caller never believes a durable write was lost.
 	return <-req.done
 }
@@ -436,6 +465,12 @@ func (s *Store) apply(group []*commitReq) {
 				results[i] = purgeChunk(tx, r)
 				continue
 			}
+			if r.write != nil {
+				if err := r.write(tx); err != nil {
+					results[i] = r.failed(err)
+				}
+				continue
+			}
 			results[i] = s.applyOne(tx, r, pending)
 			apart = apart || results[i] == nil && (r.enc.payload != nil || len(r.enc.bodies) > 0)
 		}
@@ -450,7 +485,7 @@ func (s *Store) apply(group []*commitReq) {
 	}
 	if err == nil {
 		for _, r := range group {
-			if r.purge != "" {
+			if r.b == nil {
 				continue
 			}
 			id := r.b.Run.ID
@@ -465,10 +500,8 @@ func (s *Store) apply(group []*commitReq) {
 	}
 	for i, r := range group {
 		switch {
-		case err != nil && r.purge != "":
-			r.done <- fmt.Errorf("deleting records of run %s: %w", r.purge, err)
 		case err != nil:
-			r.done <- fmt.Errorf("committing run %s: %w", r.b.Run.ID, err)
+			r.done <- r.failed(err)
 		default:
 			r.done <- results[i]
 		}
@@ -1129,16 +1162,10 @@ func (s *Store) KeyRun(ctx context.Context, key string) (string, error) {
 
 // ClaimKey implements store.Store.
 func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return "", store.ErrClosed
-	}
 	var existing string
-	// Claims arriving together share one transaction and one fsync; Batch
-	// may run fn again, so it starts from nothing.
-	err := s.db.Batch(func(tx *bbolt.Tx) error {
-		existing = ""
+	// Claims share the transaction of the commits waiting with them: the
+	// claim, the run it starts and its audit entry often go in one fsync.
+	err := s.writeShared(ctx, "claiming idempotency key", func(tx *bbolt.Tx) error {
 		keys, expiry := tx.Bucket(bucketKeys), tx.Bucket(bucketKeyExpiry)
 		now := time.Now()
 		if err := sweepKeys(keys, expiry, now); err != nil {
@@ -1163,7 +1190,7 @@ func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Durati
 		return expiry.Put(append(exp, key...), nil)
 	})
 	if err != nil {
-		return "", fmt.Errorf("claiming idempotency key: %w", err)
+		return "", err
 	}
 	return existing, nil
 }

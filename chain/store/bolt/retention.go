@@ -225,19 +225,7 @@ func (s *Store) purgeRecords(ctx context.Context, id string) (store.Freed, error
 	var freed store.Freed
 	for {
 		req := &commitReq{purge: id, done: make(chan error, 1)}
-		s.mu.RLock()
-		if s.closed {
-			s.mu.RUnlock()
-			return freed, store.ErrClosed
-		}
-		select {
-		case s.reqs <- req:
-		case <-ctx.Done():
-			s.mu.RUnlock()
-			return freed, ctx.Err()
-		}
-		s.mu.RUnlock()
-		err := <-req.done
+		err := s.submit(ctx, req)
 		freed.Add(req.purged)
 		if err != nil || req.purgedAll {
 			return freed, err
