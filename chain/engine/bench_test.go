@@ -18,7 +18,9 @@ import (
 	"github.com/chaingate/gateway/chain/engine"
 	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/chain/store/bolt"
+	"github.com/chaingate/gateway/chain/store/redis"
 	"github.com/chaingate/gateway/internal/testutil"
+	"github.com/chaingate/gateway/internal/testutil/redistest"
 	"github.com/chaingate/gateway/plugins/host"
 	"github.com/chaingate/gateway/providers"
 )
@@ -181,41 +183,77 @@ func (c *callSpans) spanList() []time.Duration {
 func BenchmarkConcurrentRuns(b *testing.B) {
 	for _, conc := range []int{64, 256} {
 		b.Run(fmt.Sprintf("runs=%d", conc), func(b *testing.B) {
-			h := newBenchHarness(b, tenEchoSteps(), nil)
-			ctx := context.Background()
-			h.runOnce(ctx, b)
-			work := make(chan struct{})
-			var wg sync.WaitGroup
-			for range conc {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range work {
-						h.runOnce(ctx, b)
-					}
-				}()
-			}
-			selfStart, childStart := testutil.CPUTimes()
-			b.ResetTimer()
-			start := time.Now()
-			n := 0
-			for b.Loop() {
-				work <- struct{}{}
-				n++
-			}
-			close(work)
-			wg.Wait()
-			b.StopTimer()
-			elapsed := time.Since(start)
-			// The plugin process's CPU is counted once it has exited and been reaped.
-			_ = h.pm.Close()
-			self, child := testutil.CPUTimes()
-			steps := float64(n * 10)
-			b.ReportMetric(steps/elapsed.Seconds(), "steps/s")
-			b.ReportMetric(float64((self-selfStart).Microseconds())/steps, "gateway-cpu-µs/step")
-			b.ReportMetric(float64((child-childStart).Microseconds())/steps, "plugin-cpu-µs/step")
+			concurrentRuns(b, newBenchHarness(b, tenEchoSteps(), nil), conc)
 		})
 	}
+}
+
+// BenchmarkRedisRuns is the sequential and the concurrent runs over the
+// Redis store (the test Redis, on a prefix of its own): the step's p50 and
+// the p50 of its commits, one run at a time, and steps/s with 64 and 256
+// runs in flight.
+func BenchmarkRedisRuns(b *testing.B) {
+	open := func(b *testing.B) store.Store {
+		st, err := redis.OpenURL(context.Background(), redistest.Open(b), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	b.Run("sequential", func(b *testing.B) {
+		clock := &stepClock{last: map[string]time.Time{}}
+		commits := &commitTimer{}
+		h := newBenchHarness(b, tenEchoSteps(), clock.observe, sharing(open(b)),
+			wrapStore(func(s store.Store) store.Store { commits.Store = s; return commits }))
+		ctx := context.Background()
+		h.runOnce(ctx, b)
+		clock.spans, commits.spans = nil, nil
+		for b.Loop() {
+			h.runOnce(ctx, b)
+		}
+		b.ReportMetric(float64(percentile(clock.spans, 0.5).Microseconds()), "p50-step-µs")
+		b.ReportMetric(float64(percentile(clock.spans, 0.99).Microseconds()), "p99-step-µs")
+		b.ReportMetric(float64(percentile(commits.spanList(), 0.5).Microseconds()), "commit-µs")
+	})
+	for _, conc := range []int{64, 256} {
+		b.Run(fmt.Sprintf("runs=%d", conc), func(b *testing.B) {
+			concurrentRuns(b, newBenchHarness(b, tenEchoSteps(), nil, sharing(open(b))), conc)
+		})
+	}
+}
+
+func concurrentRuns(b *testing.B, h *benchHarness, conc int) {
+	ctx := context.Background()
+	h.runOnce(ctx, b)
+	work := make(chan struct{})
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			for range work {
+				h.runOnce(ctx, b)
+			}
+		})
+	}
+	selfStart, childStart := testutil.CPUTimes()
+	b.ResetTimer()
+	start := time.Now()
+	n := 0
+	for b.Loop() {
+		work <- struct{}{}
+		n++
+	}
+	close(work)
+	wg.Wait()
+	b.StopTimer()
+	elapsed := time.Since(start)
+	// The plugin process's CPU is counted once it has exited and been reaped.
+	_ = h.pm.Close()
+	self, child := testutil.CPUTimes()
+	steps := float64(n * 10)
+	b.ReportMetric(steps/elapsed.Seconds(), "steps/s")
+	b.ReportMetric(float64((self-selfStart).Microseconds())/steps, "gateway-cpu-µs/step")
+	b.ReportMetric(float64((child-childStart).Microseconds())/steps, "plugin-cpu-µs/step")
 }
 
 type benchHarness struct {
