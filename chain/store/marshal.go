@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 
@@ -32,6 +33,106 @@ func MarshalEvent(ev *Event) ([]byte, error) {
 	return jsonx.Marshal(ev)
 }
 
+// MarshalHeader encodes a run without its origin, the record every
+// commit of the run rewrites: as jsonx.Marshal encodes a copy of run whose
+// Origin is zero.
+func MarshalHeader(run *Run) ([]byte, error) {
+	if b, ok := appendHeader(make([]byte, 0, 320+len(run.Body)), run); ok {
+		return b, nil
+	}
+	header := *run
+	header.Origin = Origin{}
+	return jsonx.Marshal(&header)
+}
+
+func appendHeader(b []byte, run *Run) ([]byte, bool) {
+	if run.Queue != nil || run.Failure != nil {
+		return b, false
+	}
+	ok := true
+	b, ok = appendPlainField(b, `{"id":`, run.ID, ok)
+	b, ok = appendPlainField(b, `,"chain":`, run.Chain, ok)
+	b, ok = appendPlainField(b, `,"chain_hash":`, run.ChainHash, ok)
+	b, ok = appendPlainField(b, `,"status":`, string(run.Status), ok)
+	if run.Path == nil {
+		b = append(b, `,"path":null`...)
+	} else {
+		b = append(b, `,"path":[`...)
+		sep := ""
+		for _, step := range run.Path {
+			b, ok = appendPlainField(b, sep, step, ok)
+			sep = ","
+		}
+		b = append(b, ']')
+	}
+	if run.Cursor != "" {
+		b, ok = appendPlainField(b, `,"cursor":`, run.Cursor, ok)
+	}
+	if !run.Deadline.IsZero() {
+		b, ok = appendTime(append(b, `,"deadline":`...), run.Deadline, ok)
+	}
+	b, ok = appendTime(append(b, `,"created_at":`...), run.CreatedAt, ok)
+	b, ok = appendTime(append(b, `,"updated_at":`...), run.UpdatedAt, ok)
+	if !run.FinishedAt.IsZero() {
+		b, ok = appendTime(append(b, `,"finished_at":`...), run.FinishedAt, ok)
+	}
+	b, ok = appendError(b, run.Error, ok)
+	for _, f := range []struct{ name, v string }{{`,"parent_run":`, run.ParentRun}, {`,"parent_step":`, run.ParentStep}} {
+		if f.v != "" {
+			b, ok = appendPlainField(b, f.name, f.v, ok)
+		}
+	}
+	if len(run.Body) > 0 {
+		b, ok = appendRaw(append(b, `,"body":`...), run.Body, ok)
+	}
+	if run.BodyStep != "" {
+		b, ok = appendPlainField(b, `,"body_step":`, run.BodyStep, ok)
+	}
+	b = strconv.AppendUint(append(b, `,"seq":`...), run.Seq, 10)
+	if run.StartedBy != "" {
+		b, ok = appendPlainField(b, `,"started_by":`, run.StartedBy, ok)
+	}
+	if !run.KeyUntil.IsZero() {
+		b, ok = appendTime(append(b, `,"key_until":`...), run.KeyUntil, ok)
+	}
+	if len(run.Labels) > 0 {
+		names := make([]string, 0, len(run.Labels))
+		for name := range run.Labels {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		sep := `,"labels":{`
+		for _, name := range names {
+			b, ok = appendPlainField(b, sep, name, ok)
+			b, ok = appendPlainField(b, ":", run.Labels[name], ok)
+			sep = ","
+		}
+		b = append(b, '}')
+	}
+	if run.Phase != "" {
+		b, ok = appendPlainField(b, `,"phase":`, run.Phase, ok)
+	}
+	if run.Ending != "" {
+		b, ok = appendPlainField(b, `,"ending":`, string(run.Ending), ok)
+	}
+	return append(b, '}'), ok
+}
+
+// appendError appends a step's or a run's error, if it has one.
+func appendError(b []byte, e *ErrorInfo, ok bool) ([]byte, bool) {
+	if e == nil {
+		return b, ok
+	}
+	b, ok = appendPlainField(b, `,"error":{"message":`, e.Message, ok)
+	if e.Code != "" {
+		b, ok = appendPlainField(b, `,"code":`, e.Code, ok)
+	}
+	if e.Retryable {
+		b = append(b, `,"retryable":true`...)
+	}
+	return append(b, '}'), ok
+}
+
 func appendStep(b []byte, rec *StepRecord) ([]byte, bool) {
 	ok := true
 	b, ok = appendPlainField(b, `{"key":`, rec.Key, ok)
@@ -44,16 +145,7 @@ func appendStep(b []byte, rec *StepRecord) ([]byte, bool) {
 	if len(rec.Body) > 0 {
 		b, ok = appendRaw(append(b, `,"body":`...), rec.Body, ok)
 	}
-	if e := rec.Error; e != nil {
-		b, ok = appendPlainField(b, `,"error":{"message":`, e.Message, ok)
-		if e.Code != "" {
-			b, ok = appendPlainField(b, `,"code":`, e.Code, ok)
-		}
-		if e.Retryable {
-			b = append(b, `,"retryable":true`...)
-		}
-		b = append(b, '}')
-	}
+	b, ok = appendError(b, rec.Error, ok)
 	for _, t := range []struct {
 		name string
 		at   time.Time

@@ -49,6 +49,37 @@ func TestMarshalAsJSONX(t *testing.T) {
 	for _, ev := range events {
 		same(t, ev, MarshalEvent)
 	}
+	runs := []*Run{
+		{},
+		{ID: "01m8jkxg0bkxv6mbgwdce35j4t", Chain: "links", ChainHash: "ad6f", Status: RunRunning, Cursor: "post", CreatedAt: at, UpdatedAt: at, Seq: 1},
+		{ID: "r1", Chain: "c", Status: RunSucceeded, Path: []string{"post", "each"}, CreatedAt: at, UpdatedAt: at, FinishedAt: at, Deadline: at,
+			Body: json.RawMessage(` {"results": [1, "<b>&</b>"]} `), Seq: 7, StartedBy: "trigger:am", KeyUntil: at.Add(time.Hour),
+			Labels: map[string]string{"severity": "page", "alertname": "DiskFull", "instance": "db-1:9100"}, ParentRun: "p", ParentStep: "s"},
+		{ID: "r1", Status: RunFailed, Path: []string{}, Error: &ErrorInfo{Message: "boom", Code: "internal", Retryable: true}, Phase: PhaseOnFailure, Ending: RunFailed, BodyStep: "loop"},
+		{ID: "r1", Labels: map[string]string{"a\"b": "x"}},
+		{ID: "r1", Labels: map[string]string{"a": "ünïcode"}},
+		{ID: "r1", Path: []string{"tab\there"}},
+		{ID: "r1", Body: json.RawMessage(`{"x":`)},
+		{ID: "r1", Queue: &QueuePlace{}},
+		{ID: "r1", Failure: &Failure{}},
+		{ID: "r1", Origin: Origin{ID: "o1", Payload: json.RawMessage(`{"alert":"disk"}`)}, CreatedAt: at.In(time.FixedZone("far", 24*3600))},
+	}
+	for _, run := range runs {
+		sameHeader(t, run)
+	}
+}
+
+// sameHeader checks MarshalHeader against jsonx.Marshal of the run with
+// no origin.
+func sameHeader(t *testing.T, run *Run) {
+	t.Helper()
+	header := *run
+	header.Origin = Origin{}
+	got, err := MarshalHeader(run)
+	want, wantErr := jsonx.Marshal(&header)
+	if (err != nil) != (wantErr != nil) || (err != nil && err.Error() != wantErr.Error()) || !bytes.Equal(got, want) {
+		t.Errorf("encoding %+v:\n got %s, %v\nwant %s, %v", run, got, err, want, wantErr)
+	}
 }
 
 func same[T any](t *testing.T, v T, encode func(T) ([]byte, error)) {
@@ -75,6 +106,12 @@ func FuzzMarshalStep(f *testing.F) {
 		}
 		same(t, rec, marshalStep)
 		same(t, &Event{RunID: key, Chain: status, Seq: uint64(n), Time: at, Type: EventType(status), Step: dedup, Attempt: n, Message: msg, Data: json.RawMessage(body)}, MarshalEvent)
+		run := &Run{ID: key, Chain: dedup, Status: RunStatus(status), Path: []string{key, code}, Cursor: code, CreatedAt: at, UpdatedAt: at, KeyUntil: at,
+			Body: json.RawMessage(body), Seq: uint64(n), StartedBy: msg, Labels: map[string]string{key: msg, code: status}}
+		if n%2 == 0 {
+			run.Path, run.Labels, run.Error = nil, nil, &ErrorInfo{Message: msg, Code: code}
+		}
+		sameHeader(t, run)
 	})
 }
 
@@ -104,6 +141,31 @@ func BenchmarkMarshalStep(b *testing.B) {
 					if _, err := tc.event(ev); err != nil {
 						b.Fatal(err)
 					}
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMarshalHeader encodes a started alert's run record, as every
+// commit of the run does.
+func BenchmarkMarshalHeader(b *testing.B) {
+	at := time.Now().UTC()
+	run := &Run{ID: "01m8jkxg0bkxv6mbgwdce35j4t", Chain: "three-echo", ChainHash: "ad6ff99b13629b13d5ac0cbcf9cd88e4aad2ced76a1dcef1874bba1a1db7b995",
+		Status: RunRunning, Path: []string{"one"}, Cursor: "two", CreatedAt: at, UpdatedAt: at, Seq: 4, StartedBy: "trigger:alerts", KeyUntil: at.Add(24 * time.Hour),
+		Labels: map[string]string{"alertname": "DiskFull", "instance": "db-1:9100", "severity": "page"}}
+	for _, tc := range []struct {
+		name   string
+		encode func(*Run) ([]byte, error)
+	}{
+		{"marshal", func(r *Run) ([]byte, error) { h := *r; h.Origin = Origin{}; return jsonx.Marshal(&h) }},
+		{"by-hand", MarshalHeader},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := tc.encode(run); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})

@@ -346,9 +346,7 @@ func encode(b *store.Batch) (encodedBatch, error) {
 	var err error
 	// The origin never changes, so it is written once, apart from the
 	// header that every commit rewrites.
-	header := *b.Run
-	header.Origin = store.Origin{}
-	if e.header, err = jsonx.Marshal(&header); err != nil {
+	if e.header, err = store.MarshalHeader(b.Run); err != nil {
 		return e, fmt.Errorf("encoding run: %w", err)
 	}
 	if b.Create {

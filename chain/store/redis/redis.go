@@ -339,9 +339,7 @@ func (s *Store) commitArgs(b *store.Batch) ([]string, []any, error) {
 	run := b.Run
 	// The origin never changes, so it is written once, apart from the
 	// header that every commit rewrites.
-	header := *run
-	header.Origin = store.Origin{}
-	h, err := jsonx.Marshal(&header)
+	h, err := store.MarshalHeader(run)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding run: %w", err)
 	}
