@@ -151,9 +151,9 @@ type commitReq struct {
 	purged    store.Freed
 	purgedAll bool
 	// write, set instead of b, is a small write (an audit entry, a key's
-	// claim) that shares the transaction of the commits waiting with it. It
-	// must make no change before a check that can fail, since a failed one
-	// leaves the others to commit.
+	// claim) that shares the transaction of the commits waiting with it.
+	// What it changed before failing commits with the others, so it may
+	// only change what stands on its own (ClaimKey's sweep of lapsed keys).
 	write func(tx *bbolt.Tx) error
 	what  string // what write does, for its error
 }
@@ -324,8 +324,7 @@ func (s *Store) submit(ctx context.Context, req *commitReq) error {
 		return store.ErrClosed
 	}
 	if s.applying.TryLock() {
-		s.apply(s.collect(req))
-		s.applying.Unlock()
+		s.applyHeld(s.collect(req))
 		s.mu.RUnlock()
 		return <-req.done
 	}
@@ -415,9 +414,31 @@ func (s *Store) writer() {
 	defer close(s.done)
 	for req := range s.reqs {
 		s.applying.Lock()
-		s.apply(s.collect(req))
-		s.applying.Unlock()
+		s.applyHeld(s.collect(req))
 	}
+}
+
+// applyHeld applies group and lets go of applying, which the caller holds.
+// A bug met while applying fails the group's writes with an error that
+// says so: the store is left unlocked and every caller answered, rather
+// than the process brought down or the next commit left waiting for ever.
+func (s *Store) applyHeld(group []*commitReq) {
+	defer s.applying.Unlock()
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		s.log.Error("writing to the store hit a bug; the writes of this transaction are reported failed", "panic", p, "stack", string(debug.Stack()))
+		err := fmt.Errorf("writing to the store hit a bug: %v", p)
+		for _, r := range group {
+			select {
+			case r.done <- r.failed(err):
+			default: // answered already
+			}
+		}
+	}()
+	s.apply(group)
 }
 
 // collect is first and the commits queued behind it, up to maxGroup; the
