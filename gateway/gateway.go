@@ -132,6 +132,8 @@ type Gateway struct {
 	// Questions keeps the Slack messages that ask approval steps'
 	// questions.
 	Questions *SlackQuestions
+	// starting are the keyed starts under way here (StartKeyed).
+	starting keyedStarts
 }
 
 // Open opens the store and prepares the engine. Plugin processes start when

@@ -301,6 +301,10 @@ type Input struct {
 	OriginID string
 	// StartedBy says how the run started (store.Run.StartedBy).
 	StartedBy string
+	// Key, when set, is an idempotency key the run's creation binds to it
+	// until KeyUntil, in the same commit: a key bound to another run fails
+	// the start with a *store.KeyBoundError naming that run.
+	Key string
 	// KeyUntil is when the idempotency key the run starts under lapses.
 	KeyUntil time.Time
 	// Labels are the run's (store.Run.Labels); a sub-chain's run has its
@@ -417,7 +421,11 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 		_ = e.store.ReleaseLease(context.WithoutCancel(ctx), lease)
 		return nil, err
 	}
-	if err := r.flushCreate(ctx, &store.Definition{Hash: def.Hash, Source: src}); err != nil {
+	var claim *store.KeyClaim
+	if in.Key != "" {
+		claim = &store.KeyClaim{Key: in.Key, TTL: time.Until(in.KeyUntil)}
+	}
+	if err := r.flushCreate(ctx, &store.Definition{Hash: def.Hash, Source: src}, claim); err != nil {
 		e.forget(r)
 		_ = e.store.ReleaseLease(context.WithoutCancel(ctx), lease)
 		return nil, fmt.Errorf("starting run: %w", err)

@@ -811,10 +811,11 @@ func redactError(red *secrets.Redactor, e *store.ErrorInfo) *store.ErrorInfo {
 }
 
 // flushCreate writes the run's first batch, creating it in the store.
-func (r *runner) flushCreate(ctx context.Context, def *store.Definition) error {
+func (r *runner) flushCreate(ctx context.Context, def *store.Definition, claim *store.KeyClaim) error {
 	c := r.takeBatch()
 	c.batch.Create = true
 	c.batch.Definition = def
+	c.batch.Claim = claim
 	// The origin is written once, here, and may hold a secret: a
 	// sub-chain's input may read one, a request's payload may carry one.
 	// The run goes on with it as it came; a resumed run reads it redacted.

@@ -241,6 +241,52 @@ type Batch struct {
 	// DeleteSteps lists step records to remove, as a replay does for the
 	// records of the steps it runs again.
 	DeleteSteps []string
+	// Claim, with Create, binds an idempotency key to the run as it is
+	// created, as ClaimKey would: the run and its key are durable together
+	// or not at all. A key bound to another run fails the commit with a
+	// *KeyBoundError naming that run, and nothing is written.
+	Claim *KeyClaim
+}
+
+// KeyClaim is an idempotency key a run is created under, bound for TTL.
+type KeyClaim struct {
+	Key string
+	TTL time.Duration
+}
+
+// ErrKeyBound is returned by a commit whose Claim names a key bound to
+// another run; the error is a *KeyBoundError.
+var ErrKeyBound = errors.New("idempotency key is bound to another run")
+
+// KeyBoundError says which run holds the key a create claimed. Run is ""
+// when the binding lapsed before the store could read it back.
+type KeyBoundError struct {
+	Key string
+	Run string
+}
+
+func (e *KeyBoundError) Error() string {
+	return fmt.Sprintf("idempotency key %q is bound to run %s", e.Key, e.Run)
+}
+
+// Is makes a KeyBoundError match ErrKeyBound.
+func (e *KeyBoundError) Is(target error) bool { return target == ErrKeyBound }
+
+// CheckClaim checks a batch's claim: only a create claims, with a key and
+// a ttl.
+func CheckClaim(b *Batch) error {
+	c := b.Claim
+	switch {
+	case c == nil:
+		return nil
+	case !b.Create:
+		return fmt.Errorf("claiming idempotency key %q: only a run's creation claims a key: %w", c.Key, ErrInvalid)
+	case c.Key == "":
+		return fmt.Errorf("claiming idempotency key: the key is empty: %w", ErrInvalid)
+	case c.TTL <= 0:
+		return fmt.Errorf("claiming idempotency key %q: ttl %s is not positive: %w", c.Key, c.TTL, ErrInvalid)
+	}
+	return nil
 }
 
 // Definition is a chain definition as started runs need it: a

@@ -302,6 +302,9 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := store.CheckClaim(b); err != nil {
+		return fmt.Errorf("committing run %s: %w", b.Run.ID, err)
+	}
 	enc, err := encode(b)
 	if err != nil {
 		return fmt.Errorf("committing run %s: %w", b.Run.ID, err)
@@ -578,6 +581,12 @@ func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) 
 	case !r.b.Create && !exists:
 		return fmt.Errorf("committing run %s: %w", run.ID, store.ErrNotFound)
 	}
+	now := time.Now()
+	if c := r.b.Claim; c != nil {
+		if bound := keyHolder(tx, c.Key, now); bound != "" && bound != run.ID {
+			return fmt.Errorf("creating run %s: %w", run.ID, &store.KeyBoundError{Key: c.Key, Run: bound})
+		}
+	}
 	for _, ev := range r.b.Events {
 		if ev.Seq != last+1 {
 			return fmt.Errorf("committing run %s: event seq %d does not follow %d: %w", run.ID, ev.Seq, last, store.ErrConflict)
@@ -663,6 +672,11 @@ func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) 
 			if err := defs.Put([]byte(d.Hash), d.Source); err != nil {
 				return err
 			}
+		}
+	}
+	if c := r.b.Claim; c != nil {
+		if _, err := bindKey(tx, c.Key, run.ID, c.TTL, now); err != nil {
+			return err
 		}
 	}
 	pending[run.ID] = last
@@ -1168,9 +1182,7 @@ func (s *Store) KeyRun(ctx context.Context, key string) (string, error) {
 	}
 	var id string
 	err := s.db.View(func(tx *bbolt.Tx) error {
-		if v := tx.Bucket(bucketKeys).Get([]byte(key)); len(v) > 8 && time.Now().Before(time.Unix(0, int64(binary.BigEndian.Uint64(v[:8])))) {
-			id = string(v[8:])
-		}
+		id = keyHolder(tx, key, time.Now())
 		return nil
 	})
 	if err != nil {
@@ -1182,36 +1194,49 @@ func (s *Store) KeyRun(ctx context.Context, key string) (string, error) {
 // ClaimKey implements store.Store.
 func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error) {
 	var existing string
-	// Claims share the transaction of the commits waiting with them: the
-	// claim, the run it starts and its audit entry often go in one fsync.
+	// Claims share the transaction of the commits waiting with them.
 	err := s.writeShared(ctx, "claiming idempotency key", func(tx *bbolt.Tx) error {
-		keys, expiry := tx.Bucket(bucketKeys), tx.Bucket(bucketKeyExpiry)
-		now := time.Now()
-		if err := sweepKeys(keys, expiry, now); err != nil {
-			return err
-		}
-		if v := keys.Get([]byte(key)); len(v) > 8 {
-			if exp := time.Unix(0, int64(binary.BigEndian.Uint64(v[:8]))); now.Before(exp) {
-				if bound := string(v[8:]); bound != runID {
-					existing = bound
-					return nil
-				}
-				// Claimed again by its holder: bound anew for ttl.
-				if err := expiry.Delete(append(append([]byte(nil), v[:8]...), key...)); err != nil {
-					return err
-				}
-			}
-		}
-		exp := binary.BigEndian.AppendUint64(nil, uint64(now.Add(ttl).UnixNano()))
-		if err := keys.Put([]byte(key), append(exp, runID...)); err != nil {
-			return err
-		}
-		return expiry.Put(append(exp, key...), nil)
+		var err error
+		existing, err = bindKey(tx, key, runID, ttl, time.Now())
+		return err
 	})
 	if err != nil {
 		return "", err
 	}
 	return existing, nil
+}
+
+// keyHolder is the run a live binding of key holds it for, or "".
+func keyHolder(tx *bbolt.Tx, key string, now time.Time) string {
+	if v := tx.Bucket(bucketKeys).Get([]byte(key)); len(v) > 8 && now.Before(time.Unix(0, int64(binary.BigEndian.Uint64(v[:8])))) {
+		return string(v[8:])
+	}
+	return ""
+}
+
+// bindKey binds key to runID for ttl from now, unless a live binding holds
+// it for another run, which it returns; one holding it for runID is bound
+// anew.
+func bindKey(tx *bbolt.Tx, key, runID string, ttl time.Duration, now time.Time) (string, error) {
+	keys, expiry := tx.Bucket(bucketKeys), tx.Bucket(bucketKeyExpiry)
+	if err := sweepKeys(keys, expiry, now); err != nil {
+		return "", err
+	}
+	if v := keys.Get([]byte(key)); len(v) > 8 {
+		if exp := time.Unix(0, int64(binary.BigEndian.Uint64(v[:8]))); now.Before(exp) {
+			if bound := string(v[8:]); bound != runID {
+				return bound, nil
+			}
+			if err := expiry.Delete(append(append([]byte(nil), v[:8]...), key...)); err != nil {
+				return "", err
+			}
+		}
+	}
+	exp := binary.BigEndian.AppendUint64(nil, uint64(now.Add(ttl).UnixNano()))
+	if err := keys.Put([]byte(key), append(exp, runID...)); err != nil {
+		return "", err
+	}
+	return "", expiry.Put(append(exp, key...), nil)
 }
 
 // ReleaseKey implements store.Store.

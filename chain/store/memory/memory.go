@@ -127,6 +127,9 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := store.CheckClaim(b); err != nil {
+		return fmt.Errorf("committing run %s: %w", b.Run.ID, err)
+	}
 	c, err := copyBatch(b)
 	if err != nil {
 		return fmt.Errorf("committing run %s: %w", b.Run.ID, err)
@@ -207,6 +210,12 @@ func (s *Store) apply(c, b *store.Batch) error {
 	case !b.Create && !exists:
 		return fmt.Errorf("committing run %s: %w", run.ID, store.ErrNotFound)
 	}
+	now := time.Now()
+	if cl := b.Claim; cl != nil {
+		if k, ok := s.keys[cl.Key]; ok && now.Before(k.expires) && k.runID != run.ID {
+			return fmt.Errorf("creating run %s: %w", run.ID, &store.KeyBoundError{Key: cl.Key, Run: k.runID})
+		}
+	}
 	var last uint64
 	if exists {
 		last = r.header.Seq
@@ -221,6 +230,9 @@ func (s *Store) apply(c, b *store.Batch) error {
 		return fmt.Errorf("committing run %s: run seq %d, last event %d: %w", run.ID, run.Seq, last, store.ErrConflict)
 	}
 
+	if cl := b.Claim; cl != nil {
+		s.bindKey(cl.Key, run.ID, cl.TTL, now)
+	}
 	if b.Create {
 		r = &runState{origin: run.Origin, created: unixNano(run.CreatedAt), steps: map[string]*store.StepRecord{}, ordered: true}
 		run.Origin = store.Origin{}
@@ -737,11 +749,17 @@ func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Durati
 	if b, ok := s.keys[key]; ok && now.Before(b.expires) && b.runID != runID {
 		return b.runID, nil
 	}
+	s.bindKey(key, runID, ttl, now)
+	return "", nil
+}
+
+// bindKey binds key to runID for ttl from now; the caller holds the lock
+// and has found no live binding of key to another run.
+func (s *Store) bindKey(key, runID string, ttl time.Duration, now time.Time) {
 	s.keys[key] = binding{runID, now.Add(ttl)}
 	if len(s.keys) >= s.sweepAt {
 		s.sweepKeys(now)
 	}
-	return "", nil
 }
 
 // minSweep is how many keys there are at least before lapsed ones are

@@ -260,6 +260,9 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) error {
 		return err
 	}
 	run := b.Run
+	if err := store.CheckClaim(b); err != nil {
+		return fmt.Errorf("committing run %s: %w", run.ID, err)
+	}
 	if l := b.Lease; l != nil && l.RunID != run.ID {
 		return fmt.Errorf("committing run %s under a lease on run %q: %w", run.ID, l.RunID, store.ErrLeaseLost)
 	}
@@ -295,6 +298,13 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) error {
 		return fmt.Errorf("committing run %s: event seq %d does not follow %d: %w", run.ID, res[1], res[2], store.ErrConflict)
 	case res[0] == 5 && len(res) == 3:
 		return fmt.Errorf("committing run %s: run seq %d, last event %d: %w", run.ID, res[1], res[2], store.ErrConflict)
+	case res[0] == 7 && b.Claim != nil:
+		// The script answers with numbers only; the holder is read after.
+		bound, err := s.client.Get(ctx, s.idemKey(b.Claim.Key)).Result()
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return fmt.Errorf("creating run %s: reading who holds idempotency key %q: %w", run.ID, b.Claim.Key, err)
+		}
+		return fmt.Errorf("creating run %s: %w", run.ID, &store.KeyBoundError{Key: b.Claim.Key, Run: bound})
 	}
 	return fmt.Errorf("committing run %s: unexpected reply %v from the commit script", run.ID, res)
 }
@@ -357,10 +367,18 @@ func (s *Store) commitArgs(b *store.Batch) ([]string, []any, error) {
 	if run.Status.Final() {
 		fin, finMember = finishedIndex(run.Status)+1, finishedMember(run)
 	}
-	args := make([]any, 0, 14+len(b.DeleteSteps)+2*(len(b.Steps)+len(b.Events)+len(b.DLQ))+1)
+	claimTTL := ""
+	if c := b.Claim; c != nil {
+		ms, err := ttlMillis(c.TTL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("claiming idempotency key: %w", err)
+		}
+		claimTTL = strconv.FormatInt(ms, 10)
+	}
+	args := make([]any, 0, 15+len(b.DeleteSteps)+2*(len(b.Steps)+len(b.Events)+len(b.DLQ))+1)
 	args = append(args, flag(b.Create), flag(run.Status.Final()), lease, strconv.FormatUint(run.Seq, 10),
 		h, origin, indexMember(run.CreatedAt, run.ID), run.ID,
-		len(b.DeleteSteps), len(b.Steps), len(b.Events), len(b.DLQ), fin, finMember)
+		len(b.DeleteSteps), len(b.Steps), len(b.Events), len(b.DLQ), fin, finMember, claimTTL)
 	for _, k := range b.DeleteSteps {
 		args = append(args, k)
 	}
@@ -392,6 +410,9 @@ func (s *Store) commitArgs(b *store.Batch) ([]string, []any, error) {
 	}
 	for _, st := range finalStatuses {
 		keys = append(keys, s.finishedKey(st))
+	}
+	if c := b.Claim; c != nil {
+		keys = append(keys, s.idemKey(c.Key))
 	}
 	if d := b.Definition; d != nil {
 		keys = append(keys, s.defKey(d.Hash))

@@ -10,13 +10,15 @@ import goredis "github.com/redis/go-redis/v9"
 // end, so a batch is all or nothing.
 //
 // KEYS: run, step keys, steps, events, lease, run index, unfinished, DLQ,
-// DLQ ids, the finished indexes of the five final statuses (store.FinalRunStatuses), and the
-// definition when the batch has one.
+// DLQ ids, the finished indexes of the five final statuses (store.FinalRunStatuses), the
+// idempotency key the batch claims when it claims one, and the definition
+// when the batch has one.
 // ARGV: create, final, lease token ("" for none), run seq, header, origin,
 // index member, run id, then the counts of deletions, steps, events and DLQ
 // entries, the finished index the run goes in (1 to 5; 0 unless final) and
-// its member there, then the deleted keys, step key/value pairs, event
-// seq/value pairs, DLQ id/value pairs and the definition's source.
+// its member there, the claim's ttl in ms ("" for no claim), then the
+// deleted keys, step key/value pairs, event seq/value pairs, DLQ id/value
+// pairs and the definition's source.
 //
 // A run's member in a finished index is kept in its hash (field f), so
 // that a replay, which makes it unfinished again, and a replayed run that
@@ -24,14 +26,20 @@ import goredis "github.com/redis/go-redis/v9"
 //
 // It returns {0} on success, {1} for a lost lease, {2} when the run exists,
 // {3} when it does not, {4, seq, last} for an event out of sequence and
-// {5, run seq, last} for a run seq that is not its last event's, and {6}
-// for a batch that the run already ends with.
+// {5, run seq, last} for a run seq that is not its last event's, {6}
+// for a batch that the run already ends with, and {7} when the key it
+// claims is bound to another run.
 var commitScript = goredis.NewScript(`
 local create, final, lease = ARGV[1] == '1', ARGV[2] == '1', ARGV[3]
 local runSeq = tonumber(ARGV[4])
 local nEvents = tonumber(ARGV[11])
 local fin = tonumber(ARGV[13])
-local del = 15
+local claimTTL = ARGV[15]
+local claimKey, defKey = nil, KEYS[15]
+if claimTTL ~= '' then
+  claimKey, defKey = KEYS[15], KEYS[16]
+end
+local del = 16
 local steps = del + tonumber(ARGV[9])
 local events = steps + 2 * tonumber(ARGV[10])
 local dlq = events + 2 * nEvents
@@ -80,6 +88,12 @@ end
 if runSeq ~= last then
   return {5, runSeq, last}
 end
+if claimKey then
+  local cur = redis.call('GET', claimKey)
+  if cur and cur ~= ARGV[8] then
+    return {7}
+  end
+end
 
 redis.call('HSET', KEYS[1], 'h', ARGV[5])
 if create then
@@ -119,8 +133,11 @@ for j = dlq, def - 1, 2 do
   redis.call('HSET', KEYS[8], ARGV[j], ARGV[j + 1])
   redis.call('ZADD', KEYS[9], 0, ARGV[j])
 end
-if KEYS[15] then
-  redis.call('SET', KEYS[15], ARGV[def], 'NX')
+if defKey then
+  redis.call('SET', defKey, ARGV[def], 'NX')
+end
+if claimKey then
+  redis.call('SET', claimKey, ARGV[8], 'PX', claimTTL)
 end
 return {0}
 `)

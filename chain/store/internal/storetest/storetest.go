@@ -56,6 +56,8 @@ func Run(t *testing.T, f Factory) {
 		{"Leases", testLeases},
 		{"DeleteSteps", testDeleteSteps},
 		{"IdempotencyKeys", testIdempotencyKeys},
+		{"CreateClaimsKey", testCreateClaimsKey},
+		{"CreatesClaimingOneKey", testCreatesClaimingOneKey},
 		{"ConcurrentCommits", testConcurrentCommits},
 		{"Reopen", testReopen},
 		{"Closed", testClosed},
@@ -1332,6 +1334,117 @@ func testIdempotencyKeys(t *testing.T, f Factory) {
 	}
 	if got, err := s.ClaimKey(ctx, key, "run-3", time.Second); err != nil || got != "" {
 		t.Errorf("claim after expiry: %q %v", got, err)
+	}
+}
+
+// testCreateClaimsKey binds a key as a run is created, in the same
+// commit: a create whose key another run holds writes nothing and names
+// that run; one whose run cannot be created binds nothing.
+func testCreateClaimsKey(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	key := "chain-a/" + store.NewID()
+	claimed := func(run *store.Run, ttl time.Duration) *store.Batch {
+		return &store.Batch{Run: run, Create: true, Events: appendEvents(run, store.EventRunStarted), Claim: &store.KeyClaim{Key: key, TTL: ttl}}
+	}
+	first := NewRun("c", time.Now().UTC())
+	if err := s.Commit(ctx, claimed(first, 300*time.Millisecond)); err != nil {
+		t.Fatalf("creating a run that claims a key: %v", err)
+	}
+	if got, err := s.KeyRun(ctx, key); err != nil || got != first.ID {
+		t.Fatalf("the key's run after the create: %q %v, want %s", got, err, first.ID)
+	}
+	second := NewRun("c", time.Now().UTC())
+	err := s.Commit(ctx, claimed(second, time.Minute))
+	var kb *store.KeyBoundError
+	if !errors.As(err, &kb) || !errors.Is(err, store.ErrKeyBound) || kb.Run != first.ID || kb.Key != key {
+		t.Fatalf("creating a second run under the key: %v, want a KeyBoundError naming %s", err, first.ID)
+	}
+	if _, err := s.RunHeader(ctx, second.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the run refused its key was written: %v", err)
+	}
+	if ids, _ := s.UnfinishedRuns(ctx); slices.Contains(ids, second.ID) {
+		t.Errorf("the run refused its key is listed unfinished")
+	}
+	// The run its key's claim names is created: a key bound to the run
+	// before (by ClaimKey) counts as claimed.
+	pre := NewRun("c", time.Now().UTC())
+	preKey := "chain-a/" + store.NewID()
+	if got, err := s.ClaimKey(ctx, preKey, pre.ID, time.Minute); err != nil || got != "" {
+		t.Fatalf("claiming ahead: %q %v", got, err)
+	}
+	if err := s.Commit(ctx, &store.Batch{Run: pre, Create: true, Events: appendEvents(pre, store.EventRunStarted), Claim: &store.KeyClaim{Key: preKey, TTL: time.Minute}}); err != nil {
+		t.Errorf("creating the run a key was bound to ahead: %v", err)
+	}
+	// A create that fails for another reason binds nothing.
+	again := *first
+	again.Seq = 0
+	dup := &store.Batch{Run: &again, Create: true, Events: appendEvents(&again, store.EventRunStarted), Claim: &store.KeyClaim{Key: "chain-a/" + store.NewID(), TTL: time.Minute}}
+	if err := s.Commit(ctx, dup); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("creating a run twice: %v, want ErrExists", err)
+	}
+	if got, _ := s.KeyRun(ctx, dup.Claim.Key); got != "" {
+		t.Errorf("a create that failed bound its key to %q", got)
+	}
+	// Once the binding lapses, another run's create takes the key.
+	time.Sleep(400 * time.Millisecond)
+	third := NewRun("c", time.Now().UTC())
+	if err := s.Commit(ctx, claimed(third, time.Minute)); err != nil {
+		t.Fatalf("creating a run under a lapsed key: %v", err)
+	}
+	if got, _ := s.KeyRun(ctx, key); got != third.ID {
+		t.Errorf("the lapsed key's run after a new create: %q, want %s", got, third.ID)
+	}
+	for _, b := range []*store.Batch{
+		{Run: NewRun("c", time.Now().UTC()), Claim: &store.KeyClaim{Key: "k", TTL: time.Minute}},
+		{Run: NewRun("c", time.Now().UTC()), Create: true, Claim: &store.KeyClaim{TTL: time.Minute}},
+		{Run: NewRun("c", time.Now().UTC()), Create: true, Claim: &store.KeyClaim{Key: "k"}},
+	} {
+		b.Events = appendEvents(b.Run, store.EventRunStarted)
+		if err := s.Commit(ctx, b); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("a claim %+v (create %v): %v, want ErrInvalid", *b.Claim, b.Create, err)
+		}
+	}
+}
+
+// testCreatesClaimingOneKey creates runs under one key at once: one is
+// created, and every other is told that one's id.
+func testCreatesClaimingOneKey(t *testing.T, f Factory) {
+	ctx := context.Background()
+	s := f.Open(t)
+	key := "chain-a/" + store.NewID()
+	const n = 16
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			run := NewRun("c", time.Now().UTC())
+			ids[i] = run.ID
+			errs[i] = s.Commit(ctx, &store.Batch{Run: run, Create: true, Events: appendEvents(run, store.EventRunStarted), Claim: &store.KeyClaim{Key: key, TTL: time.Minute}})
+		})
+	}
+	wg.Wait()
+	created := ""
+	for i, err := range errs {
+		if err == nil {
+			if created != "" {
+				t.Fatalf("runs %s and %s were both created under one key", created, ids[i])
+			}
+			created = ids[i]
+		}
+	}
+	if created == "" {
+		t.Fatalf("no run was created: %v", errs)
+	}
+	for i, err := range errs {
+		var kb *store.KeyBoundError
+		if err != nil && (!errors.As(err, &kb) || kb.Run != created) {
+			t.Errorf("run %s: %v, want a KeyBoundError naming %s", ids[i], err, created)
+		}
+	}
+	if got, _ := s.KeyRun(ctx, key); got != created {
+		t.Errorf("the key is bound to %q, want %s", got, created)
 	}
 }
 
