@@ -27,6 +27,9 @@ func (gw *Gateway) StartKeyed(ctx context.Context, chainName, prefix, key string
 		return run.ID, string(run.Status), false, nil
 	}
 	in.Key = prefix + key
+	if err := store.CheckKey(in.Key); err != nil {
+		return "", "", false, err
+	}
 	for {
 		ks, first, err := gw.starting.join(ctx, in.Key)
 		if err != nil {

@@ -272,21 +272,37 @@ func (e *KeyBoundError) Error() string {
 // Is makes a KeyBoundError match ErrKeyBound.
 func (e *KeyBoundError) Is(target error) bool { return target == ErrKeyBound }
 
-// CheckClaim checks a batch's claim: only a create claims, with a key and
-// a ttl.
+// MaxKeyBytes is the longest idempotency key a store binds. Keys are made
+// of what requests bring (an Idempotency-Key header, an alert's
+// fingerprint, a template's output): a longer one is refused before
+// anything is written, rather than met by a store's own limit (bbolt's
+// 32 KiB) part way through a commit.
+const MaxKeyBytes = 16 << 10
+
+// CheckKey checks an idempotency key before a store binds it.
+func CheckKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("claiming idempotency key: the key is empty: %w", ErrInvalid)
+	case len(key) > MaxKeyBytes:
+		return fmt.Errorf("claiming idempotency key: the key is %d bytes, more than the %d a key may have: %w", len(key), MaxKeyBytes, ErrInvalid)
+	}
+	return nil
+}
+
+// CheckClaim checks a batch's claim: only a create claims, with a key
+// CheckKey accepts and a ttl.
 func CheckClaim(b *Batch) error {
 	c := b.Claim
 	switch {
 	case c == nil:
 		return nil
 	case !b.Create:
-		return fmt.Errorf("claiming idempotency key %q: only a run's creation claims a key: %w", c.Key, ErrInvalid)
-	case c.Key == "":
-		return fmt.Errorf("claiming idempotency key: the key is empty: %w", ErrInvalid)
+		return fmt.Errorf("claiming idempotency key: only a run's creation claims a key: %w", ErrInvalid)
 	case c.TTL <= 0:
-		return fmt.Errorf("claiming idempotency key %q: ttl %s is not positive: %w", c.Key, c.TTL, ErrInvalid)
+		return fmt.Errorf("claiming idempotency key: ttl %s is not positive: %w", c.TTL, ErrInvalid)
 	}
-	return nil
+	return CheckKey(c.Key)
 }
 
 // Definition is a chain definition as started runs need it: a

@@ -1109,8 +1109,22 @@ func checkAlertGroup(tr *chain.Trigger, doc any) error {
 }
 
 // keyPart escapes one part of a key, so that no two different inputs make
-// the same key: "/" never appears inside a part.
-func keyPart(s string) string { return url.PathEscape(s) }
+// the same key: "/" never appears inside a part. A part longer than
+// maxKeyPart once escaped is its digest instead, marked "%s", which no
+// escaped text holds ('%' is always followed by two hex digits there):
+// whatever a payload brings, a key stays far inside store.MaxKeyBytes.
+func keyPart(s string) string {
+	p := url.PathEscape(s)
+	if len(p) <= maxKeyPart {
+		return p
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "%sha256-" + hex.EncodeToString(sum[:])
+}
+
+// maxKeyPart is the longest part of a key kept as it came; real
+// fingerprints, group keys and idempotency keys are far shorter.
+const maxKeyPart = 512
 
 // membersHash names a notification of an alert group: its status and each
 // alert's fingerprint, startsAt and status.

@@ -321,6 +321,16 @@ func TestIdempotencyKey(t *testing.T) {
 	if code != 202 || retried.ID != orphan || retried.Replayed {
 		t.Errorf("retry after a failed start: %d %s", code, body)
 	}
+
+	// A key longer than a store keeps is refused, and nothing is started.
+	code, _, body = env.call("POST", "/v1/chains/hello/runs", `{}`, map[string]string{"Idempotency-Key": strings.Repeat("k", store.MaxKeyBytes)}, nil)
+	if code != 400 || !strings.Contains(string(body), "more than the 16384 a key may have") {
+		t.Errorf("a %d-byte key: %d %s", store.MaxKeyBytes, code, body)
+	}
+	env.call("GET", "/v1/runs?chain=hello", "", nil, &list)
+	if len(list.Runs) != 2 {
+		t.Errorf("%d runs of hello after a refused key, want 2", len(list.Runs))
+	}
 }
 
 func TestErrors(t *testing.T) {

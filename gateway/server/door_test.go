@@ -18,6 +18,7 @@ import (
 
 	"github.com/chaingate/gateway/chain"
 	"github.com/chaingate/gateway/chain/engine"
+	"github.com/chaingate/gateway/chain/store"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/api"
 	"github.com/chaingate/gateway/internal/testutil/redistest"
@@ -315,6 +316,32 @@ func TestAlertKeysDoNotCollide(t *testing.T) {
 	code, res, raw = deliver(t, env, "am", alertGroup("g", "resolved", "fp T1 resolved"))
 	if code != http.StatusAccepted || res.Results[0].Action != "started" || res.Results[0].Chain != "close" || res.Results[0].FiringRun != firing {
 		t.Fatalf("its resolution: %d %s", code, raw)
+	}
+}
+
+// TestLongAlertKeys: an alert whose fingerprint is longer than a store
+// keeps in a key starts its run, and again finds it; a short fingerprint
+// written as the long one's digest is an alert of its own.
+func TestLongAlertKeys(t *testing.T) {
+	env, _ := newDoorAPI(t, 10)
+	env.write(strings.Replace(readFile(t, env.cfg), "max_request_bytes = 2048", "max_request_bytes = 1048576", 1))
+	if code, _, raw := env.call("POST", "/v1/admin/reload", "", nil, nil); code != http.StatusOK {
+		t.Fatalf("reload: %d %s", code, raw)
+	}
+	long := strings.Repeat("f", store.MaxKeyBytes+1)
+	code, res, raw := deliver(t, env, "am", alertGroup("g", "firing", long+" T1 firing"))
+	if code != http.StatusAccepted || res.Results[0].Action != "started" {
+		t.Fatalf("an alert with a %d-byte fingerprint: %d %.300s", len(long), code, raw)
+	}
+	run := res.Results[0].Run
+	code, res, raw = deliver(t, env, "am", alertGroup("g", "firing", long+" T1 firing"))
+	if code != http.StatusOK || res.Results[0].Action != "replayed" || res.Results[0].Run != run {
+		t.Fatalf("the same alert again: %d %.300s", code, raw)
+	}
+	sum := sha256.Sum256([]byte(long))
+	code, res, raw = deliver(t, env, "am", alertGroup("g", "firing", "%sha256-"+hex.EncodeToString(sum[:])+" T1 firing"))
+	if code != http.StatusAccepted || res.Results[0].Action != "started" || res.Results[0].Run == run {
+		t.Fatalf("a fingerprint written as the long one's digest: %d %.300s", code, raw)
 	}
 }
 

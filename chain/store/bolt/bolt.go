@@ -1193,6 +1193,9 @@ func (s *Store) KeyRun(ctx context.Context, key string) (string, error) {
 
 // ClaimKey implements store.Store.
 func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error) {
+	if err := store.CheckKey(key); err != nil {
+		return "", err
+	}
 	var existing string
 	// Claims share the transaction of the commits waiting with them.
 	err := s.writeShared(ctx, "claiming idempotency key", func(tx *bbolt.Tx) error {

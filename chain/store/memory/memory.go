@@ -738,8 +738,8 @@ func (s *Store) KeyRun(ctx context.Context, key string) (string, error) {
 
 // ClaimKey implements store.Store.
 func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error) {
-	if key == "" {
-		return "", fmt.Errorf("claiming idempotency key: the key is empty: %w", store.ErrInvalid)
+	if err := store.CheckKey(key); err != nil {
+		return "", err
 	}
 	if err := s.lock(); err != nil {
 		return "", err

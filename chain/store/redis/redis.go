@@ -1154,6 +1154,9 @@ func (s *Store) ForEachKey(ctx context.Context, prefix string, fn func(key, boun
 
 // ClaimKey implements store.Store.
 func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Duration) (string, error) {
+	if err := store.CheckKey(key); err != nil {
+		return "", err
+	}
 	ms, err := ttlMillis(ttl)
 	if err != nil {
 		return "", fmt.Errorf("claiming idempotency key: %w", err)

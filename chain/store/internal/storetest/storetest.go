@@ -1395,15 +1395,36 @@ func testCreateClaimsKey(t *testing.T, f Factory) {
 	if got, _ := s.KeyRun(ctx, key); got != third.ID {
 		t.Errorf("the lapsed key's run after a new create: %q, want %s", got, third.ID)
 	}
+	// A key longer than a store keeps is refused before anything is
+	// written, whichever way it is claimed; one at the limit is bound.
+	long := "chain-a/" + strings.Repeat("k", store.MaxKeyBytes)
 	for _, b := range []*store.Batch{
 		{Run: NewRun("c", time.Now().UTC()), Claim: &store.KeyClaim{Key: "k", TTL: time.Minute}},
 		{Run: NewRun("c", time.Now().UTC()), Create: true, Claim: &store.KeyClaim{TTL: time.Minute}},
 		{Run: NewRun("c", time.Now().UTC()), Create: true, Claim: &store.KeyClaim{Key: "k"}},
+		{Run: NewRun("c", time.Now().UTC()), Create: true, Claim: &store.KeyClaim{Key: long, TTL: time.Minute}},
 	} {
 		b.Events = appendEvents(b.Run, store.EventRunStarted)
 		if err := s.Commit(ctx, b); !errors.Is(err, store.ErrInvalid) {
-			t.Errorf("a claim %+v (create %v): %v, want ErrInvalid", *b.Claim, b.Create, err)
+			t.Errorf("a claim of a %d-byte key, ttl %s (create %v): %v, want ErrInvalid", len(b.Claim.Key), b.Claim.TTL, b.Create, err)
 		}
+		if _, err := s.RunHeader(ctx, b.Run.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("a create refused its claim was written: %v", err)
+		}
+	}
+	if _, err := s.ClaimKey(ctx, long, "run-1", time.Minute); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("claiming a %d-byte key: %v, want ErrInvalid", len(long), err)
+	}
+	if _, err := s.ClaimKey(ctx, "", "run-1", time.Minute); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("claiming an empty key: %v, want ErrInvalid", err)
+	}
+	atLimit := long[:store.MaxKeyBytes]
+	limited := NewRun("c", time.Now().UTC())
+	if err := s.Commit(ctx, &store.Batch{Run: limited, Create: true, Events: appendEvents(limited, store.EventRunStarted), Claim: &store.KeyClaim{Key: atLimit, TTL: time.Minute}}); err != nil {
+		t.Fatalf("creating a run under a key of %d bytes: %v", len(atLimit), err)
+	}
+	if got, _ := s.KeyRun(ctx, atLimit); got != limited.ID {
+		t.Errorf("the %d-byte key is bound to %q, want %s", len(atLimit), got, limited.ID)
 	}
 }
 
