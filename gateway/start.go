@@ -43,6 +43,9 @@ func (gw *Gateway) StartKeyed(ctx context.Context, chainName, prefix, key string
 			continue
 		}
 		in.KeyUntil = time.Now().Add(ttl).UTC()
+		// What those waiting see if this start ends without an answer (a
+		// bug that panics): they then make starts of their own.
+		ks.err = errStartUnanswered
 		func() {
 			defer gw.starting.leave(in.Key, ks)
 			ks.id, ks.status, replayed, ks.err = gw.startUnderKey(ctx, chainName, in)
@@ -50,6 +53,8 @@ func (gw *Gateway) StartKeyed(ctx context.Context, chainName, prefix, key string
 		return ks.id, ks.status, replayed, ks.err
 	}
 }
+
+var errStartUnanswered = errors.New("the start of the key's run ended without an answer")
 
 // startUnderKey starts a run whose creation claims in.Key, or answers
 // with the run the key is bound to.

@@ -212,8 +212,8 @@ func (s *Store) apply(c, b *store.Batch) error {
 	}
 	now := time.Now()
 	if cl := b.Claim; cl != nil {
-		if k, ok := s.keys[cl.Key]; ok && now.Before(k.expires) && k.runID != run.ID {
-			return fmt.Errorf("creating run %s: %w", run.ID, &store.KeyBoundError{Key: cl.Key, Run: k.runID})
+		if bound := s.keyHolder(cl.Key, now); bound != "" && bound != run.ID {
+			return fmt.Errorf("creating run %s: %w", run.ID, &store.KeyBoundError{Key: cl.Key, Run: bound})
 		}
 	}
 	var last uint64
@@ -730,10 +730,7 @@ func (s *Store) KeyRun(ctx context.Context, key string) (string, error) {
 		return "", err
 	}
 	defer s.mu.Unlock()
-	if b, ok := s.keys[key]; ok && time.Now().Before(b.expires) {
-		return b.runID, nil
-	}
-	return "", nil
+	return s.keyHolder(key, time.Now()), nil
 }
 
 // ClaimKey implements store.Store.
@@ -746,11 +743,20 @@ func (s *Store) ClaimKey(ctx context.Context, key, runID string, ttl time.Durati
 	}
 	defer s.mu.Unlock()
 	now := time.Now()
-	if b, ok := s.keys[key]; ok && now.Before(b.expires) && b.runID != runID {
-		return b.runID, nil
+	if bound := s.keyHolder(key, now); bound != "" && bound != runID {
+		return bound, nil
 	}
 	s.bindKey(key, runID, ttl, now)
 	return "", nil
+}
+
+// keyHolder is the run a live binding of key holds it for, or ""; the
+// caller holds the lock.
+func (s *Store) keyHolder(key string, now time.Time) string {
+	if b, ok := s.keys[key]; ok && now.Before(b.expires) {
+		return b.runID
+	}
+	return ""
 }
 
 // bindKey binds key to runID for ttl from now; the caller holds the lock
