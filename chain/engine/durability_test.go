@@ -145,10 +145,16 @@ payload_template = { record = %[1]q, after = "<<steps.first.body.sleep_ms>>" }
 			held, release := hs.holdUntil(tc.holdOn)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			run, err := h.eng.Start(ctx, tc.chain, engine.Input{Payload: json.RawMessage(`{"items":[1]}`)})
-			if err != nil {
-				t.Fatal(err)
-			}
+			// The first calls' intents go in the run's create commit, which
+			// Start waits for.
+			started := make(chan *store.Run, 1)
+			go func() {
+				run, err := h.eng.Start(ctx, tc.chain, engine.Input{Payload: json.RawMessage(`{"items":[1]}`)})
+				if err != nil {
+					t.Error(err)
+				}
+				started <- run
+			}()
 			select {
 			case <-held:
 			case <-ctx.Done():
@@ -161,6 +167,10 @@ payload_template = { record = %[1]q, after = "<<steps.first.body.sleep_ms>>" }
 				t.Errorf("%d calls went out while a commit they depend on was held", n-before)
 			}
 			release()
+			run := <-started
+			if run == nil {
+				t.FailNow()
+			}
 			final, err := h.eng.Wait(ctx, run.ID)
 			if err != nil || final.Status != store.RunSucceeded {
 				t.Fatalf("run: %+v %v", final, err)

@@ -425,7 +425,16 @@ func (e *Engine) startRun(ctx context.Context, cfg *chain.Config, chainName stri
 	if in.Key != "" {
 		claim = &store.KeyClaim{Key: in.Key, TTL: time.Until(in.KeyUntil)}
 	}
+	// A run under a concurrency key takes its slot once it exists
+	// (askSlot below), and only then advances.
+	if r.slot == nil && !r.advanceFirst(e.clock.Now()) {
+		r.detach()
+		e.forget(r)
+		_ = e.store.ReleaseLease(context.WithoutCancel(ctx), lease)
+		return nil, errors.New("starting run: advancing its first steps hit a bug; the gateway's log has the details")
+	}
 	if err := r.flushCreate(ctx, &store.Definition{Hash: def.Hash, Source: src}, claim); err != nil {
+		r.detach()
 		e.forget(r)
 		_ = e.store.ReleaseLease(context.WithoutCancel(ctx), lease)
 		return nil, fmt.Errorf("starting run: %w", err)

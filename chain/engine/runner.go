@@ -83,6 +83,13 @@ type runner struct {
 	role runnerRole
 	sink recordSink
 
+	// creating is set while the run is advanced before its create commit
+	// (advanceFirst): what would reach outside the run, a step's
+	// concurrency slot held under the run's id or a split's hand-off to
+	// workers, waits for the run's loop, so a create that fails leaves
+	// nothing behind in another run's name.
+	creating bool
+
 	// askingKey is the approval step the run waits at, if any;
 	// waitingSince tells the engine's statistics since when (Unix
 	// nanoseconds, 0 when the run waits for no one).
@@ -335,6 +342,9 @@ func (r *runner) loop() {
 
 	drainReq := r.drainReq
 	defer r.detach()
+	// What the create commit made durable (advanceFirst).
+	r.durableUpTo(r.ackedSeq)
+	r.startDurable(ctx)
 	for {
 		if !r.draining {
 			for _, l := range r.advance(r.e.clock.Now()) {
@@ -428,24 +438,53 @@ func (r *runner) contain() {
 		r.log.Error("running split items hit a bug; leaving them to be delivered again", "panic", p, "stack", string(debug.Stack()))
 		return
 	}
-	r.log.Error("advancing the run hit a bug; failing the run", "panic", p, "stack", string(debug.Stack()))
-	r.ending = true
 	if r.committing != nil {
 		<-r.acks
 		r.e.act.End()
 		r.committing = nil
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			r.log.Error("recording the failure hit a bug too; the run stays as last persisted", "panic", p)
-		}
-	}()
-	r.finishRun(store.RunFailed, &store.ErrorInfo{Message: fmt.Sprintf("the gateway hit a bug advancing this run (%v); its log has the details", p), Code: "internal"})
+	if !r.failOnBug(p) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := r.flush(ctx); err != nil {
 		r.log.Error("recording the run's failure", "err", err)
 	}
+}
+
+// failOnBug ends the run failed with p, a bug met while advancing it, in
+// the pending batch. It reports false when ending the run hit a bug too:
+// the run then stays as last persisted.
+func (r *runner) failOnBug(p any) (ended bool) {
+	r.log.Error("advancing the run hit a bug; failing the run", "panic", p, "stack", string(debug.Stack()))
+	r.ending = true
+	defer func() {
+		if p := recover(); p != nil {
+			ended = false
+			r.log.Error("recording the failure hit a bug too; the run stays as last persisted", "panic", p)
+		}
+	}()
+	r.finishRun(store.RunFailed, &store.ErrorInfo{Message: fmt.Sprintf("the gateway hit a bug advancing this run (%v); its log has the details", p), Code: "internal"})
+	return true
+}
+
+// advanceFirst advances a run about to be created, on the goroutine that
+// starts it, so that the create commit carries the intents of its first
+// calls and they go out one commit sooner. The calls wait in r.waiting
+// until the run's loop starts them; nothing leaves the run before it is
+// durable. A bug met here fails the run in its create commit, as the loop
+// would; advanceFirst reports false if even that hit a bug.
+func (r *runner) advanceFirst(now time.Time) (ok bool) {
+	r.creating = true
+	defer func() {
+		r.creating = false
+		if p := recover(); p != nil {
+			ok = r.failOnBug(p)
+		}
+	}()
+	r.waiting = r.advance(now)
+	return true
 }
 
 // DefaultWorkLinger is how long a worker's results may wait for more to
@@ -554,16 +593,21 @@ func (r *runner) acked(ctx context.Context, c *commit) bool {
 			r.markDirty(sp.owner) // its results can be read back now
 		}
 	}
+	r.startDurable(ctx)
+	return true
+}
+
+// startDurable starts the calls waiting for batches that are now durable.
+func (r *runner) startDurable(ctx context.Context) {
 	still := r.waiting[:0]
 	for _, l := range r.waiting {
-		if l.batch <= c.seq {
+		if l.batch <= r.ackedSeq {
 			r.start(ctx, l)
 		} else {
 			still = append(still, l)
 		}
 	}
 	r.waiting = still
-	return true
 }
 
 // committer writes batches in the order the run hands them off.
@@ -827,6 +871,7 @@ func (r *runner) flushCreate(ctx context.Context, def *store.Definition, claim *
 		return err
 	}
 	r.ackedSeq = c.seq
+	r.logOutcomes(c.batch)
 	r.published(c.batch.Events)
 	return nil
 }

@@ -72,6 +72,10 @@ func (r *runner) stepHolds(now time.Time, q *seq, s *chain.Step, rec *store.Step
 	if now.Before(ss.nextAsk) {
 		return false
 	}
+	if r.creating {
+		r.markDirty(q) // asked for in the run's first pass once it exists
+		return false
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	g, err := r.e.slots.AcquireSlot(ctx, store.SlotRequest{Key: ss.key, Holder: holder, Limit: c.Limit, Queue: c.OnBusy == chain.OnBusyQueue, QueueLimit: c.QueueLimit})
