@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/chain/store"
+	"github.com/chaingate/gateway/cmd/gateway/internal/gcfloor"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/console"
 	"github.com/chaingate/gateway/gateway/events"
@@ -42,6 +43,13 @@ persisted and resume on the next start).
 // defaultGrace is how long SIGTERM waits for calls in flight.
 const defaultGrace = 30 * time.Second
 
+// serveGCRoom is how far the gateway's heap grows between two collections
+// at the least (gcfloor): its live heap is a few MiB, and at 64 requests in
+// flight this took the start API from 2,640–2,790 to 2,930–3,090 runs/s for
+// some 35 MiB more. GOGC or GOMEMLIMIT in the environment leaves the
+// runtime's own defaults.
+const serveGCRoom = 32 << 20
+
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// Caught before anything else: SIGHUP's default action ends the process,
 	// and a supervisor may send one as soon as the process exists. A reload
@@ -65,6 +73,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return code
 	}
 	defer stop()
+	gcfloor.Start(serveGCRoom)
 	configs := sf.configs
 	addr := *listen
 	if addr == "" {
