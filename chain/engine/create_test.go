@@ -144,6 +144,13 @@ func TestCreateCarriesFirstIntents(t *testing.T) {
 			" first=running",
 			" first=succeeded",
 		}},
+		// A split opens in the run's first pass.
+		{"split", `{"hosts":["a"]}`, []string{
+			"create loop=pending",
+			" loop=running",
+			" loop[0]=succeeded loop=running",
+			" loop=succeeded",
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.chain, func(t *testing.T) {

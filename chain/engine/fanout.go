@@ -184,9 +184,6 @@ func (r *runner) distribute(s *chain.Step, n int) (bool, *store.ErrorInfo) {
 // go out once that is durable (durable releases them).
 func (f *handedItems) progress(r *runner, sp *split, now time.Time) ([]launch, bool) {
 	if f.h == nil {
-		if r.creating {
-			return nil, false
-		}
 		if r.e.fanout == nil {
 			r.finishSplit(sp, store.StepFailed, fmt.Sprintf("split %q was handed to workers, but this gateway has no [gateway.fanout] to follow it", sp.step.Name))
 			return nil, true

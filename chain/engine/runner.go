@@ -85,9 +85,9 @@ type runner struct {
 
 	// creating is set while the run is advanced before its create commit
 	// (advanceFirst): what would reach outside the run, a step's
-	// concurrency slot held under the run's id or a split's hand-off to
-	// workers, waits for the run's loop, so a create that fails leaves
-	// nothing behind in another run's name.
+	// concurrency slot held in the run's name or a split (whose items may
+	// be handed to workers), waits for the run's first pass, so a create
+	// the store refuses leaves nothing behind in another run's name.
 	creating bool
 
 	// askingKey is the approval step the run waits at, if any;

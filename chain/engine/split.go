@@ -164,6 +164,13 @@ func typeName(v any) string {
 func (r *runner) progressSplit(now time.Time, q *seq, s *chain.Step, rec *store.StepRecord, sc *scope) ([]launch, bool) {
 	sp := r.splits[rec.Key]
 	if sp == nil {
+		if r.creating {
+			// Opened in the run's first pass, once the run exists: handed
+			// to workers, its items would be attached in the run's name
+			// before that, and the hand-off goes on while its decision is
+			// written.
+			return nil, false
+		}
 		if rec.Status == store.StepPending && rec.NotBefore.After(now) {
 			return nil, false
 		}
