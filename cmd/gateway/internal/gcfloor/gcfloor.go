@@ -20,8 +20,9 @@ import (
 	"sync"
 )
 
-// maxPercent bounds the GOGC set for a nearly empty heap.
-const maxPercent = 10000
+// maxPercent bounds the GOGC set for a nearly empty heap, and so how far
+// a heap could outgrow its live part were the tuner ever to stop.
+const maxPercent = 1000
 
 var once sync.Once
 
