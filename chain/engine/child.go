@@ -116,14 +116,32 @@ func (r *runner) startChild(ctx context.Context, l launch) {
 	r.e.act.Begin()
 	go func() {
 		defer r.e.act.End()
-		_, err := r.e.startRun(ctx, r.cfg, l.child.chain, Input{Payload: l.child.input, Labels: labels}, l.child.id, &parent, l.child.deadline)
-		if errors.Is(err, store.ErrExists) || errors.Is(err, ErrClosed) {
-			// Created before a restart, it reports when it ends; or the
-			// engine is closing, and the parent creates it on resume.
-			return
-		}
-		if err != nil {
-			r.give(outcome{key: l.key, attempt: -1, err: err}, nil)
+		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+			_, err := r.e.startRun(ctx, r.cfg, l.child.chain, Input{Payload: l.child.input, Labels: labels}, l.child.id, &parent, l.child.deadline)
+			if errors.Is(err, store.ErrExists) || errors.Is(err, ErrClosed) {
+				// Created before a restart, it reports when it ends; or the
+				// engine is closing, and the parent creates it on resume.
+				return
+			}
+			if !errors.Is(err, store.ErrLeaseHeld) {
+				if err != nil {
+					r.give(outcome{key: l.key, attempt: -1, err: err}, nil)
+				}
+				return
+			}
+			// Another gateway holds the child's lease: it advances the
+			// child, which reports when it ends (or is read by pollChild);
+			// or it was creating it, or died doing so (a worker killed
+			// while the item that starts it runs), and the child is
+			// created once that lease is let go of or lapses.
+			if _, err := r.e.store.RunHeader(ctx, l.child.id); err == nil {
+				return
+			}
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
 }

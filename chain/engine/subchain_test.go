@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -299,5 +300,59 @@ payload_template = { blob = "<<origin.payload.blob>>" }
 		if body, err := engine.RunBody(ctx, h.store, child); err != nil || string(body) != want {
 			t.Errorf("size %d: RunBody gave %.40s… (%v)", size, body, err)
 		}
+	}
+}
+
+// leaseHeldOnce refuses the first lease asked for each run whose id match
+// picks, as a store does while another gateway holds it.
+type leaseHeldOnce struct {
+	store.Store
+	match func(id string) bool
+	mu    sync.Mutex
+	seen  map[string]bool
+}
+
+func (s *leaseHeldOnce) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) (store.Lease, error) {
+	s.mu.Lock()
+	first := s.match(runID) && !s.seen[runID]
+	s.seen[runID] = true
+	s.mu.Unlock()
+	if first {
+		return store.Lease{}, fmt.Errorf("leasing run %s: %w", runID, store.ErrLeaseHeld)
+	}
+	return s.Store.AcquireLease(ctx, runID, owner, ttl)
+}
+
+// TestSubChainWaitsOutAHeldLease starts a sub-chain whose run another
+// gateway holds the lease of before it exists, as a worker killed while
+// it created it does until its lease lapses: the parent starts the child
+// once the lease is free, rather than failing its step.
+func TestSubChainWaitsOutAHeldLease(t *testing.T) {
+	var parents sync.Map
+	h := newHarness(t, subChains, wrapStore(func(st store.Store) store.Store {
+		return &leaseHeldOnce{Store: st, seen: map[string]bool{}, match: func(id string) bool {
+			_, parent := parents.Load(id)
+			return !parent
+		}}
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := store.NewID()
+	parents.Store(id, true)
+	if _, err := h.eng.StartWithID(ctx, "parent", engine.Input{Payload: []byte(`{"severity":"critical","who":"alice"}`)}, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.Wait(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.eng.Result(ctx, id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != store.RunSucceeded {
+		t.Fatalf("parent %s %+v", res.Status, res.Error)
+	}
+	if b := body(t, res, "after"); b["paged"] != "alice" || b["status"] != "succeeded" {
+		t.Errorf("after: %v", b)
 	}
 }
