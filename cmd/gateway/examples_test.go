@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/chaingate/gateway/gateway"
+	"github.com/chaingate/gateway/internal/testutil/brokertest"
+	"github.com/chaingate/gateway/internal/testutil/redistest"
 )
 
 // TestExampleHeaders runs every command the comment at the top of each
@@ -51,7 +53,9 @@ func TestExampleHeaders(t *testing.T) {
 		}
 		t.Run(rel, func(t *testing.T) {
 			dir := t.TempDir()
-			if err := os.Symlink(configs, filepath.Join(dir, "configs")); err != nil {
+			if prefix := fanoutPrefix(t, file); prefix != "" {
+				isolateFanout(t, configs, filepath.Join(dir, "configs"), prefix)
+			} else if err := os.Symlink(configs, filepath.Join(dir, "configs")); err != nil {
 				t.Fatal(err)
 			}
 			t.Chdir(dir)
@@ -107,6 +111,58 @@ func TestExampleHeaders(t *testing.T) {
 	}
 	if ran < 10 {
 		t.Errorf("ran %d commands of the examples' headers; they document more", ran)
+	}
+}
+
+// fanoutPrefixLine is a config's [gateway.fanout] prefix.
+var fanoutPrefixLine = regexp.MustCompile(`(?m)^prefix = "([^"]*)"`)
+
+// fanoutPrefix is the queue and key prefix of file's [gateway.fanout], ""
+// without one.
+func fanoutPrefix(t *testing.T, file string) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, fanout, ok := bytes.Cut(data, []byte("[gateway.fanout]"))
+	if !ok {
+		return ""
+	}
+	m := fanoutPrefixLine.FindSubmatch(fanout)
+	if m == nil {
+		t.Fatalf("%s: its [gateway.fanout] names no prefix, which the test replaces with one of its own", file)
+	}
+	return string(m[1])
+}
+
+// isolateFanout copies the configs to dst with the fan-out's prefix, as
+// an operator's example has it, replaced by a prefix of the test's own:
+// its RabbitMQ queues and Redis keys are the test's, and go when it ends.
+func isolateFanout(t *testing.T, configs, dst, prefix string) {
+	t.Helper()
+	_, own := brokertest.Open(t)
+	redistest.OpenPrefix(t, own)
+	err := filepath.WalkDir(configs, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(configs, path)
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(path, ".toml") {
+			data = bytes.ReplaceAll(data, []byte(`prefix = "`+prefix+`"`), []byte(`prefix = "`+own+`"`))
+		}
+		return os.WriteFile(to, data, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
