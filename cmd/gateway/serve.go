@@ -45,7 +45,7 @@ const defaultGrace = 30 * time.Second
 
 // serveGCRoom is how far the gateway's heap grows between two collections
 // at the least (gcfloor): its live heap is a few MiB, and at 64 requests in
-// flight this took the start API from 2,640–2,790 to 2,930–3,090 runs/s for
+// flight this took the start API from 2,640–2,790 to 2,860–3,140 runs/s for
 // some 35 MiB more. GOGC or GOMEMLIMIT in the environment leaves the
 // runtime's own defaults.
 const serveGCRoom = 32 << 20

@@ -6,10 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"runtime/debug"
 	"time"
 
+	"github.com/chaingate/gateway/cmd/gateway/internal/gcfloor"
 	"github.com/chaingate/gateway/gateway"
 	"github.com/chaingate/gateway/gateway/metrics"
 	"github.com/chaingate/gateway/internal/textx"
@@ -108,7 +108,7 @@ const (
 )
 
 func tuneWorkerGC() {
-	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+	if gcfloor.OperatorChose() {
 		return
 	}
 	debug.SetGCPercent(workerGCPercent)

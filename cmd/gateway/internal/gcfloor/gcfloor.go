@@ -31,13 +31,20 @@ var once sync.Once
 // own choice is left alone: with GOGC or GOMEMLIMIT in the environment
 // Start does nothing. Only the first call counts.
 func Start(room uint64) {
-	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" || room == 0 {
+	if OperatorChose() || room == 0 {
 		return
 	}
 	once.Do(func() {
 		t := &tuner{room: room, percent: 100, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 		t.arm()
 	})
+}
+
+// OperatorChose reports whether GOGC or GOMEMLIMIT is set in the
+// environment: the operator's choice of the collector's settings, which
+// the gateway's commands leave as they are.
+func OperatorChose() bool {
+	return os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != ""
 }
 
 type tuner struct {
