@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -83,7 +84,7 @@ func writeSnapshot(ctx context.Context, tx *bbolt.Tx, w io.Writer) (store.Snapsh
 	if f == "" {
 		return store.SnapshotInfo{}, errors.New("the file holds no store")
 	}
-	info := store.SnapshotInfo{Kind: Kind, Runs: countKeys(tx, bucketHeaders), Unfinished: countKeys(tx, bucketUnfinished)}
+	info := store.SnapshotInfo{Kind: Kind, Runs: countKeys(tx, bucketRunIndex), Unfinished: countKeys(tx, bucketUnfinished)}
 	bw, err := backup.NewWriter(w, backup.Header{Kind: Kind, Format: f, Created: time.Now().UTC(), Source: tx.DB().Path()})
 	if err != nil {
 		return info, err
@@ -131,8 +132,8 @@ func Restore(ctx context.Context, r *backup.Reader, path string) (store.Snapshot
 	if h.Kind != Kind {
 		return fail(fmt.Errorf("the backup holds a %s store, not a bolt file", h.Kind))
 	}
-	if h.Format != format && h.Format != formatReadable {
-		return fail(fmt.Errorf("the backup holds a store in format %s, and this gateway reads formats %s and %s: restore it with the gateway version that took it", h.Format, formatReadable, format))
+	if h.Format != format && !slices.Contains(movedFormats, h.Format) {
+		return fail(fmt.Errorf("the backup holds a store in format %s, and this gateway reads %s: restore it with the gateway version that took it", h.Format, readFormats()))
 	}
 	old, err := claimEmpty(path)
 	if err != nil {
@@ -259,7 +260,7 @@ func checkFile(path string) (store.SnapshotInfo, error) {
 		if f == "" {
 			return errors.New("it holds no store")
 		}
-		info.Runs, info.Unfinished = countKeys(tx, bucketHeaders), countKeys(tx, bucketUnfinished)
+		info.Runs, info.Unfinished = countKeys(tx, bucketRunIndex), countKeys(tx, bucketUnfinished)
 		return nil
 	})
 	return info, err

@@ -63,7 +63,7 @@ func TestBackupRoundTrip(t *testing.T) {
 			if info.Kind != "bolt" || info.Runs != 3 || info.Unfinished != 1 {
 				t.Errorf("snapshot info %+v", info)
 			}
-			if h, tr, err := backup.Check(bytes.NewReader(buf.Bytes())); err != nil || h.Kind != "bolt" || h.Format != "3" || tr.Runs != 3 {
+			if h, tr, err := backup.Check(bytes.NewReader(buf.Bytes())); err != nil || h.Kind != "bolt" || h.Format != "4" || tr.Runs != 3 {
 				t.Fatalf("the backup: %+v %+v %v", h, tr, err)
 			}
 			dst := filepath.Join(dir, "restored", "gw.db")
@@ -184,7 +184,7 @@ func TestRestoreRefuses(t *testing.T) {
 		{name: "a file cut short", data: data[:len(data)/2], want: backup.ErrTruncated},
 		{name: "a damaged file", data: func() []byte { d := bytes.Clone(data); d[len(d)/2] ^= 1; return d }(), want: backup.ErrDamaged},
 		{name: "a later backup format", data: append([]byte("chaingate-backup 2\n"), data[len("chaingate-backup 1\n"):]...), want: backup.ErrVersion},
-		{name: "a later store format", data: rewrite(t, data, backup.Header{Kind: "bolt", Format: "4"}), says: "format 4, and this gateway reads formats 2 and 3"},
+		{name: "a later store format", data: rewrite(t, data, backup.Header{Kind: "bolt", Format: "5"}), says: "format 5, and this gateway reads formats 2, 3 and 4"},
 		{name: "a Redis backup", data: rewrite(t, data, backup.Header{Kind: "redis", Format: "1"}), says: "holds a redis store"},
 		{name: "a header and no data", data: headerOnly(t), want: backup.ErrDamaged, says: "it holds no store file: nothing comes between its header and its end frame"},
 		{name: "a few bytes of data", data: withData(t, []byte("not a bolt file")), says: "checking the restored file: it is not a store file"},
@@ -348,29 +348,27 @@ func TestOpenFindsAReplacedFile(t *testing.T) {
 	}
 }
 
-// TestBackupOfAnOlderFile backs up files of older layouts: a format 2
-// file is restored as it is and still opens, a format 1 file is refused
-// with its format named, not misread.
+// TestBackupOfAnOlderFile backs up files of older layouts: a file of
+// format 2 or 3 is backed up as it is, and restored as it is; opened, it
+// answers as it did. A format 1 file is refused with its format named, not
+// misread.
 func TestBackupOfAnOlderFile(t *testing.T) {
 	dir := t.TempDir()
-	two := filepath.Join(dir, "two.db")
-	s := open(t, two)
-	run := startRun(t, s, nil)
-	_ = s.Close()
-	setFormat(t, two, "2")
-	var buf bytes.Buffer
-	if _, err := bolt.SnapshotFile(context.Background(), two, &buf, 0); err != nil {
-		t.Fatal(err)
-	}
-	if h, _, err := backup.Check(bytes.NewReader(buf.Bytes())); err != nil || h.Format != "2" {
-		t.Fatalf("the backup of a format 2 file: %+v %v", h, err)
-	}
-	restored := filepath.Join(dir, "restored.db")
-	if _, err := restore(t, buf.Bytes(), restored); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := open(t, restored).Run(context.Background(), run.ID); err != nil {
-		t.Errorf("the restored format 2 file: %v", err)
+	for _, f := range []string{"2", "3"} {
+		older := format3File(t)
+		setFormat(t, older, f)
+		var buf bytes.Buffer
+		if _, err := bolt.SnapshotFile(context.Background(), older, &buf, 0); err != nil {
+			t.Fatal(err)
+		}
+		if h, tr, err := backup.Check(bytes.NewReader(buf.Bytes())); err != nil || h.Format != f || tr.Runs != 9 {
+			t.Fatalf("the backup of a format %s file: %+v %+v %v", f, h, tr, err)
+		}
+		restored := filepath.Join(dir, "restored"+f+".db")
+		if info, err := restore(t, buf.Bytes(), restored); err != nil || info.Runs != 9 || info.Unfinished != 2 {
+			t.Fatalf("restoring the format %s file: %+v %v", f, info, err)
+		}
+		sameAsFormat3(t, open(t, restored))
 	}
 
 	one := filepath.Join(dir, "one.db")

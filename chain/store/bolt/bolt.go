@@ -18,6 +18,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,14 +30,16 @@ import (
 	"github.com/chaingate/gateway/internal/jsonx"
 )
 
-// A run's step records and events sit under one bucket, keyed by the run
-// id, so a commit dirties few pages. Its header, rewritten by every commit,
-// and its origin, written once but possibly large, live in buckets of their
-// own: bbolt rewrites a whole leaf for any change in it, and a header next
-// to a megabyte of origin would rewrite the megabyte with every step.
+// A run's header, step records and events sit under one bucket, keyed by
+// the run id, so a commit dirties few pages: bbolt rewrites every page from
+// a changed leaf up to the root, and a step's commit writes the header and
+// the run's newest events, which sort side by side (kindHeader), on one
+// leaf and one path where a bucket of headers took a second. Its origin,
+// written once but possibly large, lives in a bucket of its own, as a
+// header next to a megabyte of origin would rewrite the megabyte with every
+// step.
 var (
 	bucketMeta       = []byte("meta")
-	bucketHeaders    = []byte("run_headers")
 	bucketOrigins    = []byte("run_origins")
 	bucketRuns       = []byte("runs")
 	bucketRunIndex   = []byte("run_index") // created-at | id → nothing, for listing
@@ -45,21 +49,24 @@ var (
 	bucketKeys       = []byte("idempotency_keys")
 	bucketKeyExpiry  = []byte("idempotency_expiry") // expires-at | key → nothing, for sweeping
 	bucketInbox      = []byte("deliveries")         // id → a kept trigger delivery
-	allBuckets       = [][]byte{bucketMeta, bucketHeaders, bucketOrigins, bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs, bucketKeys, bucketKeyExpiry, bucketInbox,
+	allBuckets       = [][]byte{bucketMeta, bucketOrigins, bucketRuns, bucketRunIndex, bucketUnfinished, bucketDLQ, bucketDefs, bucketKeys, bucketKeyExpiry, bucketInbox,
 		bucketFinished, bucketFinishedBy, bucketDeleting, bucketAudit}
 )
 
 // formatKey holds the file's layout version in the meta bucket.
 var formatKey = []byte("format")
 
-// format is the layout this code writes; a file with another is refused
-// rather than misread. Format 3 added values kept apart (apartMark). A
-// format 2 file has none, so it is read as it is, and marked 3 with the
-// first one written: until then the version before can still open it.
-const (
-	format         = "3"
-	formatReadable = "2"
-)
+// format is the layout this code writes; a file in a format it does not
+// know is refused rather than misread. Format 4 keeps a run's header beside
+// its records; formats 2 and 3 (3 added values kept apart, apartMark) kept
+// headers in a bucket of their own, which Open moves (moveHeaders).
+const format = "4"
+
+// movedFormats are the formats whose files Open brings to format.
+var movedFormats = []string{"2", "3"}
+
+// bucketOldHeaders held run headers before format 4.
+var bucketOldHeaders = []byte("run_headers")
 
 // A step record's body or an origin's payload above apartAbove is kept as
 // a value of its own, under the record's key followed by a zero byte, and
@@ -75,11 +82,15 @@ const (
 // apartKey is the key of the value kept apart from the record at key.
 func apartKey(key []byte) []byte { return append(key[:len(key):len(key)], 0) }
 
-// Record kinds within a run's key range.
+// Record kinds within a run's key range. The header sorts right after the
+// events, the newest of which a commit writes with it.
 const (
-	kindStep  = 's'
-	kindEvent = 'e'
+	kindEvent  = 'e'
+	kindHeader = 'h'
+	kindStep   = 's'
 )
+
+func headerKey(runID string) []byte { return runKey(runID, kindHeader, nil) }
 
 func runKey(runID string, kind byte, suffix []byte) []byte {
 	b := make([]byte, 0, len(runID)+2+len(suffix))
@@ -115,15 +126,13 @@ type Store struct {
 	// applying is held by whoever applies a group of commits: the writer
 	// goroutine, or a committer that found no commit under way and writes
 	// its own, with any that queue meanwhile, without waking the writer.
-	// It guards seqs, written and format.
+	// It guards seqs and written.
 	applying sync.Mutex
 	// seqs caches each unfinished run's last event sequence number.
 	seqs map[string]uint64
 	// written counts bytes committed since the mapping's pages were last
 	// handed back.
 	written int
-	// format is the file's layout version.
-	format string
 	// background finishes, after a restart, the deletions of runs a
 	// gateway began and did not finish.
 	background     sync.WaitGroup
@@ -236,22 +245,30 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
-		if err := buildFinishedIndex(tx); err != nil {
-			return fmt.Errorf("indexing the runs that ended: %w", err)
-		}
 		if fileFormat != "" {
 			return nil
 		}
 		fileFormat = format
 		return tx.Bucket(bucketMeta).Put(formatKey, []byte(format))
 	})
+	if err == nil {
+		err = moveHeaders(db, fileFormat, opts.Logger)
+	}
+	if err == nil {
+		err = db.Update(func(tx *bbolt.Tx) error {
+			if err := buildFinishedIndex(tx); err != nil {
+				return fmt.Errorf("indexing the runs that ended: %w", err)
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("initialising store %s: %w", path, err)
 	}
 	s := &Store{
 		db: db, log: opts.Logger, reqs: make(chan *commitReq, maxGroup), done: make(chan struct{}), seqs: map[string]uint64{},
-		leases: map[string]store.Lease{}, format: fileFormat,
+		leases: map[string]store.Lease{},
 	}
 	go s.writer()
 	var bg context.Context
@@ -261,7 +278,7 @@ func Open(path string, opts Options) (*Store, error) {
 }
 
 // checkFormat returns the format of the file's layout, "" for a new file,
-// and refuses one laid out by another version of the store.
+// and refuses one laid out by a version of the store this one cannot read.
 func checkFormat(tx *bbolt.Tx) (string, error) {
 	got := "1"
 	if meta := tx.Bucket(bucketMeta); meta != nil {
@@ -269,10 +286,78 @@ func checkFormat(tx *bbolt.Tx) (string, error) {
 	} else if tx.Bucket(bucketRuns) == nil {
 		return "", nil
 	}
-	if got != format && got != formatReadable {
-		return "", fmt.Errorf("the file is in store format %s, and this gateway reads format %s: finish its runs with the gateway that wrote it, or start on a new file", got, format)
+	if got != format && !slices.Contains(movedFormats, got) {
+		return "", fmt.Errorf("the file is in store format %s, and this gateway reads %s: finish its runs with the gateway that wrote it, or start on a new file", got, readFormats())
 	}
 	return got, nil
+}
+
+// readFormats names the formats this gateway opens, for errors.
+func readFormats() string {
+	return "formats " + strings.Join(movedFormats, ", ") + " and " + format
+}
+
+// Moving headers takes transactions of up to moveChunk headers or
+// moveBytes bytes, so a store of a million runs is not moved in one.
+const (
+	moveChunk = 10000
+	moveBytes = 16 << 20
+)
+
+// moveHeaders brings a file laid out before format 4 to it: every run's
+// header moves from the bucket of headers to its place beside the run's
+// records. The first transaction marks the file format 4, so that no
+// earlier gateway opens it half moved; a gateway that stops midway goes on
+// at its next open, which finds the old bucket.
+func moveHeaders(db *bbolt.DB, fileFormat string, log *slog.Logger) error {
+	var moved int
+	for {
+		done := false
+		err := db.Update(func(tx *bbolt.Tx) error {
+			old := tx.Bucket(bucketOldHeaders)
+			if old == nil {
+				done = true
+				if fileFormat == format {
+					return nil
+				}
+				return tx.Bucket(bucketMeta).Put(formatKey, []byte(format))
+			}
+			if moved == 0 {
+				log.Info("moving run headers beside their records (store format 4)", "from_format", fileFormat, "runs", old.Stats().KeyN)
+			}
+			if err := tx.Bucket(bucketMeta).Put(formatKey, []byte(format)); err != nil {
+				return err
+			}
+			runs := tx.Bucket(bucketRuns)
+			c := old.Cursor()
+			n, size := 0, 0
+			for k, v := c.First(); k != nil; k, v = c.First() {
+				if n == moveChunk || size >= moveBytes {
+					return nil
+				}
+				if err := runs.Put(headerKey(string(k)), bytes.Clone(v)); err != nil {
+					return err
+				}
+				if err := c.Delete(); err != nil {
+					return err
+				}
+				n++
+				size += len(v)
+				moved++
+			}
+			done = true
+			return tx.DeleteBucket(bucketOldHeaders)
+		})
+		if err != nil {
+			return fmt.Errorf("moving run headers to store format %s: %w", format, err)
+		}
+		if done {
+			if moved > 0 {
+				log.Info("moved run headers beside their records", "runs", moved)
+			}
+			return nil
+		}
+	}
 }
 
 // Path returns the store file's path.
@@ -479,9 +564,7 @@ func (s *Store) apply(group []*commitReq) {
 	results := make([]error, len(group))
 	// seqs seen in this transaction; they reach the cache only if it commits.
 	pending := map[string]uint64{}
-	marked := false
 	err := s.db.Update(func(tx *bbolt.Tx) error {
-		apart := false
 		for i, r := range group {
 			if r.purge != "" {
 				results[i] = purgeChunk(tx, r)
@@ -494,17 +577,9 @@ func (s *Store) apply(group []*commitReq) {
 				continue
 			}
 			results[i] = s.applyOne(tx, r, pending)
-			apart = apart || results[i] == nil && (r.enc.payload != nil || len(r.enc.bodies) > 0)
-		}
-		if apart && s.format != format {
-			marked = true
-			return tx.Bucket(bucketMeta).Put(formatKey, []byte(format))
 		}
 		return nil
 	})
-	if err == nil && marked {
-		s.format = format
-	}
 	if err == nil {
 		for _, r := range group {
 			if r.b == nil {
@@ -540,14 +615,14 @@ func (s *Store) apply(group []*commitReq) {
 
 // lastSeq returns the run's last event sequence number, and whether the
 // run exists.
-func (s *Store) lastSeq(headers *bbolt.Bucket, id string, pending map[string]uint64) (uint64, bool, error) {
+func (s *Store) lastSeq(runs *bbolt.Bucket, id string, pending map[string]uint64) (uint64, bool, error) {
 	if seq, ok := pending[id]; ok {
 		return seq, true, nil
 	}
 	if seq, ok := s.seqs[id]; ok {
 		return seq, true, nil
 	}
-	v := headers.Get([]byte(id))
+	v := runs.Get(headerKey(id))
 	if v == nil {
 		return 0, false, nil
 	}
@@ -567,12 +642,12 @@ func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) 
 	if l := r.b.Lease; l != nil && !s.leaseCurrent(*l) {
 		return fmt.Errorf("committing run %s: %w", run.ID, store.ErrLeaseLost)
 	}
-	runs, headers := tx.Bucket(bucketRuns), tx.Bucket(bucketHeaders)
+	runs := tx.Bucket(bucketRuns)
 	// A run's records mostly arrive in key order (events by sequence, split
 	// items by index), so full pages keep the file small; bbolt's default
 	// of half-full pages suits random keys.
 	runs.FillPercent = 0.9
-	last, exists, err := s.lastSeq(headers, run.ID, pending)
+	last, exists, err := s.lastSeq(runs, run.ID, pending)
 	switch {
 	case err != nil:
 		return err
@@ -598,7 +673,7 @@ func (s *Store) applyOne(tx *bbolt.Tx, r *commitReq, pending map[string]uint64) 
 	}
 
 	id := []byte(run.ID)
-	if err := headers.Put(id, r.enc.header); err != nil {
+	if err := runs.Put(headerKey(run.ID), r.enc.header); err != nil {
 		return err
 	}
 	if r.b.Create {
@@ -758,7 +833,11 @@ func holdsAll(raw []byte, needles [][]byte) bool {
 }
 
 func readHeader(tx *bbolt.Tx, id string) (*store.Run, error) {
-	v := tx.Bucket(bucketHeaders).Get([]byte(id))
+	return decodeHeader(id, tx.Bucket(bucketRuns).Get(headerKey(id)))
+}
+
+// decodeHeader decodes the header v read for run id.
+func decodeHeader(id string, v []byte) (*store.Run, error) {
 	if v == nil {
 		return nil, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 	}
@@ -917,7 +996,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 			}
 		}
 		needles := labelNeedles(f.Labels)
-		headers := tx.Bucket(bucketHeaders)
+		runs := tx.Bucket(bucketRuns)
 		for ; k != nil; k, _ = c.Prev() {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -926,10 +1005,11 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (store.RunPage,
 			if !f.Since.IsZero() && created.Before(f.Since) {
 				break
 			}
-			if !holdsAll(headers.Get(k[8:]), needles) {
+			raw := runs.Get(headerKey(string(k[8:])))
+			if !holdsAll(raw, needles) {
 				continue
 			}
-			run, err := readHeader(tx, string(k[8:]))
+			run, err := decodeHeader(string(k[8:]), raw)
 			if errors.Is(err, store.ErrDamaged) {
 				page.Damaged = append(page.Damaged, store.DamagedRun{ID: string(k[8:]), Error: err.Error()})
 				continue

@@ -109,7 +109,7 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = db.Update(func(tx *bbolt.Tx) error {
-				return tx.Bucket([]byte("run_headers")).Put([]byte(runID), []byte(`{"id": "`+runID+`", "status": 7`))
+				return tx.Bucket([]byte("runs")).Put([]byte(runID+"\x00h"), []byte(`{"id": "`+runID+`", "status": 7`))
 			})
 			if cerr := db.Close(); err != nil || cerr != nil {
 				t.Fatal(err, cerr)
@@ -344,59 +344,6 @@ func TestApartValuesLeaveNoTrace(t *testing.T) {
 	}
 }
 
-// TestOpensFormat2 opens a file of the format before values were kept
-// apart: it has none, so it is read as it is, and marked as the new format
-// only once it holds one.
-func TestOpensFormat2(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "gw.db")
-	s := open(t, path)
-	ctx := context.Background()
-	run := startRun(t, s, nil)
-	_ = s.Close()
-	setFormat := func(f string) string {
-		db, err := bbolt.Open(path, 0o600, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		var was string
-		err = db.Update(func(tx *bbolt.Tx) error {
-			meta := tx.Bucket([]byte("meta"))
-			was = string(meta.Get([]byte("format")))
-			if f == "" {
-				return nil
-			}
-			return meta.Put([]byte("format"), []byte(f))
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return was
-	}
-	setFormat("2")
-	s = open(t, path)
-	if got, err := s.Run(ctx, run.ID); err != nil || got.Chain != "c" {
-		t.Errorf("reading a format 2 file's run: %+v, %v", got, err)
-	}
-	small := &store.StepRecord{Key: "a", Name: "a", Status: store.StepSucceeded, Body: []byte(`"small"`)}
-	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: []*store.StepRecord{small}}); err != nil {
-		t.Fatal(err)
-	}
-	_ = s.Close()
-	if f := setFormat(""); f != "2" {
-		t.Errorf("format after a small commit: %q, want 2", f)
-	}
-	s = open(t, path)
-	large := &store.StepRecord{Key: "b", Name: "b", Status: store.StepSucceeded, Body: []byte(`"` + strings.Repeat("x", 100<<10) + `"`)}
-	if err := s.Commit(ctx, &store.Batch{Run: run, Steps: []*store.StepRecord{large}}); err != nil {
-		t.Fatal(err)
-	}
-	_ = s.Close()
-	if f := setFormat(""); f != "3" {
-		t.Errorf("format after a value kept apart: %q, want 3", f)
-	}
-}
-
 // TestEmptyOriginIsDamaged reads a run whose origin was emptied by hand: the
 // run is damaged, and reading it says so rather than failing the process.
 func TestEmptyOriginIsDamaged(t *testing.T) {
@@ -452,7 +399,7 @@ func TestDeletionResumesAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		return errors.Join(tx.Bucket([]byte("run_headers")).Delete([]byte(run.ID)), tx.Bucket([]byte("deleting")).Put([]byte(run.ID), nil))
+		return errors.Join(tx.Bucket([]byte("runs")).Delete([]byte(run.ID+"\x00h")), tx.Bucket([]byte("deleting")).Put([]byte(run.ID), nil))
 	})
 	if err := errors.Join(err, db.Close()); err != nil {
 		t.Fatal(err)

@@ -93,10 +93,11 @@ func buildFinishedIndex(tx *bbolt.Tx) error {
 	if meta.Get(finishedIndexKey) != nil {
 		return nil
 	}
-	c := tx.Bucket(bucketHeaders).Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
+	runs := tx.Bucket(bucketRuns)
+	c := tx.Bucket(bucketRunIndex).Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
 		var run store.Run
-		if jsonx.Unmarshal(v, &run) != nil || !run.Status.Final() {
+		if v := runs.Get(headerKey(string(k[8:]))); v == nil || jsonx.Unmarshal(v, &run) != nil || !run.Status.Final() {
 			// A damaged record is listed as damaged, and never pruned.
 			continue
 		}
@@ -163,8 +164,9 @@ func (s *Store) DeleteRun(ctx context.Context, id string) (store.Freed, error) {
 	var freed store.Freed
 	err := s.update(func(tx *bbolt.Tx) error {
 		freed = store.Freed{}
-		key := []byte(id)
-		h := tx.Bucket(bucketHeaders).Get(key)
+		key, hk := []byte(id), headerKey(id)
+		runs := tx.Bucket(bucketRuns)
+		h := runs.Get(hk)
 		if h == nil {
 			return fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 		}
@@ -180,7 +182,7 @@ func (s *Store) DeleteRun(ctx context.Context, id string) (store.Freed, error) {
 		if err := deleteIndexEntry(tx, id); err != nil {
 			return err
 		}
-		freed.Records, freed.Bytes = 1, int64(len(key)+len(h))
+		freed.Records, freed.Bytes = 1, int64(len(hk)+len(h))
 		origins := tx.Bucket(bucketOrigins)
 		for _, k := range [][]byte{key, apartKey(key)} {
 			if v := origins.Get(k); v != nil {
@@ -191,7 +193,7 @@ func (s *Store) DeleteRun(ctx context.Context, id string) (store.Freed, error) {
 				}
 			}
 		}
-		if err := errors.Join(tx.Bucket(bucketHeaders).Delete(key), tx.Bucket(bucketUnfinished).Delete(key), unindexFinished(tx, key)); err != nil {
+		if err := errors.Join(runs.Delete(hk), tx.Bucket(bucketUnfinished).Delete(key), unindexFinished(tx, key)); err != nil {
 			return err
 		}
 		return tx.Bucket(bucketDeleting).Put(key, nil)
