@@ -235,6 +235,13 @@ func Open(path string, opts Options) (*Store, error) {
 	// Idempotency claims batch; a lone one should not wait long for company.
 	db.MaxBatchDelay = 2 * time.Millisecond
 	var fileFormat string
+	move := false
+	indexFinished := func(tx *bbolt.Tx) error {
+		if err := buildFinishedIndex(tx); err != nil {
+			return fmt.Errorf("indexing the runs that ended: %w", err)
+		}
+		return nil
+	}
 	err = db.Update(func(tx *bbolt.Tx) error {
 		var err error
 		if fileFormat, err = checkFormat(tx); err != nil {
@@ -245,22 +252,23 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
-		if fileFormat != "" {
+		if fileFormat == "" {
+			fileFormat = format
+			if err := tx.Bucket(bucketMeta).Put(formatKey, []byte(format)); err != nil {
+				return err
+			}
+		}
+		// The index of finished runs reads headers where format 4 keeps
+		// them, so it waits for the move.
+		if move = fileFormat != format || tx.Bucket(bucketOldHeaders) != nil; move {
 			return nil
 		}
-		fileFormat = format
-		return tx.Bucket(bucketMeta).Put(formatKey, []byte(format))
+		return indexFinished(tx)
 	})
-	if err == nil {
-		err = moveHeaders(db, fileFormat, opts.Logger)
-	}
-	if err == nil {
-		err = db.Update(func(tx *bbolt.Tx) error {
-			if err := buildFinishedIndex(tx); err != nil {
-				return fmt.Errorf("indexing the runs that ended: %w", err)
-			}
-			return nil
-		})
+	if err == nil && move {
+		if err = moveHeaders(db, fileFormat, opts.Logger); err == nil {
+			err = db.Update(indexFinished)
+		}
 	}
 	if err != nil {
 		_ = db.Close()

@@ -109,14 +109,18 @@ func fileLayout(t *testing.T, path string) (format string, oldHeaders int) {
 // TestOpensAnOlderFormat opens files of formats 2 and 3: their headers
 // move beside their records, the file is marked format 4, and the store
 // answers about every run as it did, before and after a reopen. A run that
-// was under way goes on, and an id in use is still refused.
+// was under way goes on, and an id in use is still refused. A file from
+// before the index of finished runs has it built from the moved headers.
 func TestOpensAnOlderFormat(t *testing.T) {
-	for _, from := range []string{"2", "3"} {
+	for _, from := range []string{"2", "3", "3 without the index of finished runs"} {
 		t.Run("format "+from, func(t *testing.T) {
 			ctx := context.Background()
 			path := format3File(t)
-			if from != "3" {
+			switch from {
+			case "2":
 				setFormat(t, path, from)
+			case "3 without the index of finished runs":
+				dropFinishedIndex(t, path)
 			}
 			var logs bytes.Buffer
 			s, err := bolt.Open(path, bolt.Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
@@ -152,6 +156,22 @@ func TestOpensAnOlderFormat(t *testing.T) {
 				t.Fatalf("creating a run under a moved run's id: %v", err)
 			}
 		})
+	}
+}
+
+// dropFinishedIndex makes the file at path one from before the index of
+// finished runs.
+func dropFinishedIndex(t *testing.T, path string) {
+	t.Helper()
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		return errors.Join(tx.DeleteBucket([]byte("finished")), tx.DeleteBucket([]byte("finished_by_run")), tx.Bucket([]byte("meta")).Delete([]byte("finished_index")))
+	})
+	if err := errors.Join(err, db.Close()); err != nil {
+		t.Fatal(err)
 	}
 }
 
