@@ -318,7 +318,7 @@ const (
 // earlier gateway opens it half moved; a gateway that stops midway goes on
 // at its next open, which finds the old bucket.
 func moveHeaders(db *bbolt.DB, fileFormat string, log *slog.Logger) error {
-	var moved int
+	var moved, total int
 	for {
 		done := false
 		err := db.Update(func(tx *bbolt.Tx) error {
@@ -331,7 +331,8 @@ func moveHeaders(db *bbolt.DB, fileFormat string, log *slog.Logger) error {
 				return tx.Bucket(bucketMeta).Put(formatKey, []byte(format))
 			}
 			if moved == 0 {
-				log.Info("moving run headers beside their records (store format 4)", "from_format", fileFormat, "runs", old.Stats().KeyN)
+				total = old.Stats().KeyN
+				log.Info("moving run headers beside their records (store format 4)", "from_format", fileFormat, "runs", total)
 			}
 			if err := tx.Bucket(bucketMeta).Put(formatKey, []byte(format)); err != nil {
 				return err
@@ -365,6 +366,7 @@ func moveHeaders(db *bbolt.DB, fileFormat string, log *slog.Logger) error {
 			}
 			return nil
 		}
+		log.Info("moving run headers: part written", "moved", moved, "runs", total)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,9 +36,13 @@ func TestMain(m *testing.M) {
 }
 
 // helper opens the store, commits runs when asked, reports each, then waits
-// to be killed.
+// to be killed. In mode "move" it logs to stdout as it opens the store.
 func helper(mode, path string) int {
-	s, err := bolt.Open(path, bolt.Options{})
+	var opts bolt.Options
+	if mode == "move" {
+		opts.Logger = slog.New(slog.NewJSONHandler(os.Stdout, nil))
+	}
+	s, err := bolt.Open(path, opts)
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1

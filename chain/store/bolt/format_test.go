@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -309,5 +310,73 @@ func digestLarge(doc []byte) []byte {
 			out.Write(s)
 		}
 		doc = doc[j+1:]
+	}
+}
+
+// TestMoveSurvivesKill kills a gateway with kill -9 while it moves the
+// headers of a format 3 file of 60,009 runs, after the first part of the
+// move is written. The next open finishes the move, and every run is there.
+func TestMoveSurvivesKill(t *testing.T) {
+	const extra = 60000
+	path := format3File(t)
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	ids := make([]string, 0, extra)
+	err = db.Update(func(tx *bbolt.Tx) error {
+		headers, index := tx.Bucket([]byte("run_headers")), tx.Bucket([]byte("run_index"))
+		for i := range extra {
+			id := fmt.Sprintf("01bulk%08d", i)
+			ids = append(ids, id)
+			at := created.Add(time.Duration(i) * time.Second)
+			h := fmt.Sprintf(`{"id":%q,"chain":"disk-full","chain_hash":"abc","status":"succeeded","path":null,"created_at":%q,"updated_at":%q,"seq":1}`,
+				id, at.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
+			key := binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano()))
+			if err := errors.Join(headers.Put([]byte(id), []byte(h)), index.Put(append(key, id...), nil)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(err, db.Close()); err != nil {
+		t.Fatal(err)
+	}
+	cmd, lines := startHelper(t, "move", path)
+	killed := false
+	for lines.Scan() {
+		if strings.Contains(lines.Text(), `"msg":"moving run headers: part written"`) {
+			if err := cmd.Process.Kill(); err != nil { // SIGKILL: kill -9
+				t.Fatal(err)
+			}
+			killed = true
+			break
+		}
+	}
+	_ = cmd.Wait()
+	if !killed {
+		t.Fatalf("the gateway ended its move without logging a part written: %v", lines.Err())
+	}
+	f, old := fileLayout(t, path)
+	t.Logf("killed in the move: the file is format %s with %d headers still to move", f, old)
+	if f != "4" {
+		t.Fatalf("a file part moved is marked format %q", f)
+	}
+	s := open(t, path)
+	ctx := context.Background()
+	for _, id := range append(ids, "01format3run01", "01format3run03", "01format3run09") {
+		if run, err := s.RunHeader(ctx, id); err != nil || run.ID != id {
+			t.Fatalf("run %s after the move: %+v %v", id, run, err)
+		}
+	}
+	if u, err := s.UnfinishedRuns(ctx); err != nil || len(u) != 2 {
+		t.Fatalf("unfinished runs after the move: %v %v", u, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f, old := fileLayout(t, path); f != "4" || old != -1 {
+		t.Fatalf("after the open the file is format %q with %d old headers left", f, old)
 	}
 }
