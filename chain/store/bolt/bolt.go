@@ -333,9 +333,9 @@ func moveHeaders(db *bbolt.DB, fileFormat string, log *slog.Logger) error {
 			if moved == 0 {
 				total = old.Stats().KeyN
 				log.Info("moving run headers beside their records (store format 4)", "from_format", fileFormat, "runs", total)
-			}
-			if err := tx.Bucket(bucketMeta).Put(formatKey, []byte(format)); err != nil {
-				return err
+				if err := tx.Bucket(bucketMeta).Put(formatKey, []byte(format)); err != nil {
+					return err
+				}
 			}
 			runs := tx.Bucket(bucketRuns)
 			c := old.Cursor()

@@ -31,7 +31,7 @@ import (
 // is what that store answered about them.
 
 // format3File writes the format 3 file to a new path and returns it.
-func format3File(t *testing.T) string {
+func format3File(t testing.TB) string {
 	t.Helper()
 	f, err := os.Open("testdata/format3.db.gz")
 	if err != nil {
@@ -319,30 +319,7 @@ func digestLarge(doc []byte) []byte {
 func TestMoveSurvivesKill(t *testing.T) {
 	const extra = 60000
 	path := format3File(t)
-	db, err := bbolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	created := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	ids := make([]string, 0, extra)
-	err = db.Update(func(tx *bbolt.Tx) error {
-		headers, index := tx.Bucket([]byte("run_headers")), tx.Bucket([]byte("run_index"))
-		for i := range extra {
-			id := fmt.Sprintf("01bulk%08d", i)
-			ids = append(ids, id)
-			at := created.Add(time.Duration(i) * time.Second)
-			h := fmt.Sprintf(`{"id":%q,"chain":"disk-full","chain_hash":"abc","status":"succeeded","path":null,"created_at":%q,"updated_at":%q,"seq":1}`,
-				id, at.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
-			key := binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano()))
-			if err := errors.Join(headers.Put([]byte(id), []byte(h)), index.Put(append(key, id...), nil)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err := errors.Join(err, db.Close()); err != nil {
-		t.Fatal(err)
-	}
+	ids := addFormat3Runs(t, path, extra)
 	cmd, lines := startHelper(t, "move", path)
 	killed := false
 	for lines.Scan() {
@@ -379,4 +356,66 @@ func TestMoveSurvivesKill(t *testing.T) {
 	if f, old := fileLayout(t, path); f != "4" || old != -1 {
 		t.Fatalf("after the open the file is format %q with %d old headers left", f, old)
 	}
+}
+
+// addFormat3Runs adds n finished runs to the format 3 file at path, each a
+// header in the bucket of headers and an entry in the listing index, and
+// returns their ids.
+func addFormat3Runs(t testing.TB, path string, n int) []string {
+	t.Helper()
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	ids := make([]string, 0, n)
+	err = db.Update(func(tx *bbolt.Tx) error {
+		headers, index := tx.Bucket([]byte("run_headers")), tx.Bucket([]byte("run_index"))
+		for i := range n {
+			id := fmt.Sprintf("01bulk%08d", i)
+			ids = append(ids, id)
+			at := created.Add(time.Duration(i) * time.Second)
+			h := fmt.Sprintf(`{"id":%q,"chain":"disk-full","chain_hash":"abc","status":"succeeded","path":null,"created_at":%q,"updated_at":%q,"seq":1}`,
+				id, at.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
+			key := binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano()))
+			if err := errors.Join(headers.Put([]byte(id), []byte(h)), index.Put(append(key, id...), nil)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(err, db.Close()); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// BenchmarkMoveHeaders opens a format 3 file of 100,009 runs: the time of
+// an open that moves every header.
+func BenchmarkMoveHeaders(b *testing.B) {
+	const extra = 100000
+	src := format3File(b)
+	addFormat3Runs(b, src, extra)
+	data, err := os.ReadFile(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(b.TempDir(), "moved.db")
+	for b.Loop() {
+		b.StopTimer()
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		s, err := bolt.Open(path, bolt.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(len(data))/(1<<20), "file-MiB")
 }
