@@ -872,15 +872,8 @@ func (e *Engine) Advancing(id string) bool { return e.active(id) != nil }
 // A run this engine does not advance, or stopped advancing because another
 // took it over, returns its stored record with ErrNotActive unless final.
 func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
-	if r := e.active(id); r != nil {
-		select {
-		case <-r.done:
-			if r.err != nil && !errors.Is(r.err, store.ErrLeaseLost) {
-				return nil, r.err
-			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if err := e.AwaitEnd(ctx, id); err != nil {
+		return nil, err
 	}
 	run, err := e.store.RunHeader(ctx, id)
 	if err != nil {
@@ -890,6 +883,26 @@ func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
 		return run, fmt.Errorf("waiting for run %s: %w", id, ErrNotActive)
 	}
 	return run, nil
+}
+
+// AwaitEnd blocks while this engine advances the run: until the run ends,
+// or another engine takes it over. It returns at once for a run this engine
+// does not advance. A caller that reads the run anyway afterwards uses it
+// in place of Wait, which reads the run's header.
+func (e *Engine) AwaitEnd(ctx context.Context, id string) error {
+	r := e.active(id)
+	if r == nil {
+		return nil
+	}
+	select {
+	case <-r.done:
+		if r.err != nil && !errors.Is(r.err, store.ErrLeaseLost) {
+			return r.err
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Close stops advancing runs. Runs stay as persisted, to be resumed by the

@@ -296,10 +296,11 @@ func post(ctx context.Context, c *http.Client, target, token, payload string) (s
 			Action string `json:"action"`
 		} `json:"results"`
 	}
-	if err := json.Unmarshal(body, &out); err == nil && len(out.Results) > 0 {
+	err = json.Unmarshal(body, &out)
+	if err == nil && len(out.Results) > 0 {
 		return out.Results[0].Action, nil
 	}
-	if err := json.Unmarshal(body, &out); err != nil || out.Status == "" {
+	if err != nil || out.Status == "" {
 		return "bad_answer", errors.Join(errors.New("the answer is not a run"), err)
 	}
 	if out.Status == "running" {

@@ -271,30 +271,31 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		connguard.HoldOpen(w, wait+time.Duration(s.Config().Gateway.Limits.RequestTimeoutSeconds)*time.Second)
 		wctx, cancel := s.untilStop(ctx)
 		wctx, cancelWait := context.WithTimeout(wctx, wait)
-		run, err := s.waitRun(wctx, id)
+		v, err := s.waitRun(wctx, id)
 		cancelWait()
 		cancel()
-		if err == nil && run.Status.Final() {
-			if v, err := s.ops.Run(ctx, id, false); err == nil {
-				resp.Status, resp.Run, code = v.Status, v, http.StatusOK
-			}
+		if err == nil && store.RunStatus(v.Status).Final() {
+			resp.Status, resp.Run, code = v.Status, v, http.StatusOK
 		}
 	}
 	writeJSON(w, code, resp)
 }
 
-// waitRun waits for a run to end, wherever it is advanced: a run this
-// gateway does not hold (another took it over, or started it first) is
-// followed through its events.
-func (s *Server) waitRun(ctx context.Context, id string) (*store.Run, error) {
-	run, err := s.gw.Engine.Wait(ctx, id)
-	if !errors.Is(err, engine.ErrNotActive) {
-		return run, err
-	}
-	if err := s.ops.StoreEvents(ctx, id, run.Seq, true, func(store.Event) error { return nil }); err != nil {
+// waitRun waits for a run to end, wherever it is advanced, and reads it as
+// the answer shows it: a run this gateway does not hold (another took it
+// over, or started it first) is followed through its events.
+func (s *Server) waitRun(ctx context.Context, id string) (*api.RunView, error) {
+	if err := s.gw.Engine.AwaitEnd(ctx, id); err != nil {
 		return nil, err
 	}
-	return s.gw.Store.RunHeader(ctx, id)
+	v, err := s.ops.Run(ctx, id, false)
+	if err != nil || store.RunStatus(v.Status).Final() {
+		return v, err
+	}
+	if err := s.ops.StoreEvents(ctx, id, v.Seq, true, func(store.Event) error { return nil }); err != nil {
+		return nil, err
+	}
+	return s.ops.Run(ctx, id, false)
 }
 
 // reservedMetadata are the origin.metadata keys the gateway sets itself; a
