@@ -46,6 +46,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,6 +58,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -198,10 +200,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		})
 	}
 	sleep(ctx, *warmup)
+	gwCPU0, gwCPUErr := gatewayCPU(ctx, client, *server, *token)
+	ownCPU0 := ownCPU()
 	measuring.Store(true)
 	measured := time.Now()
 	wg.Wait()
 	elapsed := time.Since(measured)
+	ownCPUUsed := ownCPU() - ownCPU0
+	gwCPU1, err := gatewayCPU(ctx, client, *server, *token)
+	if gwCPUErr == nil {
+		gwCPUErr = err
+	}
 
 	slices.Sort(latencies)
 	pct := func(p float64) time.Duration {
@@ -218,6 +227,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "POST to run end: p50 %s  p90 %s  p99 %s  max %s\n", pct(0.5), pct(0.9), pct(0.99), pct(1))
 	}
 	fmt.Fprintf(stdout, "outcomes: %s\n", summary(outcomes))
+	if n := len(latencies); n > 0 {
+		gw := "unknown (" + fmt.Sprint(gwCPUErr) + ")"
+		if gwCPUErr == nil {
+			gw = fmt.Sprintf("%.0f µs", (gwCPU1-gwCPU0).Seconds()*1e6/float64(n))
+		}
+		unit := "run"
+		if *trigger != "" {
+			unit = "alert"
+		}
+		fmt.Fprintf(stdout, "CPU per %s: the gateway %s (its plugins not counted), this load tool %.0f µs\n", unit, gw, ownCPUUsed.Seconds()*1e6/float64(n))
+	}
 	if firstErr != nil {
 		fmt.Fprintln(stderr, "gateway-load: first error:", firstErr)
 	}
@@ -307,4 +327,49 @@ func post(ctx context.Context, c *http.Client, target, token, payload string) (s
 		return "unfinished", nil
 	}
 	return out.Status, nil
+}
+
+// gatewayCPU reads the CPU time the gateway process has used from its
+// /metrics, where the Prometheus client counts it in hundredths of a
+// second.
+func gatewayCPU(ctx context.Context, c *http.Client, server, token string) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(server, "/")+"/metrics", nil)
+	if err != nil {
+		return 0, fmt.Errorf("building the request: %w", err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("reading /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("reading /metrics: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "process_cpu_seconds_total "); ok {
+			secs, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return 0, fmt.Errorf("reading /metrics: process_cpu_seconds_total %q: %w", v, err)
+			}
+			return time.Duration(secs * float64(time.Second)), nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("reading /metrics: %w", err)
+	}
+	return 0, errors.New("/metrics has no process_cpu_seconds_total")
+}
+
+// ownCPU is the CPU time this process has used, in user and kernel mode.
+func ownCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

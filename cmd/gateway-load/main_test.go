@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -37,6 +38,7 @@ func TestFlagChecks(t *testing.T) {
 // tool says what went wrong, backs off, and exits non-zero when no run
 // succeeded.
 func TestReportsFailures(t *testing.T) {
+	var metricsReads atomic.Int64
 	gone, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +66,16 @@ func TestReportsFailures(t *testing.T) {
 				w.WriteHeader(http.StatusNotFound)
 			}
 			_, _ = w.Write([]byte(`{"id":"x","status":"succeeded"}`))
-		}, exitOK, []string{"outcomes: succeeded ", "runs succeeded: "}, 0},
+		}, exitOK, []string{"outcomes: succeeded ", "runs succeeded: ", "CPU per run: the gateway unknown (reading /metrics: 404 Not Found)"}, 0},
+		{"the gateway's CPU", func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/metrics" {
+				// Read before and after the measured runs: a second of
+				// the gateway's CPU between the two.
+				_, _ = fmt.Fprintf(w, "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %d\n", 41+metricsReads.Add(1))
+				return
+			}
+			_, _ = w.Write([]byte(`{"id":"x","status":"succeeded"}`))
+		}, exitOK, []string{"runs succeeded: ", "CPU per run: the gateway ", " µs (its plugins not counted), this load tool "}, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
