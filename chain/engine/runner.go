@@ -267,7 +267,7 @@ func (e *Engine) newRunner(def *chain.Chain, cfg *chain.Config, run *store.Run, 
 		payloads:   map[string][]byte{},
 		groups:     map[string]*group{},
 		owner:      map[string]*group{},
-		inbox:      make(chan outcome, 64),
+		inbox:      make(chan outcome, inboxSize(def)),
 		cancelReq:  make(chan string, 1),
 		drainReq:   make(chan struct{}),
 		stopReq:    make(chan struct{}),
@@ -955,8 +955,13 @@ func (r *runner) logOutcomes(b *store.Batch) {
 }
 
 func (r *runner) published(events []store.Event) {
+	// Checked once: a call's arguments are built, and allocated, whether
+	// or not the line is written.
+	debug := r.log.Enabled(context.Background(), slog.LevelDebug)
 	for _, ev := range events {
-		r.log.Debug("event", "type", ev.Type, "step", ev.Step, "attempt", ev.Attempt, "message", ev.Message)
+		if debug {
+			r.log.Debug("event", "type", ev.Type, "step", ev.Step, "attempt", ev.Attempt, "message", ev.Message)
+		}
 		r.e.onEvent(ev)
 	}
 }
@@ -1048,6 +1053,20 @@ func (r *runner) giveHeld(o outcome, ctx context.Context) bool {
 		r.acct.Unlock()
 	}
 	return false
+}
+
+// inboxSize is how many messages wait in a run's inbox before a sender
+// makes a goroutine to wait: as many as calls may end together where a
+// parallel group or a split makes several at once, a few where the calls
+// go one at a time. Every run allocates its inbox whole.
+func inboxSize(def *chain.Chain) int {
+	size := 4
+	def.WalkChain(func(s *chain.Step) {
+		if s.Parallel != nil || s.Split != nil {
+			size = 64
+		}
+	})
+	return size
 }
 
 // tryGive is giveHeld without waiting: it reports false, keeping the unit,

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"path"
@@ -128,6 +129,12 @@ func (s *Server) Handler() http.Handler {
 		if !canonicalPath(r.URL.Path) {
 			// The mux would redirect, in HTML; an API answers what was asked.
 			s.writeError(w, r, &api.APIError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("%s %s: not found (paths hold no empty, . or .. segments)", r.Method, r.URL.Path)})
+			return
+		}
+		// The check first: a call's arguments are built, and allocated,
+		// whether or not the line is written.
+		if !s.log.Enabled(r.Context(), slog.LevelDebug) {
+			mux.ServeHTTP(w, r)
 			return
 		}
 		start := time.Now()
