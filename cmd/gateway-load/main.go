@@ -1,6 +1,7 @@
 // Command gateway-load drives a gateway's API with run requests and reports
 // how many runs per second finish and how long each took from POST to its
-// end.
+// end, and the CPU each run cost the gateway (read from its /metrics) and
+// the tool itself: on a machine the load keeps busy, the rate follows them.
 //
 //	gateway-load --server http://127.0.0.1:8080 --chain three-echo --concurrency 64 --duration 20s
 //
