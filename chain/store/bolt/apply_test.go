@@ -43,3 +43,39 @@ func TestBugWhileApplyingFailsTheWrite(t *testing.T) {
 		t.Fatalf("the run committed after the bug: %v %v", got, err)
 	}
 }
+
+// TestCollectTakesWhatIsQueued: a transaction takes the commit that opens
+// it and every one queued behind it, up to maxGroup, whether or not it
+// yields for more; a closed queue ends the collecting.
+func TestCollectTakesWhatIsQueued(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		queued int
+		closed bool
+		want   int
+	}{
+		{"alone", 0, false, 1},
+		{"below the yield", yieldFrom - 2, false, yieldFrom - 1},
+		{"enough to yield", yieldFrom + 3, false, yieldFrom + 4},
+		{"more than a transaction holds", maxGroup + 10, false, maxGroup},
+		{"the queue closed", yieldFrom + 1, true, yieldFrom + 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Store{reqs: make(chan *commitReq, maxGroup+10)}
+			first := &commitReq{what: "first"}
+			for range tc.queued {
+				s.reqs <- &commitReq{}
+			}
+			if tc.closed {
+				close(s.reqs)
+			}
+			group := s.collect(first)
+			if len(group) != tc.want || group[0] != first {
+				t.Errorf("collected %d commits (the first first: %v), want %d", len(group), group[0] == first, tc.want)
+			}
+			if left := len(s.reqs); left != tc.queued+1-tc.want {
+				t.Errorf("%d commits left queued, want %d", left, tc.queued+1-tc.want)
+			}
+		})
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -539,23 +540,47 @@ func (s *Store) applyHeld(group []*commitReq) {
 	s.apply(group)
 }
 
+// yieldFrom is how many commits collect finds queued before it yields the
+// processor for more, and groupYields how many times it does so at most.
+const (
+	yieldFrom   = 4
+	groupYields = 2
+)
+
 // collect is first and the commits queued behind it, up to maxGroup; the
-// caller holds applying.
+// caller holds applying. With several queued, other runs are busy
+// committing too, and on a busy machine some of them wait for a processor
+// with their commit ready: collect yields its own, while that brings more,
+// so they join this transaction. A lone commit never waits for company.
 func (s *Store) collect(first *commitReq) []*commitReq {
 	group := make([]*commitReq, 1, 8)
 	group[0] = first
+	group, open := s.drain(group)
+	for i := 0; open && i < groupYields && len(group) >= yieldFrom; i++ {
+		n := len(group)
+		runtime.Gosched()
+		if group, open = s.drain(group); len(group) == n {
+			break
+		}
+	}
+	return group
+}
+
+// drain adds the commits queued now to group, up to maxGroup, and reports
+// false once the queue is closed.
+func (s *Store) drain(group []*commitReq) ([]*commitReq, bool) {
 	for len(group) < maxGroup {
 		select {
 		case r, ok := <-s.reqs:
 			if !ok {
-				return group
+				return group, false
 			}
 			group = append(group, r)
 		default:
-			return group
+			return group, true
 		}
 	}
-	return group
+	return group, true
 }
 
 func (s *Store) apply(group []*commitReq) {
