@@ -33,11 +33,9 @@ provider = "echo"
 payload_template = { done = "<<steps.two.body.prev>>" }
 `
 
-// BenchmarkRunAnswer reads a finished three-step run and writes it as
-// GET /v1/runs/{id} answers, which is also what a start with ?wait=
-// answers once the run ends: the store's reads, the view and the JSON,
-// without the network.
-func BenchmarkRunAnswer(b *testing.B) {
+// threeEchoGateway is a gateway serving threeEchoConfig, logging only
+// errors, as a gateway under load is run.
+func threeEchoGateway(b *testing.B) *apiEnv {
 	env := newAPIOn(b, "", "", quiet)
 	cfg, err := os.ReadFile(env.cfg)
 	if err != nil {
@@ -47,6 +45,15 @@ func BenchmarkRunAnswer(b *testing.B) {
 	if _, err := env.srv.Reload(); err != nil {
 		b.Fatal(err)
 	}
+	return env
+}
+
+// BenchmarkRunAnswer reads a finished three-step run and writes it as
+// GET /v1/runs/{id} answers, which is also what a start with ?wait=
+// answers once the run ends: the store's reads, the view and the JSON,
+// without the network.
+func BenchmarkRunAnswer(b *testing.B) {
+	env := threeEchoGateway(b)
 	var res struct {
 		ID     string `json:"id"`
 		Status string `json:"status"`
@@ -75,15 +82,7 @@ func BenchmarkRunAnswer(b *testing.B) {
 // plugin's calls and the answer. It runs under Go's default garbage
 // collector, which collects more often than gateway serve's.
 func BenchmarkStartAndWait(b *testing.B) {
-	env := newAPIOn(b, "", "", quiet)
-	cfg, err := os.ReadFile(env.cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	env.write(string(cfg) + threeEchoConfig)
-	if _, err := env.srv.Reload(); err != nil {
-		b.Fatal(err)
-	}
+	env := threeEchoGateway(b)
 	h := env.srv.Handler()
 	b.ReportAllocs()
 	b.SetParallelism(32)
@@ -112,7 +111,7 @@ func cpuTime(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// quiet logs only errors, as a gateway under load is run.
+// quiet logs only errors.
 func quiet(o *gateway.Options) {
 	o.Logger = slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
 }
